@@ -1,0 +1,134 @@
+//! Builds every guest component of the workspace in one nested cargo run, for
+//! `wasm32-unknown-unknown`, linked by the `wasm-component-ld` that ships with rustc, so that
+//! `cargo build` and `cargo test --workspace` need no manual step. As wasmtime's
+//! `test-programs/artifacts/build.rs` does, the nested cargo gets its own `CARGO_TARGET_DIR`
+//! under `OUT_DIR` and no inherited `RUSTFLAGS`.
+//!
+//! Emits `guests.rs` into `OUT_DIR` with one `&str` constant per guest: the path of its
+//! `.wasm`.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (package, constant name) for each guest built here.
+const GUESTS: &[(&str, &str)] = &[
+    ("toolward-guest-policy", "DEFAULT_POLICY_WASM"),
+    ("toolward-fault-guest", "FAULT_GUEST_WASM"),
+];
+
+const WASM_TARGET: &str = "wasm32-unknown-unknown";
+
+fn main() {
+    if let Err(message) = run() {
+        println!("cargo::error={message}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
+    let root = manifest_dir
+        .parent()
+        .ok_or("the host crate has no parent directory")?
+        .to_path_buf();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").map_err(|e| e.to_string())?);
+    let target_dir = out_dir.join("guests");
+
+    for watched in [
+        "wit",
+        "guest-policy",
+        "policy-table",
+        "tests/fault-guest",
+        "examples/custom-policy",
+        "Cargo.lock",
+    ] {
+        println!("cargo::rerun-if-changed={}", root.join(watched).display());
+    }
+
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let linker = component_linker(&rustc)?;
+
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(&root)
+        .arg("build")
+        .arg("--release")
+        .arg("--target")
+        .arg(WASM_TARGET)
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"));
+    for (package, _) in GUESTS {
+        cmd.arg("-p").arg(package);
+    }
+    cmd.env("CARGO_TARGET_DIR", &target_dir)
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", &linker)
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("CARGO_BUILD_TARGET");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run `{cargo}` to build the guest components: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "building the guest components for `{WASM_TARGET}` failed ({status}); is the target \
+             installed? `rustup target add {WASM_TARGET}`"
+        ));
+    }
+
+    let mut constants = String::new();
+    for (package, constant) in GUESTS {
+        let file = target_dir
+            .join(WASM_TARGET)
+            .join("release")
+            .join(format!("{}.wasm", package.replace('-', "_")));
+        if !file.is_file() {
+            return Err(format!(
+                "the guest `{package}` built no `{}`",
+                file.display()
+            ));
+        }
+        constants.push_str(&format!(
+            "/// Path of the `{package}` component, built by `host/build.rs`.\npub const {constant}: &str = {:?};\n",
+            file.display().to_string()
+        ));
+    }
+    std::fs::write(out_dir.join("guests.rs"), constants).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The `wasm-component-ld` in the toolchain's sysroot: it links the core module with
+/// `wasm-ld` and turns it into a component from the WIT that wit-bindgen embedded.
+fn component_linker(rustc: &str) -> Result<PathBuf, String> {
+    let output = Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("cannot run `{rustc} --print sysroot`: {e}"))?;
+    let sysroot = String::from_utf8(output.stdout).map_err(|e| e.to_string())?;
+    let host = env::var("HOST").map_err(|e| e.to_string())?;
+    let exe = if cfg!(windows) {
+        "wasm-component-ld.exe"
+    } else {
+        "wasm-component-ld"
+    };
+    let linker = Path::new(sysroot.trim())
+        .join("lib/rustlib")
+        .join(host)
+        .join("bin")
+        .join(exe);
+    if linker.is_file() {
+        Ok(linker)
+    } else {
+        Err(format!(
+            "`{}` is missing: the toolchain ships it from Rust 1.82 on",
+            linker.display()
+        ))
+    }
+}

@@ -1,0 +1,1243 @@
+//! The audit log: one JSON record per event, one record per line (JSONL), append-only, each
+//! record chained to the one before it by a SHA-256 hash.
+//!
+//! # Record shape
+//!
+//! Every line is one JSON object, written in this field order:
+//!
+//! | field  | meaning |
+//! |--------|---------|
+//! | `seq`  | position in the log, `0` for the first record, `+1` for each record after it |
+//! | `time` | milliseconds since the Unix epoch (UTC), from the host's clock; the same unit the WIT `call.time` uses, so a record and the call it describes compare directly |
+//! | `prev` | SHA-256, lowercase hex, of the previous line's bytes without its newline; 64 zeros for the first record |
+//! | `kind` | one of [`AuditKind`] (`load`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `forwarded`, `result`, `refusal`, `recovered`) |
+//! | ...    | the event fields of [`AuditEvent`] that apply; an absent field is left out, never `null` |
+//!
+//! Changing, inserting or deleting a line breaks the chain at the first line after the change
+//! ([`verify`] reports it). The chain cannot protect the last record on its own: keep
+//! [`VerifyReport::last_hash`] somewhere else (a ticket, a second machine) to anchor it.
+//!
+//! # Writing
+//!
+//! [`AuditLog::open`] takes an exclusive advisory lock on the file (`flock(LOCK_EX | LOCK_NB)`
+//! on Unix, through [`File::try_lock`]), so a second gateway pointed at the same log is refused
+//! rather than interleaving a second chain into it. The lock is released when the
+//! [`AuditLog`] is dropped (or the process dies).
+//!
+//! # A torn last line
+//!
+//! A process killed while writing can leave a last line without its newline. Such a line was
+//! never acknowledged: [`AuditLog::append`] returns only after the whole line, newline
+//! included, has been written. On open, toolward truncates the torn bytes away, then appends
+//! a `recovered` record whose `truncated_bytes` is their count and `truncated_sha256` their
+//! hash, and syncs it to disk whatever the [`AuditSync`] mode, so the loss is itself on the
+//! record. Anything else wrong with the existing log (a last complete line that is not a
+//! record) refuses the open: toolward does not repair a log it did not tear.
+
+use std::fmt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The `prev` of the first record: 64 zeros (the width of a SHA-256 in hex).
+pub const GENESIS_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Largest line, in bytes (newline excluded), the log writes or reads back: 64 MiB.
+///
+/// A record holds at most one call's arguments (when the operator records them) and
+/// hashes; the call path bounds arguments well below this. The bound keeps reading back a
+/// damaged log (one without newlines) from taking unbounded memory.
+pub const MAX_RECORD_BYTES: usize = 64 * 1024 * 1024;
+
+/// Bytes read per step while scanning an existing log backwards for its last line: 64 KiB.
+const TAIL_CHUNK_BYTES: usize = 64 * 1024;
+
+/// How every line the writer produces begins; a torn line begins with (a prefix of) it.
+const RECORD_PREFIX: &[u8] = br#"{"seq":"#;
+
+/// Errors of the audit log.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// Another process (or another [`AuditLog`] in this one) holds the log's lock.
+    #[error("audit log `{path}` is already open in another process (it is locked)")]
+    Locked {
+        /// The log file.
+        path: PathBuf,
+    },
+    /// Opening, locking, reading, truncating or syncing the log failed.
+    #[error("cannot {action} audit log `{path}`")]
+    Io {
+        /// What was being done: `open`, `lock`, `read`, `truncate`, `write to`, `sync`.
+        action: &'static str,
+        /// The log file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The last complete line of an existing log is not an audit record, so the chain
+    /// cannot be continued.
+    #[error(
+        "audit log `{path}` ends in a line that is not an audit record; check it with `verify` and repair it by hand"
+    )]
+    Corrupt {
+        /// The log file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file ends in bytes without a newline that are not the start of a record, so they
+    /// are not a torn write of this log and are left alone.
+    #[error(
+        "audit log `{path}` ends in {bytes} bytes without a newline that are not the start of an audit record; refusing to truncate them"
+    )]
+    ForeignTail {
+        /// The log file.
+        path: PathBuf,
+        /// How many bytes follow the last newline.
+        bytes: u64,
+    },
+    /// A line is longer than [`MAX_RECORD_BYTES`].
+    #[error("audit record of {bytes} bytes is larger than the limit of {limit} bytes in `{path}`")]
+    RecordTooLarge {
+        /// The log file.
+        path: PathBuf,
+        /// The line's length in bytes.
+        bytes: usize,
+        /// [`MAX_RECORD_BYTES`].
+        limit: usize,
+    },
+    /// An event could not be encoded as JSON.
+    #[error("cannot encode an audit record for `{path}`")]
+    Encode {
+        /// The log file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An earlier write failed part-way, so the end of the file is unknown; the log refuses
+    /// every further record rather than write one whose chain may be broken. Reopen it
+    /// (which recovers a torn line) to continue.
+    #[error("audit log `{path}` refuses records after an earlier write failed; reopen it")]
+    Failed {
+        /// The log file.
+        path: PathBuf,
+    },
+    /// The system clock is before the Unix epoch.
+    #[error("system clock is before the unix epoch")]
+    Clock,
+}
+
+/// When the log asks the operating system to put records on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditSync {
+    /// `fdatasync` ([`File::sync_data`]) after every record (or every batch), before
+    /// [`AuditLog::append`] returns: a record is durable before the action it describes goes
+    /// ahead. The default.
+    #[default]
+    Always,
+    /// Leave records in the page cache: they survive a crash of toolward but not of the
+    /// machine. Faster; call [`AuditLog::sync`] at shutdown.
+    None,
+}
+
+/// The kind of event a record describes (`kind`, kebab-case in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuditKind {
+    /// A tool was loaded or refused at load (one record per tool, or one per load).
+    Load,
+    /// A client's `tools/call` arrived.
+    CallReceived,
+    /// The policy component decided a call.
+    Decision,
+    /// An approval was asked of the operator.
+    ApprovalAsked,
+    /// An approval was answered (or timed out).
+    ApprovalAnswered,
+    /// The call was forwarded to the server.
+    Forwarded,
+    /// The server's result came back (or the call timed out).
+    Result,
+    /// toolward refused a call or a tool.
+    Refusal,
+    /// The log was reopened after a torn last line was truncated away.
+    Recovered,
+}
+
+impl fmt::Display for AuditKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Load => "load",
+            Self::CallReceived => "call-received",
+            Self::Decision => "decision",
+            Self::ApprovalAsked => "approval-asked",
+            Self::ApprovalAnswered => "approval-answered",
+            Self::Forwarded => "forwarded",
+            Self::Result => "result",
+            Self::Refusal => "refusal",
+            Self::Recovered => "recovered",
+        })
+    }
+}
+
+/// A decision as recorded (`decision`): the policy's verdict, or the operator's answer to an
+/// approval (`allow` approved, `deny` refused or timed out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditDecision {
+    /// The call may go ahead.
+    Allow,
+    /// The call is refused.
+    Deny,
+    /// The call waits for an approval.
+    Hold,
+}
+
+/// The SHA-256 of each WebAssembly component in use, lowercase hex (`components`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentHashes {
+    /// The component that exports `rules` (classifies tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules_sha256: Option<String>,
+    /// The component that exports `policy` (decides calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_sha256: Option<String>,
+}
+
+/// One event, as the caller describes it: a [`kind`](AuditKind) and whichever fields apply.
+/// The log adds `seq`, `time` and `prev`.
+///
+/// Build one with struct update syntax:
+///
+/// ```ignore
+/// AuditEvent { call_id: Some(id), server: Some(server), ..AuditEvent::new(AuditKind::CallReceived) }
+/// ```
+///
+/// Hashes are SHA-256, lowercase hex. Fields that are `None` are left out of the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    /// What happened.
+    pub kind: AuditKind,
+    /// The call's id, unique within a gateway run; links the records of one call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// Who made the call (the configured principal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The client session, when the transport has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The server's name in the config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The tool's name as the model sees it (`server__tool`, with the configured separator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The tool's name on its server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_tool: Option<String>,
+    /// The operator's effect for the tool (`read-only`, `local-change`, `remote-change`,
+    /// `destructive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    /// The pinned hash of the tool's description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description_sha256: Option<String>,
+    /// The pinned hash of the tool's canonical input schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema_sha256: Option<String>,
+    /// The hash of the call's canonical arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_sha256: Option<String>,
+    /// The call's canonical arguments as JSON text, only when the operator records arguments
+    /// (`audit.record_arguments`). Text rather than a JSON value so numbers stay exact and
+    /// [`arguments_sha256`](Self::arguments_sha256) can be checked against it byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// The components in use. [`AuditLog::set_components`] fills this in for every record
+    /// that leaves it `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<ComponentHashes>,
+    /// The decision (policy verdict or approval answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<AuditDecision>,
+    /// Why: the policy's reason, the refusal's message, the load problem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whether the server's result was a tool error (`isError`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_error: Option<bool>,
+    /// The hash of the result as received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_sha256: Option<String>,
+    /// The result's size as received, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_bytes: Option<u64>,
+    /// Whether the result was truncated at the cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// How long the step took, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// `recovered` only: how many torn bytes were truncated from the end of the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_bytes: Option<u64>,
+    /// `recovered` only: the hash of the truncated bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_sha256: Option<String>,
+    /// Anything else the step wants on record (a load summary, a manifest hash), as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
+}
+
+impl AuditEvent {
+    /// An event of `kind` with every other field `None`.
+    #[must_use]
+    pub fn new(kind: AuditKind) -> Self {
+        Self {
+            kind,
+            call_id: None,
+            principal: None,
+            session: None,
+            server: None,
+            tool: None,
+            upstream_tool: None,
+            effect: None,
+            description_sha256: None,
+            input_schema_sha256: None,
+            arguments_sha256: None,
+            arguments: None,
+            components: None,
+            decision: None,
+            reason: None,
+            is_error: None,
+            result_sha256: None,
+            result_bytes: None,
+            truncated: None,
+            duration_ms: None,
+            truncated_bytes: None,
+            truncated_sha256: None,
+            detail: None,
+        }
+    }
+}
+
+/// One line of the log, as written and read back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Position in the log, from 0.
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch, UTC.
+    pub time: u64,
+    /// SHA-256 (lowercase hex) of the previous line without its newline; [`GENESIS_PREV`]
+    /// for the first.
+    pub prev: String,
+    /// The event.
+    #[serde(flatten)]
+    pub event: AuditEvent,
+}
+
+/// An open, locked audit log. Share it (`Arc<AuditLog>`): [`append`](Self::append) takes
+/// `&self` and serializes writers with a mutex.
+///
+/// Appending is synchronous: with [`AuditSync::Always`] it waits for `fdatasync`, typically
+/// well under a millisecond on SSDs and up to tens of milliseconds on slow disks. From async
+/// code, call it directly when that pause is acceptable (it is before any action the record
+/// must precede), or from `tokio::task::spawn_blocking` on a busy runtime.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    sync: AuditSync,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    file: File,
+    next_seq: u64,
+    prev: String,
+    components: Option<ComponentHashes>,
+    failed: bool,
+}
+
+/// The end of an existing log, found by [`read_tail`].
+struct Tail {
+    /// Length of the complete lines, in bytes: where the torn bytes, if any, begin.
+    complete_len: u64,
+    /// The last complete line, without its newline; `None` for an empty log.
+    last_line: Option<Vec<u8>>,
+}
+
+impl AuditLog {
+    /// Opens (creating it if needed) the log at `path`, locks it, and continues its chain
+    /// after the last record. A torn last line is truncated away and a `recovered` record
+    /// appended (see the [module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// [`AuditError::Locked`] when another process (or another `AuditLog`) has it open;
+    /// [`AuditError::Corrupt`] when the last complete line is not a record;
+    /// [`AuditError::RecordTooLarge`] when the last line is longer than
+    /// [`MAX_RECORD_BYTES`]; [`AuditError::Io`] for the file system.
+    pub fn open(path: &Path, sync: AuditSync) -> Result<Self, AuditError> {
+        let io_err = |action: &'static str| {
+            let path = path.to_path_buf();
+            move |source| AuditError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        // Append mode: every write lands at the end, whatever the file offset says.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(io_err("open"))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(AuditError::Locked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(TryLockError::Error(source)) => return Err(io_err("lock")(source)),
+        }
+
+        let len = file.metadata().map_err(io_err("read"))?.len();
+        let tail = read_tail(&mut file, len, path)?;
+        let (next_seq, prev) = match &tail.last_line {
+            None => (0, GENESIS_PREV.to_owned()),
+            Some(line) => {
+                let record: AuditRecord =
+                    serde_json::from_slice(line).map_err(|source| AuditError::Corrupt {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                (record.seq.saturating_add(1), sha256_hex(line))
+            }
+        };
+
+        let log = Self {
+            path: path.to_path_buf(),
+            sync,
+            inner: Mutex::new(Inner {
+                file,
+                next_seq,
+                prev,
+                components: None,
+                failed: false,
+            }),
+        };
+
+        if tail.complete_len < len {
+            log.recover(tail.complete_len, len)?;
+        }
+        Ok(log)
+    }
+
+    /// Truncates the torn bytes in `from..len` and records that it did.
+    fn recover(&self, from: u64, len: u64) -> Result<(), AuditError> {
+        let io_err = |action: &'static str| {
+            let path = self.path.clone();
+            move |source| AuditError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut torn = Vec::new();
+        inner
+            .file
+            .seek(SeekFrom::Start(from))
+            .map_err(io_err("read"))?;
+        (&inner.file)
+            .take(MAX_RECORD_BYTES as u64 + 1)
+            .read_to_end(&mut torn)
+            .map_err(io_err("read"))?;
+        // Every line this writer starts begins with `{"seq":`; bytes that do not are not a
+        // torn record of ours (a wrong `audit.file`?), and are not ours to cut.
+        let ours = torn.len() <= MAX_RECORD_BYTES
+            && (torn.starts_with(RECORD_PREFIX) || RECORD_PREFIX.starts_with(&torn));
+        if !ours {
+            return Err(AuditError::ForeignTail {
+                path: self.path.clone(),
+                bytes: len - from,
+            });
+        }
+        inner.file.set_len(from).map_err(io_err("truncate"))?;
+        inner.file.sync_data().map_err(io_err("sync"))?;
+        tracing::warn!(
+            path = %self.path.display(),
+            bytes = len - from,
+            "audit log ended in a torn line; truncated it and recorded the recovery"
+        );
+        let event = AuditEvent {
+            truncated_bytes: Some(len - from),
+            truncated_sha256: Some(sha256_hex(&torn)),
+            ..AuditEvent::new(AuditKind::Recovered)
+        };
+        self.write_locked(&mut inner, [event], true)?;
+        Ok(())
+    }
+
+    /// The log file's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The sync mode the log was opened with.
+    #[must_use]
+    pub fn sync_mode(&self) -> AuditSync {
+        self.sync
+    }
+
+    /// The `seq` the next record will get.
+    #[must_use]
+    pub fn next_seq(&self) -> u64 {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .next_seq
+    }
+
+    /// Sets the component hashes stamped on every later record whose
+    /// [`components`](AuditEvent::components) is `None` (DESIGN: the SHA-256 of each component
+    /// is in every audit record).
+    pub fn set_components(&self, components: ComponentHashes) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .components = Some(components);
+    }
+
+    /// Appends one record and returns its `seq`. With [`AuditSync::Always`] the record is on
+    /// disk when this returns.
+    ///
+    /// # Errors
+    ///
+    /// [`AuditError::Io`] when writing or syncing fails (and from then on
+    /// [`AuditError::Failed`]); [`AuditError::RecordTooLarge`] when the line would exceed
+    /// [`MAX_RECORD_BYTES`]. On the call path an error here must refuse the call: an action
+    /// that could not be recorded does not happen.
+    pub fn append(&self, event: AuditEvent) -> Result<u64, AuditError> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let durable = self.sync == AuditSync::Always;
+        self.write_locked(&mut inner, [event], durable)
+            .map(|(first, _)| first)
+    }
+
+    /// Appends several records with one write and (with [`AuditSync::Always`]) one sync, and
+    /// returns the `seq` of the last one (`None` when `events` is empty). Use it for
+    /// records produced together, such as the per-tool records of a load.
+    ///
+    /// # Errors
+    ///
+    /// As [`append`](Self::append); no record of the batch is written when one is too large.
+    pub fn append_batch(
+        &self,
+        events: impl IntoIterator<Item = AuditEvent>,
+    ) -> Result<Option<u64>, AuditError> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let durable = self.sync == AuditSync::Always;
+        let (first, count) = self.write_locked(&mut inner, events, durable)?;
+        Ok(count.checked_sub(1).map(|last| first + last))
+    }
+
+    /// Puts every record written so far on disk (`fdatasync`), whatever the sync mode. Call
+    /// it at shutdown with [`AuditSync::None`].
+    ///
+    /// # Errors
+    ///
+    /// [`AuditError::Io`] when syncing fails.
+    pub fn sync(&self) -> Result<(), AuditError> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.file.sync_data().map_err(|source| AuditError::Io {
+            action: "sync",
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Encodes `events` as chained lines, writes them in one `write_all`, syncs when
+    /// `durable`, and only then advances the chain. Returns the first `seq` and how many records were written.
+    fn write_locked(
+        &self,
+        inner: &mut Inner,
+        events: impl IntoIterator<Item = AuditEvent>,
+        durable: bool,
+    ) -> Result<(u64, u64), AuditError> {
+        if inner.failed {
+            return Err(AuditError::Failed {
+                path: self.path.clone(),
+            });
+        }
+        let time = now_ms()?;
+        let mut buf = Vec::new();
+        let first = inner.next_seq;
+        let mut seq = first;
+        let mut prev = inner.prev.clone();
+        for mut event in events {
+            if event.components.is_none() {
+                event.components.clone_from(&inner.components);
+            }
+            let record = AuditRecord {
+                seq,
+                time,
+                prev,
+                event,
+            };
+            let line = serde_json::to_vec(&record).map_err(|source| AuditError::Encode {
+                path: self.path.clone(),
+                source,
+            })?;
+            if line.len() > MAX_RECORD_BYTES {
+                return Err(AuditError::RecordTooLarge {
+                    path: self.path.clone(),
+                    bytes: line.len(),
+                    limit: MAX_RECORD_BYTES,
+                });
+            }
+            prev = sha256_hex(&line);
+            buf.extend_from_slice(&line);
+            buf.push(b'\n');
+            seq = seq.saturating_add(1);
+        }
+        if buf.is_empty() {
+            return Ok((first, 0));
+        }
+        let written = inner.file.write_all(&buf).and_then(|()| {
+            if durable {
+                inner.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(source) = written {
+            // Part of the batch may be in the file: the chain's end is unknown now.
+            inner.failed = true;
+            return Err(AuditError::Io {
+                action: "write to",
+                path: self.path.clone(),
+                source,
+            });
+        }
+        inner.next_seq = seq;
+        inner.prev = prev;
+        Ok((first, seq - first))
+    }
+}
+
+/// Finds the end of the last complete line and that line, reading backwards from the end so
+/// opening a long log does not read all of it.
+fn read_tail(file: &mut File, len: u64, path: &Path) -> Result<Tail, AuditError> {
+    let read_err = |source| AuditError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    };
+    // Newline positions found so far, scanning backwards: the last newline ends the last
+    // complete line, the one before it (or the start of the file) begins it.
+    let mut end_nl: Option<u64> = None;
+    let mut pos = len;
+    let mut chunk = vec![0u8; TAIL_CHUNK_BYTES];
+    while pos > 0 {
+        let step = usize::try_from(pos).map_or(TAIL_CHUNK_BYTES, |p| p.min(TAIL_CHUNK_BYTES));
+        let start = pos - step as u64;
+        let buf = chunk.get_mut(..step).unwrap_or_default();
+        file.seek(SeekFrom::Start(start)).map_err(read_err)?;
+        file.read_exact(buf).map_err(read_err)?;
+        for (i, byte) in buf.iter().enumerate().rev() {
+            if *byte != b'\n' {
+                continue;
+            }
+            let at = start + i as u64;
+            match end_nl {
+                None => end_nl = Some(at),
+                Some(end) => return read_line(file, at + 1, end, path),
+            }
+        }
+        if let Some(end) = end_nl
+            && end - start > MAX_RECORD_BYTES as u64
+        {
+            return Err(AuditError::RecordTooLarge {
+                path: path.to_path_buf(),
+                bytes: usize::try_from(end - start).unwrap_or(usize::MAX),
+                limit: MAX_RECORD_BYTES,
+            });
+        }
+        pos = start;
+    }
+    match end_nl {
+        None => Ok(Tail {
+            complete_len: 0,
+            last_line: None,
+        }),
+        Some(end) => read_line(file, 0, end, path),
+    }
+}
+
+/// Reads the line in `start..end` (`end` is its newline).
+fn read_line(file: &mut File, start: u64, end: u64, path: &Path) -> Result<Tail, AuditError> {
+    let bytes = end - start;
+    if bytes > MAX_RECORD_BYTES as u64 {
+        return Err(AuditError::RecordTooLarge {
+            path: path.to_path_buf(),
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+            limit: MAX_RECORD_BYTES,
+        });
+    }
+    let read_err = |source| AuditError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut line = Vec::new();
+    file.seek(SeekFrom::Start(start)).map_err(read_err)?;
+    (&*file)
+        .take(bytes)
+        .read_to_end(&mut line)
+        .map_err(read_err)?;
+    Ok(Tail {
+        complete_len: end + 1,
+        last_line: Some(line),
+    })
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Records that chained correctly before the first break (all of them when intact).
+    pub records: u64,
+    /// The hash of the last line that chained correctly ([`GENESIS_PREV`] for an empty log):
+    /// keep it elsewhere to detect a change to the last record or a cut-off end later.
+    pub last_hash: String,
+    /// The first break, if any; lines after it are not checked.
+    pub first_break: Option<ChainBreak>,
+}
+
+impl VerifyReport {
+    /// Whether every line parsed and chained.
+    #[must_use]
+    pub fn is_intact(&self) -> bool {
+        self.first_break.is_none()
+    }
+}
+
+/// Where and how the chain breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainBreak {
+    /// The line number, from 1.
+    pub line: u64,
+    /// The line's `seq`, when it has one.
+    pub seq: Option<u64>,
+    /// What is wrong.
+    pub problem: BreakProblem,
+}
+
+impl fmt::Display for ChainBreak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}", self.line)?;
+        if let Some(seq) = self.seq {
+            write!(f, " (seq {seq})")?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+/// What is wrong at a [`ChainBreak`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BreakProblem {
+    /// The line is not a JSON audit record; the parser's message.
+    NotARecord(String),
+    /// `seq` is not one more than the previous record's (a line was deleted, inserted or
+    /// reordered).
+    Seq {
+        /// The `seq` the chain expects.
+        expected: u64,
+        /// The `seq` the line has.
+        found: u64,
+    },
+    /// `prev` is not the hash of the previous line (that line, or this field, was changed).
+    Prev {
+        /// The hash of the previous line.
+        expected: String,
+        /// The `prev` the line has.
+        found: String,
+    },
+    /// The last line has no newline (a torn write; [`AuditLog::open`] recovers it).
+    Torn,
+    /// The line is longer than [`MAX_RECORD_BYTES`].
+    TooLong,
+}
+
+impl fmt::Display for BreakProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotARecord(message) => write!(f, "not an audit record: {message}"),
+            Self::Seq { expected, found } => {
+                write!(
+                    f,
+                    "seq is `{found}`, expected `{expected}` (a record is missing or out of order)"
+                )
+            }
+            Self::Prev { expected, found } => write!(
+                f,
+                "prev is `{found}`, expected `{expected}` (the previous record was changed)"
+            ),
+            Self::Torn => f.write_str("last line has no newline (torn write)"),
+            Self::TooLong => write!(f, "line is longer than {MAX_RECORD_BYTES} bytes"),
+        }
+    }
+}
+
+/// Checks the chain of the log at `path`: every line is a record, `seq` counts up from 0
+/// by one, and each `prev` is the hash of the line before. Stops at the first break.
+///
+/// Takes no lock, so it can run beside a gateway writing the log; a record being written at
+/// that moment may show as [`BreakProblem::Torn`].
+///
+/// # Errors
+///
+/// [`AuditError::Io`] when the file cannot be read. A broken chain is not an error: it is
+/// [`VerifyReport::first_break`].
+pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
+    let read_err = |action: &'static str| {
+        let path = path.to_path_buf();
+        move |source| AuditError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let file = File::open(path).map_err(read_err("open"))?;
+    // One byte over the limit, so an over-long line is seen as such, not as torn.
+    let line_cap = MAX_RECORD_BYTES as u64 + 2;
+    let mut reader = BufReader::new(file);
+    let mut prev = GENESIS_PREV.to_owned();
+    let mut expected_seq: u64 = 0;
+    let mut line_no: u64 = 0;
+    let mut buf = Vec::new();
+    let broken = |records, last_hash, brk| {
+        Ok(VerifyReport {
+            records,
+            last_hash,
+            first_break: Some(brk),
+        })
+    };
+    loop {
+        buf.clear();
+        let n = (&mut reader)
+            .take(line_cap)
+            .read_until(b'\n', &mut buf)
+            .map_err(read_err("read"))?;
+        if n == 0 {
+            return Ok(VerifyReport {
+                records: expected_seq,
+                last_hash: prev,
+                first_break: None,
+            });
+        }
+        line_no += 1;
+        let Some(line) = buf.strip_suffix(b"\n") else {
+            let problem = if n as u64 >= line_cap {
+                BreakProblem::TooLong
+            } else {
+                BreakProblem::Torn
+            };
+            return broken(
+                expected_seq,
+                prev,
+                ChainBreak {
+                    line: line_no,
+                    seq: None,
+                    problem,
+                },
+            );
+        };
+        if line.len() > MAX_RECORD_BYTES {
+            let brk = ChainBreak {
+                line: line_no,
+                seq: None,
+                problem: BreakProblem::TooLong,
+            };
+            return broken(expected_seq, prev, brk);
+        }
+        let record: AuditRecord = match serde_json::from_slice(line) {
+            Ok(record) => record,
+            Err(err) => {
+                let brk = ChainBreak {
+                    line: line_no,
+                    seq: None,
+                    problem: BreakProblem::NotARecord(err.to_string()),
+                };
+                return broken(expected_seq, prev, brk);
+            }
+        };
+        if record.seq != expected_seq {
+            let brk = ChainBreak {
+                line: line_no,
+                seq: Some(record.seq),
+                problem: BreakProblem::Seq {
+                    expected: expected_seq,
+                    found: record.seq,
+                },
+            };
+            return broken(expected_seq, prev, brk);
+        }
+        if record.prev != prev {
+            let brk = ChainBreak {
+                line: line_no,
+                seq: Some(record.seq),
+                problem: BreakProblem::Prev {
+                    expected: prev.clone(),
+                    found: record.prev,
+                },
+            };
+            return broken(expected_seq, prev, brk);
+        }
+        prev = sha256_hex(line);
+        expected_seq = expected_seq.saturating_add(1);
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn now_ms() -> Result<u64, AuditError> {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| AuditError::Clock)?;
+    Ok(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn event(kind: AuditKind, call: &str) -> AuditEvent {
+        AuditEvent {
+            call_id: Some(call.to_owned()),
+            server: Some("fs".to_owned()),
+            tool: Some("fs__read_file".to_owned()),
+            upstream_tool: Some("read_file".to_owned()),
+            effect: Some("read-only".to_owned()),
+            arguments_sha256: Some("ab".repeat(32)),
+            ..AuditEvent::new(kind)
+        }
+    }
+
+    /// A log of `n` records in a fresh directory.
+    fn log_of(n: u64) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        for i in 0..n {
+            log.append(event(AuditKind::CallReceived, &format!("c{i}")))
+                .unwrap();
+        }
+        (dir, path)
+    }
+
+    fn lines(path: &Path) -> Vec<String> {
+        fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn write_lines(path: &Path, lines: &[String]) {
+        let mut text = lines.join("\n");
+        text.push('\n');
+        fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn chain_of_appended_records_verifies() {
+        let (_dir, path) = log_of(5);
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 5);
+        let last = lines(&path).pop().unwrap();
+        assert_eq!(report.last_hash, sha256_hex(last.as_bytes()));
+    }
+
+    #[test]
+    fn record_has_seq_time_prev_kind_first_and_omits_absent_fields() {
+        let (_dir, path) = log_of(2);
+        let all = lines(&path);
+        assert!(all[0].starts_with(r#"{"seq":0,"time":"#), "{}", all[0]);
+        let first: serde_json::Value = serde_json::from_str(&all[0]).unwrap();
+        assert_eq!(first["prev"], GENESIS_PREV);
+        assert_eq!(first["kind"], "call-received");
+        assert!(first.get("decision").is_none());
+        assert!(first.get("arguments").is_none());
+        let second: serde_json::Value = serde_json::from_str(&all[1]).unwrap();
+        assert_eq!(second["seq"], 1);
+        assert_eq!(second["prev"], sha256_hex(all[0].as_bytes()));
+    }
+
+    #[test]
+    fn empty_log_verifies_with_genesis_hash() {
+        let (_dir, path) = log_of(0);
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact());
+        assert_eq!(report.records, 0);
+        assert_eq!(report.last_hash, GENESIS_PREV);
+    }
+
+    #[test]
+    fn editing_one_record_breaks_verification_at_the_next_line() {
+        let (_dir, path) = log_of(5);
+        let mut all = lines(&path);
+        all[2] = all[2].replace("read-only", "destructive");
+        write_lines(&path, &all);
+        let report = verify(&path).unwrap();
+        let brk = report.first_break.unwrap();
+        assert_eq!(brk.line, 4);
+        assert_eq!(brk.seq, Some(3));
+        assert!(matches!(brk.problem, BreakProblem::Prev { .. }), "{brk}");
+        assert_eq!(report.records, 3);
+    }
+
+    #[test]
+    fn editing_a_records_prev_breaks_verification_at_that_line() {
+        let (_dir, path) = log_of(3);
+        let mut all = lines(&path);
+        let original: serde_json::Value = serde_json::from_str(&all[1]).unwrap();
+        let prev = original["prev"].as_str().unwrap().to_owned();
+        all[1] = all[1].replace(&prev, &"f".repeat(64));
+        write_lines(&path, &all);
+        let brk = verify(&path).unwrap().first_break.unwrap();
+        assert_eq!((brk.line, brk.seq), (2, Some(1)));
+        assert!(matches!(brk.problem, BreakProblem::Prev { .. }));
+    }
+
+    #[test]
+    fn deleting_a_line_breaks_verification_there() {
+        let (_dir, path) = log_of(5);
+        let mut all = lines(&path);
+        all.remove(2);
+        write_lines(&path, &all);
+        let brk = verify(&path).unwrap().first_break.unwrap();
+        assert_eq!(brk.line, 3);
+        assert_eq!(
+            brk.problem,
+            BreakProblem::Seq {
+                expected: 2,
+                found: 3
+            }
+        );
+        assert!(
+            brk.to_string()
+                .starts_with("line 3 (seq 3): seq is `3`, expected `2`"),
+            "{brk}"
+        );
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_record_breaks_verification() {
+        let (_dir, path) = log_of(2);
+        let mut all = lines(&path);
+        all.insert(1, "not json".to_owned());
+        write_lines(&path, &all);
+        let brk = verify(&path).unwrap().first_break.unwrap();
+        assert_eq!(brk.line, 2);
+        assert!(matches!(brk.problem, BreakProblem::NotARecord(_)));
+    }
+
+    #[test]
+    fn second_open_of_the_same_log_is_refused_while_the_first_is_open() {
+        let (_dir, path) = log_of(1);
+        let first = AuditLog::open(&path, AuditSync::None).unwrap();
+        let err = AuditLog::open(&path, AuditSync::None).unwrap_err();
+        assert!(matches!(err, AuditError::Locked { .. }));
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("`{}`", path.display())),
+            "{message}"
+        );
+        drop(first);
+        AuditLog::open(&path, AuditSync::None).unwrap();
+    }
+
+    #[test]
+    fn reopen_continues_the_chain() {
+        let (_dir, path) = log_of(3);
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        assert_eq!(log.next_seq(), 3);
+        assert_eq!(log.append(event(AuditKind::Decision, "c3")).unwrap(), 3);
+        drop(log);
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 4);
+    }
+
+    #[test]
+    fn torn_last_line_is_truncated_and_recorded_on_open() {
+        let (_dir, path) = log_of(3);
+        let torn = br#"{"seq":3,"time":1,"prev":"00"#;
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(torn).unwrap();
+        drop(file);
+        assert_eq!(
+            verify(&path).unwrap().first_break.unwrap().problem,
+            BreakProblem::Torn
+        );
+
+        let log = AuditLog::open(&path, AuditSync::None).unwrap();
+        assert_eq!(log.next_seq(), 4);
+        log.append(event(AuditKind::Result, "c3")).unwrap();
+        drop(log);
+
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 5);
+        let recovered: AuditRecord = serde_json::from_str(&lines(&path)[3]).unwrap();
+        assert_eq!(recovered.event.kind, AuditKind::Recovered);
+        assert_eq!(recovered.event.truncated_bytes, Some(torn.len() as u64));
+        assert_eq!(recovered.event.truncated_sha256, Some(sha256_hex(torn)));
+    }
+
+    #[test]
+    fn torn_only_line_leaves_a_log_starting_with_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        fs::write(&path, b"{\"seq\":0").unwrap();
+        drop(AuditLog::open(&path, AuditSync::Always).unwrap());
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact());
+        assert_eq!(report.records, 1);
+        let first: AuditRecord = serde_json::from_str(&lines(&path)[0]).unwrap();
+        assert_eq!((first.seq, first.event.kind), (0, AuditKind::Recovered));
+    }
+
+    #[test]
+    fn file_ending_in_bytes_that_are_not_a_torn_record_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notes.txt");
+        fs::write(&path, b"precious text without a newline").unwrap();
+        let err = AuditLog::open(&path, AuditSync::Always).unwrap_err();
+        assert!(
+            matches!(err, AuditError::ForeignTail { bytes: 31, .. }),
+            "{err}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"precious text without a newline");
+    }
+
+    #[test]
+    fn log_ending_in_a_complete_line_that_is_not_a_record_is_refused() {
+        let (_dir, path) = log_of(1);
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"garbage\n").unwrap();
+        drop(file);
+        let err = AuditLog::open(&path, AuditSync::Always).unwrap_err();
+        assert!(matches!(err, AuditError::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn reopen_finds_the_last_line_across_read_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, AuditSync::None).unwrap();
+        let big = "x".repeat(TAIL_CHUNK_BYTES + 10);
+        for i in 0..3 {
+            log.append(AuditEvent {
+                reason: Some(big.clone()),
+                ..event(AuditKind::Refusal, &format!("c{i}"))
+            })
+            .unwrap();
+        }
+        drop(log);
+        let log = AuditLog::open(&path, AuditSync::None).unwrap();
+        assert_eq!(log.next_seq(), 3);
+        log.append(event(AuditKind::Refusal, "c3")).unwrap();
+        drop(log);
+        assert!(verify(&path).unwrap().is_intact());
+    }
+
+    #[test]
+    fn batch_appends_chain_and_components_are_stamped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        log.set_components(ComponentHashes {
+            rules_sha256: Some("1".repeat(64)),
+            policy_sha256: Some("2".repeat(64)),
+        });
+        let batch = vec![event(AuditKind::Load, "l0"), event(AuditKind::Load, "l1")];
+        assert_eq!(log.append_batch(batch).unwrap(), Some(1));
+        assert_eq!(log.append_batch(Vec::new()).unwrap(), None);
+        assert_eq!(log.append(event(AuditKind::CallReceived, "c0")).unwrap(), 2);
+        drop(log);
+        assert!(verify(&path).unwrap().is_intact());
+        for line in lines(&path) {
+            let record: AuditRecord = serde_json::from_str(&line).unwrap();
+            assert_eq!(
+                record.event.components.unwrap().policy_sha256,
+                Some("2".repeat(64))
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_appends_from_threads_keep_one_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = std::sync::Arc::new(AuditLog::open(&path, AuditSync::None).unwrap());
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        log.append(event(AuditKind::Forwarded, &format!("t{t}-{i}")))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        log.sync().unwrap();
+        drop(log);
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 100);
+    }
+
+    #[test]
+    fn records_round_trip_through_serde() {
+        let record = AuditRecord {
+            seq: 7,
+            time: 1_700_000_000_000,
+            prev: GENESIS_PREV.to_owned(),
+            event: AuditEvent {
+                decision: Some(AuditDecision::Hold),
+                reason: Some("needs approval".to_owned()),
+                arguments: Some(r#"{"path":"/tmp/x"}"#.to_owned()),
+                detail: Some(serde_json::json!({"tools": 3})),
+                ..event(AuditKind::Decision, "c7")
+            },
+        };
+        let text = serde_json::to_string(&record).unwrap();
+        assert!(text.contains(r#""decision":"hold""#));
+        let back: AuditRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, record);
+    }
+}

@@ -1,0 +1,1848 @@
+//! The operator's configuration, `toolward.json`: which MCP servers to start, where the rules,
+//! policy, manifest and audit log are, and the limits. Reference: `docs/config.md`; JSON
+//! Schema: `docs/config.schema.json`.
+//!
+//! # Reading rules
+//!
+//! - Keys are `snake_case`, except inside `mcpServers`, which takes the block an MCP client
+//!   keeps (Claude Desktop, Claude Code, Cursor, VS Code) unchanged: `command`, `args`, `env`,
+//!   `url`, `headers`, and `type`/`transport`.
+//! - An unknown key is an error naming its path (`audit.synk: unknown key ...`), because a
+//!   misspelt key would otherwise silently leave a protection at its default. Inside a server
+//!   entry the keys clients add for their own use ([`IGNORED_CLIENT_KEYS`]) are ignored and
+//!   listed in [`Config::ignored_keys`]; `cwd` and `envFile` change how the server runs, are
+//!   not supported, and are errors; `disabled: true` / `enabled: false` leave the server out
+//!   (listed in [`Config::disabled_servers`]). Any other key in a server entry is an error.
+//! - In config text a key given twice in one object is an error (JSON parsers differ on which
+//!   one wins).
+//! - `${NAME}` in a value of a server's `env` or `headers` is replaced by the variable `NAME`
+//!   of toolward's own environment; `NAME` is `[A-Za-z_][A-Za-z0-9_]*` and nothing else
+//!   (`${NAME:-default}` is an error). A variable that is not set is an error naming the
+//!   server, key and variable. `$${` is a literal `${`; any other `$` is taken literally. No
+//!   other field is expanded: `command`, `args` and `url` are passed as written.
+//! - Relative paths (`rules.file`, `rules.component`, `policy.component`, `policy.settings`,
+//!   `manifest`, `audit.file`, `state_dir`) resolve against the folder of the config file
+//!   (the `base_dir` given to [`Config::from_value`]). A server's `command` resolves there too
+//!   when it contains a path separator (`./bin/server`); a bare name (`npx`) is left for the
+//!   `PATH` lookup. `~` is not expanded.
+//! - Every error names its place in the file: `mcpServers.fs.args[1]: expected a string,
+//!   found a number`.
+
+use std::collections::BTreeMap;
+use std::env::VarError;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::audit::AuditSync;
+
+/// Default time for a server to start and answer `initialize`: 30 000 ms. Servers started
+/// through `npx` or `uvx` may download a package first; longer than that is a hung server.
+pub const DEFAULT_START_TIMEOUT_MS: u64 = 30_000;
+/// Default time for a server to answer one protocol request (`tools/list` pages, `ping`):
+/// 60 000 ms. These requests do no real work, so a minute means the server is stuck.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
+/// Default time for a server to answer one `tools/call`: 300 000 ms. Tools do real work
+/// (searches, builds, fetches) and may take minutes; past five, the model's client has
+/// usually given up and the call only holds resources.
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 300_000;
+/// Default time the operator has to answer an approval: 120 000 ms. A held call is refused
+/// when it runs out (an unanswered approval is a no).
+pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 120_000;
+/// Default bound on `tools/list` pages per server: 64. A server that paginates past this is
+/// looping or hostile; real servers send one page.
+pub const DEFAULT_MAX_LISTING_PAGES: u64 = 64;
+/// Default bound on tools per server: 4096. Far above any real server, low enough that
+/// pinning and reviewing the listing stays bounded.
+pub const DEFAULT_MAX_TOOLS: u64 = 4096;
+/// Default bound on one `tools/list` response, in bytes: 16 MiB.
+pub const DEFAULT_MAX_PAGE_BYTES: u64 = 16 * 1024 * 1024;
+/// Default bound on all `tools/list` pages of one server together, in bytes: 64 MiB.
+pub const DEFAULT_MAX_LISTING_BYTES: u64 = 64 * 1024 * 1024;
+/// Default bound on one tool's entry in a listing (name, description, schemas, annotations),
+/// in bytes: 256 KiB. A description is prompt text the model reads; more than this is not
+/// documentation.
+pub const DEFAULT_MAX_TOOL_BYTES: u64 = 256 * 1024;
+/// Default cap on one call's result passed to the client, in bytes: 1 MiB. Results are
+/// untrusted text placed in the model's context; content past the cap is truncated and marked.
+pub const DEFAULT_MAX_RESULT_BYTES: u64 = 1024 * 1024;
+/// Largest accepted timeout, in milliseconds: one day. Keeps deadline arithmetic far from
+/// overflow and catches seconds typed where milliseconds were meant only in one direction;
+/// nothing the gateway waits for should take longer.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+/// Largest config file read, in bytes: 1 MiB. A real config is a few KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// Longest separator, in characters: 8. The separator is part of every exposed tool name,
+/// which the default pattern limits to 64 characters.
+pub const MAX_SEPARATOR_CHARS: usize = 8;
+
+/// Default separator between server name and tool name in an exposed tool name
+/// (`fs__read_file`).
+pub const DEFAULT_SEPARATOR: &str = "__";
+/// Default pattern an exposed tool name must match: the characters and length every major
+/// client accepts.
+pub const DEFAULT_TOOL_NAME_PATTERN: &str = "^[a-zA-Z0-9_-]{1,64}$";
+/// Default principal recorded on calls.
+pub const DEFAULT_PRINCIPAL: &str = "operator";
+/// Default manifest path, relative to the config folder.
+pub const DEFAULT_MANIFEST: &str = "manifest.json";
+/// Default audit log path, relative to the config folder.
+pub const DEFAULT_AUDIT_FILE: &str = "audit.jsonl";
+/// Default state folder, relative to the config folder.
+pub const DEFAULT_STATE_DIR: &str = "state";
+
+/// Keys MCP clients put in a server entry for their own use; toolward ignores them (its own
+/// policy decides calls, its own limits apply) and lists them in [`Config::ignored_keys`].
+pub const IGNORED_CLIENT_KEYS: &[&str] = &[
+    "description",
+    "autoApprove",
+    "alwaysAllow",
+    "timeout",
+    "source",
+    "icon",
+];
+
+/// Keys of the top-level object. `$schema` is accepted so editors can find the schema.
+const TOP_KEYS: &[&str] = &[
+    "$schema",
+    "mcpServers",
+    "rules",
+    "policy",
+    "manifest",
+    "audit",
+    "state_dir",
+    "principal",
+    "separator",
+    "tool_name_pattern",
+    "limits",
+];
+/// Keys of a server entry toolward reads (besides [`IGNORED_CLIENT_KEYS`]).
+const SERVER_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "url",
+    "headers",
+    "type",
+    "transport",
+    "pass_env",
+    "limits",
+    "disabled",
+    "enabled",
+];
+/// Keys of a server entry that change how the server runs and are not supported: refused
+/// rather than ignored.
+const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
+const RULES_KEYS: &[&str] = &["file", "component"];
+const POLICY_KEYS: &[&str] = &["component", "settings"];
+const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
+const LIMIT_KEYS: &[&str] = &[
+    "start_timeout_ms",
+    "request_timeout_ms",
+    "call_timeout_ms",
+    "approval_timeout_ms",
+    "max_listing_pages",
+    "max_tools",
+    "max_page_bytes",
+    "max_listing_bytes",
+    "max_tool_bytes",
+    "max_result_bytes",
+];
+
+/// Errors reading a config. Every message about the content starts with the path in the
+/// file (`mcpServers.fs.args[1]`), or `config` for the whole document.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file cannot be read.
+    #[error("cannot read config file `{path}`")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is larger than [`MAX_CONFIG_BYTES`].
+    #[error("config file `{path}` is larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// [`MAX_CONFIG_BYTES`].
+        limit: u64,
+    },
+    /// The text is not JSON, or an object has a key twice.
+    #[error("config is not valid JSON (line {line}, column {column})")]
+    Parse {
+        /// Line of the problem, from 1.
+        line: usize,
+        /// Column of the problem, from 1.
+        column: usize,
+        /// The parser's message.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A value is missing, of the wrong type, out of range, or a key is unknown.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// Where in the file (`mcpServers.fs.args[1]`).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A `${NAME}` reference names a variable that toolward's environment does not have.
+    #[error(
+        "{path}: environment variable `{variable}` is not set (server `{server}`, key `{key}`)"
+    )]
+    MissingEnvVar {
+        /// Where in the file (`mcpServers.github.env.TOKEN`).
+        path: String,
+        /// The server.
+        server: String,
+        /// The `env` or `headers` key whose value refers to the variable.
+        key: String,
+        /// The variable.
+        variable: String,
+    },
+    /// A `${NAME}` reference names a variable whose value is not valid Unicode.
+    #[error(
+        "{path}: environment variable `{variable}` is not valid unicode (server `{server}`, key `{key}`)"
+    )]
+    EnvVarNotUnicode {
+        /// Where in the file.
+        path: String,
+        /// The server.
+        server: String,
+        /// The `env` or `headers` key whose value refers to the variable.
+        key: String,
+        /// The variable.
+        variable: String,
+    },
+}
+
+/// The operator's configuration, every default applied and every path resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The servers to start, by name (`mcpServers`), without the disabled ones.
+    pub servers: BTreeMap<String, ServerConfig>,
+    /// Servers the pasted block marks `"disabled": true` or `"enabled": false`: not started.
+    pub disabled_servers: Vec<String>,
+    /// Paths of client keys that were ignored (`mcpServers.fs.autoApprove`), for the load
+    /// report.
+    pub ignored_keys: Vec<String>,
+    /// The rules: which tools are registered, with which effect.
+    pub rules: RulesConfig,
+    /// The policy that decides calls.
+    pub policy: PolicyConfig,
+    /// The pinned manifest (`manifest`, default [`DEFAULT_MANIFEST`]).
+    pub manifest: PathBuf,
+    /// The audit log.
+    pub audit: AuditConfig,
+    /// Where toolward keeps state between runs (`state_dir`, default [`DEFAULT_STATE_DIR`]).
+    pub state_dir: PathBuf,
+    /// The principal recorded on calls (`principal`, default [`DEFAULT_PRINCIPAL`]).
+    pub principal: String,
+    /// Between server and tool name in an exposed name (`separator`, default
+    /// [`DEFAULT_SEPARATOR`]).
+    pub separator: String,
+    /// The pattern every exposed tool name must match, anchored with `^` and `$`
+    /// (`tool_name_pattern`, default [`DEFAULT_TOOL_NAME_PATTERN`]). Checked for anchoring
+    /// here; compiled by the step that names tools.
+    pub tool_name_pattern: String,
+    /// The top-level limits (`limits`); each server's [`ServerConfig::limits`] starts from
+    /// these.
+    pub limits: Limits,
+    /// The folder relative paths were resolved against.
+    pub base_dir: PathBuf,
+}
+
+/// One server of `mcpServers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The server's name: the key in `mcpServers`, `[A-Za-z0-9_-]+`, without the separator.
+    pub name: String,
+    /// How to reach it.
+    pub transport: ServerTransport,
+    /// Variables of toolward's environment passed to a stdio server beside `PATH`, `HOME`
+    /// and `TMPDIR` (`pass_env`); one that is not set is not passed.
+    pub pass_env: Vec<String>,
+    /// The top-level limits with this server's `limits` laid over them.
+    pub limits: Limits,
+}
+
+/// How toolward reaches a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerTransport {
+    /// A child process speaking MCP over stdin/stdout.
+    Stdio {
+        /// The program: a bare name looked up in `PATH`, or a path.
+        command: PathBuf,
+        /// Its arguments, as written.
+        args: Vec<String>,
+        /// Variables set for it, `${NAME}` references replaced.
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        /// The endpoint, `http://` or `https://`.
+        url: String,
+        /// Headers sent with every request, `${NAME}` references replaced.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// `rules`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesConfig {
+    /// The operator's rules file (`rules.file`), given to the rules component's `configure`.
+    pub file: PathBuf,
+    /// A rules component (`rules.component`); `None` is the default component.
+    pub component: Option<PathBuf>,
+}
+
+/// `policy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// A policy component (`policy.component`); `None` is the default component.
+    pub component: Option<PathBuf>,
+    /// A settings file given to the policy's `configure` (`policy.settings`); `None` gives
+    /// it empty settings.
+    pub settings: Option<PathBuf>,
+}
+
+/// `audit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// The log (`audit.file`, default [`DEFAULT_AUDIT_FILE`]).
+    pub file: PathBuf,
+    /// When records reach the disk (`audit.sync`, `always` or `none`, default `always`).
+    pub sync: AuditSync,
+    /// Whether records hold each call's arguments, not only their hash
+    /// (`audit.record_arguments`, default `false`: arguments may hold secrets).
+    pub record_arguments: bool,
+}
+
+/// Listing and call limits. Every field has its unit in its name; every default is a
+/// `DEFAULT_` constant of this module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// [`DEFAULT_START_TIMEOUT_MS`].
+    pub start_timeout_ms: u64,
+    /// [`DEFAULT_REQUEST_TIMEOUT_MS`].
+    pub request_timeout_ms: u64,
+    /// [`DEFAULT_CALL_TIMEOUT_MS`].
+    pub call_timeout_ms: u64,
+    /// [`DEFAULT_APPROVAL_TIMEOUT_MS`].
+    pub approval_timeout_ms: u64,
+    /// [`DEFAULT_MAX_LISTING_PAGES`].
+    pub max_listing_pages: u64,
+    /// [`DEFAULT_MAX_TOOLS`].
+    pub max_tools: u64,
+    /// [`DEFAULT_MAX_PAGE_BYTES`].
+    pub max_page_bytes: u64,
+    /// [`DEFAULT_MAX_LISTING_BYTES`].
+    pub max_listing_bytes: u64,
+    /// [`DEFAULT_MAX_TOOL_BYTES`].
+    pub max_tool_bytes: u64,
+    /// [`DEFAULT_MAX_RESULT_BYTES`].
+    pub max_result_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            start_timeout_ms: DEFAULT_START_TIMEOUT_MS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
+            approval_timeout_ms: DEFAULT_APPROVAL_TIMEOUT_MS,
+            max_listing_pages: DEFAULT_MAX_LISTING_PAGES,
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            max_listing_bytes: DEFAULT_MAX_LISTING_BYTES,
+            max_tool_bytes: DEFAULT_MAX_TOOL_BYTES,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+        }
+    }
+}
+
+impl Limits {
+    /// `start_timeout_ms` as a duration.
+    #[must_use]
+    pub fn start_timeout(&self) -> Duration {
+        Duration::from_millis(self.start_timeout_ms)
+    }
+    /// `request_timeout_ms` as a duration.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    /// `call_timeout_ms` as a duration.
+    #[must_use]
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+    /// `approval_timeout_ms` as a duration.
+    #[must_use]
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_millis(self.approval_timeout_ms)
+    }
+
+    fn field_mut(&mut self, key: &str) -> Option<&mut u64> {
+        Some(match key {
+            "start_timeout_ms" => &mut self.start_timeout_ms,
+            "request_timeout_ms" => &mut self.request_timeout_ms,
+            "call_timeout_ms" => &mut self.call_timeout_ms,
+            "approval_timeout_ms" => &mut self.approval_timeout_ms,
+            "max_listing_pages" => &mut self.max_listing_pages,
+            "max_tools" => &mut self.max_tools,
+            "max_page_bytes" => &mut self.max_page_bytes,
+            "max_listing_bytes" => &mut self.max_listing_bytes,
+            "max_tool_bytes" => &mut self.max_tool_bytes,
+            "max_result_bytes" => &mut self.max_result_bytes,
+            _ => return None,
+        })
+    }
+}
+
+/// Reads `${NAME}` references: toolward's environment, or a stand-in for it.
+type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
+
+impl Config {
+    /// Reads the config file at `path` (at most [`MAX_CONFIG_BYTES`]); relative paths in it
+    /// resolve against its folder (made absolute from the current directory). `${NAME}`
+    /// references read toolward's environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`], [`ConfigError::TooLarge`], [`ConfigError::Parse`], and any
+    /// error of [`Config::from_value`].
+    pub fn from_path(path: &Path) -> Result<Self, ConfigError> {
+        let read_err = |source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(read_err)?;
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(read_err)?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_path_buf(),
+                limit: MAX_CONFIG_BYTES,
+            });
+        }
+        let folder = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let base_dir = std::path::absolute(folder).map_err(read_err)?;
+        Self::from_str(&text, &base_dir)
+    }
+
+    /// Parses config `text` (refusing duplicate keys); relative paths resolve against
+    /// `base_dir`. `${NAME}` references read toolward's environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Parse`], and any error of [`Config::from_value`].
+    pub fn from_str(text: &str, base_dir: &Path) -> Result<Self, ConfigError> {
+        let value = parse_strict(text)?;
+        Self::from_value(value, base_dir)
+    }
+
+    /// Builds a config from a JSON value, for embedders that have no file; relative paths
+    /// resolve against `base_dir`. `${NAME}` references read toolward's environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the path of the first problem;
+    /// [`ConfigError::MissingEnvVar`] and [`ConfigError::EnvVarNotUnicode`] for `${NAME}`.
+    pub fn from_value(value: Value, base_dir: &Path) -> Result<Self, ConfigError> {
+        Self::from_value_with_env(value, base_dir, &|name| std::env::var(name))
+    }
+
+    /// As [`Config::from_value`], with `${NAME}` references read through `env` instead of
+    /// the process environment (embedders with their own secret store; tests).
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::from_value`].
+    pub fn from_value_with_env(
+        value: Value,
+        base_dir: &Path,
+        env: &dyn Fn(&str) -> Result<String, VarError>,
+    ) -> Result<Self, ConfigError> {
+        Reader {
+            base_dir,
+            env,
+            ignored: Vec::new(),
+        }
+        .config(&value)
+    }
+
+    /// The exposed name of `tool` on `server`: `server`, the separator, `tool`.
+    #[must_use]
+    pub fn exposed_name(&self, server: &str, tool: &str) -> String {
+        format!("{server}{}{tool}", self.separator)
+    }
+}
+
+/// A place in the config document, for error messages.
+#[derive(Clone)]
+struct JsonPath(String);
+
+impl JsonPath {
+    fn root() -> Self {
+        Self(String::new())
+    }
+
+    fn key(&self, key: &str) -> Self {
+        let plain = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '$'));
+        if plain {
+            if self.0.is_empty() {
+                Self(key.to_owned())
+            } else {
+                Self(format!("{}.{key}", self.0))
+            }
+        } else {
+            let quoted = serde_json::to_string(key).unwrap_or_else(|_| format!("\"{key}\""));
+            Self(format!("{}[{quoted}]", self.0))
+        }
+    }
+
+    fn index(&self, index: usize) -> Self {
+        Self(format!("{}[{index}]", self.0))
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for JsonPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "config" } else { &self.0 })
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn expected(path: &JsonPath, what: &str, found: &Value) -> ConfigError {
+    path.invalid(format!("expected {what}, found {}", type_name(found)))
+}
+
+fn as_object<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v Map<String, Value>, ConfigError> {
+    value
+        .as_object()
+        .ok_or_else(|| expected(path, "an object", value))
+}
+
+fn as_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError> {
+    value
+        .as_str()
+        .ok_or_else(|| expected(path, "a string", value))
+}
+
+fn non_empty_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError> {
+    let text = as_str(value, path)?;
+    if text.is_empty() {
+        return Err(path.invalid("must not be empty"));
+    }
+    Ok(text)
+}
+
+fn as_bool(value: &Value, path: &JsonPath) -> Result<bool, ConfigError> {
+    value
+        .as_bool()
+        .ok_or_else(|| expected(path, "`true` or `false`", value))
+}
+
+fn one_of(keys: &[&str]) -> String {
+    keys.iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check_keys(
+    map: &Map<String, Value>,
+    path: &JsonPath,
+    allowed: &[&str],
+) -> Result<(), ConfigError> {
+    match map.keys().find(|key| !allowed.contains(&key.as_str())) {
+        Some(key) => Err(path
+            .key(key)
+            .invalid(format!("unknown key (expected one of {})", one_of(allowed)))),
+        None => Ok(()),
+    }
+}
+
+/// A variable name usable in `${NAME}`, `env`, and `pass_env`.
+fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Walks the document by hand so every error can name its path.
+struct Reader<'a> {
+    base_dir: &'a Path,
+    env: EnvLookup<'a>,
+    ignored: Vec<String>,
+}
+
+impl Reader<'_> {
+    fn config(mut self, value: &Value) -> Result<Config, ConfigError> {
+        let root = JsonPath::root();
+        let map = as_object(value, &root)?;
+        check_keys(map, &root, TOP_KEYS)?;
+        if let Some(schema) = map.get("$schema") {
+            as_str(schema, &root.key("$schema"))?;
+        }
+
+        let separator = match map.get("separator") {
+            None => DEFAULT_SEPARATOR.to_owned(),
+            Some(value) => separator(value, &root.key("separator"))?,
+        };
+        let tool_name_pattern = match map.get("tool_name_pattern") {
+            None => DEFAULT_TOOL_NAME_PATTERN.to_owned(),
+            Some(value) => {
+                let path = root.key("tool_name_pattern");
+                let pattern = non_empty_str(value, &path)?;
+                if !(pattern.starts_with('^') && pattern.ends_with('$')) {
+                    return Err(path.invalid(format!(
+                        "pattern `{pattern}` must be anchored with `^` and `$` (an unanchored pattern accepts any name containing a match)"
+                    )));
+                }
+                pattern.to_owned()
+            }
+        };
+        let limits = match map.get("limits") {
+            None => Limits::default(),
+            Some(value) => limits(value, &root.key("limits"), Limits::default())?,
+        };
+
+        let rules_path = root.key("rules");
+        let rules = match map.get("rules") {
+            None => {
+                return Err(rules_path
+                    .invalid("missing: the rules file decides which tools are registered"));
+            }
+            Some(value) => self.rules(value, &rules_path)?,
+        };
+        let policy = match map.get("policy") {
+            None => PolicyConfig::default(),
+            Some(value) => self.policy(value, &root.key("policy"))?,
+        };
+        let manifest = self.path_or(map, &root, "manifest", DEFAULT_MANIFEST)?;
+        let state_dir = self.path_or(map, &root, "state_dir", DEFAULT_STATE_DIR)?;
+        let audit = match map.get("audit") {
+            None => AuditConfig {
+                file: self.base_dir.join(DEFAULT_AUDIT_FILE),
+                sync: AuditSync::Always,
+                record_arguments: false,
+            },
+            Some(value) => self.audit(value, &root.key("audit"))?,
+        };
+        let principal = match map.get("principal") {
+            None => DEFAULT_PRINCIPAL.to_owned(),
+            Some(value) => non_empty_str(value, &root.key("principal"))?.to_owned(),
+        };
+
+        let servers_path = root.key("mcpServers");
+        let Some(servers_value) = map.get("mcpServers") else {
+            return Err(servers_path.invalid("missing: name at least one server"));
+        };
+        let servers_map = as_object(servers_value, &servers_path)?;
+        if servers_map.is_empty() {
+            return Err(servers_path.invalid("no servers: name at least one server"));
+        }
+        let mut servers = BTreeMap::new();
+        let mut disabled_servers = Vec::new();
+        for (name, entry) in servers_map {
+            let path = servers_path.key(name);
+            server_name(name, &separator, &path)?;
+            match self.server(name, entry, &path, &limits)? {
+                Some(server) => {
+                    servers.insert(name.clone(), server);
+                }
+                None => disabled_servers.push(name.clone()),
+            }
+        }
+
+        Ok(Config {
+            servers,
+            disabled_servers,
+            ignored_keys: self.ignored,
+            rules,
+            policy,
+            manifest,
+            audit,
+            state_dir,
+            principal,
+            separator,
+            tool_name_pattern,
+            limits,
+            base_dir: self.base_dir.to_path_buf(),
+        })
+    }
+
+    fn path(&self, value: &Value, path: &JsonPath) -> Result<PathBuf, ConfigError> {
+        let text = non_empty_str(value, path)?;
+        if text.contains('\0') {
+            return Err(path.invalid("path contains a NUL character"));
+        }
+        Ok(self.base_dir.join(text))
+    }
+
+    fn path_or(
+        &self,
+        map: &Map<String, Value>,
+        parent: &JsonPath,
+        key: &str,
+        default: &str,
+    ) -> Result<PathBuf, ConfigError> {
+        match map.get(key) {
+            None => Ok(self.base_dir.join(default)),
+            Some(value) => self.path(value, &parent.key(key)),
+        }
+    }
+
+    fn optional_path(
+        &self,
+        map: &Map<String, Value>,
+        parent: &JsonPath,
+        key: &str,
+    ) -> Result<Option<PathBuf>, ConfigError> {
+        map.get(key)
+            .map(|value| self.path(value, &parent.key(key)))
+            .transpose()
+    }
+
+    fn rules(&self, value: &Value, path: &JsonPath) -> Result<RulesConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, RULES_KEYS)?;
+        let Some(file) = map.get("file") else {
+            return Err(path
+                .key("file")
+                .invalid("missing: the rules file decides which tools are registered"));
+        };
+        Ok(RulesConfig {
+            file: self.path(file, &path.key("file"))?,
+            component: self.optional_path(map, path, "component")?,
+        })
+    }
+
+    fn policy(&self, value: &Value, path: &JsonPath) -> Result<PolicyConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, POLICY_KEYS)?;
+        Ok(PolicyConfig {
+            component: self.optional_path(map, path, "component")?,
+            settings: self.optional_path(map, path, "settings")?,
+        })
+    }
+
+    fn audit(&self, value: &Value, path: &JsonPath) -> Result<AuditConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, AUDIT_KEYS)?;
+        let sync = match map.get("sync") {
+            None => AuditSync::Always,
+            Some(value) => {
+                let sync_path = path.key("sync");
+                match as_str(value, &sync_path)? {
+                    "always" => AuditSync::Always,
+                    "none" => AuditSync::None,
+                    other => {
+                        return Err(sync_path.invalid(format!(
+                            "unknown sync mode `{other}` (expected `always` or `none`)"
+                        )));
+                    }
+                }
+            }
+        };
+        let record_arguments = match map.get("record_arguments") {
+            None => false,
+            Some(value) => as_bool(value, &path.key("record_arguments"))?,
+        };
+        Ok(AuditConfig {
+            file: self.path_or(map, path, "file", DEFAULT_AUDIT_FILE)?,
+            sync,
+            record_arguments,
+        })
+    }
+
+    /// One `mcpServers` entry; `None` when the entry is disabled.
+    fn server(
+        &mut self,
+        name: &str,
+        value: &Value,
+        path: &JsonPath,
+        top_limits: &Limits,
+    ) -> Result<Option<ServerConfig>, ConfigError> {
+        let map = as_object(value, path)?;
+        for key in map.keys() {
+            if IGNORED_CLIENT_KEYS.contains(&key.as_str()) {
+                self.ignored.push(path.key(key).to_string());
+            } else if UNSUPPORTED_SERVER_KEYS.contains(&key.as_str()) {
+                return Err(path.key(key).invalid(
+                    "not supported: toolward cannot honour it, and ignoring it would change how the server runs",
+                ));
+            } else if !SERVER_KEYS.contains(&key.as_str()) {
+                return Err(path.key(key).invalid(format!(
+                    "unknown key (expected one of {}; clients' {} are ignored)",
+                    one_of(SERVER_KEYS),
+                    one_of(IGNORED_CLIENT_KEYS)
+                )));
+            }
+        }
+        let disabled = match map.get("disabled") {
+            Some(value) => as_bool(value, &path.key("disabled"))?,
+            None => false,
+        };
+        let enabled = match map.get("enabled") {
+            Some(value) => as_bool(value, &path.key("enabled"))?,
+            None => true,
+        };
+
+        let transport = self.transport(name, map, path)?;
+        let pass_env = match map.get("pass_env") {
+            None => Vec::new(),
+            Some(value) => {
+                let list_path = path.key("pass_env");
+                let Some(items) = value.as_array() else {
+                    return Err(expected(&list_path, "an array of variable names", value));
+                };
+                let mut names = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let item_path = list_path.index(i);
+                    let var = as_str(item, &item_path)?;
+                    if !is_var_name(var) {
+                        return Err(item_path.invalid(format!(
+                            "`{var}` is not a variable name (`[A-Za-z_][A-Za-z0-9_]*`)"
+                        )));
+                    }
+                    names.push(var.to_owned());
+                }
+                names
+            }
+        };
+        let limits = match map.get("limits") {
+            None => *top_limits,
+            Some(value) => limits(value, &path.key("limits"), *top_limits)?,
+        };
+        if disabled || !enabled {
+            return Ok(None);
+        }
+        Ok(Some(ServerConfig {
+            name: name.to_owned(),
+            transport,
+            pass_env,
+            limits,
+        }))
+    }
+
+    fn transport(
+        &self,
+        name: &str,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+    ) -> Result<ServerTransport, ConfigError> {
+        // `type` (Claude Code, Cursor, VS Code) and `transport` (others) say the same thing.
+        let mut declared: Option<(&'static str, JsonPath)> = None;
+        for key in ["type", "transport"] {
+            let Some(value) = map.get(key) else { continue };
+            let key_path = path.key(key);
+            let kind = match as_str(value, &key_path)? {
+                "stdio" => "stdio",
+                "http" | "streamable-http" | "streamable_http" | "streamableHttp" => "http",
+                "sse" => {
+                    return Err(key_path.invalid(
+                        "the legacy HTTP+SSE transport is not supported (use streamable HTTP, `\"type\": \"http\"`)",
+                    ));
+                }
+                other => {
+                    return Err(key_path.invalid(format!(
+                        "unknown transport `{other}` (expected `stdio` or `http`)"
+                    )));
+                }
+            };
+            if let Some((earlier, _)) = &declared
+                && *earlier != kind
+            {
+                return Err(key_path.invalid("`type` and `transport` disagree"));
+            }
+            declared = Some((kind, key_path));
+        }
+
+        let has_command = map.contains_key("command");
+        let has_url = map.contains_key("url");
+        let kind = match (has_command, has_url) {
+            (true, true) => {
+                return Err(path.invalid("has both `command` (stdio) and `url` (http): give one"));
+            }
+            (false, false) => {
+                return Err(path.invalid("has neither `command` (stdio) nor `url` (http)"));
+            }
+            (true, false) => "stdio",
+            (false, true) => "http",
+        };
+        if let Some((declared, key_path)) = declared
+            && declared != kind
+        {
+            let field = if kind == "stdio" { "command" } else { "url" };
+            return Err(key_path.invalid(format!("says `{declared}` but the entry has `{field}`")));
+        }
+        let stdio_only = ["args", "env", "pass_env"];
+        let http_only = ["headers"];
+        let misplaced = if kind == "stdio" {
+            &http_only[..]
+        } else {
+            &stdio_only[..]
+        };
+        if let Some(key) = misplaced.iter().find(|key| map.contains_key(**key)) {
+            let needs = if kind == "stdio" {
+                "`url` (http)"
+            } else {
+                "`command` (stdio)"
+            };
+            return Err(path
+                .key(key)
+                .invalid(format!("only a server with {needs} takes it")));
+        }
+
+        if kind == "stdio" {
+            let command_path = path.key("command");
+            let command = non_empty_str(map.get("command").unwrap_or(&Value::Null), &command_path)?;
+            if command.contains('\0') {
+                return Err(command_path.invalid("contains a NUL character"));
+            }
+            // A bare name is for the PATH lookup; a path is relative to the config folder.
+            let command = if command.contains('/') || command.contains('\\') {
+                self.base_dir.join(command)
+            } else {
+                PathBuf::from(command)
+            };
+            let args = match map.get("args") {
+                None => Vec::new(),
+                Some(value) => {
+                    let args_path = path.key("args");
+                    let Some(items) = value.as_array() else {
+                        return Err(expected(&args_path, "an array of strings", value));
+                    };
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| {
+                            let item_path = args_path.index(i);
+                            let arg = as_str(item, &item_path)?;
+                            if arg.contains('\0') {
+                                return Err(item_path.invalid("contains a NUL character"));
+                            }
+                            Ok(arg.to_owned())
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+            };
+            let env = self.string_map(name, map, path, "env", check_env_entry)?;
+            Ok(ServerTransport::Stdio { command, args, env })
+        } else {
+            let url_path = path.key("url");
+            let url = non_empty_str(map.get("url").unwrap_or(&Value::Null), &url_path)?;
+            let lower = url.to_ascii_lowercase();
+            if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+                return Err(
+                    url_path.invalid(format!("`{url}` is not an `http://` or `https://` URL"))
+                );
+            }
+            if url.chars().any(char::is_control) || url.contains(' ') {
+                return Err(
+                    url_path.invalid(format!("`{url}` contains a space or control character"))
+                );
+            }
+            let headers = self.string_map(name, map, path, "headers", check_header_entry)?;
+            Ok(ServerTransport::Http {
+                url: url.to_owned(),
+                headers,
+            })
+        }
+    }
+
+    /// `env` or `headers`: an object of strings, `${NAME}` expanded, each entry checked.
+    fn string_map(
+        &self,
+        server: &str,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+        field: &str,
+        check: fn(&str, &str, &JsonPath) -> Result<(), ConfigError>,
+    ) -> Result<BTreeMap<String, String>, ConfigError> {
+        let Some(value) = map.get(field) else {
+            return Ok(BTreeMap::new());
+        };
+        let field_path = path.key(field);
+        let entries = as_object(value, &field_path)?;
+        let mut out = BTreeMap::new();
+        for (key, value) in entries {
+            let entry_path = field_path.key(key);
+            let raw = as_str(value, &entry_path)?;
+            let expanded = expand(raw, &entry_path, server, key, self.env)?;
+            check(key, &expanded, &entry_path)?;
+            out.insert(key.clone(), expanded);
+        }
+        Ok(out)
+    }
+}
+
+fn check_env_entry(key: &str, value: &str, path: &JsonPath) -> Result<(), ConfigError> {
+    if key.is_empty() || key.contains('=') || key.contains('\0') {
+        return Err(path.invalid(format!("`{key}` is not a usable variable name")));
+    }
+    if value.contains('\0') {
+        return Err(path.invalid("value contains a NUL character"));
+    }
+    Ok(())
+}
+
+fn check_header_entry(key: &str, value: &str, path: &JsonPath) -> Result<(), ConfigError> {
+    // RFC 9110 field name: a token.
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if key.is_empty() || !key.chars().all(token) {
+        return Err(path.invalid(format!("`{key}` is not a valid header name")));
+    }
+    if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+        return Err(path.invalid("value contains a line break or NUL character"));
+    }
+    Ok(())
+}
+
+fn separator(value: &Value, path: &JsonPath) -> Result<String, ConfigError> {
+    let text = non_empty_str(value, path)?;
+    if text.chars().count() > MAX_SEPARATOR_CHARS {
+        return Err(path.invalid(format!(
+            "separator `{text}` is longer than the limit of {MAX_SEPARATOR_CHARS} characters"
+        )));
+    }
+    if !text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(path.invalid(format!(
+            "separator `{text}` may only contain `A-Z`, `a-z`, `0-9`, `_`, `-` and `.`"
+        )));
+    }
+    Ok(text.to_owned())
+}
+
+fn server_name(name: &str, separator: &str, path: &JsonPath) -> Result<(), ConfigError> {
+    if name.is_empty() {
+        return Err(path.invalid("server name must not be empty"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    {
+        return Err(path.invalid(format!(
+            "server name `{name}` may only contain `A-Z`, `a-z`, `0-9`, `_` and `-`"
+        )));
+    }
+    if name.contains(separator) {
+        return Err(path.invalid(format!(
+            "server name `{name}` contains the separator `{separator}`, so its tool names would be ambiguous"
+        )));
+    }
+    Ok(())
+}
+
+fn limits(value: &Value, path: &JsonPath, base: Limits) -> Result<Limits, ConfigError> {
+    let map = as_object(value, path)?;
+    check_keys(map, path, LIMIT_KEYS)?;
+    let mut limits = base;
+    for (key, value) in map {
+        let key_path = path.key(key);
+        let Some(field) = limits.field_mut(key) else {
+            return Err(key_path.invalid("unknown limit"));
+        };
+        let unit = if key.ends_with("_ms") {
+            "milliseconds"
+        } else if key.ends_with("_bytes") {
+            "bytes"
+        } else {
+            "a count"
+        };
+        let Some(number) = value.as_u64().filter(|n| *n > 0) else {
+            return Err(match value {
+                Value::Number(n) => {
+                    key_path.invalid(format!("`{n}` is not a positive integer ({unit})"))
+                }
+                _ => expected(&key_path, &format!("a positive integer ({unit})"), value),
+            });
+        };
+        if key.ends_with("_ms") && number > MAX_TIMEOUT_MS {
+            return Err(key_path.invalid(format!(
+                "`{number}` milliseconds is more than the limit of {MAX_TIMEOUT_MS} milliseconds"
+            )));
+        }
+        *field = number;
+    }
+    Ok(limits)
+}
+
+/// Replaces `${NAME}` in `raw`; `$${` is a literal `${`, any other `$` is literal.
+fn expand(
+    raw: &str,
+    path: &JsonPath,
+    server: &str,
+    key: &str,
+    env: EnvLookup<'_>,
+) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find('$') {
+        out.push_str(rest.get(..at).unwrap_or_default());
+        let tail = rest.get(at..).unwrap_or_default();
+        if let Some(after) = tail.strip_prefix("$${") {
+            out.push_str("${");
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("${") {
+            let Some(close) = after.find('}') else {
+                return Err(path.invalid(format!(
+                    "`{tail}` has no closing `}}` (write `$${{` for a literal `${{`)"
+                )));
+            };
+            let name = after.get(..close).unwrap_or_default();
+            if !is_var_name(name) {
+                return Err(path.invalid(format!(
+                    "`${{{name}}}` is not a variable reference: only `${{NAME}}` with `NAME` in `[A-Za-z_][A-Za-z0-9_]*` is supported (write `$${{` for a literal `${{`)"
+                )));
+            }
+            match env(name) {
+                Ok(value) => out.push_str(&value),
+                Err(VarError::NotPresent) => {
+                    return Err(ConfigError::MissingEnvVar {
+                        path: path.to_string(),
+                        server: server.to_owned(),
+                        key: key.to_owned(),
+                        variable: name.to_owned(),
+                    });
+                }
+                Err(VarError::NotUnicode(_)) => {
+                    return Err(ConfigError::EnvVarNotUnicode {
+                        path: path.to_string(),
+                        server: server.to_owned(),
+                        key: key.to_owned(),
+                        variable: name.to_owned(),
+                    });
+                }
+            }
+            rest = after.get(close + 1..).unwrap_or_default();
+        } else {
+            out.push('$');
+            rest = tail.get(1..).unwrap_or_default();
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Parses JSON text, refusing an object that has a key twice.
+fn parse_strict(text: &str) -> Result<Value, ConfigError> {
+    serde_json::from_str::<StrictValue>(text)
+        .map(|v| v.0)
+        .map_err(|source| ConfigError::Parse {
+            line: source.line(),
+            column: source.column(),
+            source,
+        })
+}
+
+/// A JSON value whose objects had no repeated key.
+struct StrictValue(Value);
+
+impl<'de> Deserialize<'de> for StrictValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(StrictValue)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(StrictValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            if map.contains_key(&key) {
+                return Err(de::Error::custom(format!("duplicate key `{key}`")));
+            }
+            let StrictValue(value) = access.next_value()?;
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> PathBuf {
+        PathBuf::from("/etc/toolward")
+    }
+
+    fn no_env(_: &str) -> Result<String, VarError> {
+        Err(VarError::NotPresent)
+    }
+
+    /// A minimal valid config with `servers` as its `mcpServers`.
+    fn with_servers(servers: Value) -> Value {
+        json!({ "mcpServers": servers, "rules": { "file": "rules.json" } })
+    }
+
+    fn load(value: Value) -> Result<Config, ConfigError> {
+        Config::from_value_with_env(value, &base(), &no_env)
+    }
+
+    fn err_text(value: Value) -> String {
+        load(value).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn pasted_claude_desktop_block_loads_unchanged() {
+        let text = r#"{
+          "mcpServers": {
+            "filesystem": {
+              "command": "npx",
+              "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop", "/Users/me/Downloads"]
+            },
+            "github": {
+              "command": "docker",
+              "args": ["run", "-i", "--rm", "-e", "GITHUB_PERSONAL_ACCESS_TOKEN", "ghcr.io/github/github-mcp-server"],
+              "env": { "GITHUB_PERSONAL_ACCESS_TOKEN": "<YOUR_TOKEN>" }
+            }
+          },
+          "rules": { "file": "rules.json" }
+        }"#;
+        let config = Config::from_str(text, &base()).unwrap();
+        assert_eq!(config.servers.len(), 2);
+        let fs = &config.servers["filesystem"];
+        assert_eq!(
+            fs.transport,
+            ServerTransport::Stdio {
+                command: PathBuf::from("npx"),
+                args: vec![
+                    "-y".into(),
+                    "@modelcontextprotocol/server-filesystem".into(),
+                    "/Users/me/Desktop".into(),
+                    "/Users/me/Downloads".into()
+                ],
+                env: BTreeMap::new(),
+            }
+        );
+        let ServerTransport::Stdio { env, .. } = &config.servers["github"].transport else {
+            panic!("github is stdio");
+        };
+        assert_eq!(env["GITHUB_PERSONAL_ACCESS_TOKEN"], "<YOUR_TOKEN>");
+        assert!(config.ignored_keys.is_empty() && config.disabled_servers.is_empty());
+    }
+
+    #[test]
+    fn pasted_claude_code_block_with_type_fields_loads() {
+        let config = load(with_servers(json!({
+            "local": { "type": "stdio", "command": "uvx", "args": ["mcp-server-git"], "env": {} },
+            "remote": { "type": "http", "url": "https://mcp.example.com/mcp", "headers": { "X-Team": "a" } },
+            "cursor": { "transport": "streamable-http", "url": "http://127.0.0.1:8080/mcp" }
+        })))
+        .unwrap();
+        assert!(matches!(
+            config.servers["local"].transport,
+            ServerTransport::Stdio { .. }
+        ));
+        assert_eq!(
+            config.servers["remote"].transport,
+            ServerTransport::Http {
+                url: "https://mcp.example.com/mcp".into(),
+                headers: BTreeMap::from([("X-Team".to_owned(), "a".to_owned())]),
+            }
+        );
+        assert!(matches!(
+            config.servers["cursor"].transport,
+            ServerTransport::Http { .. }
+        ));
+    }
+
+    #[test]
+    fn env_var_reference_takes_value_from_toolward_environment() {
+        let value = with_servers(json!({
+            "gh": { "command": "gh-mcp", "env": { "PATH_COPY": "${PATH}" } },
+            "api": { "url": "https://api.example.com/mcp", "headers": { "Authorization": "Bearer ${API_TOKEN}" } }
+        }));
+        let env = |name: &str| match name {
+            "API_TOKEN" => Ok("s3cret".to_owned()),
+            other => std::env::var(other),
+        };
+        let config = Config::from_value_with_env(value.clone(), &base(), &env).unwrap();
+        let ServerTransport::Stdio { env: vars, .. } = &config.servers["gh"].transport else {
+            panic!("gh is stdio");
+        };
+        assert_eq!(vars["PATH_COPY"], std::env::var("PATH").unwrap());
+        let ServerTransport::Http { headers, .. } = &config.servers["api"].transport else {
+            panic!("api is http");
+        };
+        assert_eq!(headers["Authorization"], "Bearer s3cret");
+
+        // The public entry point reads the real environment.
+        let real =
+            with_servers(json!({ "gh": { "command": "gh-mcp", "env": { "P": "${PATH}" } } }));
+        let config = Config::from_value(real, &base()).unwrap();
+        let ServerTransport::Stdio { env: vars, .. } = &config.servers["gh"].transport else {
+            panic!("gh is stdio");
+        };
+        assert_eq!(vars["P"], std::env::var("PATH").unwrap());
+    }
+
+    #[test]
+    fn missing_env_var_names_server_key_and_variable() {
+        let err = load(with_servers(json!({
+            "github": { "command": "gh", "env": { "GITHUB_TOKEN": "${TOOLWARD_TEST_UNSET_VARIABLE}" } }
+        })))
+        .unwrap_err();
+        let ConfigError::MissingEnvVar {
+            path,
+            server,
+            key,
+            variable,
+        } = &err
+        else {
+            panic!("expected MissingEnvVar, got {err}");
+        };
+        assert_eq!(path, "mcpServers.github.env.GITHUB_TOKEN");
+        assert_eq!((server.as_str(), key.as_str()), ("github", "GITHUB_TOKEN"));
+        assert_eq!(variable, "TOOLWARD_TEST_UNSET_VARIABLE");
+        assert_eq!(
+            err.to_string(),
+            "mcpServers.github.env.GITHUB_TOKEN: environment variable `TOOLWARD_TEST_UNSET_VARIABLE` is not set (server `github`, key `GITHUB_TOKEN`)"
+        );
+    }
+
+    #[test]
+    fn dollar_dollar_brace_is_a_literal_and_other_dollars_stay() {
+        let config = load(with_servers(json!({
+            "s": { "command": "s", "env": { "A": "$${HOME}", "B": "pa$$word$", "C": "$HOME" } }
+        })))
+        .unwrap();
+        let ServerTransport::Stdio { env, .. } = &config.servers["s"].transport else {
+            panic!("stdio");
+        };
+        assert_eq!(env["A"], "${HOME}");
+        assert_eq!(env["B"], "pa$$word$");
+        assert_eq!(env["C"], "$HOME");
+    }
+
+    #[test]
+    fn default_value_syntax_and_unclosed_references_are_refused() {
+        let text = err_text(with_servers(
+            json!({ "s": { "command": "s", "env": { "A": "${X:-y}" } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.env.A: `${X:-y}` is not a variable reference"),
+            "{text}"
+        );
+        let text = err_text(with_servers(
+            json!({ "s": { "command": "s", "env": { "A": "${X" } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.env.A: `${X` has no closing"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn args_are_not_expanded() {
+        let config = load(with_servers(
+            json!({ "s": { "command": "s", "args": ["${HOME}"] } }),
+        ))
+        .unwrap();
+        let ServerTransport::Stdio { args, .. } = &config.servers["s"].transport else {
+            panic!("stdio");
+        };
+        assert_eq!(args, &["${HOME}".to_owned()]);
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_config_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("conf");
+        std::fs::create_dir(&sub).unwrap();
+        let file = sub.join("toolward.json");
+        std::fs::write(
+            &file,
+            r#"{
+              "mcpServers": {
+                "local": { "command": "./bin/server", "args": ["./data"] },
+                "npm": { "command": "npx" },
+                "abs": { "command": "/usr/bin/env" }
+              },
+              "rules": { "file": "rules.json", "component": "wasm/rules.wasm" },
+              "policy": { "component": "../policy.wasm", "settings": "settings.json" },
+              "audit": { "file": "logs/audit.jsonl" }
+            }"#,
+        )
+        .unwrap();
+        let config = Config::from_path(&file).unwrap();
+        assert_eq!(config.base_dir, sub);
+        assert_eq!(config.rules.file, sub.join("rules.json"));
+        assert_eq!(config.rules.component, Some(sub.join("wasm/rules.wasm")));
+        assert_eq!(config.policy.component, Some(sub.join("../policy.wasm")));
+        assert_eq!(config.policy.settings, Some(sub.join("settings.json")));
+        assert_eq!(config.audit.file, sub.join("logs/audit.jsonl"));
+        assert_eq!(config.manifest, sub.join(DEFAULT_MANIFEST));
+        assert_eq!(config.state_dir, sub.join(DEFAULT_STATE_DIR));
+        let command = |name: &str| match &config.servers[name].transport {
+            ServerTransport::Stdio { command, args, .. } => (command.clone(), args.clone()),
+            ServerTransport::Http { .. } => panic!("stdio"),
+        };
+        assert_eq!(
+            command("local"),
+            (sub.join("./bin/server"), vec!["./data".to_owned()])
+        );
+        assert_eq!(command("npm").0, PathBuf::from("npx"));
+        assert_eq!(command("abs").0, PathBuf::from("/usr/bin/env"));
+    }
+
+    #[test]
+    fn config_file_in_the_current_folder_resolves_against_an_absolute_folder() {
+        // `toolward.json` has an empty parent; paths must not end up relative to nothing.
+        let err = Config::from_path(Path::new("toolward-test-no-such-file.json")).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }));
+        let value = with_servers(json!({ "s": { "command": "s" } }));
+        let config = Config::from_value_with_env(value, Path::new("/srv/tw"), &no_env).unwrap();
+        assert!(config.rules.file.is_absolute());
+    }
+
+    #[test]
+    fn defaults_apply_when_keys_are_absent() {
+        let config = load(with_servers(json!({ "s": { "command": "s" } }))).unwrap();
+        assert_eq!(config.limits, Limits::default());
+        assert_eq!(config.limits.max_page_bytes, 16 * 1024 * 1024);
+        assert_eq!(config.limits.call_timeout(), Duration::from_secs(300));
+        assert_eq!(config.servers["s"].limits, Limits::default());
+        assert_eq!(config.audit.sync, AuditSync::Always);
+        assert!(!config.audit.record_arguments);
+        assert_eq!(config.audit.file, base().join("audit.jsonl"));
+        assert_eq!(config.separator, "__");
+        assert_eq!(config.tool_name_pattern, DEFAULT_TOOL_NAME_PATTERN);
+        assert_eq!(config.principal, "operator");
+        assert_eq!(config.policy, PolicyConfig::default());
+        assert_eq!(config.exposed_name("s", "read"), "s__read");
+    }
+
+    #[test]
+    fn all_top_level_keys_are_read() {
+        let config = load(json!({
+            "$schema": "https://example.invalid/config.schema.json",
+            "mcpServers": { "fs": { "command": "fs" } },
+            "rules": { "file": "r.json" },
+            "policy": {},
+            "manifest": "/var/lib/tw/manifest.json",
+            "audit": { "file": "a.jsonl", "sync": "none", "record_arguments": true },
+            "state_dir": "st",
+            "principal": "alice",
+            "separator": "-x-",
+            "tool_name_pattern": "^[a-z_-]{1,40}$",
+            "limits": { "max_tools": 10 }
+        }))
+        .unwrap();
+        assert_eq!(config.manifest, PathBuf::from("/var/lib/tw/manifest.json"));
+        assert_eq!(config.audit.sync, AuditSync::None);
+        assert!(config.audit.record_arguments);
+        assert_eq!(config.principal, "alice");
+        assert_eq!(config.exposed_name("fs", "read"), "fs-x-read");
+        assert_eq!(config.limits.max_tools, 10);
+        assert_eq!(config.servers["fs"].limits.max_tools, 10);
+    }
+
+    #[test]
+    fn server_limits_override_top_level_limits_per_key() {
+        let mut value = with_servers(json!({
+            "slow": { "command": "slow", "limits": { "call_timeout_ms": 900000, "max_result_bytes": 2048 } },
+            "plain": { "command": "plain" }
+        }));
+        value["limits"] = json!({ "max_result_bytes": 4096, "start_timeout_ms": 5000 });
+        let config = load(value).unwrap();
+        let slow = config.servers["slow"].limits;
+        assert_eq!(
+            (
+                slow.call_timeout_ms,
+                slow.max_result_bytes,
+                slow.start_timeout_ms
+            ),
+            (900_000, 2048, 5000)
+        );
+        let plain = config.servers["plain"].limits;
+        assert_eq!(
+            (plain.call_timeout_ms, plain.max_result_bytes),
+            (DEFAULT_CALL_TIMEOUT_MS, 4096)
+        );
+    }
+
+    #[test]
+    fn zero_negative_fractional_and_huge_limits_are_refused() {
+        let bad = |limits: Value| {
+            let mut value = with_servers(json!({ "s": { "command": "s" } }));
+            value["limits"] = limits;
+            err_text(value)
+        };
+        assert_eq!(
+            bad(json!({ "max_tools": 0 })),
+            "limits.max_tools: `0` is not a positive integer (a count)"
+        );
+        assert_eq!(
+            bad(json!({ "max_page_bytes": 1.5 })),
+            "limits.max_page_bytes: `1.5` is not a positive integer (bytes)"
+        );
+        assert_eq!(
+            bad(json!({ "call_timeout_ms": "60s" })),
+            "limits.call_timeout_ms: expected a positive integer (milliseconds), found a string"
+        );
+        assert!(
+            bad(json!({ "call_timeout_ms": 86_400_001 }))
+                .contains("more than the limit of 86400000 milliseconds")
+        );
+    }
+
+    #[test]
+    fn separator_inside_server_name_is_refused() {
+        let text = err_text(with_servers(json!({ "my__fs": { "command": "fs" } })));
+        assert_eq!(
+            text,
+            "mcpServers.my__fs: server name `my__fs` contains the separator `__`, so its tool names would be ambiguous"
+        );
+        let mut value = with_servers(json!({ "a-b": { "command": "fs" } }));
+        value["separator"] = json!("-");
+        assert!(err_text(value).contains("contains the separator `-`"));
+    }
+
+    #[test]
+    fn server_name_with_other_characters_is_refused() {
+        let text = err_text(with_servers(json!({ "my.fs": { "command": "fs" } })));
+        assert!(
+            text.starts_with(r#"mcpServers["my.fs"]: server name `my.fs` may only contain"#),
+            "{text}"
+        );
+        let text = err_text(with_servers(json!({ "": { "command": "fs" } })));
+        assert!(text.contains("must not be empty"), "{text}");
+    }
+
+    #[test]
+    fn unknown_key_names_its_path() {
+        let mut value = with_servers(json!({ "s": { "command": "s" } }));
+        value["audit"] = json!({ "synk": "none" });
+        let text = err_text(value);
+        assert!(
+            text.starts_with(
+                "audit.synk: unknown key (expected one of `file`, `sync`, `record_arguments`)"
+            ),
+            "{text}"
+        );
+
+        let mut value = with_servers(json!({ "s": { "command": "s" } }));
+        value["polcy"] = json!({});
+        assert!(err_text(value).starts_with("polcy: unknown key"));
+
+        let text = err_text(with_servers(
+            json!({ "s": { "command": "s", "limits": { "call_timeout": 5 } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.limits.call_timeout: unknown key"),
+            "{text}"
+        );
+
+        let text = err_text(with_servers(
+            json!({ "s": { "command": "s", "pass_evn": ["A"] } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.pass_evn: unknown key"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn client_keys_in_a_server_entry_are_ignored_and_listed() {
+        let config = load(with_servers(json!({
+            "s": { "command": "s", "autoApprove": ["write_file"], "description": "files", "timeout": 60 }
+        })))
+        .unwrap();
+        assert_eq!(
+            config.ignored_keys,
+            vec![
+                "mcpServers.s.autoApprove",
+                "mcpServers.s.description",
+                "mcpServers.s.timeout"
+            ]
+        );
+    }
+
+    #[test]
+    fn cwd_and_env_file_are_refused_not_ignored() {
+        for key in ["cwd", "envFile"] {
+            let text = err_text(with_servers(json!({ "s": { "command": "s", key: "x" } })));
+            assert!(
+                text.starts_with(&format!("mcpServers.s.{key}: not supported")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn disabled_server_is_left_out() {
+        let config = load(with_servers(json!({
+            "on": { "command": "on" },
+            "off": { "command": "off", "disabled": true },
+            "zed": { "command": "zed", "enabled": false }
+        })))
+        .unwrap();
+        assert_eq!(config.servers.keys().collect::<Vec<_>>(), vec!["on"]);
+        assert_eq!(config.disabled_servers, vec!["off", "zed"]);
+    }
+
+    #[test]
+    fn wrong_type_names_its_path() {
+        let text = err_text(with_servers(
+            json!({ "fs": { "command": "npx", "args": ["-y", 7] } }),
+        ));
+        assert_eq!(
+            text,
+            "mcpServers.fs.args[1]: expected a string, found a number"
+        );
+        let text = err_text(with_servers(
+            json!({ "fs": { "command": "npx", "env": { "A": true } } }),
+        ));
+        assert_eq!(
+            text,
+            "mcpServers.fs.env.A: expected a string, found a boolean"
+        );
+        assert_eq!(
+            err_text(json!([])),
+            "config: expected an object, found an array"
+        );
+    }
+
+    #[test]
+    fn server_needs_exactly_one_of_command_and_url() {
+        let text = err_text(with_servers(
+            json!({ "s": { "command": "s", "url": "https://x" } }),
+        ));
+        assert!(text.starts_with("mcpServers.s: has both"), "{text}");
+        let text = err_text(with_servers(json!({ "s": { "args": [] } })));
+        assert!(text.starts_with("mcpServers.s: has neither"), "{text}");
+    }
+
+    #[test]
+    fn transport_type_must_agree_with_the_entry() {
+        let text = err_text(with_servers(
+            json!({ "s": { "type": "stdio", "url": "https://x" } }),
+        ));
+        assert_eq!(
+            text,
+            "mcpServers.s.type: says `stdio` but the entry has `url`"
+        );
+        let text = err_text(with_servers(
+            json!({ "s": { "type": "sse", "url": "https://x/sse" } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.type: the legacy HTTP+SSE transport is not supported"),
+            "{text}"
+        );
+        let text = err_text(with_servers(
+            json!({ "s": { "url": "https://x", "env": {} } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.env: only a server with `command`"),
+            "{text}"
+        );
+        let text = err_text(with_servers(json!({ "s": { "url": "ftp://x" } })));
+        assert!(
+            text.starts_with("mcpServers.s.url: `ftp://x` is not"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn header_value_with_line_break_is_refused() {
+        let value =
+            with_servers(json!({ "s": { "url": "https://x", "headers": { "X-A": "${INJECT}" } } }));
+        let env = |_: &str| Ok("a\r\nHost: evil".to_owned());
+        let err = Config::from_value_with_env(value, &base(), &env).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "mcpServers.s.headers.X-A: value contains a line break or NUL character"
+        );
+    }
+
+    #[test]
+    fn pass_env_takes_variable_names() {
+        let config = load(with_servers(
+            json!({ "s": { "command": "s", "pass_env": ["AWS_PROFILE", "LANG"] } }),
+        ))
+        .unwrap();
+        assert_eq!(config.servers["s"].pass_env, vec!["AWS_PROFILE", "LANG"]);
+        let text = err_text(with_servers(
+            json!({ "s": { "command": "s", "pass_env": ["A=B"] } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.s.pass_env[0]: `A=B` is not a variable name"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn missing_servers_or_rules_are_refused() {
+        assert!(err_text(json!({ "rules": { "file": "r" } })).starts_with("mcpServers: missing"));
+        assert!(
+            err_text(json!({ "rules": { "file": "r" }, "mcpServers": {} }))
+                .starts_with("mcpServers: no servers")
+        );
+        assert!(
+            err_text(json!({ "mcpServers": { "s": { "command": "s" } } }))
+                .starts_with("rules: missing")
+        );
+        assert!(
+            err_text(json!({ "mcpServers": { "s": { "command": "s" } }, "rules": {} }))
+                .starts_with("rules.file: missing")
+        );
+    }
+
+    #[test]
+    fn unanchored_tool_name_pattern_is_refused() {
+        let mut value = with_servers(json!({ "s": { "command": "s" } }));
+        value["tool_name_pattern"] = json!("[a-z]+");
+        assert!(
+            err_text(value).starts_with("tool_name_pattern: pattern `[a-z]+` must be anchored")
+        );
+    }
+
+    #[test]
+    fn bad_audit_sync_mode_is_refused() {
+        let mut value = with_servers(json!({ "s": { "command": "s" } }));
+        value["audit"] = json!({ "sync": "sometimes" });
+        assert_eq!(
+            err_text(value),
+            "audit.sync: unknown sync mode `sometimes` (expected `always` or `none`)"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_in_text_is_refused() {
+        let text = r#"{ "mcpServers": { "s": { "command": "s" } }, "rules": { "file": "r" },
+                       "audit": { "sync": "always", "sync": "none" } }"#;
+        let err = Config::from_str(text, &base()).unwrap_err();
+        let ConfigError::Parse { line, source, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(*line, 2);
+        assert!(
+            source.to_string().contains("duplicate key `sync`"),
+            "{source}"
+        );
+    }
+
+    #[test]
+    fn config_file_over_the_size_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolward.json");
+        std::fs::write(&file, vec![b' '; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        assert!(matches!(
+            Config::from_path(&file).unwrap_err(),
+            ConfigError::TooLarge { .. }
+        ));
+    }
+
+    #[test]
+    fn json_schema_names_the_same_keys_as_the_reader() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../docs/config.schema.json")).unwrap();
+        let keys = |v: &Value| -> Vec<String> {
+            let mut keys: Vec<String> = v["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        };
+        let sorted = |list: &[&str]| -> Vec<String> {
+            let mut list: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();
+            list.sort();
+            list
+        };
+        assert_eq!(keys(&schema), sorted(TOP_KEYS));
+        assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
+        assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+        let server: Vec<&str> = SERVER_KEYS
+            .iter()
+            .chain(IGNORED_CLIENT_KEYS)
+            .chain(UNSUPPORTED_SERVER_KEYS)
+            .copied()
+            .collect();
+        assert_eq!(keys(&schema["$defs"]["server"]), sorted(&server));
+        assert_eq!(
+            schema["$defs"]["limits"]["properties"]["max_tools"]["default"],
+            DEFAULT_MAX_TOOLS
+        );
+    }
+}

@@ -1,0 +1,21 @@
+//! toolward puts the tools of third-party MCP servers behind an operator's policy.
+//!
+//! The data flow, one module per step:
+//! config ─► transport ─► listing ─► pin (manifest) ─► load (rules component, schema
+//! narrowing, hint check) ─► registry; each call ─► call (validation, policy component,
+//! approval) ─► forward ─► result cap ─► client; every step ─► audit.
+#![deny(missing_docs)]
+
+pub mod audit;
+pub mod canonical;
+pub mod component;
+pub mod config;
+pub mod registry;
+pub mod schema;
+pub mod transport;
+
+/// Paths of the guest components built by `host/build.rs`: the default policy component
+/// (also embedded as [`component::DEFAULT_COMPONENT`]) and the test fixtures.
+pub mod guests {
+    include!(concat!(env!("OUT_DIR"), "/guests.rs"));
+}

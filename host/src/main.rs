@@ -1,0 +1,2 @@
+//! The `toolward` command.
+fn main() {}

@@ -1,0 +1,1251 @@
+//! The upstream side: start a stdio MCP server and speak MCP to it as a client.
+//!
+//! # Process
+//!
+//! A server starts with an environment built from nothing: [`INHERITED_VARIABLES`] from
+//! toolward's own environment, the variables the operator passes through
+//! ([`StdioSpec::pass_env`]) and the variables set for this server ([`StdioSpec::env`]). A
+//! value given to one server never reaches another. On Unix the server leads a process group
+//! of its own. Closing it ([`Upstream::close`], or dropping the last handle) closes its
+//! standard input, waits [`TransportLimits::close_grace`] for it to exit, sends `SIGTERM` to
+//! the group and to every descendant that left the group while its parent lived, waits the
+//! grace again, then sends `SIGKILL` to all of them. On Linux, after [`become_subreaper`],
+//! descendants orphaned on the way (a double fork, a `setsid`) are reparented to toolward, and
+//! each close kills and reaps them by pid.
+//!
+//! # Framing
+//!
+//! Standard output is read as newline-delimited JSON-RPC messages (MCP specification,
+//! "Transports", stdio). A line longer than [`TransportLimits::max_frame_bytes`] is refused
+//! after reading at most that many bytes; a line that is not a JSON-RPC 2.0 message (batches
+//! included: no MCP version since 2025-06-18 has them) marks the server failed and ends its
+//! group. toolward stays up. Standard error is drained all the time into a ring of the last
+//! [`STDERR_TAIL_BYTES`] bytes, shown when the server fails.
+//!
+//! # Client
+//!
+//! The JSON-RPC client is our own rather than rmcp's `Peer<RoleClient>`: the `tools/list`
+//! result must be kept as the exact bytes the server sent (rmcp decodes numbers through `f64`
+//! and reorders keys before any hook could see them), the client must declare no capability at
+//! all and refuse every request from the server, and everything else the client does is a
+//! request table and four notification kinds. The handshake sends `initialize` with
+//! [`PROTOCOL_VERSION`], `capabilities: {}` and `clientInfo` `toolward`, accepts any of
+//! [`SUPPORTED_PROTOCOL_VERSIONS`], then sends `notifications/initialized`.
+
+mod framing;
+mod process;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use process_wrap::tokio::ChildWrapper;
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use process::{INHERITED_VARIABLES, become_subreaper};
+
+/// Default longest line a server may write on standard output (bytes, newline not counted):
+/// large enough for any real listing or result, small enough that a runaway server cannot
+/// make toolward buffer without bound.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// How much of a server's standard error is kept (bytes, the most recent).
+pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+
+/// How much of the kept standard error an error message quotes (bytes, the most recent): a
+/// message stays one readable line; [`Upstream::stderr_tail`] has the rest.
+pub const STDERR_IN_ERROR_BYTES: usize = 2 * 1024;
+
+/// Default time from spawning a server to the end of its `initialize` handshake. Servers
+/// started through `npx` or `uvx` may resolve packages first.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default time a server has to answer a request other than `tools/call`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default time a closing server has to exit after its standard input is closed, and again
+/// after `SIGTERM`, before `SIGKILL`.
+pub const DEFAULT_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The protocol version toolward asks for in `initialize`: the latest one that still has an
+/// `initialize` handshake (rmcp's `ProtocolVersion::LATEST_WITH_INITIALIZE`).
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// The protocol versions toolward accepts in a server's `initialize` answer (MCP
+/// specification, "Lifecycle", version negotiation).
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] =
+    &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The `clientInfo.name` toolward gives servers.
+pub const CLIENT_NAME: &str = "toolward";
+
+/// The `clientInfo.version` toolward gives servers.
+pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Longest piece of server-supplied text quoted in an error message or a log line (bytes).
+const MAX_QUOTED_BYTES: usize = 512;
+
+/// After `SIGKILL`, how long to wait for the leader's exit status and for orphans to be
+/// reaped: the kernel ends killed processes at once, so this is only a bound.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// How often closing checks whether the group has ended.
+const CLOSE_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// After the server's processes have ended, how long standard error may still be drained.
+const STDERR_DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+
+/// When the server's standard output ends, how long to wait for its exit status before
+/// failing it for the closed output.
+const EXIT_STATUS_WAIT: Duration = Duration::from_millis(500);
+
+/// Read buffer on the server's standard output (bytes).
+const STDOUT_READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Read buffer on the server's standard error (bytes).
+const STDERR_READ_BUFFER_BYTES: usize = 8 * 1024;
+
+/// JSON-RPC "method not found", the answer to every request a server sends toolward.
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// How to start a stdio server.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StdioSpec {
+    /// The program, found through the server's `PATH` when it has no slash.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for this server only (already expanded); they win over inherited ones.
+    pub env: BTreeMap<String, String>,
+    /// Names of variables of toolward's environment this server also gets, when set.
+    pub pass_env: Vec<String>,
+    /// Working directory; toolward's own when `None`.
+    pub cwd: Option<PathBuf>,
+}
+
+impl fmt::Debug for StdioSpec {
+    /// Variable values are left out: they are often credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StdioSpec")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("pass_env", &self.pass_env)
+            .field("cwd", &self.cwd)
+            .finish()
+    }
+}
+
+/// Limits on one upstream server.
+///
+/// Defaults: `start_timeout` [`DEFAULT_START_TIMEOUT`] (30 s), `request_timeout`
+/// [`DEFAULT_REQUEST_TIMEOUT`] (30 s), `max_frame_bytes` [`MAX_FRAME_BYTES`] (16 MiB),
+/// `close_grace` [`DEFAULT_CLOSE_GRACE`] (2 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportLimits {
+    /// From spawn to the end of the `initialize` handshake.
+    pub start_timeout: Duration,
+    /// For each request other than `tools/call` (which takes its own timeout).
+    pub request_timeout: Duration,
+    /// Longest line accepted on the server's standard output (bytes, newline not counted).
+    pub max_frame_bytes: usize,
+    /// How long a closing server has to exit after its standard input is closed, and again
+    /// after `SIGTERM`.
+    pub close_grace: Duration,
+}
+
+impl Default for TransportLimits {
+    fn default() -> Self {
+        Self {
+            start_timeout: DEFAULT_START_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_frame_bytes: MAX_FRAME_BYTES,
+            close_grace: DEFAULT_CLOSE_GRACE,
+        }
+    }
+}
+
+/// Who the server said it is in its `initialize` answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerIdentity {
+    /// `serverInfo.name` (empty when absent).
+    pub name: String,
+    /// `serverInfo.version` (empty when absent).
+    pub version: String,
+    /// The protocol version the server answered, one of [`SUPPORTED_PROTOCOL_VERSIONS`].
+    pub protocol_version: String,
+    /// The server's `capabilities` object as decoded (untrusted).
+    pub capabilities: Value,
+    /// The server's `instructions`, if any (untrusted).
+    pub instructions: Option<String>,
+}
+
+/// Why a server was marked failed. Once failed, every request to it fails with this reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// A line on standard output reached the frame limit.
+    #[error("it sent a line longer than the frame limit of {limit} bytes")]
+    FrameTooLong {
+        /// The frame limit (bytes).
+        limit: usize,
+    },
+    /// A line on standard output is not a JSON-RPC 2.0 message.
+    #[error("it sent output that is not a JSON-RPC message: {detail}")]
+    NotJsonRpc {
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Its standard output reached its end.
+    #[error("it closed its standard output")]
+    StdoutClosed,
+    /// Its process exited.
+    #[error("its process exited ({status})")]
+    Exited {
+        /// The exit status as the system describes it.
+        status: String,
+    },
+    /// Reading its standard output failed.
+    #[error("reading its standard output failed: {message}")]
+    Read {
+        /// The system's message.
+        message: String,
+    },
+    /// Writing to its standard input failed.
+    #[error("writing to its standard input failed: {message}")]
+    Write {
+        /// The system's message.
+        message: String,
+    },
+    /// It was closed by toolward.
+    #[error("it was closed")]
+    Closed,
+}
+
+/// Errors of the upstream transport. Each names the server it is about.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The server's process could not be started.
+    #[error("could not start server `{server}` with command `{command}`")]
+    Spawn {
+        /// The server's name in the configuration.
+        server: String,
+        /// The program.
+        command: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A variable name in the server's environment cannot be given to a process.
+    #[error(
+        "server `{server}` has the environment variable name `{name}`, which is empty or contains `=` or NUL"
+    )]
+    InvalidVariableName {
+        /// The server's name in the configuration.
+        server: String,
+        /// The name as configured.
+        name: String,
+    },
+    /// The `initialize` handshake did not finish in time.
+    #[error("server `{server}` did not finish `initialize` within {timeout_ms} ms{}", stderr_suffix(.stderr))]
+    StartTimeout {
+        /// The server's name in the configuration.
+        server: String,
+        /// The start timeout (milliseconds).
+        timeout_ms: u128,
+        /// The end of its standard error.
+        stderr: String,
+    },
+    /// A request was not answered in time; it was cancelled upstream.
+    #[error("server `{server}` did not answer `{method}` within {timeout_ms} ms")]
+    RequestTimeout {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// The timeout (milliseconds).
+        timeout_ms: u128,
+    },
+    /// The server has failed (or was closed); see [`FailureReason`].
+    #[error("server `{server}` failed: {reason}{}", stderr_suffix(.stderr))]
+    Failed {
+        /// The server's name in the configuration.
+        server: String,
+        /// Why.
+        reason: FailureReason,
+        /// The end of its standard error when it failed.
+        stderr: String,
+    },
+    /// The server answered a request with a JSON-RPC error.
+    #[error("server `{server}` answered `{method}` with error {code}: `{}`", quote(.message))]
+    Rpc {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// The error code.
+        code: i64,
+        /// The error message (untrusted).
+        message: String,
+        /// The error data, if any (untrusted).
+        data: Option<Value>,
+    },
+    /// The server answered `initialize` with a protocol version toolward does not speak.
+    #[error("server `{server}` answered protocol version `{}`, not one of {}", quote(.version), SUPPORTED_PROTOCOL_VERSIONS.join(", "))]
+    UnsupportedProtocol {
+        /// The server's name in the configuration.
+        server: String,
+        /// The version it answered (untrusted).
+        version: String,
+    },
+    /// The server's answer has the wrong shape.
+    #[error("server `{server}` answered `{method}` with a malformed result: {detail}")]
+    MalformedResponse {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+/// `text` made safe to quote in a one-line message: at most [`MAX_QUOTED_BYTES`] (the start),
+/// control characters escaped, backticks replaced.
+fn quote(text: &str) -> String {
+    let mut end = text.len().min(MAX_QUOTED_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut quoted = one_line(text.get(..end).unwrap_or_default());
+    if end < text.len() {
+        quoted.push('…');
+    }
+    quoted
+}
+
+fn one_line(text: &str) -> String {
+    let mut line = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '`' => line.push('\''),
+            c if c.is_control() => line.extend(c.escape_default()),
+            c => line.push(c),
+        }
+    }
+    line
+}
+
+/// `; stderr ends with `…`` for a non-empty standard error tail, else nothing.
+fn stderr_suffix(stderr: &str) -> String {
+    let trimmed = stderr.trim_end();
+    if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!("; its standard error ends with `{}`", one_line(trimmed))
+    }
+}
+
+/// The last `limit` bytes of `text`, cut at a character boundary.
+fn tail(text: &str, limit: usize) -> &str {
+    let mut start = text.len().saturating_sub(limit);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text.get(start..).unwrap_or_default()
+}
+
+/// A line to the server, or the order to close its standard input.
+#[derive(Debug)]
+enum Outgoing {
+    Line(Vec<u8>),
+    Close,
+}
+
+/// What a request waits for.
+#[derive(Debug)]
+enum Payload {
+    /// The decoded `result`.
+    Decoded(Value),
+    /// The exact bytes of `result`.
+    Raw(Vec<u8>),
+}
+
+type ReplySender = oneshot::Sender<Result<Payload, TransportError>>;
+
+/// A request waiting for its answer.
+#[derive(Debug)]
+struct Pending {
+    method: &'static str,
+    raw: bool,
+    progress: Option<mpsc::UnboundedSender<Value>>,
+    reply: ReplySender,
+}
+
+/// The state the reader, writer, stderr and supervisor tasks share with the handles.
+#[derive(Debug)]
+struct Shared {
+    server: String,
+    pending: Mutex<HashMap<u64, Pending>>,
+    failure: Mutex<Option<FailureReason>>,
+    list_changed: AtomicU64,
+    stderr: Mutex<VecDeque<u8>>,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    shutdown: watch::Sender<bool>,
+    next_id: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here leaves its data consistent, so a panic elsewhere does not
+    // make it unusable.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn stderr_tail(&self) -> String {
+        let ring = lock(&self.stderr);
+        let (front, back) = ring.as_slices();
+        let mut bytes = Vec::with_capacity(ring.len());
+        bytes.extend_from_slice(front);
+        bytes.extend_from_slice(back);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn push_stderr(&self, bytes: &[u8]) {
+        let mut ring = lock(&self.stderr);
+        let keep = bytes
+            .get(bytes.len().saturating_sub(STDERR_TAIL_BYTES)..)
+            .unwrap_or_default();
+        ring.extend(keep);
+        let excess = ring.len().saturating_sub(STDERR_TAIL_BYTES);
+        ring.drain(..excess);
+    }
+
+    fn failure(&self) -> Option<FailureReason> {
+        lock(&self.failure).clone()
+    }
+
+    fn failed_error(&self, reason: FailureReason) -> TransportError {
+        TransportError::Failed {
+            server: self.server.clone(),
+            reason,
+            stderr: tail(&self.stderr_tail(), STDERR_IN_ERROR_BYTES).to_owned(),
+        }
+    }
+
+    /// Marks the server failed (the first reason wins), fails every waiting request, and
+    /// starts ending its processes.
+    fn fail(&self, reason: FailureReason) {
+        let first = {
+            let mut failure = lock(&self.failure);
+            if failure.is_none() {
+                *failure = Some(reason.clone());
+                true
+            } else {
+                false
+            }
+        };
+        if first {
+            if reason != FailureReason::Closed {
+                tracing::warn!(server = %self.server, "server `{}` failed: {reason}", self.server);
+            }
+            let waiting: Vec<Pending> = lock(&self.pending)
+                .drain()
+                .map(|(_, pending)| pending)
+                .collect();
+            for pending in waiting {
+                let _ = pending.reply.send(Err(self.failed_error(reason.clone())));
+            }
+        }
+        self.shutdown.send_replace(true);
+    }
+
+    fn send(&self, message: &Value) -> Result<(), TransportError> {
+        let line =
+            serde_json::to_vec(message).map_err(|error| TransportError::MalformedResponse {
+                server: self.server.clone(),
+                method: String::from("(encoding a message)"),
+                detail: error.to_string(),
+            })?;
+        self.outgoing
+            .send(Outgoing::Line(line))
+            .map_err(|_| self.failed_error(self.failure().unwrap_or(FailureReason::Closed)))
+    }
+
+    fn notify(&self, method: &str, params: Option<Value>) -> Result<(), TransportError> {
+        let mut message = json!({ "jsonrpc": "2.0", "method": method });
+        if let (Some(params), Value::Object(object)) = (params, &mut message) {
+            object.insert(String::from("params"), params);
+        }
+        self.send(&message)
+    }
+
+    /// Sends request `id` and waits for its answer, for at most `timeout` when given. When the
+    /// wait ends without an answer (timeout, or the future dropped) and `cancellable`, the
+    /// server gets `notifications/cancelled`.
+    async fn request(
+        self: &Arc<Self>,
+        id: u64,
+        method: &'static str,
+        params: Value,
+        options: RequestOptions,
+    ) -> Result<Payload, TransportError> {
+        let (reply, answer) = oneshot::channel();
+        {
+            let mut pending = lock(&self.pending);
+            // Checked under the table's lock: `fail` drains the table after setting the reason.
+            if let Some(reason) = self.failure() {
+                return Err(self.failed_error(reason));
+            }
+            pending.insert(
+                id,
+                Pending {
+                    method,
+                    raw: options.raw,
+                    progress: options.progress,
+                    reply,
+                },
+            );
+        }
+        let mut guard = PendingGuard {
+            shared: Arc::clone(self),
+            id,
+            cancellable: options.cancellable,
+            reason: "the client stopped waiting",
+        };
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))?;
+        let answer = match options.timeout {
+            Some(timeout) => match tokio::time::timeout(timeout, answer).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    guard.reason = "timeout";
+                    return Err(TransportError::RequestTimeout {
+                        server: self.server.clone(),
+                        method: method.to_owned(),
+                        timeout_ms: timeout.as_millis(),
+                    });
+                }
+            },
+            None => answer.await,
+        };
+        match answer {
+            Ok(answer) => answer,
+            Err(_) => Err(self.failed_error(self.failure().unwrap_or(FailureReason::Closed))),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RequestOptions {
+    raw: bool,
+    progress: Option<mpsc::UnboundedSender<Value>>,
+    timeout: Option<Duration>,
+    cancellable: bool,
+}
+
+/// Removes a request from the table when its waiter goes away, and tells the server when it
+/// was still unanswered (MCP specification, "Cancellation").
+#[derive(Debug)]
+struct PendingGuard {
+    shared: Arc<Shared>,
+    id: u64,
+    cancellable: bool,
+    reason: &'static str,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let unanswered = lock(&self.shared.pending).remove(&self.id).is_some();
+        if unanswered && self.cancellable && self.shared.failure().is_none() {
+            let _ = self.shared.notify(
+                "notifications/cancelled",
+                Some(json!({ "requestId": self.id, "reason": self.reason })),
+            );
+        }
+    }
+}
+
+/// The running server's tasks; dropping the last reference starts closing it.
+#[derive(Debug)]
+struct Connection {
+    shared: Arc<Shared>,
+    done: watch::Receiver<bool>,
+    pid: Option<u32>,
+}
+
+impl Connection {
+    async fn close(&self) {
+        self.shared.fail(FailureReason::Closed);
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|done| *done).await;
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.shared.fail(FailureReason::Closed);
+    }
+}
+
+#[derive(Debug)]
+struct Handle {
+    connection: Connection,
+    identity: ServerIdentity,
+    limits: TransportLimits,
+}
+
+/// One connected upstream server. Clones share the connection; the server is closed by
+/// [`Upstream::close`] or when the last clone is dropped (the same sequence, in the
+/// background).
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    handle: Arc<Handle>,
+}
+
+impl Upstream {
+    /// Starts the stdio server `spec` as server `server` and runs the `initialize` handshake,
+    /// then sends `notifications/initialized`.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::InvalidVariableName`] before starting anything;
+    /// [`TransportError::Spawn`]; [`TransportError::StartTimeout`] after
+    /// [`TransportLimits::start_timeout`]; [`TransportError::UnsupportedProtocol`];
+    /// [`TransportError::Rpc`] or [`TransportError::MalformedResponse`] for a refused or
+    /// malformed `initialize`; [`TransportError::Failed`] when the server fails meanwhile. The
+    /// server's processes have ended when an error is returned.
+    pub async fn connect_stdio(
+        server: &str,
+        spec: &StdioSpec,
+        limits: &TransportLimits,
+    ) -> Result<Upstream, TransportError> {
+        let names = spec.env.keys().chain(&spec.pass_env);
+        if let Some(name) = names
+            .into_iter()
+            .find(|name| !process::is_valid_variable_name(name))
+        {
+            return Err(TransportError::InvalidVariableName {
+                server: server.to_owned(),
+                name: name.clone(),
+            });
+        }
+        let env = process::environment(spec);
+        let mut command = process::command(spec, &env);
+        let spawn_error = |source| TransportError::Spawn {
+            server: server.to_owned(),
+            command: spec.command.clone(),
+            source,
+        };
+        let mut child = process::spawn(&mut command).map_err(spawn_error)?;
+        let pid = child.id();
+        let pipes = (
+            child.stdin().take(),
+            child.stdout().take(),
+            child.stderr().take(),
+        );
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            // Not reachable with piped stdio; the child is killed on drop.
+            return Err(spawn_error(io::Error::other(
+                "a standard stream was not piped",
+            )));
+        };
+
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (done_tx, done) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            server: server.to_owned(),
+            pending: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+            list_changed: AtomicU64::new(0),
+            stderr: Mutex::new(VecDeque::new()),
+            outgoing,
+            shutdown,
+            next_id: AtomicU64::new(1),
+        });
+        let tasks = vec![
+            tokio::spawn(drain_stderr(Arc::clone(&shared), stderr)),
+            tokio::spawn(write_stdin(Arc::clone(&shared), stdin, outgoing_rx)),
+            tokio::spawn(read_stdout(
+                Arc::clone(&shared),
+                stdout,
+                limits.max_frame_bytes,
+            )),
+        ];
+        tokio::spawn(supervise(
+            Arc::clone(&shared),
+            child,
+            shutdown_rx,
+            limits.close_grace,
+            tasks,
+            done_tx,
+        ));
+        let connection = Connection { shared, done, pid };
+
+        let handshake =
+            tokio::time::timeout(limits.start_timeout, initialize(&connection.shared)).await;
+        match handshake {
+            Ok(Ok(identity)) => Ok(Upstream {
+                handle: Arc::new(Handle {
+                    connection,
+                    identity,
+                    limits: *limits,
+                }),
+            }),
+            Ok(Err(error)) => {
+                connection.close().await;
+                // The standard error is complete only now that the process has ended.
+                Err(match error {
+                    TransportError::Failed { reason, .. } => connection.shared.failed_error(reason),
+                    other => other,
+                })
+            }
+            Err(_) => {
+                connection.close().await;
+                Err(TransportError::StartTimeout {
+                    server: server.to_owned(),
+                    timeout_ms: limits.start_timeout.as_millis(),
+                    stderr: tail(&connection.shared.stderr_tail(), STDERR_IN_ERROR_BYTES)
+                        .to_owned(),
+                })
+            }
+        }
+    }
+
+    /// The server's name in the configuration.
+    pub fn server(&self) -> &str {
+        &self.handle.connection.shared.server
+    }
+
+    /// Who the server said it is.
+    pub fn identity(&self) -> &ServerIdentity {
+        &self.handle.identity
+    }
+
+    /// The process id of the server's process (the leader of its group on Unix).
+    pub fn process_id(&self) -> Option<u32> {
+        self.handle.connection.pid
+    }
+
+    /// One page of `tools/list`: the exact bytes of the answer's `result` object as the server
+    /// sent them. `cursor` is the previous page's `nextCursor`.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::RequestTimeout`] after [`TransportLimits::request_timeout`],
+    /// [`TransportError::Rpc`], [`TransportError::MalformedResponse`] when `result` is not an
+    /// object, [`TransportError::Failed`].
+    pub async fn list_tools_page(&self, cursor: Option<&str>) -> Result<Vec<u8>, TransportError> {
+        let shared = &self.handle.connection.shared;
+        let params = match cursor {
+            Some(cursor) => json!({ "cursor": cursor }),
+            None => json!({}),
+        };
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let options = RequestOptions {
+            raw: true,
+            progress: None,
+            timeout: Some(self.handle.limits.request_timeout),
+            cancellable: true,
+        };
+        match shared.request(id, "tools/list", params, options).await? {
+            Payload::Raw(bytes) if bytes.first() == Some(&b'{') => Ok(bytes),
+            Payload::Raw(_) | Payload::Decoded(_) => Err(TransportError::MalformedResponse {
+                server: shared.server.clone(),
+                method: String::from("tools/list"),
+                detail: String::from("`result` is not an object"),
+            }),
+        }
+    }
+
+    /// `tools/call` of tool `name` with `arguments`; the answer's `result` object as decoded
+    /// (untrusted: the caller caps it). Progress notifications for this call go to `progress`
+    /// (their `params` objects); the request then carries a `progressToken`.
+    ///
+    /// When `timeout` passes, or the returned future is dropped first, the server gets
+    /// `notifications/cancelled` for the call.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::RequestTimeout`], [`TransportError::Rpc`],
+    /// [`TransportError::MalformedResponse`] when `result` is not an object,
+    /// [`TransportError::Failed`]. A tool error (`isError: true`) is a result, not an error.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+        progress: Option<mpsc::UnboundedSender<Value>>,
+    ) -> Result<Value, TransportError> {
+        let shared = &self.handle.connection.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut params = json!({ "name": name, "arguments": arguments });
+        if progress.is_some()
+            && let Value::Object(object) = &mut params
+        {
+            object.insert(String::from("_meta"), json!({ "progressToken": id }));
+        }
+        let options = RequestOptions {
+            raw: false,
+            progress,
+            timeout: Some(timeout),
+            cancellable: true,
+        };
+        match shared.request(id, "tools/call", params, options).await? {
+            Payload::Decoded(result @ Value::Object(_)) => Ok(result),
+            Payload::Decoded(_) | Payload::Raw(_) => Err(TransportError::MalformedResponse {
+                server: shared.server.clone(),
+                method: String::from("tools/call"),
+                detail: String::from("`result` is not an object"),
+            }),
+        }
+    }
+
+    /// Whether the server has sent `notifications/tools/list_changed` since it started. The
+    /// tool set stays as loaded; this is reported, not applied.
+    pub fn tools_list_changed(&self) -> bool {
+        self.tools_list_changed_count() > 0
+    }
+
+    /// How many `notifications/tools/list_changed` the server has sent since it started.
+    pub fn tools_list_changed_count(&self) -> u64 {
+        self.handle
+            .connection
+            .shared
+            .list_changed
+            .load(Ordering::Relaxed)
+    }
+
+    /// The last [`STDERR_TAIL_BYTES`] of the server's standard error (invalid UTF-8 replaced).
+    pub fn stderr_tail(&self) -> String {
+        self.handle.connection.shared.stderr_tail()
+    }
+
+    /// Why the server failed, or `None` while it works. A closed server reads `it was closed`.
+    pub fn is_failed(&self) -> Option<String> {
+        self.failure().map(|reason| reason.to_string())
+    }
+
+    /// Why the server failed, or `None` while it works.
+    pub fn failure(&self) -> Option<FailureReason> {
+        self.handle.connection.shared.failure()
+    }
+
+    /// Closes the server for every clone of this handle and waits until its processes have
+    /// ended: standard input closed, [`TransportLimits::close_grace`], `SIGTERM` to its group
+    /// and descendants, the grace again, `SIGKILL`, orphans reaped. Requests still waiting
+    /// fail with [`FailureReason::Closed`].
+    pub async fn close(self) {
+        self.handle.connection.close().await;
+    }
+}
+
+/// The `initialize` handshake (MCP specification, "Lifecycle", initialization).
+async fn initialize(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportError> {
+    let params = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        // No roots, sampling or elicitation: servers change their tools by what the client
+        // declares, and a filesystem server would trade its sandbox for the client's roots.
+        "capabilities": {},
+        "clientInfo": { "name": CLIENT_NAME, "version": CLIENT_VERSION },
+    });
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    // The start timeout bounds the whole handshake; `initialize` must not be cancelled.
+    let options = RequestOptions {
+        raw: false,
+        progress: None,
+        timeout: None,
+        cancellable: false,
+    };
+    let malformed = |detail: &str| TransportError::MalformedResponse {
+        server: shared.server.clone(),
+        method: String::from("initialize"),
+        detail: detail.to_owned(),
+    };
+    let Payload::Decoded(Value::Object(result)) =
+        shared.request(id, "initialize", params, options).await?
+    else {
+        return Err(malformed("`result` is not an object"));
+    };
+    let Some(Value::String(version)) = result.get("protocolVersion") else {
+        return Err(malformed("`protocolVersion` is missing or not a string"));
+    };
+    if !SUPPORTED_PROTOCOL_VERSIONS.contains(&version.as_str()) {
+        return Err(TransportError::UnsupportedProtocol {
+            server: shared.server.clone(),
+            version: version.clone(),
+        });
+    }
+    let info = result.get("serverInfo");
+    let text = |field: &str| {
+        info.and_then(|info| info.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let identity = ServerIdentity {
+        name: text("name"),
+        version: text("version"),
+        protocol_version: version.clone(),
+        capabilities: result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        instructions: result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    shared.notify("notifications/initialized", None)?;
+    Ok(identity)
+}
+
+/// Reads the server's standard output until it ends or breaks the framing.
+async fn read_stdout(shared: Arc<Shared>, stdout: ChildStdout, limit: usize) {
+    let mut lines = framing::LineReader::new(
+        BufReader::with_capacity(STDOUT_READ_BUFFER_BYTES, stdout),
+        limit,
+    );
+    loop {
+        let reason = match lines.next_line().await {
+            Ok(Some(line)) => match handle_line(&shared, line) {
+                Ok(()) => continue,
+                Err(reason) => reason,
+            },
+            Ok(None) => {
+                // A crashed server closes its output as it exits: give the supervisor the
+                // chance to report the exit status, the more useful reason.
+                let mut closing = shared.shutdown.subscribe();
+                let _ =
+                    tokio::time::timeout(EXIT_STATUS_WAIT, closing.wait_for(|closing| *closing))
+                        .await;
+                FailureReason::StdoutClosed
+            }
+            Err(framing::FrameError::TooLong { limit }) => FailureReason::FrameTooLong { limit },
+            Err(framing::FrameError::Io(error)) => FailureReason::Read {
+                message: error.to_string(),
+            },
+        };
+        shared.fail(reason);
+        return;
+    }
+}
+
+fn not_json_rpc(detail: impl Into<String>) -> FailureReason {
+    FailureReason::NotJsonRpc {
+        detail: detail.into(),
+    }
+}
+
+/// Handles one line from the server; an error fails the server.
+fn handle_line(shared: &Shared, line: &[u8]) -> Result<(), FailureReason> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let message: Value = serde_json::from_slice(line).map_err(|error| {
+        let start =
+            String::from_utf8_lossy(line.get(..MAX_QUOTED_BYTES).unwrap_or(line)).into_owned();
+        not_json_rpc(format!(
+            "{error}, in a line that starts with `{}`",
+            quote(&start)
+        ))
+    })?;
+    let Value::Object(mut message) = message else {
+        return Err(not_json_rpc(if message.is_array() {
+            "a batch, which MCP no longer has"
+        } else {
+            "not a JSON object"
+        }));
+    };
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(not_json_rpc("`jsonrpc` is not `2.0`"));
+    }
+    let id = message.remove("id");
+    match (message.remove("method"), id) {
+        (Some(Value::String(method)), Some(id)) => {
+            answer_server_request(shared, id, &method);
+            Ok(())
+        }
+        (Some(Value::String(method)), None) => {
+            handle_notification(shared, &method, message.remove("params"));
+            Ok(())
+        }
+        (Some(_), _) => Err(not_json_rpc("`method` is not a string")),
+        (None, Some(id)) => handle_response(shared, id, message, line),
+        (None, None) => Err(not_json_rpc(
+            "neither a request, a notification nor a response",
+        )),
+    }
+}
+
+/// Refuses a request from the server: toolward offers servers nothing (no roots, sampling or
+/// elicitation), except the answer to `ping`, which the specification requires.
+fn answer_server_request(shared: &Shared, id: Value, method: &str) {
+    let answer = if method == "ping" {
+        json!({ "jsonrpc": "2.0", "id": id, "result": {} })
+    } else {
+        tracing::debug!(server = %shared.server, "server `{}` asked for `{}`; refused", shared.server, quote(method));
+        json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": { "code": METHOD_NOT_FOUND, "message": format!("toolward offers servers no `{}`", quote(method)) },
+        })
+    };
+    let _ = shared.send(&answer);
+}
+
+fn handle_notification(shared: &Shared, method: &str, params: Option<Value>) {
+    match method {
+        "notifications/tools/list_changed" => {
+            shared.list_changed.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(server = %shared.server, "server `{}` says its tool list changed; the loaded tools stay as they are", shared.server);
+        }
+        "notifications/progress" => {
+            let params = params.unwrap_or(Value::Null);
+            let Some(token) = params.get("progressToken").and_then(Value::as_u64) else {
+                return;
+            };
+            let sink = lock(&shared.pending)
+                .get(&token)
+                .and_then(|pending| pending.progress.clone());
+            if let Some(sink) = sink {
+                let _ = sink.send(params);
+            }
+        }
+        "notifications/message" => log_server_message(shared, params.unwrap_or(Value::Null)),
+        other => {
+            tracing::debug!(server = %shared.server, "notification `{}` from server `{}` ignored", quote(other), shared.server)
+        }
+    }
+}
+
+/// A server's log message (MCP specification, "Logging") to tracing, at the server's level.
+fn log_server_message(shared: &Shared, params: Value) {
+    let level = params
+        .get("level")
+        .and_then(Value::as_str)
+        .unwrap_or("info");
+    let logger = params
+        .get("logger")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let data = match params.get("data") {
+        Some(Value::String(text)) => quote(text),
+        Some(other) => quote(&other.to_string()),
+        None => String::new(),
+    };
+    let server = &shared.server;
+    let logger = quote(logger);
+    match level {
+        "debug" => tracing::debug!(server = %server, logger = %logger, "{data}"),
+        "info" | "notice" => tracing::info!(server = %server, logger = %logger, "{data}"),
+        "warning" => tracing::warn!(server = %server, logger = %logger, "{data}"),
+        _ => tracing::error!(server = %server, logger = %logger, "{data}"),
+    }
+}
+
+fn handle_response(
+    shared: &Shared,
+    id: Value,
+    mut message: Map<String, Value>,
+    line: &[u8],
+) -> Result<(), FailureReason> {
+    let outcome = match (message.remove("result"), message.remove("error")) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => Err(error),
+        (Some(_), Some(_)) => {
+            return Err(not_json_rpc("a response with both `result` and `error`"));
+        }
+        (None, None) => return Err(not_json_rpc("a response with neither `result` nor `error`")),
+    };
+    let Some(id) = id.as_u64() else {
+        // toolward only sends integer ids; a null id answers a message the server could not
+        // parse.
+        tracing::warn!(server = %shared.server, "server `{}` answered an id toolward did not send: `{}`", shared.server, quote(&id.to_string()));
+        return Ok(());
+    };
+    let Some(pending) = lock(&shared.pending).remove(&id) else {
+        // Cancelled or timed out meanwhile.
+        tracing::debug!(server = %shared.server, "late answer {id} from server `{}` dropped", shared.server);
+        return Ok(());
+    };
+    let answer = match outcome {
+        Ok(result) if pending.raw => match framing::top_level_member(line, "result") {
+            Ok(Some(bytes)) => Ok(Payload::Raw(bytes.to_vec())),
+            Ok(None) => Ok(Payload::Decoded(result)),
+            Err(error) => {
+                let reason = not_json_rpc(error.to_string());
+                let _ = pending.reply.send(Err(shared.failed_error(reason.clone())));
+                return Err(reason);
+            }
+        },
+        Ok(result) => Ok(Payload::Decoded(result)),
+        Err(error) => {
+            let code = error.get("code").and_then(Value::as_i64);
+            let text = error.get("message").and_then(Value::as_str);
+            let (Some(code), Some(text)) = (code, text) else {
+                let reason =
+                    not_json_rpc("an `error` without an integer `code` and a string `message`");
+                let _ = pending.reply.send(Err(shared.failed_error(reason.clone())));
+                return Err(reason);
+            };
+            Err(TransportError::Rpc {
+                server: shared.server.clone(),
+                method: pending.method.to_owned(),
+                code,
+                message: text.to_owned(),
+                data: error.get("data").cloned(),
+            })
+        }
+    };
+    let _ = pending.reply.send(answer);
+    Ok(())
+}
+
+/// Writes queued lines to the server's standard input until told to close it.
+async fn write_stdin(
+    shared: Arc<Shared>,
+    mut stdin: ChildStdin,
+    mut outgoing: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    while let Some(Outgoing::Line(mut line)) = outgoing.recv().await {
+        line.push(b'\n');
+        let written = async {
+            stdin.write_all(&line).await?;
+            stdin.flush().await
+        };
+        if let Err(error) = written.await {
+            shared.fail(FailureReason::Write {
+                message: error.to_string(),
+            });
+            return;
+        }
+    }
+    // `Outgoing::Close`: dropping `stdin` closes the pipe, the polite request to exit.
+}
+
+/// Keeps the end of the server's standard error.
+async fn drain_stderr(shared: Arc<Shared>, mut stderr: ChildStderr) {
+    let mut buffer = vec![0u8; STDERR_READ_BUFFER_BYTES];
+    loop {
+        match stderr.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => shared.push_stderr(buffer.get(..read).unwrap_or_default()),
+        }
+    }
+}
+
+/// Kills the server's group if the supervisor is dropped before it finished (the runtime
+/// shutting down): the synchronous part of closing.
+#[derive(Debug)]
+struct GroupKillGuard {
+    pgid: Option<u32>,
+}
+
+impl Drop for GroupKillGuard {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pgid) = self.pgid {
+            process::signal_group(pgid, process::SIGKILL);
+        }
+        #[cfg(not(unix))]
+        let _ = self.pgid;
+    }
+}
+
+/// Owns the server's process: waits for it to exit or for the order to close, then ends its
+/// group and descendants (see the module documentation) and stops the tasks.
+async fn supervise(
+    shared: Arc<Shared>,
+    mut child: Box<dyn ChildWrapper>,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    tasks: Vec<JoinHandle<()>>,
+    done: watch::Sender<bool>,
+) {
+    let pid = child.id();
+    let mut guard = GroupKillGuard { pgid: pid };
+    // The wrapper's own `wait` would also reap the whole group, blocking while any member
+    // lives; only the leader's exit is waited for here.
+    let mut exited = tokio::select! {
+        status = child.inner_mut().wait() => {
+            let status = status.map_or_else(|error| error.to_string(), |status| status.to_string());
+            shared.fail(FailureReason::Exited { status });
+            true
+        }
+        _ = shutdown.wait_for(|closing| *closing) => false,
+    };
+    // Before the leader goes, while parent links still lead from it to every descendant.
+    let family = pid.map(process::descendants).unwrap_or_default();
+    let _ = shared.outgoing.send(Outgoing::Close);
+    if !exited {
+        exited = tokio::time::timeout(grace, child.inner_mut().wait())
+            .await
+            .is_ok();
+    }
+    #[cfg(unix)]
+    if let Some(pgid) = pid {
+        if !exited || process::group_alive(pgid) || !family.is_empty() {
+            process::signal_group(pgid, process::SIGTERM);
+            family
+                .iter()
+                .for_each(|member| member.signal(process::SIGTERM));
+            let deadline = tokio::time::Instant::now() + grace;
+            loop {
+                if !exited {
+                    exited = matches!(child.inner_mut().try_wait(), Ok(Some(_)));
+                }
+                if (exited && !process::group_alive(pgid))
+                    || tokio::time::Instant::now() >= deadline
+                {
+                    break;
+                }
+                tokio::time::sleep(CLOSE_POLL_INTERVAL).await;
+            }
+        }
+        process::signal_group(pgid, process::SIGKILL);
+        family
+            .iter()
+            .for_each(|member| member.signal(process::SIGKILL));
+    }
+    #[cfg(not(unix))]
+    {
+        // No process group off Unix: the leader alone is killed.
+        let _ = (&family, child.start_kill());
+    }
+    if !exited {
+        exited = tokio::time::timeout(KILL_WAIT, child.inner_mut().wait())
+            .await
+            .is_ok();
+    }
+    process::reap_orphans(pid, KILL_WAIT, CLOSE_POLL_INTERVAL).await;
+    if exited && let Some(pid) = pid {
+        process::forget_leader(pid);
+    }
+    guard.pgid = None;
+    let mut tasks = tasks.into_iter();
+    if let Some(mut stderr) = tasks.next() {
+        // A descendant that escaped every signal could hold the pipe open.
+        if tokio::time::timeout(STDERR_DRAIN_AFTER_EXIT, &mut stderr)
+            .await
+            .is_err()
+        {
+            stderr.abort();
+        }
+    }
+    for task in tasks {
+        task.abort();
+    }
+    done.send_replace(true);
+}

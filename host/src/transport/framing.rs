@@ -1,0 +1,299 @@
+//! Line framing of a stdio server's standard output, and the exact bytes of one member of a
+//! JSON-RPC message.
+//!
+//! MCP's stdio transport delimits messages with newlines (MCP specification, "Transports",
+//! stdio). We read lines ourselves so that a line longer than the frame limit is refused after
+//! reading at most that many bytes, and so that the bytes of a `tools/list` result can be kept
+//! exactly as the server sent them, before any decoding.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// A line buffer larger than this is given back to the allocator after use, so one large
+/// message does not pin its memory for the life of the server (bytes).
+const RETAINED_LINE_CAPACITY_BYTES: usize = 1024 * 1024;
+
+/// Why a line could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FrameError {
+    /// The line reached the frame limit without a newline.
+    #[error("line longer than the frame limit of {limit} bytes")]
+    TooLong {
+        /// The frame limit (bytes).
+        limit: usize,
+    },
+    /// Reading the pipe failed.
+    #[error("reading the pipe failed")]
+    Io(#[source] std::io::Error),
+}
+
+/// Splits a byte stream into newline-terminated lines of at most `limit` bytes each.
+#[derive(Debug)]
+pub(super) struct LineReader<R> {
+    inner: R,
+    limit: usize,
+    line: Vec<u8>,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    /// Reads lines from `inner`, refusing any line of more than `limit` bytes (the newline not
+    /// counted).
+    pub(super) fn new(inner: R, limit: usize) -> Self {
+        Self {
+            inner,
+            limit,
+            line: Vec::new(),
+        }
+    }
+
+    /// The next line without its newline, or `None` at the end of the stream. A last line
+    /// without a newline is returned as a line.
+    ///
+    /// # Errors
+    ///
+    /// [`FrameError::TooLong`] as soon as the line exceeds the limit (the rest of it is not
+    /// read), [`FrameError::Io`] when reading fails.
+    pub(super) async fn next_line(&mut self) -> Result<Option<&[u8]>, FrameError> {
+        self.line.clear();
+        if self.line.capacity() > RETAINED_LINE_CAPACITY_BYTES {
+            self.line = Vec::new();
+        }
+        loop {
+            let available = self.inner.fill_buf().await.map_err(FrameError::Io)?;
+            if available.is_empty() {
+                return Ok(if self.line.is_empty() {
+                    None
+                } else {
+                    Some(&self.line)
+                });
+            }
+            let newline = available.iter().position(|byte| *byte == b'\n');
+            let take = newline.unwrap_or(available.len());
+            if self.line.len().saturating_add(take) > self.limit {
+                return Err(FrameError::TooLong { limit: self.limit });
+            }
+            self.line
+                .extend_from_slice(available.get(..take).unwrap_or_default());
+            self.inner.consume(take + usize::from(newline.is_some()));
+            if newline.is_some() {
+                return Ok(Some(&self.line));
+            }
+        }
+    }
+}
+
+/// Why a member could not be located.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum SpanError {
+    /// The text is not a JSON object.
+    #[error("the message is not a JSON object")]
+    NotAnObject,
+    /// The object names the member twice, so which one counts would depend on the decoder.
+    #[error("the message has the member `{name}` more than once")]
+    Duplicate {
+        /// The member's name.
+        name: String,
+    },
+    /// The text ended early or is not JSON.
+    #[error("the message is not well-formed JSON")]
+    Malformed,
+}
+
+/// The exact bytes of the value of the top-level member `name` of the JSON object `text`, or
+/// `None` when the object has no such member.
+///
+/// Member names are compared after unescaping (`"\u0072esult"` is `result`). The scan keeps
+/// no recursion, so nesting depth costs nothing.
+///
+/// # Errors
+///
+/// [`SpanError`] when `text` is not an object, is malformed, or has the member twice.
+pub(super) fn top_level_member<'a>(
+    text: &'a [u8],
+    name: &str,
+) -> Result<Option<&'a [u8]>, SpanError> {
+    let mut at = skip_whitespace(text, 0);
+    if text.get(at) != Some(&b'{') {
+        return Err(SpanError::NotAnObject);
+    }
+    at = skip_whitespace(text, at + 1);
+    if text.get(at) == Some(&b'}') {
+        return Ok(None);
+    }
+    let mut found = None;
+    loop {
+        if text.get(at) != Some(&b'"') {
+            return Err(SpanError::Malformed);
+        }
+        let key_end = skip_string(text, at)?;
+        let key = text.get(at..key_end).ok_or(SpanError::Malformed)?;
+        at = skip_whitespace(text, key_end);
+        if text.get(at) != Some(&b':') {
+            return Err(SpanError::Malformed);
+        }
+        let value_start = skip_whitespace(text, at + 1);
+        let value_end = skip_value(text, value_start)?;
+        if key_is(key, name)? {
+            if found.is_some() {
+                return Err(SpanError::Duplicate {
+                    name: name.to_owned(),
+                });
+            }
+            found = text.get(value_start..value_end);
+        }
+        at = skip_whitespace(text, value_end);
+        match text.get(at) {
+            Some(b',') => at = skip_whitespace(text, at + 1),
+            Some(b'}') => return Ok(found),
+            _ => return Err(SpanError::Malformed),
+        }
+    }
+}
+
+/// Whether the quoted JSON string `key` (quotes included) denotes `name`.
+fn key_is(key: &[u8], name: &str) -> Result<bool, SpanError> {
+    if key.contains(&b'\\') {
+        let decoded: String = serde_json::from_slice(key).map_err(|_| SpanError::Malformed)?;
+        Ok(decoded == name)
+    } else {
+        Ok(key.get(1..key.len().saturating_sub(1)) == Some(name.as_bytes()))
+    }
+}
+
+fn skip_whitespace(text: &[u8], mut at: usize) -> usize {
+    while matches!(text.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// The index just past the string that starts (with its quote) at `at`.
+fn skip_string(text: &[u8], at: usize) -> Result<usize, SpanError> {
+    let mut i = at + 1;
+    loop {
+        match text.get(i) {
+            Some(b'\\') => i += 2,
+            Some(b'"') => return Ok(i + 1),
+            Some(_) => i += 1,
+            None => return Err(SpanError::Malformed),
+        }
+    }
+}
+
+/// The index just past the value that starts at `at`.
+fn skip_value(text: &[u8], at: usize) -> Result<usize, SpanError> {
+    match text.get(at) {
+        Some(b'"') => skip_string(text, at),
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match text.get(i) {
+                    Some(b'"') => {
+                        i = skip_string(text, i)?;
+                        continue;
+                    }
+                    Some(b'{' | b'[') => depth += 1,
+                    Some(b'}' | b']') => {
+                        depth = depth.checked_sub(1).ok_or(SpanError::Malformed)?;
+                        if depth == 0 {
+                            return Ok(i + 1);
+                        }
+                    }
+                    Some(_) => {}
+                    None => return Err(SpanError::Malformed),
+                }
+                i += 1;
+            }
+        }
+        Some(_) => {
+            let mut i = at;
+            while let Some(byte) = text.get(i) {
+                if matches!(byte, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                    break;
+                }
+                i += 1;
+            }
+            if i == at {
+                Err(SpanError::Malformed)
+            } else {
+                Ok(i)
+            }
+        }
+        None => Err(SpanError::Malformed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_bytes_are_exact() {
+        let text =
+            br#" {"jsonrpc":"2.0", "result" : {"b":9007199254740993,"a":"\"}\u00e9"} ,"id":1}"#;
+        let span = top_level_member(text, "result").unwrap().unwrap();
+        assert_eq!(span, br#"{"b":9007199254740993,"a":"\"}\u00e9"}"#);
+        assert_eq!(top_level_member(text, "id").unwrap(), Some(&b"1"[..]));
+        assert_eq!(top_level_member(text, "error").unwrap(), None);
+    }
+
+    #[test]
+    fn member_names_are_compared_unescaped() {
+        let text = br#"{"\u0072esult":[1,[2]],"id":3}"#;
+        assert_eq!(
+            top_level_member(text, "result").unwrap(),
+            Some(&b"[1,[2]]"[..])
+        );
+    }
+
+    #[test]
+    fn nested_members_of_the_same_name_do_not_count() {
+        let text = br#"{"x":{"result":1},"result":{"result":2}}"#;
+        assert_eq!(
+            top_level_member(text, "result").unwrap(),
+            Some(&br#"{"result":2}"#[..])
+        );
+    }
+
+    #[test]
+    fn a_member_given_twice_is_refused() {
+        let text = br#"{"result":{},"result":{"tools":[]}}"#;
+        assert!(matches!(
+            top_level_member(text, "result"),
+            Err(SpanError::Duplicate { .. })
+        ));
+    }
+
+    #[test]
+    fn non_objects_and_truncated_text_are_refused() {
+        assert_eq!(
+            top_level_member(b"[1]", "result"),
+            Err(SpanError::NotAnObject)
+        );
+        assert_eq!(
+            top_level_member(br#"{"result":{"a":"#, "result"),
+            Err(SpanError::Malformed)
+        );
+    }
+
+    #[tokio::test]
+    async fn lines_over_the_limit_are_refused_without_reading_them_whole() {
+        let input: &[u8] = b"short\n0123456789abcdef\nnext";
+        let mut reader = LineReader::new(input, 8);
+        assert_eq!(reader.next_line().await.unwrap(), Some(&b"short"[..]));
+        assert!(matches!(
+            reader.next_line().await,
+            Err(FrameError::TooLong { limit: 8 })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_last_line_without_newline_is_a_line() {
+        let input: &[u8] = b"a\r\n\nb";
+        let mut reader = LineReader::new(input, 8);
+        assert_eq!(reader.next_line().await.unwrap(), Some(&b"a\r"[..]));
+        assert_eq!(reader.next_line().await.unwrap(), Some(&b""[..]));
+        assert_eq!(reader.next_line().await.unwrap(), Some(&b"b"[..]));
+        assert_eq!(reader.next_line().await.unwrap(), None);
+    }
+}

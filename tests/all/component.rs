@@ -1,0 +1,404 @@
+//! The component host: the default policy component loaded from its `.wasm`, purity,
+//! limits (each fault fixture denies within its bound and the host keeps working), the
+//! compiled-component cache.
+
+use std::sync::OnceLock;
+
+use toolward::component::{
+    CacheOutcome, CallView, ComponentError, ComponentHost, Decision, Effect, GuestLimits,
+    LoadedComponent, ToolView,
+};
+
+/// One host for the tests of this file, sharing compiled components through a cache in
+/// the target directory.
+fn host() -> &'static ComponentHost {
+    static HOST: OnceLock<ComponentHost> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("toolward-test-cache-{}", std::process::id()));
+        ComponentHost::new(GuestLimits::default(), Some(dir)).unwrap()
+    })
+}
+
+fn default_component() -> LoadedComponent {
+    let bytes = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
+    host()
+        .load(&bytes, toolward::guests::DEFAULT_POLICY_WASM)
+        .unwrap()
+}
+
+fn fault_component() -> LoadedComponent {
+    let bytes = std::fs::read(toolward::guests::FAULT_GUEST_WASM).unwrap();
+    host().load(&bytes, "fault-guest").unwrap()
+}
+
+fn call(server: &str, tool: &str, effect: Effect) -> CallView {
+    CallView {
+        id: "01TESTCALL".into(),
+        server: server.into(),
+        tool: tool.into(),
+        effect,
+        arguments: "{}".into(),
+        arguments_sha256: toolward::canonical::sha256_hex(b"{}"),
+        principal: "operator".into(),
+        session: "test".into(),
+        time_ms: 1_700_000_000_000,
+        facts: Vec::new(),
+    }
+}
+
+const RULES: &str = r#"{
+  "servers": {
+    "fs": {
+      "decisions": {"remote-change": "deny"},
+      "tools": {
+        "read_file": {"effect": "read-only"},
+        "write_file": {"effect": "local-change", "allow_hint_mismatch": true},
+        "edit_file": {"effect": "local-change", "fix": {"dryRun": true}, "deny": ["backup"],
+                      "description": "Preview an edit.", "decision": "allow"}
+      }
+    }
+  }
+}"#;
+
+#[test]
+fn default_component_from_its_wasm_decides_by_the_default_table() {
+    let policy = host().configure_policy(&default_component(), "{}").unwrap();
+    assert_eq!(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        Decision::Allow
+    );
+    assert_eq!(
+        policy.decide(&call("s", "t", Effect::LocalChange)),
+        Decision::Hold("effect `local-change` needs approval by the default decision table".into())
+    );
+    assert_eq!(
+        policy.decide(&call("s", "t", Effect::RemoteChange)),
+        Decision::Hold(
+            "effect `remote-change` needs approval by the default decision table".into()
+        )
+    );
+    assert_eq!(
+        policy.decide(&call("s", "t", Effect::Destructive)),
+        Decision::Deny("effect `destructive` is denied by the default decision table".into())
+    );
+}
+
+#[test]
+fn default_component_applies_server_and_tool_overrides() {
+    let policy = host()
+        .configure_policy(&default_component(), RULES)
+        .unwrap();
+    assert_eq!(
+        policy.decide(&call("fs", "edit_file", Effect::LocalChange)),
+        Decision::Allow
+    );
+    assert_eq!(
+        policy.decide(&call("fs", "write_file", Effect::RemoteChange)),
+        Decision::Deny(
+            "effect `remote-change` is denied by the decision table of server `fs`".into()
+        )
+    );
+    assert!(matches!(
+        policy.decide(&call("fs", "write_file", Effect::LocalChange)),
+        Decision::Hold(_)
+    ));
+}
+
+#[test]
+fn default_component_gives_every_effect_every_verdict_from_the_rules_table() {
+    let component = default_component();
+    for effect in Effect::ALL {
+        for verdict in ["allow", "deny", "hold"] {
+            let rules = format!(r#"{{"decisions": {{"{effect}": "{verdict}"}}}}"#);
+            let policy = host().configure_policy(&component, &rules).unwrap();
+            let got = match policy.decide(&call("s", "t", effect)) {
+                Decision::Allow => "allow",
+                Decision::Deny(_) => "deny",
+                Decision::Hold(_) => "hold",
+            };
+            assert_eq!(got, verdict, "{effect}");
+        }
+    }
+}
+
+#[test]
+fn default_component_classifies_from_the_rules_file() {
+    let rules = host().configure_rules(&default_component(), RULES).unwrap();
+    let mut classifier = rules.classifier().unwrap();
+    let tool = |name: &str| ToolView {
+        server: "fs".into(),
+        name: name.into(),
+        ..ToolView::default()
+    };
+    let edit = classifier.classify(&tool("edit_file")).unwrap().unwrap();
+    assert_eq!(edit.effect, Effect::LocalChange);
+    assert_eq!(edit.denied_parameters, ["backup"]);
+    assert_eq!(
+        edit.fixed_parameters,
+        [("dryRun".to_owned(), "true".to_owned())]
+    );
+    assert_eq!(
+        edit.description_override.as_deref(),
+        Some("Preview an edit.")
+    );
+    assert!(!edit.allow_hint_mismatch);
+    let write = classifier.classify(&tool("write_file")).unwrap().unwrap();
+    assert!(write.allow_hint_mismatch);
+    assert_eq!(
+        classifier.classify(&tool("delete_everything")).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn invalid_rules_text_refuses_the_start_with_the_path_of_the_fault() {
+    let err = host()
+        .configure_policy(
+            &default_component(),
+            r#"{"servers": {"fs": {"tools": {"write_file": {"effect": "write"}}}}}"#,
+        )
+        .unwrap_err();
+    let ComponentError::Settings { message, .. } = &err else {
+        panic!("expected a settings error, got {err}");
+    };
+    assert_eq!(
+        message,
+        r#"servers.fs.tools.write_file.effect: unknown effect "write""#
+    );
+    assert!(err.to_string().contains("refused its settings"), "{err}");
+}
+
+#[test]
+fn default_component_imports_only_toolward_types() {
+    let component = default_component();
+    assert!(component.exports_rules() && component.exports_policy());
+    for import in component.imports() {
+        assert!(import.starts_with("toolward:policy/"), "{import}");
+    }
+    assert_eq!(component.sha256().len(), 64);
+}
+
+#[test]
+fn embedded_default_component_is_the_built_guest() {
+    let built = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
+    assert_eq!(toolward::component::DEFAULT_COMPONENT, built.as_slice());
+}
+
+fn fault_policy(mode: &str) -> toolward::component::Policy {
+    host().configure_policy(&fault_component(), mode).unwrap()
+}
+
+fn assert_denied_with(decision: Decision, needle: &str) {
+    match decision {
+        Decision::Deny(reason) => assert!(reason.contains(needle), "{reason:?} lacks {needle:?}"),
+        other => panic!("expected a deny containing {needle:?}, got {other:?}"),
+    }
+}
+
+fn next_decision_works() {
+    let policy = host().configure_policy(&default_component(), "{}").unwrap();
+    assert_eq!(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        Decision::Allow
+    );
+}
+
+#[test]
+fn endless_loop_in_decide_is_a_deny_when_fuel_runs_out() {
+    let policy = fault_policy("loop");
+    assert_denied_with(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        "ran out of fuel",
+    );
+    // The same policy denies again (no poisoned state), and other components still work.
+    assert_denied_with(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        "ran out of fuel",
+    );
+    next_decision_works();
+}
+
+#[test]
+fn memory_bomb_in_decide_is_a_deny_at_the_memory_limit() {
+    let policy = fault_policy("alloc");
+    assert_denied_with(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        "exceeded its memory limit",
+    );
+    next_decision_works();
+}
+
+#[test]
+fn trap_in_decide_is_a_deny_naming_the_trap() {
+    let policy = fault_policy("trap");
+    assert_denied_with(policy.decide(&call("s", "t", Effect::ReadOnly)), "trapped");
+    next_decision_works();
+}
+
+#[test]
+fn trap_in_classify_refuses_and_poisons_only_that_load() {
+    let rules = host().configure_rules(&fault_component(), "trap").unwrap();
+    let mut classifier = rules.classifier().unwrap();
+    let tool = ToolView::default();
+    let first = classifier.classify(&tool).unwrap_err();
+    assert!(first.contains("trapped"), "{first}");
+    assert_eq!(classifier.classify(&tool).unwrap_err(), first);
+}
+
+#[test]
+fn endless_configure_is_refused_when_fuel_runs_out() {
+    let limits = GuestLimits {
+        configure_fuel: 5_000_000,
+        ..GuestLimits::default()
+    };
+    let host = ComponentHost::new(limits, None).unwrap();
+    let bytes = std::fs::read(toolward::guests::FAULT_GUEST_WASM).unwrap();
+    let component = host.load(&bytes, "fault-guest").unwrap();
+    let err = host
+        .configure_policy(&component, "configure-loop")
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("ran out of fuel (limit 5000000 units)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn decisions_start_from_the_configured_state_every_time() {
+    // The fixture denies any call after the first one its instance saw: with a fresh
+    // instance per decision, every call is the first.
+    let policy = fault_policy("count");
+    for _ in 0..5 {
+        assert_eq!(
+            policy.decide(&call("s", "t", Effect::ReadOnly)),
+            Decision::Allow
+        );
+    }
+}
+
+/// A policy component whose `decide` answers a `decision` with case 7, which does not
+/// exist: a Rust guest cannot return that, so it is a core module in WAT wrapped by
+/// wit-component.
+fn nonsense_component_bytes() -> Vec<u8> {
+    let wit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/wit/policy.wit")).unwrap();
+    let mut resolve = wit_parser::Resolve::default();
+    let pkg = resolve.push_str("policy.wit", &wit).unwrap();
+    let world = resolve
+        .select_world(&[pkg], Some("policy-component"))
+        .unwrap();
+    let core = wat::parse_str(
+        r#"(module
+            (memory (export "memory") 1)
+            (global $bump (mut i32) (i32.const 1024))
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+              (local $p i32)
+              (local.set $p (global.get $bump))
+              (global.set $bump (i32.add (global.get $bump) (i32.add (local.get 3) (i32.const 8))))
+              (local.get $p))
+            (func (export "toolward:policy/policy@0.1.0#configure") (param i32 i32) (result i32)
+              (i32.store8 (i32.const 0) (i32.const 0))
+              (i32.const 0))
+            (func (export "toolward:policy/policy@0.1.0#decide") (param i32) (result i32)
+              (i32.store8 (i32.const 16) (i32.const 7))
+              (i32.const 16)))"#,
+    )
+    .unwrap();
+    let mut module = core;
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )
+    .unwrap();
+    wit_component::ComponentEncoder::default()
+        .module(&module)
+        .unwrap()
+        .validate(true)
+        .encode()
+        .unwrap()
+}
+
+#[test]
+fn malformed_answer_is_a_deny() {
+    let component = host()
+        .load(&nonsense_component_bytes(), "nonsense.wasm")
+        .unwrap();
+    let policy = host().configure_policy(&component, "").unwrap();
+    assert_denied_with(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        "gave no valid answer",
+    );
+    next_decision_works();
+}
+
+#[test]
+fn a_component_that_imports_anything_else_is_refused_naming_the_import() {
+    let bytes = wat::parse_str(
+        r#"(component
+            (import "wasi:cli/environment@0.2.0" (instance
+              (export "get-arguments" (func (result (list string))))))
+        )"#,
+    )
+    .unwrap();
+    let err = host().load(&bytes, "greedy.wasm").unwrap_err();
+    assert!(
+        matches!(&err, ComponentError::ForbiddenImport { import, .. } if import == "wasi:cli/environment@0.2.0"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("`wasi:cli/environment@0.2.0`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compiled_component_cache_misses_then_hits_then_replaces_a_corrupted_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let bytes = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
+
+    let first = ComponentHost::new(GuestLimits::default(), Some(cache.clone())).unwrap();
+    assert_eq!(first.load(&bytes, "d").unwrap().cache(), CacheOutcome::Miss);
+    assert_eq!(first.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    // A new host (a later process) finds the entry; a corrupted entry is compiled again.
+    let second = ComponentHost::new(GuestLimits::default(), Some(cache.clone())).unwrap();
+    assert_eq!(second.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
+    let sha = toolward::canonical::sha256_hex(&bytes);
+    let entry = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&sha))
+        .unwrap();
+    std::fs::write(&entry, b"not a compiled component").unwrap();
+    let replaced = second.load(&bytes, "d").unwrap();
+    assert_eq!(replaced.cache(), CacheOutcome::Replaced);
+    let policy = second.configure_policy(&replaced, "{}").unwrap();
+    assert_eq!(
+        policy.decide(&call("s", "t", Effect::ReadOnly)),
+        Decision::Allow
+    );
+    assert_eq!(second.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
+}
+
+#[test]
+fn a_cache_directory_open_to_other_users_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err =
+            ComponentHost::new(GuestLimits::default(), Some(dir.path().to_owned())).unwrap_err();
+        assert!(err.to_string().contains("writable by other users"), "{err}");
+    }
+}

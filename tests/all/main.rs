@@ -1,0 +1,10 @@
+//! toolward's integration tests: one test binary of many modules (as wasmtime does), so
+//! that the suite links once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail the test by panicking"
+)]
+
+mod component;

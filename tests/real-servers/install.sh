@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the real MCP servers the end-to-end tests run, at the versions their pinned
+# manifests were taken from (a new release would change the listings), into
+# tests/real-servers/.installed (ignored by git). Idempotent: a second run checks and exits.
+#
+# After it: node_modules/.bin style paths are written to tests/real-servers/.installed/env,
+# which the tests read (TOOLWARD_REAL_SERVERS points at the folder).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+dest="$here/.installed"
+mkdir -p "$dest"
+stamp="$dest/.stamp-v1"
+if [ -f "$stamp" ]; then
+  echo "real servers already installed in $dest"
+  exit 0
+fi
+# npm: the reference servers (TypeScript).
+(cd "$dest" && [ -f package.json ] || echo '{"private": true}' > "$dest/package.json")
+(cd "$dest" && npm install --no-audit --no-fund --loglevel=error \
+  @modelcontextprotocol/server-filesystem@2026.8.31 \
+  @modelcontextprotocol/server-everything@2026.8.31 \
+  @modelcontextprotocol/server-memory@2026.8.31)
+# PyPI: the reference servers (Python), in a virtual environment of their own.
+python3 -m venv "$dest/venv"
+"$dest/venv/bin/pip" install --quiet --disable-pip-version-check \
+  mcp-server-time==2026.10.19 mcp-server-git==2026.10.19
+touch "$stamp"
+echo "real servers installed in $dest"
