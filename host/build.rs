@@ -15,6 +15,7 @@ use std::process::Command;
 const GUESTS: &[(&str, &str)] = &[
     ("toolward-guest-policy", "DEFAULT_POLICY_WASM"),
     ("toolward-fault-guest", "FAULT_GUEST_WASM"),
+    ("toolward-example-custom-policy", "CUSTOM_POLICY_WASM"),
 ];
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";

@@ -1247,8 +1247,9 @@ fn write_member(out: &mut String, i: usize, key: &str, value: &Value) {
 
 /// Writes `s` as a JSON string: `"` and `\` escaped with a backslash, U+0008, U+0009, U+000A,
 /// U+000C and U+000D as `\b \t \n \f \r`, the other controls U+0000 to U+001F as `\u00xx`
-/// (lowercase hex), everything else as raw UTF-8.
-fn write_string(out: &mut String, s: &str) {
+/// (lowercase hex), everything else as raw UTF-8. This is the one string escaping of the
+/// canonical form; other writers of JSON text (the pinned manifest) reuse it.
+pub fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');

@@ -6,13 +6,24 @@
 //! approval) ─► forward ─► result cap ─► client; every step ─► audit.
 #![deny(missing_docs)]
 
+pub mod approval;
 pub mod audit;
+pub mod call;
 pub mod canonical;
 pub mod component;
 pub mod config;
+pub mod gateway;
+pub mod listing;
+pub mod load;
+pub mod manifest;
+pub mod pin;
+pub mod policy_test;
 pub mod registry;
 pub mod schema;
+pub mod start;
 pub mod transport;
+
+pub use start::Toolward;
 
 /// Paths of the guest components built by `host/build.rs`: the default policy component
 /// (also embedded as [`component::DEFAULT_COMPONENT`]) and the test fixtures.

@@ -1,2 +1,11 @@
-//! The `toolward` command.
-fn main() {}
+//! The `toolward` command: see `toolward --help`.
+//!
+//! Exit codes: 0 success; 1 the command ran and found something refused (`check`), a broken
+//! chain (`audit verify`), a failing case or a tool error (`call`); 2 a usage or config
+//! error; 3 a runtime failure (a server, a file, a component).
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

@@ -7,4 +7,9 @@
     reason = "test helpers fail the test by panicking"
 )]
 
+mod call;
 mod component;
+mod load;
+mod gateway;
+mod pin;
+mod policy_kit;

@@ -1,0 +1,1192 @@
+//! The call path: one `tools/call` from validation to the capped result, every step audited.
+//!
+//! For each call ([`CallPath::call`]), in this order:
+//!
+//! 1. **Lookup.** A name that is not a registered tool is refused.
+//! 2. **Hidden parameters.** A denied or fixed parameter set by the call is refused by name,
+//!    even where the narrowed schema would accept extra properties: it is never silently
+//!    dropped or rewritten.
+//! 3. **Validation.** The arguments are validated against the narrowed schema the model saw,
+//!    under the tool's dialect; the fixed values are set; the final arguments are validated
+//!    against the server's original schema. Validators are built once per tool, on its first
+//!    call, with the `jsonschema` crate offline (its file and network reference resolution are
+//!    compiled out and a reference outside the document is refused; load has already refused
+//!    such schemas). Messages name the place (`instance path`) but not the value, so that a
+//!    refusal quotes no argument into the audit log.
+//! 4. **Decision.** The policy component decides on the canonical final arguments and their
+//!    SHA-256. `deny` refuses with the policy's reason. `hold` asks the [`Approver`] of the
+//!    call's [`CallContext`], bounded by the approval timeout (no answer in time is a deny);
+//!    while it waits, a progress notification goes out every
+//!    [`CallSettings::held_progress_interval`] when the client asked for progress.
+//! 5. **Forward.** The call goes to the server with the fixed values set, bounded by the call
+//!    timeout; dropping the future of [`CallPath::call`] cancels it upstream
+//!    (`notifications/cancelled`). Progress notifications from the server pass through.
+//! 6. **Result.** The server's result is untrusted: only `content`, `structuredContent` and
+//!    `isError` are kept; `isError` becomes a tool error that quotes the server's text (capped);
+//!    `structuredContent` must match the tool's `outputSchema` when it has one; text past
+//!    [`CallSettings::max_result_bytes`] is cut and marked `[toolward: truncated N bytes]`.
+//!
+//! Every failure is a tool error (a `CallToolResult` with `isError: true`, as the MCP
+//! specification 2025-11-25 asks for validation failures), never an `Err` a caller could
+//! ignore, and every call leaves audit records: `call-received`, then `decision` (on disk
+//! before anything is forwarded), `approval-asked` and `approval-answered` for a held call,
+//! `forwarded`, and exactly one of `result` or `refusal` at the end. A call that cannot write
+//! a record that must precede an action does not take that action.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value as Json, json};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::approval::{ApprovalAnswer, ApprovalRequest, Approver, escape_for_display};
+use crate::audit::{AuditDecision, AuditEvent, AuditKind, AuditLog, ComponentHashes};
+use crate::canonical::{self, Value};
+use crate::component::{CallView, Decision, Policy};
+use crate::config::{self, Config};
+use crate::registry::{RegisteredTool, Registry};
+use crate::schema::Dialect;
+
+/// How often a held call sends a progress notification while it waits for an approval, when
+/// the client sent a `progressToken`: some clients give up on a call after 60 s of silence.
+pub const HELD_PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Most validation errors quoted in one refusal; the rest are counted.
+pub const MAX_VALIDATION_ERRORS: usize = 5;
+
+/// Longest piece of untrusted text (a tool name from the client, a server's error text beyond
+/// the result cap) quoted in a refusal, in bytes.
+pub const MAX_QUOTED_BYTES: usize = 512;
+
+/// The marker written where content was cut at the result cap; `{}` is the count of bytes
+/// cut.
+const TRUNCATION_MARKER: &str = "[toolward: truncated {} bytes]";
+
+/// The settings of the call path. Defaults: the `DEFAULT_*` limits of [`crate::config`]
+/// (call timeout 300 s, approval timeout 120 s, result cap 1 MiB), arguments not recorded,
+/// progress every [`HELD_PROGRESS_INTERVAL`] while held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSettings {
+    /// How long the server has to answer one `tools/call`.
+    pub call_timeout: Duration,
+    /// How long a person has to answer an approval; no answer in time is a deny.
+    pub approval_timeout: Duration,
+    /// The cap on the text of a result passed to the client, in bytes (UTF-8): applied to the
+    /// `content` items together and, separately, to the strings of `structuredContent`
+    /// (servers often send the same text in both).
+    pub max_result_bytes: usize,
+    /// Whether audit records carry the canonical arguments themselves, not only their hash.
+    pub record_arguments: bool,
+    /// How often a held call sends a progress notification.
+    pub held_progress_interval: Duration,
+}
+
+impl Default for CallSettings {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_millis(config::DEFAULT_CALL_TIMEOUT_MS),
+            approval_timeout: Duration::from_millis(config::DEFAULT_APPROVAL_TIMEOUT_MS),
+            max_result_bytes: usize::try_from(config::DEFAULT_MAX_RESULT_BYTES)
+                .unwrap_or(usize::MAX),
+            record_arguments: false,
+            held_progress_interval: HELD_PROGRESS_INTERVAL,
+        }
+    }
+}
+
+impl CallSettings {
+    /// The settings a config file gives: its limits and `audit.record_arguments`.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            call_timeout: config.limits.call_timeout(),
+            approval_timeout: config.limits.approval_timeout(),
+            max_result_bytes: usize::try_from(config.limits.max_result_bytes).unwrap_or(usize::MAX),
+            record_arguments: config.audit.record_arguments,
+            held_progress_interval: HELD_PROGRESS_INTERVAL,
+        }
+    }
+}
+
+/// Who makes a call and how to reach a person about it.
+#[derive(Clone)]
+pub struct CallContext {
+    /// Who asked (the configured principal over stdio, the token's name over HTTP).
+    pub principal: String,
+    /// The client connection the call came through.
+    pub session: String,
+    /// Who is asked when the policy holds the call.
+    pub approver: Arc<dyn Approver>,
+    /// Where `notifications/progress` parameters go (objects with `progress`, and optionally
+    /// `total` and `message`; their `progressToken` is the sender's to replace), when the
+    /// client asked for progress.
+    pub progress: Option<UnboundedSender<Json>>,
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("principal", &self.principal)
+            .field("session", &self.session)
+            .field("progress", &self.progress.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// Refused before the policy decided: unknown tool, hidden parameter, invalid arguments,
+    /// an audit record that could not be written, a server that is not connected.
+    Refused,
+    /// The policy denied it.
+    Denied,
+    /// The policy held it and nobody approved it (denied or timed out).
+    NotApproved,
+    /// Forwarded after the policy allowed it.
+    Allowed,
+    /// Forwarded after the policy held it and a person approved it.
+    Approved,
+}
+
+impl CallOutcome {
+    /// Whether the call reached the server.
+    pub fn forwarded(self) -> bool {
+        matches!(self, CallOutcome::Allowed | CallOutcome::Approved)
+    }
+}
+
+/// The end of one call.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    /// A `CallToolResult` object: `content`, `isError`, and `structuredContent` when the
+    /// server sent one. Refusals and failures are tool errors (`isError: true`).
+    pub result: Json,
+    /// The call's id (a ULID), as in the audit records.
+    pub call_id: String,
+    /// How it ended.
+    pub outcome: CallOutcome,
+}
+
+impl CallResult {
+    /// Whether `result` is a tool error.
+    pub fn is_error(&self) -> bool {
+        self.result.get("isError").and_then(Json::as_bool) == Some(true)
+    }
+
+    /// The text of `result`'s text content items, joined by line breaks.
+    pub fn text(&self) -> String {
+        content_text(&self.result)
+    }
+}
+
+/// Why a call was refused or failed: the text of the tool error the client receives, and the
+/// reason in the audit record. Each names the tool and server it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The name is not a registered tool.
+    #[error(
+        "unknown tool `{tool}`: toolward serves only the tools its operator classified and pinned"
+    )]
+    UnknownTool {
+        /// The name as the client sent it (quoted safely).
+        tool: String,
+    },
+    /// The call sets a parameter the operator denied.
+    #[error(
+        "tool `{tool}` on server `{server}` refuses parameter `{parameter}`: the operator denied it"
+    )]
+    DeniedParameter {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The parameter.
+        parameter: String,
+    },
+    /// The call sets a parameter the operator fixed.
+    #[error(
+        "tool `{tool}` on server `{server}` refuses parameter `{parameter}`: the operator fixed it to `{value}`"
+    )]
+    FixedParameter {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The parameter.
+        parameter: String,
+        /// The fixed value, canonical JSON.
+        value: String,
+    },
+    /// The arguments do not match a schema.
+    #[error("arguments of tool `{tool}` on server `{server}` do not match its {which}: {problems}")]
+    InvalidArguments {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// `input schema` or `original input schema (after fixed values were set)`.
+        which: &'static str,
+        /// The problems, by instance path.
+        problems: String,
+    },
+    /// A schema could not be compiled into a validator.
+    #[error(
+        "the {which} of tool `{tool}` on server `{server}` cannot be used for validation: {reason}"
+    )]
+    Schema {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// Which schema.
+        which: &'static str,
+        /// The validator's message.
+        reason: String,
+    },
+    /// The policy denied the call.
+    #[error("the policy denied the call of tool `{tool}` on server `{server}`: {reason}")]
+    Denied {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The policy's reason.
+        reason: String,
+    },
+    /// The policy held the call and it was not approved.
+    #[error("the call of tool `{tool}` on server `{server}` was held and not approved: {reason}")]
+    NotApproved {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The answer, or the timeout.
+        reason: String,
+    },
+    /// An audit record that must precede the next step could not be written.
+    #[error(
+        "the call of tool `{tool}` on server `{server}` was refused because the audit log failed: {reason}"
+    )]
+    Audit {
+        /// Exposed tool name (or the name as sent).
+        tool: String,
+        /// Server name (empty for an unknown tool).
+        server: String,
+        /// The audit log's message.
+        reason: String,
+    },
+    /// The server of the tool has no live connection.
+    #[error("server `{server}` of tool `{tool}` is not connected")]
+    NotConnected {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+    },
+    /// Forwarding failed: the server died, timed out, or answered with a protocol error.
+    #[error("the call of tool `{tool}` on server `{server}` failed: {reason}")]
+    Upstream {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The transport's message.
+        reason: String,
+    },
+    /// The server's result is not a `CallToolResult`.
+    #[error(
+        "server `{server}` answered the call of tool `{tool}` with a malformed result: {reason}"
+    )]
+    MalformedResult {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The server reported a tool error (`isError: true`).
+    #[error("tool `{tool}` on server `{server}` reported an error: {text}")]
+    ToolError {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The server's text, capped.
+        text: String,
+    },
+    /// The result's `structuredContent` does not match the tool's `outputSchema`.
+    #[error(
+        "tool `{tool}` on server `{server}` returned structured content that does not match its output schema: {problems}"
+    )]
+    OutputMismatch {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The problems.
+        problems: String,
+    },
+}
+
+/// Validators of one tool, built on its first call.
+struct ToolValidators {
+    input: Result<jsonschema::Validator, String>,
+    original: Result<jsonschema::Validator, String>,
+    output: Option<Result<jsonschema::Validator, String>>,
+}
+
+/// The call path over one registry and one policy. `Send + Sync`; share it behind an `Arc`,
+/// one for every connection.
+pub struct CallPath {
+    registry: Arc<Registry>,
+    policy: Arc<Policy>,
+    audit: Option<Arc<AuditLog>>,
+    settings: CallSettings,
+    components: ComponentHashes,
+    validators: HashMap<String, OnceLock<ToolValidators>>,
+}
+
+impl fmt::Debug for CallPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallPath")
+            .field("tools", &self.validators.len())
+            .field("policy", &self.policy)
+            .field(
+                "audit",
+                &self.audit.as_ref().map(|log| log.path().to_path_buf()),
+            )
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallPath {
+    /// A call path over the tools of `registry`, deciding with `policy`, recording to `audit`
+    /// (none: no records; for tests and embedders that audit otherwise). `components` is
+    /// stamped on every record the path writes.
+    pub fn new(
+        registry: Arc<Registry>,
+        policy: Arc<Policy>,
+        audit: Option<Arc<AuditLog>>,
+        settings: CallSettings,
+        components: ComponentHashes,
+    ) -> Self {
+        let validators = registry
+            .tools()
+            .map(|tool| (tool.exposed_name.clone(), OnceLock::new()))
+            .collect();
+        Self {
+            registry,
+            policy,
+            audit,
+            settings,
+            components,
+            validators,
+        }
+    }
+
+    /// The registry the path calls into.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &CallSettings {
+        &self.settings
+    }
+
+    /// One call of the tool the model calls `exposed_name`, through every step of the module
+    /// documentation. Never fails: a refusal or a failure is a tool error in
+    /// [`CallResult::result`], and is audited. Dropping the future cancels the call (upstream
+    /// too) and records that it was cancelled.
+    pub async fn call(
+        &self,
+        exposed_name: &str,
+        arguments: Option<Map<String, Json>>,
+        ctx: &CallContext,
+    ) -> CallResult {
+        let call_id = new_ulid();
+        let mut run = Run {
+            path: self,
+            call_id: call_id.clone(),
+            ctx,
+            tool: self.registry.get(exposed_name),
+            exposed_name: quote(exposed_name),
+            started: Instant::now(),
+            finished: false,
+        };
+        let (result, outcome) = match run.steps(arguments.unwrap_or_default()).await {
+            Ok((result, outcome)) => (result, outcome),
+            Err((error, outcome)) => {
+                run.refuse(&error, outcome).await;
+                (error_result(&error.to_string()), outcome)
+            }
+        };
+        run.finished = true;
+        CallResult {
+            result,
+            call_id,
+            outcome,
+        }
+    }
+
+    /// The validators of `tool`, built on first use.
+    fn validators(&self, tool: &RegisteredTool) -> Option<&ToolValidators> {
+        let cell = self.validators.get(&tool.exposed_name)?;
+        Some(cell.get_or_init(|| ToolValidators {
+            input: build_validator(&tool.input_schema, tool.dialect),
+            original: build_validator(&tool.original_schema, tool.dialect),
+            output: tool.output_schema.as_ref().map(|schema| {
+                let dialect = Dialect::of(schema).unwrap_or(tool.dialect);
+                build_validator(schema, dialect)
+            }),
+        }))
+    }
+}
+
+type StepError = (CallError, CallOutcome);
+
+/// The state of one call in flight.
+struct Run<'a> {
+    path: &'a CallPath,
+    call_id: String,
+    ctx: &'a CallContext,
+    tool: Option<&'a RegisteredTool>,
+    exposed_name: String,
+    started: Instant,
+    finished: bool,
+}
+
+impl Drop for Run<'_> {
+    /// A call dropped before it finished was cancelled (by the client, or its connection
+    /// went away): its end goes on record all the same.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        if let Some(audit) = &self.path.audit {
+            let mut event = self.event(AuditKind::Refusal);
+            event.reason = Some(String::from(
+                "the call was cancelled before it finished (the client cancelled it or went away)",
+            ));
+            event.duration_ms = Some(self.elapsed_ms());
+            if let Err(error) = audit.append(event) {
+                tracing::error!(call_id = %self.call_id, "cannot record the cancellation of call `{}`: {error}", self.call_id);
+            }
+        }
+    }
+}
+
+impl Run<'_> {
+    fn tool_name(&self) -> String {
+        self.exposed_name.clone()
+    }
+
+    fn server_name(&self) -> String {
+        self.tool.map(|t| t.server.clone()).unwrap_or_default()
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// An event of `kind` with the call's and the tool's fields.
+    fn event(&self, kind: AuditKind) -> AuditEvent {
+        let mut event = AuditEvent::new(kind);
+        event.call_id = Some(self.call_id.clone());
+        event.principal = Some(self.ctx.principal.clone());
+        event.session = Some(self.ctx.session.clone());
+        event.tool = Some(self.exposed_name.clone());
+        event.components = Some(self.path.components.clone());
+        if let Some(tool) = self.tool {
+            event.server = Some(tool.server.clone());
+            event.upstream_tool = Some(tool.upstream_name.clone());
+            event.effect = Some(tool.effect.as_str().to_owned());
+            event.description_sha256 = Some(tool.description_sha256.clone());
+            event.input_schema_sha256 = Some(tool.input_schema_sha256.clone());
+        }
+        event
+    }
+
+    /// Writes `event`; with `audit.sync: always` it is on disk when this returns.
+    async fn record(&self, event: AuditEvent) -> Result<(), String> {
+        let Some(audit) = self.path.audit.clone() else {
+            return Ok(());
+        };
+        // fsync blocks: keep it off the async workers.
+        match tokio::task::spawn_blocking(move || audit.append(event)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(error) => Err(format!("the audit writer stopped: {error}")),
+        }
+    }
+
+    /// Writes a record that must precede the next step; failing, the call is refused.
+    async fn record_or_refuse(&self, event: AuditEvent) -> Result<(), StepError> {
+        self.record(event).await.map_err(|reason| {
+            (
+                CallError::Audit {
+                    tool: self.tool_name(),
+                    server: self.server_name(),
+                    reason,
+                },
+                CallOutcome::Refused,
+            )
+        })
+    }
+
+    /// Records the refusal that ends the call.
+    async fn refuse(&mut self, error: &CallError, outcome: CallOutcome) {
+        let mut event = self.event(if outcome.forwarded() {
+            AuditKind::Result
+        } else {
+            AuditKind::Refusal
+        });
+        event.reason = Some(error.to_string());
+        event.duration_ms = Some(self.elapsed_ms());
+        if outcome.forwarded() {
+            event.is_error = Some(true);
+        }
+        if let Err(reason) = self.record(event).await {
+            tracing::error!(call_id = %self.call_id, "cannot record the end of call `{}`: {reason}", self.call_id);
+        }
+        self.finished = true;
+    }
+
+    async fn steps(
+        &mut self,
+        arguments: Map<String, Json>,
+    ) -> Result<(Json, CallOutcome), StepError> {
+        let refused = |error| (error, CallOutcome::Refused);
+        let received =
+            canonical::to_canonical(&Value::from_serde_json(&Json::Object(arguments.clone())));
+        let mut event = self.event(AuditKind::CallReceived);
+        event.arguments_sha256 = Some(canonical::sha256_hex(received.as_bytes()));
+        if self.path.settings.record_arguments {
+            event.arguments = Some(received);
+        }
+        self.record_or_refuse(event).await?;
+
+        let Some(tool) = self.tool else {
+            return Err(refused(CallError::UnknownTool {
+                tool: self.tool_name(),
+            }));
+        };
+        let name = || tool.exposed_name.clone();
+        let server = || tool.server.clone();
+
+        // Step 2: hidden parameters, by name.
+        for parameter in arguments.keys() {
+            if tool.denied.iter().any(|denied| denied == parameter) {
+                return Err(refused(CallError::DeniedParameter {
+                    tool: name(),
+                    server: server(),
+                    parameter: quote(parameter),
+                }));
+            }
+            if let Some((_, value)) = tool.fixed.iter().find(|(fixed, _)| fixed == parameter) {
+                return Err(refused(CallError::FixedParameter {
+                    tool: name(),
+                    server: server(),
+                    parameter: quote(parameter),
+                    value: quote(&canonical::to_canonical(value)),
+                }));
+            }
+        }
+
+        // Step 3: validation, fixed values, validation against the original.
+        let Some(validators) = self.path.validators(tool) else {
+            return Err(refused(CallError::UnknownTool { tool: name() }));
+        };
+        let mut arguments = Json::Object(arguments);
+        check(&validators.input, &arguments, "input schema", tool).map_err(refused)?;
+        if let Json::Object(map) = &mut arguments {
+            for (parameter, value) in &tool.fixed {
+                map.insert(parameter.clone(), value.to_serde_json());
+            }
+        }
+        check(
+            &validators.original,
+            &arguments,
+            "original input schema (after fixed values were set)",
+            tool,
+        )
+        .map_err(refused)?;
+        let Json::Object(arguments) = arguments else {
+            return Err(refused(CallError::InvalidArguments {
+                tool: name(),
+                server: server(),
+                which: "input schema",
+                problems: String::from("the arguments are not an object"),
+            }));
+        };
+        // Hashed from the very map that is forwarded, so the hash describes what the server
+        // receives.
+        let canonical_arguments =
+            canonical::to_canonical(&Value::from_serde_json(&Json::Object(arguments.clone())));
+        let arguments_sha256 = canonical::sha256_hex(canonical_arguments.as_bytes());
+
+        // Step 4: the decision.
+        let view = CallView {
+            id: self.call_id.clone(),
+            server: server(),
+            tool: tool.upstream_name.clone(),
+            effect: tool.effect,
+            arguments: canonical_arguments.clone(),
+            arguments_sha256: arguments_sha256.clone(),
+            principal: self.ctx.principal.clone(),
+            session: self.ctx.session.clone(),
+            time_ms: now_ms(),
+            facts: Vec::new(),
+        };
+        let policy = Arc::clone(&self.path.policy);
+        let decision = tokio::task::spawn_blocking(move || policy.decide(&view))
+            .await
+            .unwrap_or_else(|error| {
+                Decision::Deny(format!(
+                    "the policy could not run: {error}; the call is denied"
+                ))
+            });
+        let with_arguments = |mut event: AuditEvent| {
+            event.arguments_sha256 = Some(arguments_sha256.clone());
+            if self.path.settings.record_arguments {
+                event.arguments = Some(canonical_arguments.clone());
+            }
+            event
+        };
+        let mut event = with_arguments(self.event(AuditKind::Decision));
+        let (verdict, reason) = match &decision {
+            Decision::Allow => (AuditDecision::Allow, None),
+            Decision::Deny(reason) => (AuditDecision::Deny, Some(reason.clone())),
+            Decision::Hold(reason) => (AuditDecision::Hold, Some(reason.clone())),
+        };
+        event.decision = Some(verdict);
+        event.reason = reason;
+        self.record_or_refuse(event).await?;
+
+        let outcome = match decision {
+            Decision::Allow => CallOutcome::Allowed,
+            Decision::Deny(reason) => {
+                return Err((
+                    CallError::Denied {
+                        tool: name(),
+                        server: server(),
+                        reason,
+                    },
+                    CallOutcome::Denied,
+                ));
+            }
+            Decision::Hold(reason) => {
+                let request = ApprovalRequest {
+                    call_id: self.call_id.clone(),
+                    exposed_tool: name(),
+                    server: server(),
+                    tool: tool.upstream_name.clone(),
+                    effect: tool.effect.as_str().to_owned(),
+                    arguments: canonical_arguments.clone(),
+                    arguments_sha256: arguments_sha256.clone(),
+                    reason: reason.clone(),
+                    description_sha256: tool.description_sha256.clone(),
+                    input_schema_sha256: tool.input_schema_sha256.clone(),
+                    principal: self.ctx.principal.clone(),
+                    session: self.ctx.session.clone(),
+                    time_ms: now_ms(),
+                };
+                let mut event = with_arguments(self.event(AuditKind::ApprovalAsked));
+                event.decision = Some(AuditDecision::Hold);
+                event.reason = Some(reason);
+                self.record_or_refuse(event).await?;
+                let asked = Instant::now();
+                let answer = self.ask(request, tool).await;
+                let mut event = with_arguments(self.event(AuditKind::ApprovalAnswered));
+                event.duration_ms =
+                    Some(u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX));
+                let refusal = match &answer {
+                    ApprovalAnswer::Approved => {
+                        event.decision = Some(AuditDecision::Allow);
+                        event.reason = Some(String::from("approved"));
+                        None
+                    }
+                    ApprovalAnswer::Denied(reason) => {
+                        event.decision = Some(AuditDecision::Deny);
+                        event.reason = Some(format!("denied: {reason}"));
+                        Some(format!("denied: {reason}"))
+                    }
+                    ApprovalAnswer::TimedOut => {
+                        let reason = format!(
+                            "no answer within {} ms",
+                            self.path.settings.approval_timeout.as_millis()
+                        );
+                        event.decision = Some(AuditDecision::Deny);
+                        event.reason = Some(reason.clone());
+                        Some(reason)
+                    }
+                };
+                self.record_or_refuse(event).await?;
+                if let Some(reason) = refusal {
+                    return Err((
+                        CallError::NotApproved {
+                            tool: name(),
+                            server: server(),
+                            reason,
+                        },
+                        CallOutcome::NotApproved,
+                    ));
+                }
+                CallOutcome::Approved
+            }
+        };
+
+        // Step 5: forward.
+        let Some(upstream) = self.path.registry.upstream(&tool.server) else {
+            return Err(refused(CallError::NotConnected {
+                tool: name(),
+                server: server(),
+            }));
+        };
+        let mut event = with_arguments(self.event(AuditKind::Forwarded));
+        event.decision = Some(AuditDecision::Allow);
+        self.record_or_refuse(event).await?;
+        let answer = upstream
+            .call_tool(
+                &tool.upstream_name,
+                arguments,
+                self.path.settings.call_timeout,
+                self.ctx.progress.clone(),
+            )
+            .await;
+        let raw = answer.map_err(|error| {
+            (
+                CallError::Upstream {
+                    tool: name(),
+                    server: server(),
+                    reason: error.to_string(),
+                },
+                outcome,
+            )
+        })?;
+
+        // Step 6: the untrusted result.
+        let received_bytes = serde_json::to_vec(&raw).unwrap_or_default();
+        let (result, truncated) = self
+            .untrusted_result(raw, tool, validators)
+            .map_err(|error| (error, outcome))?;
+        let mut event = self.event(AuditKind::Result);
+        event.is_error = Some(false);
+        event.result_sha256 = Some(canonical::sha256_hex(&received_bytes));
+        event.result_bytes = Some(received_bytes.len() as u64);
+        event.truncated = Some(truncated);
+        event.duration_ms = Some(self.elapsed_ms());
+        if let Err(reason) = self.record(event).await {
+            // The server has acted; withholding its answer would only hide that it did.
+            tracing::error!(call_id = %self.call_id, "cannot record the result of call `{}`: {reason}", self.call_id);
+        }
+        self.finished = true;
+        Ok((result, outcome))
+    }
+
+    /// Asks the approver, bounded by the approval timeout, sending progress meanwhile.
+    async fn ask(&self, request: ApprovalRequest, tool: &RegisteredTool) -> ApprovalAnswer {
+        let settings = &self.path.settings;
+        let asking =
+            tokio::time::timeout(settings.approval_timeout, self.ctx.approver.ask(request));
+        let Some(progress) = self.ctx.progress.clone() else {
+            return asking.await.unwrap_or(ApprovalAnswer::TimedOut);
+        };
+        let message = format!(
+            "waiting for an approval of tool `{}` on server `{}`",
+            tool.exposed_name, tool.server
+        );
+        let keep_alive = async {
+            let mut ticks = tokio::time::interval(settings.held_progress_interval);
+            ticks.tick().await;
+            let mut count: u64 = 0;
+            loop {
+                ticks.tick().await;
+                count += 1;
+                let _ = progress.send(json!({ "progress": count, "message": message }));
+            }
+        };
+        tokio::select! {
+            answer = asking => answer.unwrap_or(ApprovalAnswer::TimedOut),
+            () = keep_alive => ApprovalAnswer::TimedOut,
+        }
+    }
+
+    /// Checks and caps the server's result; returns it with whether anything was cut.
+    fn untrusted_result(
+        &self,
+        raw: Json,
+        tool: &RegisteredTool,
+        validators: &ToolValidators,
+    ) -> Result<(Json, bool), CallError> {
+        let malformed = |reason: &str| CallError::MalformedResult {
+            tool: tool.exposed_name.clone(),
+            server: tool.server.clone(),
+            reason: reason.to_owned(),
+        };
+        let Json::Object(mut raw) = raw else {
+            return Err(malformed("the result is not an object"));
+        };
+        let is_error = match raw.get("isError") {
+            None | Some(Json::Null) => false,
+            Some(Json::Bool(flag)) => *flag,
+            Some(_) => return Err(malformed("`isError` is not a boolean")),
+        };
+        let content = match raw.remove("content") {
+            None => Vec::new(),
+            Some(Json::Array(items)) => items,
+            Some(_) => return Err(malformed("`content` is not an array")),
+        };
+        let cap = self.path.settings.max_result_bytes;
+        if is_error {
+            let text = content_text(&json!({ "content": content }));
+            let (text, _) = cut(&text, cap);
+            return Err(CallError::ToolError {
+                tool: tool.exposed_name.clone(),
+                server: tool.server.clone(),
+                text: if text.is_empty() {
+                    String::from("(no text)")
+                } else {
+                    text
+                },
+            });
+        }
+        let structured = raw.remove("structuredContent");
+        if let Some(Some(validator)) = validators.output.as_ref().map(|v| v.as_ref().ok()) {
+            let Some(structured) = &structured else {
+                return Err(CallError::OutputMismatch {
+                    tool: tool.exposed_name.clone(),
+                    server: tool.server.clone(),
+                    problems: String::from(
+                        "the tool declares an output schema but sent no `structuredContent`",
+                    ),
+                });
+            };
+            let problems = problems(validator, structured);
+            if !problems.is_empty() {
+                return Err(CallError::OutputMismatch {
+                    tool: tool.exposed_name.clone(),
+                    server: tool.server.clone(),
+                    problems,
+                });
+            }
+        } else if let Some(Err(reason)) = &validators.output {
+            return Err(CallError::Schema {
+                tool: tool.exposed_name.clone(),
+                server: tool.server.clone(),
+                which: "output schema",
+                reason: reason.clone(),
+            });
+        }
+        let (content, mut truncated) = cap_content(content, cap);
+        let mut result = Map::new();
+        result.insert(String::from("content"), Json::Array(content));
+        if let Some(mut structured) = structured {
+            let mut budget = cap;
+            truncated |= cap_strings(&mut structured, &mut budget);
+            result.insert(String::from("structuredContent"), structured);
+        }
+        result.insert(String::from("isError"), Json::Bool(false));
+        Ok((Json::Object(result), truncated))
+    }
+}
+
+fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, String> {
+    let draft = match dialect {
+        Dialect::Draft7 => jsonschema::Draft::Draft7,
+        Dialect::Draft201909 => jsonschema::Draft::Draft201909,
+        Dialect::Draft202012 => jsonschema::Draft::Draft202012,
+    };
+    // `to_serde_json` is lossy for numbers beyond `i64`/`u64` and non-`f64` decimals: a bound
+    // such as `9007199254740993` is compared as the nearest `f64`. The pinned hash still
+    // covers the exact text.
+    jsonschema::options()
+        .with_draft(draft)
+        .offline()
+        .build(&schema.to_serde_json())
+        .map_err(|error| error.masked().to_string())
+}
+
+/// Validates `instance`; the problems, each with its instance path, values masked.
+fn problems(validator: &jsonschema::Validator, instance: &Json) -> String {
+    let mut shown = Vec::new();
+    let mut more = 0usize;
+    for error in validator.iter_errors(instance) {
+        if shown.len() < MAX_VALIDATION_ERRORS {
+            let path = error.instance_path().to_string();
+            let at = if path.is_empty() {
+                String::from("/")
+            } else {
+                path
+            };
+            shown.push(format!(
+                "at `{}`: {}",
+                quote(&at),
+                quote(&error.masked().to_string())
+            ));
+        } else {
+            more += 1;
+        }
+    }
+    let mut text = shown.join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more"));
+    }
+    text
+}
+
+fn check(
+    validator: &Result<jsonschema::Validator, String>,
+    arguments: &Json,
+    which: &'static str,
+    tool: &RegisteredTool,
+) -> Result<(), CallError> {
+    let validator = validator.as_ref().map_err(|reason| CallError::Schema {
+        tool: tool.exposed_name.clone(),
+        server: tool.server.clone(),
+        which,
+        reason: reason.clone(),
+    })?;
+    let problems = problems(validator, arguments);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CallError::InvalidArguments {
+            tool: tool.exposed_name.clone(),
+            server: tool.server.clone(),
+            which,
+            problems,
+        })
+    }
+}
+
+/// A `CallToolResult` that is a tool error with `text`.
+fn error_result(text: &str) -> Json {
+    json!({ "content": [{ "type": "text", "text": text }], "isError": true })
+}
+
+/// The text items of a result's `content`, joined by line breaks.
+fn content_text(result: &Json) -> String {
+    result
+        .get("content")
+        .and_then(Json::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.get("text").and_then(Json::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+fn marker(bytes: usize) -> String {
+    TRUNCATION_MARKER.replace("{}", &bytes.to_string())
+}
+
+/// `text` cut to at most `budget` bytes at a character boundary, with the marker appended
+/// when anything was cut; and whether it was.
+fn cut(text: &str, budget: usize) -> (String, bool) {
+    if text.len() <= budget {
+        return (text.to_owned(), false);
+    }
+    let mut end = budget;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let kept = text.get(..end).unwrap_or_default();
+    (format!("{kept}\n{}", marker(text.len() - end)), true)
+}
+
+/// Caps `content` at `cap` bytes: text items count their text's UTF-8 bytes, other items
+/// (images, audio, resources) their JSON size. The text item that crosses the cap is cut and
+/// marked; later items are replaced by one marker.
+fn cap_content(content: Vec<Json>, cap: usize) -> (Vec<Json>, bool) {
+    let mut budget = cap;
+    let mut kept = Vec::with_capacity(content.len());
+    let mut dropped_bytes = 0usize;
+    let mut truncated = false;
+    for item in content {
+        if truncated {
+            dropped_bytes += item_size(&item);
+            continue;
+        }
+        if let Some(text) = item.get("text").and_then(Json::as_str) {
+            if text.len() <= budget {
+                budget -= text.len();
+                kept.push(item);
+            } else {
+                let (text, _) = cut(text, budget);
+                let mut item = item;
+                if let Json::Object(map) = &mut item {
+                    map.insert(String::from("text"), Json::String(text));
+                }
+                kept.push(item);
+                budget = 0;
+                truncated = true;
+            }
+        } else {
+            let size = item_size(&item);
+            if size <= budget {
+                budget -= size;
+                kept.push(item);
+            } else {
+                dropped_bytes += size;
+                truncated = true;
+            }
+        }
+    }
+    if dropped_bytes > 0 {
+        kept.push(json!({ "type": "text", "text": marker(dropped_bytes) }));
+    }
+    (kept, truncated)
+}
+
+fn item_size(item: &Json) -> usize {
+    match item.get("text").and_then(Json::as_str) {
+        Some(text) => text.len(),
+        None => serde_json::to_vec(item)
+            .map(|bytes| bytes.len())
+            .unwrap_or(usize::MAX),
+    }
+}
+
+/// Cuts the strings of `value`, depth first, once their bytes together pass `budget`;
+/// returns whether any was cut. Structure is kept, so a string field stays a string.
+fn cap_strings(value: &mut Json, budget: &mut usize) -> bool {
+    match value {
+        Json::String(text) => {
+            if text.len() <= *budget {
+                *budget -= text.len();
+                false
+            } else {
+                let (cut_text, _) = cut(text, *budget);
+                *text = cut_text;
+                *budget = 0;
+                true
+            }
+        }
+        Json::Array(items) => items
+            .iter_mut()
+            .fold(false, |cut, item| cap_strings(item, budget) | cut),
+        Json::Object(map) => map
+            .values_mut()
+            .fold(false, |cut, item| cap_strings(item, budget) | cut),
+        Json::Null | Json::Bool(_) | Json::Number(_) => false,
+    }
+}
+
+/// Untrusted text made safe for a one-line message: at most [`MAX_QUOTED_BYTES`], hidden
+/// characters escaped, backticks replaced.
+fn quote(text: &str) -> String {
+    let mut end = text.len().min(MAX_QUOTED_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut quoted = escape_for_display(text.get(..end).unwrap_or_default()).replace('`', "'");
+    if end < text.len() {
+        quoted.push('…');
+    }
+    quoted
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Crockford's base 32 alphabet, as ULIDs spell it.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// A fresh ULID: 48 bits of milliseconds since the Unix epoch, then 80 random bits, as 26
+/// characters of Crockford's base 32. Sorts by time; unique with overwhelming probability.
+/// The random bits come from `/dev/urandom`, or, where it cannot be read, from the standard
+/// library's randomly keyed hasher mixed with a counter.
+pub fn new_ulid() -> String {
+    let time = u128::from(now_ms() & ((1 << 48) - 1));
+    let random = random_80() & ((1u128 << 80) - 1);
+    let value = (time << 80) | random;
+    (0..26)
+        .map(|index| {
+            let shift = 125 - 5 * index;
+            let digit = usize::try_from((value >> shift) & 31).unwrap_or(0);
+            char::from(CROCKFORD.get(digit).copied().unwrap_or(b'0'))
+        })
+        .collect()
+}
+
+fn random_80() -> u128 {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    let from_os = std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut bytes))
+        .is_ok();
+    if from_os {
+        return u128::from_le_bytes(bytes);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let state = std::collections::hash_map::RandomState::new();
+    let word = |salt: u64| {
+        let mut hasher = state.build_hasher();
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u64(salt);
+        hasher.write_u128(Instant::now().elapsed().as_nanos());
+        hasher.finish()
+    };
+    (u128::from(word(1)) << 64) | u128::from(word(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ulids_are_26_crockford_characters_and_differ() {
+        let a = new_ulid();
+        let b = new_ulid();
+        assert_eq!(a.len(), 26);
+        assert!(a.bytes().all(|c| CROCKFORD.contains(&c)), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn content_past_the_cap_is_cut_at_a_character_boundary_and_marked() {
+        let (content, truncated) = cap_content(
+            vec![
+                json!({"type": "text", "text": "ééééé"}),
+                json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
+            ],
+            5,
+        );
+        assert!(truncated);
+        let text = content[0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("éé\n[toolward: truncated 6 bytes]"),
+            "{text}"
+        );
+        assert!(
+            content[1]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("[toolward: truncated")
+        );
+    }
+
+    #[test]
+    fn structured_strings_past_the_cap_are_cut_and_stay_strings() {
+        let mut value = json!({"content": "abcdefgh", "n": 1});
+        let mut budget = 3;
+        assert!(cap_strings(&mut value, &mut budget));
+        assert_eq!(value["content"], "abc\n[toolward: truncated 5 bytes]");
+        assert_eq!(value["n"], 1);
+    }
+}

@@ -1,0 +1,620 @@
+//! Command-line interface of the `toolward` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, anyhow};
+use clap::{Parser, Subcommand};
+
+use toolward::approval::{ApprovalAnswer, ApprovalRequest, FnApprover};
+use toolward::component::{ComponentHost, GuestLimits};
+use toolward::config::Config;
+use toolward::load;
+use toolward::manifest::Manifest;
+
+/// Exit code: the command ran and found something refused, broken or failing.
+const EXIT_FOUND: u8 = 1;
+/// Exit code: a usage or config error.
+const EXIT_USAGE: u8 = 2;
+/// Exit code: a runtime failure.
+const EXIT_FAILURE: u8 = 3;
+
+/// Puts the tools of third-party MCP servers behind an operator's policy.
+///
+/// Exit codes: 0 success; 1 something was refused (check), a chain is broken (audit
+/// verify) or a call returned a tool error (call); 2 usage or config error; 3 runtime
+/// failure.
+#[derive(Debug, Parser)]
+#[command(name = "toolward", version, about, long_about = None)]
+struct Cli {
+    /// Log filter for stderr (`error`, `warn`, `info`, `debug`, or a tracing filter).
+    #[arg(long, global = true, default_value = "warn", env = "TOOLWARD_LOG")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Connect to each server, list its tools and write the manifest the operator reviews.
+    ///
+    /// When a manifest exists, shows what changes before writing it.
+    Pin {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// Re-pin only this server; the others keep their pins.
+        #[arg(long)]
+        server: Option<String>,
+        /// Show what would change, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Load every server against the manifest and report what registers and what is
+    /// refused, and why (exit 1 when anything is refused).
+    Check {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print a rules skeleton for the unclassified tools, with their hints and
+        /// descriptions; the effect is left for the operator to choose.
+        #[arg(long)]
+        suggest_rules: bool,
+    },
+    /// Serve the registered tools as an MCP server on stdio: what an MCP client starts in
+    /// place of the real servers.
+    Serve {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+    },
+    /// Make one call through the whole path from a terminal; a held call asks for approval
+    /// on the terminal (answer `y` to approve). Exit 1 when the result is a tool error.
+    Call {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// The tool's exposed name (`server__tool`).
+        tool: String,
+        /// The arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Print the whole result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Held calls waiting for a person (when the client cannot ask through elicitation).
+    Approvals {
+        /// The config file (its `state_dir` holds the queue).
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
+    /// Verify an audit log's hash chain and report the first break (exit 1).
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Policy components: inspect one, or test one against decision cases.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// List the held calls.
+    List {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve one held call, once, for exactly its arguments.
+    Approve {
+        /// The call id (from `list`).
+        id: String,
+    },
+    /// Deny one held call.
+    Deny {
+        /// The call id (from `list`).
+        id: String,
+        /// Why, for the model and the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Check the chain of FILE.
+    Verify {
+        /// The audit log (JSONL).
+        file: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Print a component's SHA-256, size, worlds, exports and imports; refuse it (exit 1)
+    /// when it imports anything beyond toolward's WIT.
+    Inspect {
+        /// The component (`.wasm`), or `built-in` for the default component.
+        component: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the decision cases of CASES against a policy component and print each case's
+    /// pass or fail with the actual decision and reason (exit 1 on any mismatch).
+    ///
+    /// CASES is JSON; its schema is `docs/policy-cases.schema.json`.
+    Test {
+        /// The cases file (JSON).
+        cases: PathBuf,
+        /// The component (`.wasm`), or `built-in` for the default component.
+        #[arg(long)]
+        policy: String,
+        /// A settings file for the component's `configure`, used instead of the cases
+        /// file's `settings` or `settings_file`.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the command line; the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    #[cfg(target_os = "linux")]
+    if let Err(e) = toolward::transport::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; a server's descendant that leaves its process group may outlive it");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolward: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(Failure { code, error }) => {
+            eprintln!("toolward: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// An error with the exit code it means.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+fn usage(error: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: EXIT_USAGE,
+        error: error.into(),
+    }
+}
+
+fn failure(error: impl Into<anyhow::Error>) -> Failure {
+    Failure {
+        code: EXIT_FAILURE,
+        error: error.into(),
+    }
+}
+
+fn read_config(path: &Path) -> Result<Config, Failure> {
+    Config::from_path(path)
+        .with_context(|| format!("config `{}`", path.display()))
+        .map_err(usage)
+}
+
+fn read_manifest(config: &Config) -> Result<Manifest, Failure> {
+    if !config.manifest.exists() {
+        return Err(usage(anyhow!(
+            "no manifest at `{}`: run `toolward pin` and review what it writes",
+            config.manifest.display()
+        )));
+    }
+    Manifest::read(&config.manifest).map_err(usage)
+}
+
+async fn run(command: Command) -> Result<ExitCode, Failure> {
+    match command {
+        Command::Pin {
+            config,
+            server,
+            dry_run,
+        } => pin(&config, server.as_deref(), dry_run).await,
+        Command::Check {
+            config,
+            json,
+            suggest_rules,
+        } => check(&config, json, suggest_rules).await,
+        Command::Serve { config } => serve(&config).await,
+        Command::Call {
+            config,
+            tool,
+            args,
+            json,
+        } => call(&config, &tool, &args, json).await,
+        Command::Approvals { config, command } => approvals(&config, command),
+        Command::Audit {
+            command: AuditCommand::Verify { file, json },
+        } => audit_verify(&file, json),
+        Command::Policy {
+            command: PolicyCommand::Inspect { component, json },
+        } => policy_inspect(&component, json),
+        Command::Policy {
+            command:
+                PolicyCommand::Test {
+                    cases,
+                    policy,
+                    rules,
+                    json,
+                },
+        } => policy_test(&cases, &policy, rules.as_deref(), json),
+    }
+}
+
+async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    if let Some(server) = server
+        && !config.servers.contains_key(server)
+    {
+        return Err(usage(anyhow!("server `{server}` is not in the config")));
+    }
+    let components = load::prepare_components(&config, GuestLimits::default()).map_err(usage)?;
+    let existing = if config.manifest.exists() {
+        Some(Manifest::read(&config.manifest).map_err(usage)?)
+    } else {
+        None
+    };
+    let outcome = toolward::pin::pin(&config, server, existing.as_ref(), components.digests.clone())
+        .await
+        .map_err(failure)?;
+    let diff = outcome.diff.to_string();
+    if existing.is_some() {
+        if outcome.diff.is_empty() {
+            println!("no change against `{}`", config.manifest.display());
+        } else {
+            println!("{diff}");
+        }
+    }
+    for error in outcome.failures.values() {
+        eprintln!("toolward: {}", load::error_chain(error));
+    }
+    if !outcome.failures.is_empty() {
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    }
+    if dry_run {
+        return Ok(ExitCode::SUCCESS);
+    }
+    outcome.manifest.write(&config.manifest).map_err(failure)?;
+    let tools: usize = outcome.manifest.servers.values().map(|s| s.tools.len()).sum();
+    println!(
+        "pinned {tools} tools of {} servers into `{}`: review it before `toolward serve`",
+        outcome.manifest.servers.len(),
+        config.manifest.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let manifest = read_manifest(&config)?;
+    let components = load::prepare_components(&config, GuestLimits::default()).map_err(usage)?;
+    let (registry, report) = load::load(&config, &components.rules, &manifest, components.digests.clone())
+        .await
+        .map_err(usage)?;
+    registry.close().await;
+    if suggest_rules {
+        println!("{}", suggested_rules(&report));
+    } else if json {
+        let text = serde_json::to_string_pretty(&report).map_err(failure)?;
+        println!("{text}");
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.refused_anything() {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
+    let config = read_config(config_path)?;
+    toolward::Toolward::start(config).await.map_err(usage)
+}
+
+async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
+    let toolward = start(config_path).await?;
+    for message in toolward.report().messages() {
+        tracing::warn!("{message}");
+    }
+    let settings = toolward::gateway::GatewaySettings::from_config(toolward.config());
+    let served = toolward::gateway::serve_stdio(
+        toolward.call_path().clone(),
+        toolward.report().messages(),
+        settings,
+    );
+    let outcome = tokio::select! {
+        outcome = served => outcome.map_err(failure),
+        () = shutdown_signal() => {
+            tracing::info!("signal received: closing the servers");
+            Ok(())
+        }
+    };
+    toolward.shutdown().await;
+    outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM (Unix) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<ExitCode, Failure> {
+    let arguments: serde_json::Value = serde_json::from_str(args)
+        .with_context(|| "`--args` is not JSON")
+        .map_err(usage)?;
+    let toolward = start(config_path).await?;
+    let approver = Arc::new(FnApprover::new(|request: ApprovalRequest| async move {
+        ask_on_terminal(&request).await
+    }));
+    let result = toolward.call(tool, arguments, approver).await;
+    toolward.shutdown().await;
+    if json {
+        println!("{:#}", result.result);
+    } else {
+        let text = result.text();
+        if result.is_error() {
+            println!("tool error: {text}");
+        } else {
+            println!("{text}");
+        }
+    }
+    Ok(if result.is_error() {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Shows a held call on stderr and reads `y` or `n` from stdin; anything else, or no
+/// terminal, is a deny.
+async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
+    eprintln!("{}", toolward::approval::display_request(request));
+    eprint!("approve this call once? [y/N] ");
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await;
+    match answer {
+        Ok(Ok(line)) if line.trim().eq_ignore_ascii_case("y") => {
+            eprintln!("approved");
+            ApprovalAnswer::Approved
+        }
+        _ => {
+            eprintln!("denied");
+            ApprovalAnswer::Denied("denied on the terminal".to_owned())
+        }
+    }
+}
+
+fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let state_dir = &config.state_dir;
+    match command {
+        ApprovalsCommand::List { json } => {
+            let pending = toolward::approval::list_pending(state_dir).map_err(failure)?;
+            if json {
+                let text = serde_json::to_string_pretty(&pending).map_err(failure)?;
+                println!("{text}");
+            } else if pending.is_empty() {
+                println!("no held calls");
+            } else {
+                for request in &pending {
+                    println!("{}
+", toolward::approval::display_request(request));
+                }
+            }
+        }
+        ApprovalsCommand::Approve { id } => {
+            toolward::approval::answer(state_dir, &id, true, None).map_err(usage)?;
+            println!("approved call `{id}` (once, for its arguments)");
+        }
+        ApprovalsCommand::Deny { id, reason } => {
+            toolward::approval::answer(state_dir, &id, false, reason).map_err(usage)?;
+            println!("denied call `{id}`");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A rules skeleton for the unclassified tools: each with its hints and description, the
+/// effect left for the operator to choose.
+fn suggested_rules(report: &load::LoadReport) -> String {
+    let mut servers = serde_json::Map::new();
+    for s in &report.servers {
+        let mut tools = serde_json::Map::new();
+        for u in &s.unclassified {
+            tools.insert(
+                u.tool.clone(),
+                serde_json::json!({
+                    "effect": "CHOOSE: read-only | local-change | remote-change | destructive",
+                    "_description": u.description,
+                    "_annotations": u.annotations,
+                }),
+            );
+        }
+        if !tools.is_empty() {
+            servers.insert(s.server.clone(), serde_json::json!({ "tools": tools }));
+        }
+    }
+    serde_json::to_string_pretty(&serde_json::json!({ "servers": servers }))
+        .unwrap_or_default()
+}
+
+fn audit_verify(file: &Path, json: bool) -> Result<ExitCode, Failure> {
+    let report = toolward::audit::verify(file).map_err(failure)?;
+    if json {
+        let value = serde_json::json!({
+            "file": file.display().to_string(),
+            "records": report.records,
+            "last_hash": report.last_hash,
+            "intact": report.first_break.is_none(),
+            "first_break": report.first_break.as_ref().map(|b| b.to_string()),
+        });
+        println!("{value:#}");
+    } else {
+        match &report.first_break {
+            None => println!(
+                "`{}`: {} records, chain intact, last hash {}",
+                file.display(),
+                report.records,
+                report.last_hash
+            ),
+            Some(b) => println!("`{}`: chain broken: {b}", file.display()),
+        }
+    }
+    Ok(if report.first_break.is_some() {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
+    let bytes = if component == "built-in" {
+        toolward::component::DEFAULT_COMPONENT.to_vec()
+    } else {
+        std::fs::read(component)
+            .with_context(|| format!("cannot read component `{component}`"))
+            .map_err(usage)?
+    };
+    let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
+    let sha256 = toolward::canonical::sha256_hex(&bytes);
+    let loaded = match host.load(&bytes, component) {
+        Ok(l) => l,
+        Err(e) => {
+            if json {
+                println!("{:#}", serde_json::json!({"component": component, "sha256": sha256, "refused": e.to_string()}));
+            } else {
+                println!("component `{component}`\n  sha256   {sha256}\n  REFUSED  {e}");
+            }
+            return Ok(ExitCode::from(EXIT_FOUND));
+        }
+    };
+    let worlds: Vec<&str> = [
+        (loaded.exports_rules() && loaded.exports_policy(), "rules-and-policy"),
+        (loaded.exports_rules(), "rules-component"),
+        (loaded.exports_policy(), "policy-component"),
+    ]
+    .into_iter()
+    .filter_map(|(ok, world)| ok.then_some(world))
+    .collect();
+    if json {
+        println!(
+            "{:#}",
+            serde_json::json!({
+                "component": component,
+                "sha256": loaded.sha256(),
+                "size_bytes": loaded.size_bytes(),
+                "worlds": worlds,
+                "exports": loaded.exports(),
+                "imports": loaded.imports(),
+            })
+        );
+    } else {
+        println!("component `{component}`");
+        println!("  sha256   {}", loaded.sha256());
+        println!("  size     {} bytes", loaded.size_bytes());
+        println!("  worlds   {}", worlds.join(", "));
+        println!("  exports  {}", loaded.exports().join(", "));
+        println!("  imports  {}", if loaded.imports().is_empty() { "(none)".to_owned() } else { loaded.imports().join(", ") });
+    }
+    Ok(if worlds.is_empty() {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn policy_test(
+    cases_path: &Path,
+    component: &str,
+    rules: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let mut cases = toolward::policy_test::CasesFile::from_path(cases_path).map_err(usage)?;
+    if let Some(path) = rules {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read settings file `{}`", path.display()))
+            .map_err(usage)?;
+        cases.settings = Some(text);
+    }
+    let bytes = if component == "built-in" {
+        toolward::component::DEFAULT_COMPONENT.to_vec()
+    } else {
+        std::fs::read(component)
+            .with_context(|| format!("cannot read component `{component}`"))
+            .map_err(usage)?
+    };
+    let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
+    let loaded = host.load(&bytes, component).map_err(usage)?;
+    let report = toolward::policy_test::run_cases(&host, &loaded, &cases);
+    if json {
+        let text = serde_json::to_string_pretty(&report).map_err(failure)?;
+        println!("{text}");
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(if report.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FOUND)
+    })
+}

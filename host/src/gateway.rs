@@ -1,0 +1,491 @@
+//! The gateway: toolward as an MCP server, in front of the registered tools.
+//!
+//! Built on rmcp's server side. Over one connection (one stdio process, or one duplex stream
+//! in tests):
+//!
+//! - `initialize` is answered with the `tools` capability (and `logging`, which the MCP
+//!   specification requires of a server that sends log notifications); no resources, no
+//!   prompts.
+//! - `tools/list` answers every registered tool in one page: `name` is the exposed name
+//!   (`server__tool`), `description` the operator's override or the server's text,
+//!   `inputSchema` the narrowed schema, `outputSchema` the server's, `annotations` as the
+//!   server sent them. Schemas are converted from their exact form with
+//!   [`Value::to_serde_json`](crate::canonical::Value::to_serde_json), which is lossy for
+//!   numbers that are not `i64`/`u64` and not exact `f64`s (`9007199254740993` is sent as
+//!   `9007199254740992`); the pins hash the exact text, and the call path validates under
+//!   the same conversion.
+//! - `tools/call` runs [`CallPath::call`] with this connection's session id (a ULID), the
+//!   configured principal, and an approver: MCP elicitation when the client declared the
+//!   `elicitation` capability (form mode), the state directory's queue
+//!   ([`QueueApprover`]) otherwise. A `progressToken` in the request gets the call's progress
+//!   notifications (the server's, and the keep-alive ones sent while the call is held). A
+//!   `notifications/cancelled` from the client drops the call, which cancels it upstream.
+//! - After `notifications/initialized`, each load message (why a tool is missing) goes to the
+//!   client as a `notifications/message` at level `warning`.
+//!
+//! Requests from servers to the client (sampling, roots, elicitation) are never proxied:
+//! toolward's upstream client declares no capability (see [`crate::transport`]). Logs go to
+//! standard error through `tracing`; standard output carries only the protocol.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams,
+    ElicitationAction, Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, Tool,
+};
+#[expect(
+    deprecated,
+    reason = "MCP logging (SEP-2577 deprecates it) is how clients up to 2025-11-25 show a server's warnings"
+)]
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
+use rmcp::service::{ElicitationMode, NotificationContext, RequestContext, ServiceExt};
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::approval::{
+    ApprovalAnswer, ApprovalRequest, Approver, QueueApprover, escape_for_display,
+};
+use crate::call::{CallContext, CallPath, new_ulid};
+use crate::config::{self, Config};
+use crate::registry::RegisteredTool;
+
+/// The `serverInfo.name` the gateway gives clients.
+pub const SERVER_NAME: &str = "toolward";
+
+/// Most characters of the arguments shown in an elicitation message; the rest is elided
+/// with a count (the full arguments are in the pending queue and, when recorded, the audit
+/// log).
+pub const MAX_ELICITED_ARGUMENT_CHARS: usize = 2048;
+
+/// Errors of the gateway. The call path has none: its failures are tool errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The client's `initialize` handshake failed.
+    #[error("the mcp client did not complete `initialize`")]
+    Initialize {
+        /// rmcp's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The connection's task ended abnormally.
+    #[error("the mcp connection stopped abnormally")]
+    Connection {
+        /// The task's error.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// The settings of a gateway. Defaults: principal [`config::DEFAULT_PRINCIPAL`], state
+/// directory [`config::DEFAULT_STATE_DIR`] (relative to the working directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySettings {
+    /// The principal of every call over this connection.
+    pub principal: String,
+    /// Where the approval queue lives when the client cannot be asked through elicitation.
+    pub state_dir: PathBuf,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            principal: String::from(config::DEFAULT_PRINCIPAL),
+            state_dir: PathBuf::from(config::DEFAULT_STATE_DIR),
+        }
+    }
+}
+
+impl GatewaySettings {
+    /// The settings a config file gives.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            principal: config.principal.clone(),
+            state_dir: config.state_dir.clone(),
+        }
+    }
+}
+
+/// Serves MCP on standard input and output until the client closes them.
+///
+/// # Errors
+/// As [`serve`].
+pub async fn serve_stdio(
+    call_path: Arc<CallPath>,
+    load_messages: Vec<String>,
+    settings: GatewaySettings,
+) -> Result<(), GatewayError> {
+    serve_parts(
+        call_path,
+        load_messages,
+        settings,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+    )
+    .await
+}
+
+/// Serves MCP over `stream` (newline-delimited JSON-RPC, as on stdio) until the client
+/// closes it. Tests pass one end of [`tokio::io::duplex`].
+///
+/// # Errors
+/// [`GatewayError::Initialize`] when the client does not complete `initialize`;
+/// [`GatewayError::Connection`] when the connection's task fails.
+pub async fn serve<S>(
+    call_path: Arc<CallPath>,
+    load_messages: Vec<String>,
+    settings: GatewaySettings,
+    stream: S,
+) -> Result<(), GatewayError>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (reader, writer) = tokio::io::split(stream);
+    serve_parts(call_path, load_messages, settings, reader, writer).await
+}
+
+async fn serve_parts<R, W>(
+    call_path: Arc<CallPath>,
+    load_messages: Vec<String>,
+    settings: GatewaySettings,
+    reader: R,
+    writer: W,
+) -> Result<(), GatewayError>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let tools = call_path.registry().tools().map(mcp_tool).collect();
+    let gateway = Gateway {
+        queue: Arc::new(QueueApprover::new(settings.state_dir.clone())),
+        call_path,
+        load_messages: Arc::new(load_messages),
+        session: new_ulid(),
+        settings,
+        tools: Arc::new(tools),
+    };
+    tracing::info!(session = %gateway.session, "mcp client connected");
+    let running =
+        gateway
+            .serve((reader, writer))
+            .await
+            .map_err(|error| GatewayError::Initialize {
+                source: Box::new(error),
+            })?;
+    let quit = running
+        .waiting()
+        .await
+        .map_err(|source| GatewayError::Connection { source })?;
+    tracing::info!("mcp client disconnected: {quit:?}");
+    Ok(())
+}
+
+/// One connection's handler.
+#[derive(Clone)]
+struct Gateway {
+    call_path: Arc<CallPath>,
+    load_messages: Arc<Vec<String>>,
+    session: String,
+    settings: GatewaySettings,
+    queue: Arc<QueueApprover>,
+    tools: Arc<Vec<Tool>>,
+}
+
+/// A registered tool as an MCP `Tool`.
+fn mcp_tool(tool: &RegisteredTool) -> Tool {
+    let object = |value: Json| match value {
+        Json::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    let mut tool_json = json!({
+        "name": tool.exposed_name,
+        "description": tool.description,
+        "inputSchema": Json::Object(object(tool.input_schema.to_serde_json())),
+    });
+    if let Json::Object(map) = &mut tool_json {
+        if let Some(schema) = &tool.output_schema {
+            map.insert(
+                String::from("outputSchema"),
+                Json::Object(object(schema.to_serde_json())),
+            );
+        }
+        let annotations = serde_json::to_value(&tool.annotations).unwrap_or(Json::Null);
+        if annotations.as_object().is_some_and(|a| !a.is_empty()) {
+            map.insert(String::from("annotations"), annotations);
+        }
+    }
+    serde_json::from_value(tool_json).unwrap_or_else(|error| {
+        tracing::error!(
+            "tool `{}` on server `{}` cannot be described to the client: {error}",
+            tool.exposed_name,
+            tool.server
+        );
+        Tool::new(
+            tool.exposed_name.clone(),
+            tool.description.clone(),
+            Arc::new(serde_json::Map::from_iter([(
+                String::from("type"),
+                Json::String(String::from("object")),
+            )])),
+        )
+    })
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities: ServerCapabilities =
+            serde_json::from_value(json!({ "tools": {}, "logging": {} })).unwrap_or_default();
+        InitializeResult::new(capabilities)
+            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [rmcp::model::ProtocolVersion]> {
+        // Elicitation and log notifications need the session model of the versions with an
+        // `initialize` handshake.
+        Cow::Owned(
+            rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .filter(|v| v.as_str() <= crate::transport::PROTOCOL_VERSION)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    #[expect(deprecated, reason = "MCP logging, as for the imports")]
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        // toolward sends only the load report's warnings, once, right after `initialized`.
+        Ok(())
+    }
+
+    #[expect(deprecated, reason = "MCP logging, as for the imports")]
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        for message in self.load_messages.iter() {
+            let params = LoggingMessageNotificationParam::new(
+                LoggingLevel::Warning,
+                Json::String(message.clone()),
+            )
+            .with_logger("toolward");
+            let sent = context.peer.notify_logging_message(params).await;
+            if let Err(error) = sent {
+                tracing::warn!("cannot send a load message to the client: {error}");
+                return;
+            }
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let elicitation = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form);
+        let approver: Arc<dyn Approver> = if elicitation {
+            Arc::new(ElicitationApprover {
+                peer: context.peer.clone(),
+            })
+        } else {
+            self.queue.clone()
+        };
+        let (progress, forwarder) = match context.meta.get_progress_token() {
+            Some(token) => {
+                let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+                let forwarder =
+                    tokio::spawn(forward_progress(context.peer.clone(), token, receiver));
+                (Some(sender), Some(forwarder))
+            }
+            None => (None, None),
+        };
+        let ctx = CallContext {
+            principal: self.settings.principal.clone(),
+            session: self.session.clone(),
+            approver,
+            progress,
+        };
+        let call = self.call_path.call(&request.name, request.arguments, &ctx);
+        let outcome = tokio::select! {
+            result = call => Some(result),
+            () = context.ct.cancelled() => None,
+        };
+        // The sender in `ctx` goes with it, so the forwarder ends after the last notification.
+        drop(ctx);
+        if let Some(forwarder) = forwarder {
+            let _ = forwarder.await;
+        }
+        let result = match outcome {
+            Some(result) => result.result,
+            None => json!({
+                "content": [{ "type": "text", "text": format!(
+                    "the call of tool `{}` was cancelled by the client",
+                    escape_for_display(&request.name)
+                ) }],
+                "isError": true,
+            }),
+        };
+        let result: CallToolResult = serde_json::from_value(result).unwrap_or_else(|error| {
+            CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
+                "the result of tool `{}` cannot be encoded: {error}",
+                escape_for_display(&request.name)
+            ))])
+        });
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// Sends the call's progress parameters to the client under its `progressToken`. MCP asks
+/// for increasing `progress` values; the keep-alive notifications of a held call and the
+/// server's own count separately, so a value that would not increase is sent as one more
+/// than the last.
+async fn forward_progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<Json>,
+) {
+    let mut last: Option<f64> = None;
+    while let Some(params) = receiver.recv().await {
+        let Some(mut progress) = params.get("progress").and_then(Json::as_f64) else {
+            continue;
+        };
+        let mut total = params.get("total").and_then(Json::as_f64);
+        if let Some(last) = last
+            && progress <= last
+        {
+            progress = last + 1.0;
+            total = None;
+        }
+        last = Some(progress);
+        let mut notification = ProgressNotificationParam::new(token.clone(), progress);
+        if let Some(total) = total {
+            notification = notification.with_total(total);
+        }
+        if let Some(message) = params.get("message").and_then(Json::as_str) {
+            notification = notification.with_message(message.to_owned());
+        }
+        if peer.notify_progress(notification).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Asks the person at the client through MCP elicitation (form mode): a single boolean,
+/// `approve`. Decline, cancel, `false` or a failed request are a deny.
+struct ElicitationApprover {
+    peer: Peer<RoleServer>,
+}
+
+impl fmt::Debug for ElicitationApprover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ElicitationApprover")
+            .finish_non_exhaustive()
+    }
+}
+
+impl Approver for ElicitationApprover {
+    fn ask(
+        &self,
+        request: ApprovalRequest,
+    ) -> Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + '_>> {
+        Box::pin(async move {
+            let params: ElicitRequestParams = match serde_json::from_value(json!({
+                "mode": "form",
+                "message": elicitation_message(&request),
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "approve": {
+                            "type": "boolean",
+                            "title": "Approve this call",
+                            "description": "Let this one call with these exact arguments go ahead",
+                            "default": false,
+                        }
+                    },
+                    "required": ["approve"],
+                },
+            })) {
+                Ok(params) => params,
+                Err(error) => {
+                    return ApprovalAnswer::Denied(format!(
+                        "the approval request could not be built: {error}"
+                    ));
+                }
+            };
+            match self.peer.create_elicitation(params).await {
+                Ok(result) => match result.action {
+                    ElicitationAction::Accept => {
+                        let approved = result
+                            .content
+                            .as_ref()
+                            .and_then(|content| content.get("approve"))
+                            .and_then(Json::as_bool)
+                            == Some(true);
+                        if approved {
+                            ApprovalAnswer::Approved
+                        } else {
+                            ApprovalAnswer::Denied(String::from(
+                                "the person at the client did not approve it",
+                            ))
+                        }
+                    }
+                    ElicitationAction::Decline => {
+                        ApprovalAnswer::Denied(String::from("the person at the client declined it"))
+                    }
+                    _ => ApprovalAnswer::Denied(String::from(
+                        "the person at the client cancelled the approval",
+                    )),
+                },
+                Err(error) => ApprovalAnswer::Denied(format!(
+                    "the client could not be asked for an approval: {error}"
+                )),
+            }
+        })
+    }
+}
+
+/// `approve tool `fs__write_file` on server `fs`: effect local-change, arguments …`, every
+/// value escaped for display.
+fn elicitation_message(request: &ApprovalRequest) -> String {
+    let arguments = escape_for_display(&request.arguments);
+    let shown: String = arguments
+        .chars()
+        .take(MAX_ELICITED_ARGUMENT_CHARS)
+        .collect();
+    let elided = arguments
+        .chars()
+        .count()
+        .saturating_sub(MAX_ELICITED_ARGUMENT_CHARS);
+    let more = if elided > 0 {
+        format!("… ({elided} more characters)")
+    } else {
+        String::new()
+    };
+    format!(
+        "approve tool `{}` on server `{}`: effect {}, arguments {shown}{more} (sha256 {}); the policy held it: {}",
+        escape_for_display(&request.exposed_tool),
+        escape_for_display(&request.server),
+        escape_for_display(&request.effect),
+        request.arguments_sha256,
+        escape_for_display(&request.reason),
+    )
+}

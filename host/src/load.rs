@@ -1,0 +1,773 @@
+//! Load: list every configured server again, verify each tool against its pin, classify it
+//! with the rules component, check and narrow its schema, check the server's hints against
+//! the operator's effect, and register what passes. Everything else is reported, per tool,
+//! with the reason; one server's failure never takes another's tools away.
+//!
+//! # Hints can only refuse
+//! Effects are ordered read-only < local-change < remote-change < destructive. A server's
+//! annotation contradicts the operator only when it claims *more* effect than the
+//! operator's class (MCP spec 2025-11-25, "Tool annotations"):
+//! - `destructiveHint: true` against read-only, local-change or remote-change — unless the
+//!   same tool says `readOnlyHint: true`, in which case the spec says `destructiveHint` is
+//!   meaningless;
+//! - an explicit `readOnlyHint: false` against read-only;
+//! - `openWorldHint: true` against local-change: a change made in an open world of external
+//!   entities is a remote change. Against read-only it contradicts nothing: reading the
+//!   open world (a search, a fetch) changes nothing.
+//!
+//! A contradiction refuses the tool unless its rule sets `allow_hint_mismatch`; then the
+//! report records the override. A hint claiming less effect never counts, so a hint never
+//! relaxes a classification, and an absent annotation contradicts nothing (a missing hint
+//! is not a claim, whatever the spec's default value).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::canonical;
+use crate::component::{
+    Classification, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent,
+    Policy, Rules, ToolView,
+};
+use crate::config::Config;
+use crate::listing::{self, ListedTool, ListingBounds};
+use crate::manifest::{Manifest, PinnedServer};
+use crate::registry::{RegisteredTool, Registry};
+use crate::schema;
+use crate::transport::Upstream;
+
+/// Errors that stop a load as a whole (a server's or a tool's trouble never does).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `tool_name_pattern` is not a valid regular expression.
+    #[error("`tool_name_pattern` `{pattern}` is not a valid regular expression: {reason}")]
+    NamePattern {
+        /// The pattern.
+        pattern: String,
+        /// What the regex compiler said.
+        reason: String,
+    },
+}
+
+/// What a load did, for embedders (`--json` serializes it) and for `toolward check`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadReport {
+    /// SHA-256 of the rules and policy components, by role (`rules`, `policy`).
+    pub components: BTreeMap<String, String>,
+    /// Component digests that differ from the manifest's: reported, not refused.
+    pub component_changes: Vec<String>,
+    /// One entry per configured server, in name order.
+    pub servers: Vec<ServerReport>,
+}
+
+/// What a load did with one server.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerReport {
+    /// The server's name in the config.
+    pub server: String,
+    /// Why none of its tools are available (it did not start, its listing was refused, it
+    /// is not pinned); `None` when it loaded.
+    pub failure: Option<String>,
+    /// `serverInfo` name and version, and the protocol version, when it started.
+    pub identity: Option<IdentityReport>,
+    /// Tools the model will see.
+    pub registered: Vec<RegisteredReport>,
+    /// Tools refused, with the reason.
+    pub refused: Vec<Refusal>,
+    /// Tools listed by the server that the manifest does not pin: ignored.
+    pub unpinned: Vec<String>,
+    /// Tools pinned and unchanged that no rule classifies: not registered.
+    pub unclassified: Vec<Unclassified>,
+    /// Hint contradictions the operator's rule allowed.
+    pub overrides: Vec<HintOverride>,
+    /// Changes that are reported, not refused (output schema, identity, annotations).
+    pub notes: Vec<String>,
+}
+
+/// A server's identity as it answered `initialize`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IdentityReport {
+    /// `serverInfo.name`
+    pub name: String,
+    /// `serverInfo.version`
+    pub version: String,
+    /// The protocol version it answered.
+    pub protocol_version: String,
+}
+
+/// A registered tool in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegisteredReport {
+    /// The name the model sees.
+    pub exposed_name: String,
+    /// The server's name for it.
+    pub tool: String,
+    /// The operator's effect.
+    pub effect: String,
+}
+
+/// A refused tool.
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    /// The tool's name as the server knows it.
+    pub tool: String,
+    /// Why, in one line.
+    pub reason: String,
+    /// For a changed description: a unified text diff, pinned → listed, hidden characters
+    /// made visible.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description_diff: Option<String>,
+    /// For a changed or refused schema: JSON Pointers of the places concerned.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pointers: Vec<String>,
+}
+
+/// An unclassified tool, with what the operator needs to classify it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unclassified {
+    /// The tool's name.
+    pub tool: String,
+    /// Its description, hidden characters made visible.
+    pub description: String,
+    /// Its annotations as received.
+    pub annotations: crate::component::Annotations,
+}
+
+/// A hint contradiction that the rule allowed.
+#[derive(Debug, Clone, Serialize)]
+pub struct HintOverride {
+    /// The tool.
+    pub tool: String,
+    /// The hint that claimed more effect (`destructiveHint: true`).
+    pub hint: String,
+    /// The operator's effect, which stands.
+    pub effect: String,
+}
+
+impl LoadReport {
+    /// Whether any tool or server was refused (the non-zero exit of `toolward check`).
+    pub fn refused_anything(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|s| s.failure.is_some() || !s.refused.is_empty())
+    }
+
+    /// One line per tool or server the model will not see, and why: what the gateway
+    /// tells the client in log notifications.
+    pub fn messages(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in &self.servers {
+            if let Some(failure) = &s.failure {
+                out.push(format!("server `{}` is unavailable: {failure}", s.server));
+            }
+            for r in &s.refused {
+                out.push(format!(
+                    "tool `{}` of server `{}` is refused: {}",
+                    r.tool, s.server, r.reason
+                ));
+            }
+        }
+        out
+    }
+
+    /// The report for a person: per server, what registered, what was refused and why,
+    /// with description diffs and schema pointers.
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        for s in &self.servers {
+            let _ = match &s.identity {
+                Some(id) => writeln!(
+                    out,
+                    "server `{}` ({} {}, protocol {})",
+                    s.server,
+                    listing::visible(&id.name),
+                    listing::visible(&id.version),
+                    id.protocol_version
+                ),
+                None => writeln!(out, "server `{}`", s.server),
+            };
+            if let Some(failure) = &s.failure {
+                let _ = writeln!(out, "  unavailable: {failure}");
+            }
+            for r in &s.registered {
+                let _ = writeln!(out, "  registered  {}  ({}, {})", r.exposed_name, r.tool, r.effect);
+            }
+            for o in &s.overrides {
+                let _ = writeln!(
+                    out,
+                    "  override    {}: server hint `{}` contradicts effect `{}`; the rule allows it",
+                    o.tool, o.hint, o.effect
+                );
+            }
+            for r in &s.refused {
+                let _ = writeln!(out, "  REFUSED     {}: {}", listing::visible(&r.tool), r.reason);
+                for p in &r.pointers {
+                    let _ = writeln!(out, "                at `{p}`");
+                }
+                if let Some(diff) = &r.description_diff {
+                    for line in diff.lines() {
+                        let _ = writeln!(out, "                {line}");
+                    }
+                }
+            }
+            for u in &s.unclassified {
+                let _ = writeln!(out, "  unclassified {} (not registered)", listing::visible(&u.tool));
+            }
+            for u in &s.unpinned {
+                let _ = writeln!(out, "  unpinned    {} (ignored; run `toolward pin` to review it)", listing::visible(u));
+            }
+            for n in &s.notes {
+                let _ = writeln!(out, "  note        {n}");
+            }
+        }
+        for c in &self.component_changes {
+            let _ = writeln!(out, "note: {c}");
+        }
+        for (role, sha) in &self.components {
+            let _ = writeln!(out, "{role} component sha256 {sha}");
+        }
+        let registered: usize = self.servers.iter().map(|s| s.registered.len()).sum();
+        let refused: usize = self.servers.iter().map(|s| s.refused.len()).sum();
+        let failed = self.servers.iter().filter(|s| s.failure.is_some()).count();
+        let _ = writeln!(
+            out,
+            "{registered} tools registered, {refused} refused, {failed} servers unavailable"
+        );
+        out
+    }
+}
+
+/// The hint of `annotations` that claims more effect than `effect`, if any (see the module
+/// documentation for the rule).
+pub fn contradicting_hint(
+    annotations: &crate::component::Annotations,
+    effect: Effect,
+) -> Option<&'static str> {
+    let read_only_claimed = annotations.read_only_hint == Some(true);
+    if annotations.destructive_hint == Some(true) && !read_only_claimed && effect < Effect::Destructive
+    {
+        return Some("destructiveHint: true");
+    }
+    if annotations.read_only_hint == Some(false) && effect == Effect::ReadOnly {
+        return Some("readOnlyHint: false");
+    }
+    if annotations.open_world_hint == Some(true) && effect == Effect::LocalChange {
+        return Some("openWorldHint: true");
+    }
+    None
+}
+
+/// One line: an error and each of its sources, joined by `: `.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = e.source();
+    }
+    text
+}
+
+/// Connects to a configured server (as `pin` does: its own `HOME`, the same limits).
+///
+/// # Errors
+/// A one-line reason naming the server.
+pub async fn connect(config: &Config, server: &str) -> Result<Upstream, String> {
+    let Some(server_config) = config.servers.get(server) else {
+        return Err(format!("server `{server}` is not in the config"));
+    };
+    crate::pin::connect(config, server_config)
+        .await
+        .map_err(|e| error_chain(&e))
+}
+
+/// Loads every configured server against `manifest` with the configured `rules`: the
+/// registry of what passed, and the report of everything.
+///
+/// `components` holds the SHA-256 of the components in use, by role (`rules`, `policy`);
+/// they are compared with the manifest's and reported when they differ.
+///
+/// # Errors
+/// [`LoadError`] only for a config that cannot name tools at all; every server and tool
+/// failure is in the report.
+pub async fn load(
+    config: &Config,
+    rules: &Rules,
+    manifest: &Manifest,
+    components: BTreeMap<String, String>,
+) -> Result<(Registry, LoadReport), LoadError> {
+    let pattern = regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
+        pattern: config.tool_name_pattern.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut report = LoadReport {
+        component_changes: component_changes(&manifest.components, &components),
+        components,
+        servers: Vec::new(),
+    };
+    let mut registry = Registry::new();
+    // Servers start concurrently: a slow one does not hold up the others.
+    let names: Vec<String> = config.servers.keys().cloned().collect();
+    let connections = futures::future::join_all(names.iter().map(|name| async move {
+        let upstream = connect(config, name).await;
+        let listing = match &upstream {
+            Ok(u) => {
+                let bounds = config
+                    .servers
+                    .get(name)
+                    .map(|s| ListingBounds::from(&s.limits))
+                    .unwrap_or_default();
+                Some(listing::list_tools(u, &bounds).await.map_err(|e| error_chain(&e)))
+            }
+            Err(_) => None,
+        };
+        (upstream, listing)
+    }))
+    .await;
+
+    let mut classifier = rules.classifier();
+    let mut candidates: Vec<RegisteredTool> = Vec::new();
+    for (name, (upstream, listing)) in names.iter().zip(connections) {
+        let mut server_report = ServerReport {
+            server: name.clone(),
+            ..ServerReport::default()
+        };
+        let upstream = match upstream {
+            Ok(u) => u,
+            Err(reason) => {
+                server_report.failure = Some(reason);
+                report.servers.push(server_report);
+                continue;
+            }
+        };
+        let identity = upstream.identity();
+        server_report.identity = Some(IdentityReport {
+            name: identity.name.clone(),
+            version: identity.version.clone(),
+            protocol_version: identity.protocol_version.clone(),
+        });
+        let listing = match listing {
+            Some(Ok(listing)) => listing,
+            Some(Err(reason)) => {
+                server_report.failure = Some(format!("its listing was refused: {reason}"));
+                report.servers.push(server_report);
+                upstream.close().await;
+                continue;
+            }
+            None => {
+                report.servers.push(server_report);
+                upstream.close().await;
+                continue;
+            }
+        };
+        let Some(pinned) = manifest.servers.get(name) else {
+            server_report.failure = Some(format!(
+                "server `{name}` is not in the manifest; run `toolward pin --server {name}` and review it"
+            ));
+            server_report.unpinned = listing.tools.iter().map(|t| t.name.clone()).collect();
+            report.servers.push(server_report);
+            upstream.close().await;
+            continue;
+        };
+        if pinned.server_name != identity.name || pinned.server_version != identity.version {
+            server_report.notes.push(format!(
+                "the server now says it is `{} {}`; it was pinned as `{} {}`",
+                listing::visible(&identity.name),
+                listing::visible(&identity.version),
+                listing::visible(&pinned.server_name),
+                listing::visible(&pinned.server_version)
+            ));
+        }
+
+        let classifier = match &mut classifier {
+            Ok(c) => Ok(c),
+            Err(reason) => Err(reason.clone()),
+        };
+        let server_candidates = check_server(
+            config,
+            name,
+            pinned,
+            &listing,
+            classifier,
+            &mut server_report,
+        );
+        candidates.extend(server_candidates);
+        report.servers.push(server_report);
+        registry.insert_upstream(name, upstream);
+    }
+
+    // Exposed names: the configured pattern, and no two tools with one name.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for tool in &candidates {
+        *seen.entry(tool.exposed_name.clone()).or_default() += 1;
+    }
+    for tool in candidates {
+        let reason = if !pattern.is_match(&tool.exposed_name) {
+            Some(format!(
+                "its exposed name `{}` does not match `tool_name_pattern` `{}`",
+                listing::visible(&tool.exposed_name),
+                config.tool_name_pattern
+            ))
+        } else if seen.get(&tool.exposed_name).copied().unwrap_or(0) > 1 {
+            Some(format!(
+                "its exposed name `{}` collides with another tool's",
+                tool.exposed_name
+            ))
+        } else {
+            None
+        };
+        let Some(server_report) = report.servers.iter_mut().find(|s| s.server == tool.server) else {
+            continue;
+        };
+        match reason {
+            Some(reason) => server_report.refused.push(Refusal {
+                tool: tool.upstream_name.clone(),
+                reason,
+                description_diff: None,
+                pointers: Vec::new(),
+            }),
+            None => {
+                server_report.registered.push(RegisteredReport {
+                    exposed_name: tool.exposed_name.clone(),
+                    tool: tool.upstream_name.clone(),
+                    effect: tool.effect.to_string(),
+                });
+                // Names are unique here, so the insert cannot be refused.
+                let _ = registry.insert_tool(tool);
+            }
+        }
+    }
+    Ok((registry, report))
+}
+
+fn component_changes(
+    pinned: &BTreeMap<String, String>,
+    now: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (role, sha) in now {
+        match pinned.get(role) {
+            Some(old) if old != sha => out.push(format!(
+                "the {role} component changed since the pin: sha256 `{old}` → `{sha}`"
+            )),
+            None if !pinned.is_empty() => out.push(format!(
+                "the {role} component (sha256 `{sha}`) is not in the manifest"
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn refusal(tool: &str, reason: String) -> Refusal {
+    Refusal {
+        tool: tool.to_owned(),
+        reason,
+        description_diff: None,
+        pointers: Vec::new(),
+    }
+}
+
+/// Verifies, classifies and narrows the tools of one server; the tools that pass are
+/// returned, everything else goes into `report`.
+fn check_server(
+    config: &Config,
+    server: &str,
+    pinned: &PinnedServer,
+    listed: &listing::Listing,
+    mut classifier: Result<&mut crate::component::Classifier, String>,
+    report: &mut ServerReport,
+) -> Vec<RegisteredTool> {
+    let mut out = Vec::new();
+    for name in &listed.duplicates {
+        report.refused.push(refusal(
+            name,
+            format!("server `{server}` listed tool `{}` more than once; every entry is refused", listing::visible(name)),
+        ));
+    }
+    for (name, reason) in &listed.malformed {
+        report.refused.push(refusal(name, reason.clone()));
+    }
+    let offered: BTreeSet<&str> = listed
+        .tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(listed.duplicates.iter().map(String::as_str))
+        .chain(listed.malformed.iter().map(|(n, _)| n.as_str()))
+        .collect();
+    for name in pinned.tools.keys() {
+        if !offered.contains(name.as_str()) {
+            report.refused.push(refusal(
+                name,
+                format!("tool `{name}` is pinned but server `{server}` no longer offers it"),
+            ));
+        }
+    }
+    for tool in &listed.tools {
+        let Some(pin) = pinned.tools.get(&tool.name) else {
+            report.unpinned.push(tool.name.clone());
+            continue;
+        };
+        let mut changed = false;
+        if pin.description_sha256 != tool.description_sha256 {
+            changed = true;
+            report.refused.push(Refusal {
+                tool: tool.name.clone(),
+                reason: format!(
+                    "the description of tool `{}` of server `{server}` changed since the pin",
+                    tool.name
+                ),
+                description_diff: Some(text_diff(&pin.description, &tool.description)),
+                pointers: Vec::new(),
+            });
+        }
+        if pin.input_schema_sha256 != tool.input_schema_sha256 {
+            changed = true;
+            report.refused.push(Refusal {
+                tool: tool.name.clone(),
+                reason: format!(
+                    "the input schema of tool `{}` of server `{server}` changed since the pin",
+                    tool.name
+                ),
+                description_diff: None,
+                pointers: schema::changed_pointers(&pin.input_schema, &tool.input_schema),
+            });
+        }
+        if changed {
+            continue;
+        }
+        if pin.output_schema_sha256 != tool.output_schema_sha256 {
+            report.notes.push(format!(
+                "the output schema of tool `{}` changed since the pin (reported, not refused)",
+                tool.name
+            ));
+        }
+        if pin.annotations.as_ref().map(canonical::to_canonical)
+            != tool.annotations_raw.as_ref().map(canonical::to_canonical)
+        {
+            report.notes.push(format!(
+                "the annotations of tool `{}` changed since the pin (checked against the rule below)",
+                tool.name
+            ));
+        }
+        let view = ToolView {
+            server: server.to_owned(),
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            input_schema: canonical::to_canonical(&tool.input_schema),
+            annotations: tool.annotations.clone(),
+            description_sha256: tool.description_sha256.clone(),
+            input_schema_sha256: tool.input_schema_sha256.clone(),
+        };
+        let classification = match &mut classifier {
+            Ok(c) => c.classify(&view),
+            Err(reason) => Err(reason.clone()),
+        };
+        let classification = match classification {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                report.unclassified.push(Unclassified {
+                    tool: tool.name.clone(),
+                    description: listing::visible(&tool.description),
+                    annotations: tool.annotations.clone(),
+                });
+                continue;
+            }
+            Err(reason) => {
+                report.refused.push(refusal(&tool.name, reason));
+                continue;
+            }
+        };
+        match register(config, server, tool, &classification, report) {
+            Ok(registered) => out.push(registered),
+            Err(r) => report.refused.push(r),
+        }
+    }
+    out
+}
+
+/// Applies a classification to a verified tool: schema checks, hint check, narrowing.
+fn register(
+    config: &Config,
+    server: &str,
+    tool: &ListedTool,
+    classification: &Classification,
+    report: &mut ServerReport,
+) -> Result<RegisteredTool, Refusal> {
+    let name = &tool.name;
+    let schema_refusal = |what: &str, r: schema::SchemaRefusal| Refusal {
+        tool: name.clone(),
+        reason: format!("the {what} of tool `{name}` of server `{server}` is refused: {r}"),
+        description_diff: None,
+        pointers: vec![r.pointer().to_owned()],
+    };
+    let dialect = schema::check_input_schema(&tool.input_schema)
+        .map_err(|r| schema_refusal("input schema", r))?;
+    if let Some(output) = &tool.output_schema {
+        schema::check_output_schema(output).map_err(|r| schema_refusal("output schema", r))?;
+    }
+    if let Some(hint) = contradicting_hint(&tool.annotations, classification.effect) {
+        if classification.allow_hint_mismatch {
+            report.overrides.push(HintOverride {
+                tool: name.clone(),
+                hint: hint.to_owned(),
+                effect: classification.effect.to_string(),
+            });
+        } else {
+            return Err(refusal(
+                name,
+                format!(
+                    "server `{server}` marks tool `{name}` `{hint}`, which claims more than the rule's effect `{}`; set `allow_hint_mismatch` in the rule to accept it",
+                    classification.effect
+                ),
+            ));
+        }
+    }
+    let mut fixed = Vec::new();
+    for (param, text) in &classification.fixed_parameters {
+        let value = canonical::parse(text.as_bytes()).map_err(|e| {
+            refusal(
+                name,
+                format!("the fixed value of parameter `{param}` of tool `{name}` is not JSON: {e}"),
+            )
+        })?;
+        fixed.push((param.clone(), value));
+    }
+    let hidden: Vec<&str> = classification
+        .denied_parameters
+        .iter()
+        .map(String::as_str)
+        .chain(classification.fixed_parameters.iter().map(|(n, _)| n.as_str()))
+        .collect();
+    let narrowed = schema::narrow(&tool.input_schema, &hidden)
+        .map_err(|r| schema_refusal("input schema", r))?;
+    Ok(RegisteredTool {
+        server: server.to_owned(),
+        upstream_name: name.clone(),
+        exposed_name: format!("{server}{}{name}", config.separator),
+        effect: classification.effect,
+        description: classification
+            .description_override
+            .clone()
+            .unwrap_or_else(|| tool.description.clone()),
+        input_schema: narrowed,
+        original_schema: tool.input_schema.clone(),
+        dialect,
+        output_schema: tool.output_schema.clone(),
+        denied: classification.denied_parameters.clone(),
+        fixed,
+        annotations: tool.annotations.clone(),
+        description_sha256: tool.description_sha256.clone(),
+        input_schema_sha256: tool.input_schema_sha256.clone(),
+    })
+}
+
+/// A unified diff of two descriptions, pinned → listed, hidden characters made visible.
+pub fn text_diff(pinned: &str, listed: &str) -> String {
+    let pinned = listing::visible(pinned);
+    let listed = listing::visible(listed);
+    similar::TextDiff::from_lines(&pinned, &listed)
+        .unified_diff()
+        .header("pinned", "listed")
+        .to_string()
+}
+
+/// Errors of preparing the components a load needs.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A file named by the config cannot be read.
+    #[error("cannot read the {what} `{path}`: {source}")]
+    Read {
+        /// What the file is (`rules file`, `policy component`, …).
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A component failed to load or refused its settings.
+    #[error(transparent)]
+    Component(#[from] crate::component::ComponentError),
+}
+
+/// The rules and policy a config names, loaded and configured once.
+#[derive(Debug)]
+pub struct Components {
+    /// The wasmtime host (shared engine and compiled-component cache).
+    pub host: ComponentHost,
+    /// The configured `rules` export.
+    pub rules: Rules,
+    /// The configured `policy` export.
+    pub policy: Arc<Policy>,
+    /// SHA-256 of each component by role (`rules`, `policy`).
+    pub digests: BTreeMap<String, String>,
+}
+
+/// The compiled-component cache of a config: `<state_dir>/components`.
+pub fn component_cache_dir(config: &Config) -> PathBuf {
+    config.state_dir.join("components")
+}
+
+fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, StartError> {
+    std::fs::read(path).map_err(|source| StartError::Read {
+        what,
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Loads the config's rules and policy components (the built-in default component where
+/// none is named) and configures each once: the rules component with the rules file's
+/// text, the policy component with `policy.settings`' text or, when none is given, the
+/// rules file's text (whose decision table the default component reads).
+///
+/// # Errors
+/// [`StartError`] when a file cannot be read, a component is invalid or impure, or
+/// `configure` refuses its settings (the message names the fault's path in the file).
+pub fn prepare_components(
+    config: &Config,
+    limits: GuestLimits,
+) -> Result<Components, StartError> {
+    let host = ComponentHost::new(limits, Some(component_cache_dir(config)))?;
+    let load_component = |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
+        match path {
+            Some(path) => {
+                let bytes = read_file(what, path)?;
+                Ok(host.load(&bytes, &path.display().to_string())?)
+            }
+            None => Ok(host.load(DEFAULT_COMPONENT, "built-in")?),
+        }
+    };
+    let rules_text = read_file("rules file", &config.rules.file)?;
+    let rules_text = String::from_utf8_lossy(&rules_text).into_owned();
+    let rules_component = load_component(&config.rules.component, "rules component")?;
+    let policy_component = if config.policy.component == config.rules.component {
+        rules_component.clone()
+    } else {
+        load_component(&config.policy.component, "policy component")?
+    };
+    let policy_text = match &config.policy.settings {
+        Some(path) => String::from_utf8_lossy(&read_file("policy settings", path)?).into_owned(),
+        None => rules_text.clone(),
+    };
+    let rules = host.configure_rules(&rules_component, &rules_text)?;
+    let policy = host.configure_policy(&policy_component, &policy_text)?;
+    let digests = BTreeMap::from([
+        ("policy".to_owned(), policy_component.sha256().to_owned()),
+        ("rules".to_owned(), rules_component.sha256().to_owned()),
+    ]);
+    Ok(Components {
+        host,
+        rules,
+        policy: Arc::new(policy),
+        digests,
+    })
+}

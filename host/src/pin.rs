@@ -1,0 +1,424 @@
+//! Pinning: start each configured server, list its tools, and record what it presents in a
+//! [`Manifest`] for the operator to review (`toolward pin`).
+//!
+//! # Servers
+//!
+//! Each stdio server starts as [`stdio_spec`] describes: its command, arguments and
+//! variables from the configuration, the variables it passes through, and a `HOME` of its own
+//! ([`server_home`], `<state_dir>/home/<server>`, created with mode `0700`) unless the
+//! operator set `HOME` for it or passes it through. Without one, Node servers fall back to the
+//! operator's real home folder and write there. Load starts servers with the same
+//! [`connect`], so pin and load see the same listing (the client also declares the same
+//! capabilities, none: see [`crate::transport`]). Streamable HTTP servers are not supported
+//! in this version: such a server fails with [`PinError::HttpNotSupported`].
+//!
+//! # Failures
+//!
+//! A server that cannot be started or listed, or whose listing names a tool twice or holds a
+//! malformed tool, fails alone ([`PinOutcome::failures`]); the others are still pinned, and
+//! a failed server keeps the entry it had in the existing manifest (if any), so writing the
+//! outcome never silently drops a reviewed pin. The pin as a whole still fails: the CLI exits
+//! non-zero when [`PinOutcome::check`] is an error, after printing the report.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, Limits, ServerConfig, ServerTransport};
+use crate::listing::{self, Listing, ListingBounds, ListingError, visible};
+use crate::manifest::{self, Manifest, ManifestDiff, PinnedServer, PinnedTool};
+use crate::transport::{
+    MAX_FRAME_BYTES, ServerIdentity, StdioSpec, TransportError, TransportLimits, Upstream,
+};
+
+/// Folder under the state folder (`state_dir`) holding each server's `HOME`:
+/// `<state_dir>/home/<server>`.
+pub const HOME_DIR: &str = "home";
+
+/// Bytes a JSON-RPC envelope (`jsonrpc`, `id`, the `result` key) may add around a
+/// `tools/list` result: the frame limit is at least `max_page_bytes` plus this, so a page
+/// within its bound is never cut off by the transport first.
+pub const FRAME_ENVELOPE_BYTES: u64 = 64 * 1024;
+
+/// The variable that names a process's home folder.
+const HOME: &str = "HOME";
+
+/// Why a server could not be pinned, or the pin as a whole failed. Each names the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinError {
+    /// The server asked for is not in the configuration.
+    #[error("server `{server}` is not in the configuration")]
+    UnknownServer {
+        /// The name asked for.
+        server: String,
+    },
+    /// The server is reached over streamable HTTP.
+    #[error(
+        "server `{server}` is reached over streamable HTTP, which this version of toolward does not support"
+    )]
+    HttpNotSupported {
+        /// The server's name in the configuration.
+        server: String,
+    },
+    /// A path to give the server is not UTF-8.
+    #[error("server `{server}` has a {what} that is not UTF-8: `{}`", path.display())]
+    NotUnicode {
+        /// The server's name in the configuration.
+        server: String,
+        /// `command` or `home folder`.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+    },
+    /// The server's home folder could not be created.
+    #[error("could not create the home folder `{}` of server `{server}`", path.display())]
+    Home {
+        /// The server's name in the configuration.
+        server: String,
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The server could not be started.
+    #[error("could not start server `{server}`")]
+    Connect {
+        /// The server's name in the configuration.
+        server: String,
+        /// Why (boxed: it is large, and rare).
+        #[source]
+        source: Box<TransportError>,
+    },
+    /// The server's listing was refused.
+    #[error("could not pin the tools of server `{server}`")]
+    Listing {
+        /// The server's name in the configuration.
+        server: String,
+        /// Why (boxed: it is large, and rare).
+        #[source]
+        source: Box<ListingError>,
+    },
+    /// The listing names tools more than once.
+    #[error("server `{server}` lists {} more than once", names(.tools))]
+    DuplicateTools {
+        /// The server's name in the configuration.
+        server: String,
+        /// The names (hidden characters made visible).
+        tools: Vec<String>,
+    },
+    /// The listing holds malformed tools.
+    #[error("server `{server}` lists malformed tools: {}", reasons(.tools))]
+    MalformedTools {
+        /// The server's name in the configuration.
+        server: String,
+        /// Each tool's name (or `#index`, hidden characters made visible) and why.
+        tools: Vec<(String, String)>,
+    },
+    /// Some servers failed (see [`PinOutcome::failures`]).
+    #[error("pin failed for {}", names(.servers))]
+    ServersFailed {
+        /// The servers that failed.
+        servers: Vec<String>,
+    },
+}
+
+/// `` `a`, `b` `` for a list of names.
+fn names(list: &[String]) -> String {
+    let quoted: Vec<String> = list.iter().map(|name| format!("`{name}`")).collect();
+    quoted.join(", ")
+}
+
+/// `` `a` (why); `b` (why) `` for malformed tools.
+fn reasons(list: &[(String, String)]) -> String {
+    let quoted: Vec<String> = list
+        .iter()
+        .map(|(name, why)| format!("`{name}` ({why})"))
+        .collect();
+    quoted.join("; ")
+}
+
+/// What [`pin`] did.
+#[derive(Debug)]
+pub struct PinOutcome {
+    /// The new manifest: every server pinned now, and for the others (a failed server,
+    /// servers other than the one re-pinned, disabled servers) their entry of the existing
+    /// manifest. The component hashes are the ones given to [`pin`].
+    pub manifest: Manifest,
+    /// What changed against the existing manifest (against an empty one when there is none).
+    pub diff: ManifestDiff,
+    /// Each server that could not be pinned, by name.
+    pub failures: BTreeMap<String, PinError>,
+}
+
+impl PinOutcome {
+    /// Whether every server asked for was pinned.
+    pub fn is_complete(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// The pin as a whole: an error when any server failed.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::ServersFailed`] naming the failed servers.
+    pub fn check(&self) -> Result<(), PinError> {
+        if self.failures.is_empty() {
+            Ok(())
+        } else {
+            Err(PinError::ServersFailed {
+                servers: self.failures.keys().cloned().collect(),
+            })
+        }
+    }
+}
+
+/// Pins the servers of `config`: each one (or only `only_server`, keeping every other entry
+/// of `existing`), with `component_hashes` as the manifest's components. Servers are started
+/// one after another, each closed once listed. See the module documentation for failures.
+///
+/// # Errors
+///
+/// [`PinError::UnknownServer`] when `only_server` is not a configured (enabled) server.
+/// Every other failure is per server, in [`PinOutcome::failures`].
+pub async fn pin(
+    config: &Config,
+    only_server: Option<&str>,
+    existing: Option<&Manifest>,
+    component_hashes: BTreeMap<String, String>,
+) -> Result<PinOutcome, PinError> {
+    if let Some(name) = only_server
+        && !config.servers.contains_key(name)
+    {
+        return Err(PinError::UnknownServer {
+            server: name.to_owned(),
+        });
+    }
+    let empty = Manifest::default();
+    let existing = existing.unwrap_or(&empty);
+    let kept = |name: &String| only_server.is_some() || config.disabled_servers.contains(name);
+    let mut servers: BTreeMap<String, PinnedServer> = existing
+        .servers
+        .iter()
+        .filter(|(name, _)| kept(name))
+        .map(|(name, server)| (name.clone(), server.clone()))
+        .collect();
+    let mut failures = BTreeMap::new();
+    for (name, server) in &config.servers {
+        if only_server.is_some_and(|only| only != name) {
+            continue;
+        }
+        match pin_one(config, server).await {
+            Ok(pinned) => {
+                servers.insert(name.clone(), pinned);
+            }
+            Err(error) => {
+                if let Some(old) = existing.servers.get(name) {
+                    servers.insert(name.clone(), old.clone());
+                }
+                failures.insert(name.clone(), error);
+            }
+        }
+    }
+    let manifest = Manifest {
+        components: component_hashes,
+        servers,
+    };
+    let diff = manifest::diff(existing, &manifest);
+    Ok(PinOutcome {
+        manifest,
+        diff,
+        failures,
+    })
+}
+
+/// Starts, lists, closes and pins one server.
+async fn pin_one(config: &Config, server: &ServerConfig) -> Result<PinnedServer, PinError> {
+    let upstream = connect(config, server).await?;
+    let listing = listing::list_tools(&upstream, &ListingBounds::from(&server.limits)).await;
+    let identity = upstream.identity().clone();
+    upstream.close().await;
+    let listing = listing.map_err(|source| PinError::Listing {
+        server: server.name.clone(),
+        source: Box::new(source),
+    })?;
+    pin_server(&listing, &identity)
+}
+
+/// The pinned entry of a server from its listing and its `initialize` answer.
+///
+/// # Errors
+///
+/// [`PinError::DuplicateTools`] when the listing names a tool more than once (checked first),
+/// [`PinError::MalformedTools`] when it holds a malformed tool; each lists every such tool.
+pub fn pin_server(listing: &Listing, identity: &ServerIdentity) -> Result<PinnedServer, PinError> {
+    if !listing.duplicates.is_empty() {
+        return Err(PinError::DuplicateTools {
+            server: listing.server.clone(),
+            tools: listing
+                .duplicates
+                .iter()
+                .map(|name| visible(name))
+                .collect(),
+        });
+    }
+    if !listing.malformed.is_empty() {
+        return Err(PinError::MalformedTools {
+            server: listing.server.clone(),
+            tools: listing
+                .malformed
+                .iter()
+                .map(|(name, why)| (visible(name), why.clone()))
+                .collect(),
+        });
+    }
+    let tools = listing
+        .tools
+        .iter()
+        .map(|tool| {
+            let pinned = PinnedTool {
+                description: tool.description.clone(),
+                description_sha256: tool.description_sha256.clone(),
+                input_schema: tool.input_schema.clone(),
+                input_schema_sha256: tool.input_schema_sha256.clone(),
+                output_schema_sha256: tool.output_schema_sha256.clone(),
+                annotations: tool.annotations_raw.clone(),
+            };
+            (tool.name.clone(), pinned)
+        })
+        .collect();
+    Ok(PinnedServer {
+        server_name: identity.name.clone(),
+        server_version: identity.version.clone(),
+        protocol_version: identity.protocol_version.clone(),
+        tools,
+    })
+}
+
+/// The `HOME` toolward gives `server`: `<state_dir>/home/<server>` (see [`HOME_DIR`]), or
+/// `None` when the operator sets `HOME` in the server's `env` or names it in `pass_env`.
+/// Server names are `[A-Za-z0-9_-]+`, so the name is one plain path component.
+pub fn server_home(config: &Config, server: &ServerConfig) -> Option<PathBuf> {
+    let set = match &server.transport {
+        ServerTransport::Stdio { env, .. } => env.contains_key(HOME),
+        ServerTransport::Http { .. } => true,
+    };
+    if set || server.pass_env.iter().any(|name| name == HOME) {
+        return None;
+    }
+    Some(config.state_dir.join(HOME_DIR).join(&server.name))
+}
+
+/// How to start the stdio server `server`: its command, arguments and variables, the
+/// variables it passes through, and `HOME` set to [`server_home`] (made absolute) when that
+/// is `Some`. Creates nothing: [`connect`] creates the home folder.
+///
+/// # Errors
+///
+/// [`PinError::HttpNotSupported`] for an HTTP server; [`PinError::NotUnicode`] when the
+/// command or the home folder is not UTF-8; [`PinError::Home`] when the home folder cannot
+/// be made absolute.
+pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, PinError> {
+    let ServerTransport::Stdio { command, args, env } = &server.transport else {
+        return Err(PinError::HttpNotSupported {
+            server: server.name.clone(),
+        });
+    };
+    let not_unicode = |what, path: &Path| PinError::NotUnicode {
+        server: server.name.clone(),
+        what,
+        path: path.to_path_buf(),
+    };
+    let mut env = env.clone();
+    if let Some(home) = server_home(config, server) {
+        let home = std::path::absolute(&home).map_err(|source| PinError::Home {
+            server: server.name.clone(),
+            path: home.clone(),
+            source,
+        })?;
+        let text = home
+            .to_str()
+            .ok_or_else(|| not_unicode("home folder", &home))?;
+        env.insert(HOME.to_owned(), text.to_owned());
+    }
+    Ok(StdioSpec {
+        command: command
+            .to_str()
+            .ok_or_else(|| not_unicode("command", command))?
+            .to_owned(),
+        args: args.clone(),
+        env,
+        pass_env: server.pass_env.clone(),
+        // Relative paths in `args` (a sandbox folder, a script) mean what they mean beside
+        // the config file, wherever toolward was started from.
+        cwd: Some(config.base_dir.clone()),
+    })
+}
+
+/// The transport limits of a server from its config limits: its start and request timeouts,
+/// and a frame limit of [`MAX_FRAME_BYTES`], or `max_page_bytes` plus
+/// [`FRAME_ENVELOPE_BYTES`] when that is more.
+pub fn transport_limits(limits: &Limits) -> TransportLimits {
+    let page_frame = limits.max_page_bytes.saturating_add(FRAME_ENVELOPE_BYTES);
+    TransportLimits {
+        start_timeout: limits.start_timeout(),
+        request_timeout: limits.request_timeout(),
+        max_frame_bytes: usize::try_from(page_frame)
+            .unwrap_or(usize::MAX)
+            .max(MAX_FRAME_BYTES),
+        ..TransportLimits::default()
+    }
+}
+
+/// Creates the server's home folder (see [`server_home`]) if it has one, with mode `0700` on
+/// Unix (also when it already existed: it may hold the server's credentials).
+///
+/// # Errors
+///
+/// [`PinError::Home`].
+pub fn create_home(config: &Config, server: &ServerConfig) -> Result<(), PinError> {
+    let Some(home) = server_home(config, server) else {
+        return Ok(());
+    };
+    let home_error = |source| PinError::Home {
+        server: server.name.clone(),
+        path: home.clone(),
+        source,
+    };
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        builder.mode(0o700);
+        builder.create(&home).map_err(home_error)?;
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700))
+            .map_err(home_error)?;
+    }
+    #[cfg(not(unix))]
+    builder.create(&home).map_err(home_error)?;
+    Ok(())
+}
+
+/// Starts the stdio server `server` of `config` as pin and load do: [`stdio_spec`],
+/// [`create_home`], then [`Upstream::connect_stdio`] with [`transport_limits`].
+///
+/// # Errors
+///
+/// Those of [`stdio_spec`] and [`create_home`]; [`PinError::Connect`] when the server does
+/// not start.
+pub async fn connect(config: &Config, server: &ServerConfig) -> Result<Upstream, PinError> {
+    let spec = stdio_spec(config, server)?;
+    create_home(config, server)?;
+    Upstream::connect_stdio(&server.name, &spec, &transport_limits(&server.limits))
+        .await
+        .map_err(|source| PinError::Connect {
+            server: server.name.clone(),
+            source: Box::new(source),
+        })
+}
+
+#[cfg(test)]
+#[path = "pin/tests.rs"]
+mod tests;

@@ -1,0 +1,182 @@
+//! Start: everything a config names, loaded and ready for calls — the entry point for
+//! embedders, and what `toolward serve` and `toolward call` run.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use std::sync::Arc;
+//! use toolward::approval::{ApprovalAnswer, FnApprover};
+//!
+//! let config = toolward::config::Config::from_path("examples/mcp/toolward.json".as_ref())?;
+//! let toolward = toolward::Toolward::start(config).await?;
+//! print!("{}", toolward.report().render());
+//! for tool in toolward.tools() {
+//!     println!("{} ({})", tool.exposed_name, tool.effect);
+//! }
+//! let approver = Arc::new(FnApprover::new(|_request| async { ApprovalAnswer::Approved }));
+//! let result = toolward
+//!     .call("fs__read_text_file", serde_json::json!({"path": "sandbox/hello.txt"}), approver)
+//!     .await;
+//! println!("{}", result.text());
+//! toolward.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::approval::Approver;
+use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes};
+use crate::call::{CallContext, CallPath, CallResult, CallSettings};
+use crate::component::GuestLimits;
+use crate::config::Config;
+use crate::load::{self, LoadReport};
+use crate::manifest::Manifest;
+use crate::registry::RegisteredTool;
+
+/// Errors that stop a start: the config's files, the components, the manifest, the audit
+/// log. A server or tool that fails is in the [`LoadReport`] instead.
+#[derive(Debug, thiserror::Error)]
+pub enum StartFailure {
+    /// Components could not be prepared.
+    #[error(transparent)]
+    Components(#[from] load::StartError),
+    /// The manifest is missing or invalid.
+    #[error("manifest `{path}`: {reason}")]
+    Manifest {
+        /// Its path.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The load could not name tools.
+    #[error(transparent)]
+    Load(#[from] load::LoadError),
+    /// The audit log cannot be opened (for example, another process writes it).
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+}
+
+/// A started toolward: the registered tools of every configured server behind the
+/// configured policy, with the audit log open.
+#[derive(Debug)]
+pub struct Toolward {
+    config: Config,
+    call_path: Arc<CallPath>,
+    report: LoadReport,
+    session: String,
+}
+
+impl Toolward {
+    /// Loads what `config` names: the components (configured once), the manifest, every
+    /// server (pins verified, rules applied), and opens the audit log, writing a `load`
+    /// record.
+    ///
+    /// # Errors
+    /// [`StartFailure`] for a missing manifest, an unreadable rules file, a component that
+    /// is invalid or refuses its settings, or an audit log another process holds.
+    pub async fn start(config: Config) -> Result<Toolward, StartFailure> {
+        let manifest = if config.manifest.exists() {
+            Manifest::read(&config.manifest).map_err(|e| StartFailure::Manifest {
+                path: config.manifest.display().to_string(),
+                reason: e.to_string(),
+            })?
+        } else {
+            return Err(StartFailure::Manifest {
+                path: config.manifest.display().to_string(),
+                reason: "no manifest: run `toolward pin` and review what it writes".to_owned(),
+            });
+        };
+        let components = load::prepare_components(&config, GuestLimits::default())?;
+        let (registry, report) =
+            load::load(&config, &components.rules, &manifest, components.digests.clone()).await?;
+        if let Some(parent) = config.audit.file.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let audit = AuditLog::open(&config.audit.file, config.audit.sync)?;
+        let hashes = ComponentHashes {
+            rules_sha256: components.digests.get("rules").cloned(),
+            policy_sha256: components.digests.get("policy").cloned(),
+        };
+        audit.set_components(hashes.clone());
+        audit.append(AuditEvent {
+            detail: serde_json::to_value(&report).ok(),
+            ..AuditEvent::new(AuditKind::Load)
+        })?;
+        let call_path = CallPath::new(
+            Arc::new(registry),
+            components.policy.clone(),
+            Some(Arc::new(audit)),
+            CallSettings::from_config(&config),
+            hashes,
+        );
+        Ok(Toolward {
+            session: crate::call::new_ulid(),
+            config,
+            call_path: Arc::new(call_path),
+            report,
+        })
+    }
+
+    /// The load report.
+    pub fn report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// The config it started from.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The registered tools, by exposed name.
+    pub fn tools(&self) -> impl Iterator<Item = &RegisteredTool> {
+        self.call_path.registry().tools()
+    }
+
+    /// The call path, for the gateway.
+    pub fn call_path(&self) -> &Arc<CallPath> {
+        &self.call_path
+    }
+
+    /// One call through the whole path (validation, policy, approval by `approver`,
+    /// forward, result cap, audit). `arguments` should be a JSON object; anything else is
+    /// refused as invalid arguments. Never fails: refusals are tool errors in the result.
+    pub async fn call(
+        &self,
+        exposed_name: &str,
+        arguments: serde_json::Value,
+        approver: Arc<dyn Approver>,
+    ) -> CallResult {
+        let arguments = match arguments {
+            serde_json::Value::Object(map) => Some(map),
+            serde_json::Value::Null => None,
+            other => {
+                let mut map = serde_json::Map::new();
+                map.insert("(not an object)".to_owned(), other);
+                Some(map)
+            }
+        };
+        let ctx = CallContext {
+            principal: self.config.principal.clone(),
+            session: self.session.clone(),
+            approver,
+            progress: None,
+        };
+        self.call_path.call(exposed_name, arguments, &ctx).await
+    }
+
+    /// Closes every server (each process group ended).
+    pub async fn shutdown(self) {
+        // Closing one clone of an upstream closes it for every clone.
+        let registry = self.call_path.registry();
+        for server in registry.servers() {
+            if let Some(upstream) = registry.upstream(server) {
+                upstream.clone().close().await;
+            }
+        }
+    }
+
+    /// SHA-256 of the components, by role.
+    pub fn component_digests(&self) -> BTreeMap<String, String> {
+        self.report.components.clone()
+    }
+}

@@ -1,0 +1,272 @@
+//! The gateway over an in-memory stream, spoken to as an MCP client would: newline-delimited
+//! JSON-RPC, written out by hand so the test also pins the wire format (`initialize`,
+//! `tools/list`, `tools/call`, the load messages as `notifications/message`, and approvals
+//! through elicitation).
+
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
+use toolward::call::CallSettings;
+use toolward::gateway::{self, GatewaySettings};
+
+use crate::call::Fixture;
+
+/// A hand-written MCP client on one end of a duplex stream.
+struct Client {
+    lines: tokio::io::Lines<BufReader<ReadHalf<DuplexStream>>>,
+    writer: WriteHalf<DuplexStream>,
+    next_id: u64,
+    /// Messages from the server other than the responses waited for.
+    seen: Vec<Json>,
+}
+
+impl Client {
+    fn new(stream: DuplexStream) -> Self {
+        let (reader, writer) = tokio::io::split(stream);
+        Self {
+            lines: BufReader::new(reader).lines(),
+            writer,
+            next_id: 1,
+            seen: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, message: Json) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes()).await.unwrap();
+        self.writer.flush().await.unwrap();
+    }
+
+    async fn next_message(&mut self) -> Json {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("the gateway answered in time")
+            .unwrap()
+            .expect("the gateway kept the stream open");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Sends a request and waits for its response; answers requests from the server with
+    /// `on_request` meanwhile.
+    async fn request(
+        &mut self,
+        method: &str,
+        params: Json,
+        on_request: &dyn Fn(&Json) -> Json,
+    ) -> Json {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
+        loop {
+            let message = self.next_message().await;
+            if message["id"] == id && message.get("method").is_none() {
+                return message;
+            }
+            if message.get("method").is_some() && message.get("id").is_some() {
+                let result = on_request(&message);
+                let answer = json!({ "jsonrpc": "2.0", "id": message["id"], "result": result });
+                self.seen.push(message);
+                self.send(answer).await;
+            } else {
+                self.seen.push(message);
+            }
+        }
+    }
+
+    async fn initialize(&mut self, capabilities: Json) -> Json {
+        let response = self
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": capabilities,
+                    "clientInfo": { "name": "test-client", "version": "1" },
+                }),
+                &|_| json!({}),
+            )
+            .await;
+        self.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+            .await;
+        response
+    }
+}
+
+fn no_requests(request: &Json) -> Json {
+    panic!("unexpected request from the gateway: {request}")
+}
+
+/// Starts the gateway over a duplex stream; returns the client's end.
+fn start(fixture: &Fixture, settings: CallSettings, messages: Vec<String>) -> Client {
+    let call_path = Arc::new(fixture.call_path(settings));
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let settings = GatewaySettings {
+        principal: String::from("tester"),
+        state_dir: fixture.state.path().to_path_buf(),
+    };
+    tokio::spawn(gateway::serve(call_path, messages, settings, server_end));
+    Client::new(client_end)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_lists_only_the_registered_tools_and_calls_one() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let mut client = start(
+        &fixture,
+        CallSettings::default(),
+        vec![String::from(
+            "tool `fs__move_file` is not registered: no rule classifies it",
+        )],
+    );
+    let initialized = client.initialize(json!({})).await;
+    let capabilities = &initialized["result"]["capabilities"];
+    assert!(capabilities.get("tools").is_some(), "{initialized}");
+    assert!(capabilities.get("resources").is_none(), "{initialized}");
+    assert!(capabilities.get("prompts").is_none(), "{initialized}");
+
+    let listed = client.request("tools/list", json!({}), &no_requests).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["fs__edit_file", "fs__read_text_file", "fs__write_file"]
+    );
+    let read = tools
+        .iter()
+        .find(|t| t["name"] == "fs__read_text_file")
+        .unwrap();
+    assert!(read["inputSchema"]["properties"].get("path").is_some());
+    assert!(
+        read["inputSchema"]["properties"].get("tail").is_none(),
+        "a denied parameter is hidden: {read}"
+    );
+    assert_eq!(read["annotations"]["readOnlyHint"], true);
+
+    let file = fixture.root().join("hello.txt");
+    let called = client
+        .request(
+            "tools/call",
+            json!({ "name": "fs__read_text_file", "arguments": { "path": file } }),
+            &no_requests,
+        )
+        .await;
+    let result = &called["result"];
+    assert_ne!(result["isError"], true, "{called}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the sandbox"),
+        "{called}"
+    );
+
+    // The load message arrived as a warning log notification.
+    let log = client
+        .seen
+        .iter()
+        .find(|m| m["method"] == "notifications/message")
+        .expect("the load message was sent");
+    assert_eq!(log["params"]["level"], "warning");
+    assert!(
+        log["params"]["data"]
+            .as_str()
+            .unwrap()
+            .contains("fs__move_file")
+    );
+
+    let unknown = client
+        .request(
+            "tools/call",
+            json!({ "name": "fs__move_file", "arguments": {} }),
+            &no_requests,
+        )
+        .await;
+    assert_eq!(unknown["result"]["isError"], true, "{unknown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_asks_through_elicitation_when_the_client_declares_it() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let mut client = start(&fixture, CallSettings::default(), Vec::new());
+    client.initialize(json!({ "elicitation": {} })).await;
+
+    let approve = |request: &Json| {
+        assert_eq!(request["method"], "elicitation/create");
+        let message = request["params"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("`fs__write_file` on server `fs`"),
+            "{message}"
+        );
+        assert!(message.contains("local-change"), "{message}");
+        json!({ "action": "accept", "content": { "approve": true } })
+    };
+    let approved_file = fixture.root().join("elicited.txt");
+    let approved = client
+        .request(
+            "tools/call",
+            json!({ "name": "fs__write_file",
+                    "arguments": { "path": approved_file, "content": "yes" } }),
+            &approve,
+        )
+        .await;
+    assert_ne!(approved["result"]["isError"], true, "{approved}");
+    assert_eq!(std::fs::read_to_string(&approved_file).unwrap(), "yes");
+
+    let decline = |_: &Json| json!({ "action": "decline" });
+    let declined_file = fixture.root().join("declined.txt");
+    let declined = client
+        .request(
+            "tools/call",
+            json!({ "name": "fs__write_file",
+                    "arguments": { "path": declined_file, "content": "no" } }),
+            &decline,
+        )
+        .await;
+    assert_eq!(declined["result"]["isError"], true, "{declined}");
+    assert!(!declined_file.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_sends_progress_to_a_held_call_with_a_progress_token() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let settings = CallSettings {
+        held_progress_interval: std::time::Duration::from_millis(50),
+        approval_timeout: std::time::Duration::from_millis(400),
+        ..CallSettings::default()
+    };
+    // No elicitation: the queue is asked, and nobody answers.
+    let mut client = start(&fixture, settings, Vec::new());
+    client.initialize(json!({})).await;
+    let file = fixture.root().join("unanswered.txt");
+    let called = client
+        .request(
+            "tools/call",
+            json!({ "name": "fs__write_file",
+                    "arguments": { "path": file, "content": "x" },
+                    "_meta": { "progressToken": "tok-1" } }),
+            &no_requests,
+        )
+        .await;
+    assert_eq!(called["result"]["isError"], true, "{called}");
+    assert!(!file.exists());
+    let progress: Vec<&Json> = client
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert!(progress.len() >= 2, "{:?}", client.seen);
+    assert!(
+        progress
+            .iter()
+            .all(|m| m["params"]["progressToken"] == "tok-1")
+    );
+}
