@@ -292,9 +292,14 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     } else {
         None
     };
-    let outcome = toolward::pin::pin(&config, server, existing.as_ref(), components.digests.clone())
-        .await
-        .map_err(failure)?;
+    let outcome = toolward::pin::pin(
+        &config,
+        server,
+        existing.as_ref(),
+        components.digests.clone(),
+    )
+    .await
+    .map_err(failure)?;
     let diff = outcome.diff.to_string();
     if existing.is_some() {
         if outcome.diff.is_empty() {
@@ -313,7 +318,12 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         return Ok(ExitCode::SUCCESS);
     }
     outcome.manifest.write(&config.manifest).map_err(failure)?;
-    let tools: usize = outcome.manifest.servers.values().map(|s| s.tools.len()).sum();
+    let tools: usize = outcome
+        .manifest
+        .servers
+        .values()
+        .map(|s| s.tools.len())
+        .sum();
     println!(
         "pinned {tools} tools of {} servers into `{}`: review it before `toolward serve`",
         outcome.manifest.servers.len(),
@@ -326,9 +336,14 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
     let config = read_config(config_path)?;
     let manifest = read_manifest(&config)?;
     let components = load::prepare_components(&config, GuestLimits::default()).map_err(usage)?;
-    let (registry, report) = load::load(&config, &components.rules, &manifest, components.digests.clone())
-        .await
-        .map_err(usage)?;
+    let (registry, report) = load::load(
+        &config,
+        &components.rules,
+        &manifest,
+        components.digests.clone(),
+    )
+    .await
+    .map_err(usage)?;
     registry.close().await;
     if suggest_rules {
         println!("{}", suggested_rules(&report));
@@ -377,7 +392,10 @@ async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
             (Ok(mut int), Ok(mut term)) => {
                 tokio::select! {
                     _ = int.recv() => {}
@@ -457,8 +475,11 @@ fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, 
                 println!("no held calls");
             } else {
                 for request in &pending {
-                    println!("{}
-", toolward::approval::display_request(request));
+                    println!(
+                        "{}
+",
+                        toolward::approval::display_request(request)
+                    );
                 }
             }
         }
@@ -494,8 +515,7 @@ fn suggested_rules(report: &load::LoadReport) -> String {
             servers.insert(s.server.clone(), serde_json::json!({ "tools": tools }));
         }
     }
-    serde_json::to_string_pretty(&serde_json::json!({ "servers": servers }))
-        .unwrap_or_default()
+    serde_json::to_string_pretty(&serde_json::json!({ "servers": servers })).unwrap_or_default()
 }
 
 fn audit_verify(file: &Path, json: bool) -> Result<ExitCode, Failure> {
@@ -541,7 +561,10 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
         Ok(l) => l,
         Err(e) => {
             if json {
-                println!("{:#}", serde_json::json!({"component": component, "sha256": sha256, "refused": e.to_string()}));
+                println!(
+                    "{:#}",
+                    serde_json::json!({"component": component, "sha256": sha256, "refused": e.to_string()})
+                );
             } else {
                 println!("component `{component}`\n  sha256   {sha256}\n  REFUSED  {e}");
             }
@@ -549,7 +572,10 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
         }
     };
     let worlds: Vec<&str> = [
-        (loaded.exports_rules() && loaded.exports_policy(), "rules-and-policy"),
+        (
+            loaded.exports_rules() && loaded.exports_policy(),
+            "rules-and-policy",
+        ),
         (loaded.exports_rules(), "rules-component"),
         (loaded.exports_policy(), "policy-component"),
     ]
@@ -574,7 +600,14 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
         println!("  size     {} bytes", loaded.size_bytes());
         println!("  worlds   {}", worlds.join(", "));
         println!("  exports  {}", loaded.exports().join(", "));
-        println!("  imports  {}", if loaded.imports().is_empty() { "(none)".to_owned() } else { loaded.imports().join(", ") });
+        println!(
+            "  imports  {}",
+            if loaded.imports().is_empty() {
+                "(none)".to_owned()
+            } else {
+                loaded.imports().join(", ")
+            }
+        );
     }
     Ok(if worlds.is_empty() {
         ExitCode::from(EXIT_FOUND)

@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    Classification, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent,
-    Policy, Rules, ToolView,
+    Classification, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent, Policy,
+    Rules, ToolView,
 };
 use crate::config::Config;
 use crate::listing::{self, ListedTool, ListingBounds};
@@ -193,7 +193,11 @@ impl LoadReport {
                 let _ = writeln!(out, "  unavailable: {failure}");
             }
             for r in &s.registered {
-                let _ = writeln!(out, "  registered  {}  ({}, {})", r.exposed_name, r.tool, r.effect);
+                let _ = writeln!(
+                    out,
+                    "  registered  {}  ({}, {})",
+                    r.exposed_name, r.tool, r.effect
+                );
             }
             for o in &s.overrides {
                 let _ = writeln!(
@@ -203,7 +207,12 @@ impl LoadReport {
                 );
             }
             for r in &s.refused {
-                let _ = writeln!(out, "  REFUSED     {}: {}", listing::visible(&r.tool), r.reason);
+                let _ = writeln!(
+                    out,
+                    "  REFUSED     {}: {}",
+                    listing::visible(&r.tool),
+                    r.reason
+                );
                 for p in &r.pointers {
                     let _ = writeln!(out, "                at `{p}`");
                 }
@@ -214,10 +223,18 @@ impl LoadReport {
                 }
             }
             for u in &s.unclassified {
-                let _ = writeln!(out, "  unclassified {} (not registered)", listing::visible(&u.tool));
+                let _ = writeln!(
+                    out,
+                    "  unclassified {} (not registered)",
+                    listing::visible(&u.tool)
+                );
             }
             for u in &s.unpinned {
-                let _ = writeln!(out, "  unpinned    {} (ignored; run `toolward pin` to review it)", listing::visible(u));
+                let _ = writeln!(
+                    out,
+                    "  unpinned    {} (ignored; run `toolward pin` to review it)",
+                    listing::visible(u)
+                );
             }
             for n in &s.notes {
                 let _ = writeln!(out, "  note        {n}");
@@ -247,7 +264,9 @@ pub fn contradicting_hint(
     effect: Effect,
 ) -> Option<&'static str> {
     let read_only_claimed = annotations.read_only_hint == Some(true);
-    if annotations.destructive_hint == Some(true) && !read_only_claimed && effect < Effect::Destructive
+    if annotations.destructive_hint == Some(true)
+        && !read_only_claimed
+        && effect < Effect::Destructive
     {
         return Some("destructiveHint: true");
     }
@@ -303,10 +322,11 @@ pub async fn load(
     manifest: &Manifest,
     components: BTreeMap<String, String>,
 ) -> Result<(Registry, LoadReport), LoadError> {
-    let pattern = regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
-        pattern: config.tool_name_pattern.clone(),
-        reason: e.to_string(),
-    })?;
+    let pattern =
+        regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
+            pattern: config.tool_name_pattern.clone(),
+            reason: e.to_string(),
+        })?;
     let mut report = LoadReport {
         component_changes: component_changes(&manifest.components, &components),
         components,
@@ -324,7 +344,11 @@ pub async fn load(
                     .get(name)
                     .map(|s| ListingBounds::from(&s.limits))
                     .unwrap_or_default();
-                Some(listing::list_tools(u, &bounds).await.map_err(|e| error_chain(&e)))
+                Some(
+                    listing::list_tools(u, &bounds)
+                        .await
+                        .map_err(|e| error_chain(&e)),
+                )
             }
             Err(_) => None,
         };
@@ -423,7 +447,8 @@ pub async fn load(
         } else {
             None
         };
-        let Some(server_report) = report.servers.iter_mut().find(|s| s.server == tool.server) else {
+        let Some(server_report) = report.servers.iter_mut().find(|s| s.server == tool.server)
+        else {
             continue;
         };
         match reason {
@@ -489,7 +514,10 @@ fn check_server(
     for name in &listed.duplicates {
         report.refused.push(refusal(
             name,
-            format!("server `{server}` listed tool `{}` more than once; every entry is refused", listing::visible(name)),
+            format!(
+                "server `{server}` listed tool `{}` more than once; every entry is refused",
+                listing::visible(name)
+            ),
         ));
     }
     for (name, reason) in &listed.malformed {
@@ -644,7 +672,12 @@ fn register(
         .denied_parameters
         .iter()
         .map(String::as_str)
-        .chain(classification.fixed_parameters.iter().map(|(n, _)| n.as_str()))
+        .chain(
+            classification
+                .fixed_parameters
+                .iter()
+                .map(|(n, _)| n.as_str()),
+        )
         .collect();
     let narrowed = schema::narrow(&tool.input_schema, &hidden)
         .map_err(|r| schema_refusal("input schema", r))?;
@@ -732,20 +765,18 @@ fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, StartError> {
 /// # Errors
 /// [`StartError`] when a file cannot be read, a component is invalid or impure, or
 /// `configure` refuses its settings (the message names the fault's path in the file).
-pub fn prepare_components(
-    config: &Config,
-    limits: GuestLimits,
-) -> Result<Components, StartError> {
+pub fn prepare_components(config: &Config, limits: GuestLimits) -> Result<Components, StartError> {
     let host = ComponentHost::new(limits, Some(component_cache_dir(config)))?;
-    let load_component = |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
-        match path {
-            Some(path) => {
-                let bytes = read_file(what, path)?;
-                Ok(host.load(&bytes, &path.display().to_string())?)
+    let load_component =
+        |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
+            match path {
+                Some(path) => {
+                    let bytes = read_file(what, path)?;
+                    Ok(host.load(&bytes, &path.display().to_string())?)
+                }
+                None => Ok(host.load(DEFAULT_COMPONENT, "built-in")?),
             }
-            None => Ok(host.load(DEFAULT_COMPONENT, "built-in")?),
-        }
-    };
+        };
     let rules_text = read_file("rules file", &config.rules.file)?;
     let rules_text = String::from_utf8_lossy(&rules_text).into_owned();
     let rules_component = load_component(&config.rules.component, "rules component")?;

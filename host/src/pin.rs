@@ -311,8 +311,9 @@ pub fn server_home(config: &Config, server: &ServerConfig) -> Option<PathBuf> {
 }
 
 /// How to start the stdio server `server`: its command, arguments and variables, the
-/// variables it passes through, and `HOME` set to [`server_home`] (made absolute) when that
-/// is `Some`. Creates nothing: [`connect`] creates the home folder.
+/// variables it passes through, `HOME` set to [`server_home`] (made absolute) when that is
+/// `Some`, and the config's folder ([`Config::base_dir`]) as working directory. Creates
+/// nothing: [`connect`] creates the home folder.
 ///
 /// # Errors
 ///

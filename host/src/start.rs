@@ -87,8 +87,13 @@ impl Toolward {
             });
         };
         let components = load::prepare_components(&config, GuestLimits::default())?;
-        let (registry, report) =
-            load::load(&config, &components.rules, &manifest, components.digests.clone()).await?;
+        let (registry, report) = load::load(
+            &config,
+            &components.rules,
+            &manifest,
+            components.digests.clone(),
+        )
+        .await?;
         if let Some(parent) = config.audit.file.parent() {
             let _ = std::fs::create_dir_all(parent);
         }

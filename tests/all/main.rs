@@ -9,7 +9,7 @@
 
 mod call;
 mod component;
-mod load;
 mod gateway;
+mod load;
 mod pin;
 mod policy_kit;

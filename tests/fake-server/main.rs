@@ -19,22 +19,34 @@
 //! tool without one is echoed: its result is one text block holding the arguments as
 //! received. The scenario file is read again at every start, so a test changes the server
 //! between pin and load by rewriting it.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test fixture")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fixture"
+)]
 
 use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
 
 fn main() {
-    let path = std::env::args().nth(1).expect("usage: toolward-fake-server SCENARIO.json");
+    let path = std::env::args()
+        .nth(1)
+        .expect("usage: toolward-fake-server SCENARIO.json");
     let scenario: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("scenario file")).expect("scenario JSON");
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("scenario file"))
+            .expect("scenario JSON");
     if let Some(text) = scenario["stderr"].as_str() {
         eprintln!("{text}");
     }
     let pages: Vec<String> = scenario["pages"]
         .as_array()
-        .map(|p| p.iter().map(|v| v.as_str().unwrap_or("{\"tools\": []}").to_owned()).collect())
+        .map(|p| {
+            p.iter()
+                .map(|v| v.as_str().unwrap_or("{\"tools\": []}").to_owned())
+                .collect()
+        })
         .unwrap_or_else(|| vec!["{\"tools\": []}".to_owned()]);
     let mut page = 0usize;
     let stdin = std::io::stdin();
@@ -79,7 +91,10 @@ fn main() {
                 r#"{{"jsonrpc":"2.0","id":{id_text},"error":{{"code":-32601,"message":"method not found"}}}}"#
             ),
         };
-        if writeln!(stdout, "{reply}").and_then(|()| stdout.flush()).is_err() {
+        if writeln!(stdout, "{reply}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
             break;
         }
     }

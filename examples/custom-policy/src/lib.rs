@@ -169,6 +169,15 @@ fn unreadable(call: &Call, error: &serde_json::Error) -> TableDecision {
     ))
 }
 
+/// Names an argument in a reason; built only when there is a reason to give, so that a
+/// call that passes the checks allocates nothing but the list of members found.
+fn argument(name: &str, call: &Call) -> String {
+    format!(
+        "argument `{name}` of tool `{}` of server `{}`",
+        call.tool, call.server
+    )
+}
+
 /// Denies the call when any path argument is not a string or leaves `write_root`.
 fn check_paths(settings: &Settings, call: &Call) -> Option<TableDecision> {
     let found = match arguments::find(&call.arguments, &settings.path_arguments) {
@@ -180,15 +189,12 @@ fn check_paths(settings: &Settings, call: &Call) -> Option<TableDecision> {
             .path_arguments
             .get(index)
             .map_or("", String::as_str);
-        let here = format!(
-            "argument `{name}` of tool `{}` of server `{}`",
-            call.tool, call.server
-        );
+        let here = || argument(name, call);
         let reason = match value {
-            Arg::NotText(kind) => format!("{here} is {kind}, not a path"),
+            Arg::NotText(kind) => format!("{} is {kind}, not a path", here()),
             Arg::Text(text) => match path::check(&settings.write_root, &text) {
                 Ok(()) => continue,
-                Err(fault) => format!("{here}: {fault}"),
+                Err(fault) => format!("{}: {fault}", here()),
             },
         };
         return Some(TableDecision::Deny(reason));
@@ -206,25 +212,29 @@ fn check_urls(settings: &Settings, call: &Call) -> Option<TableDecision> {
     let mut hold = None;
     for (index, value) in found {
         let name = settings.url_arguments.get(index).map_or("", String::as_str);
-        let here = format!(
-            "argument `{name}` of tool `{}` of server `{}`",
-            call.tool, call.server
-        );
+        let here = || argument(name, call);
         let text = match value {
             Arg::NotText(kind) => {
-                return Some(TableDecision::Deny(format!("{here} is {kind}, not a URL")));
+                return Some(TableDecision::Deny(format!(
+                    "{} is {kind}, not a URL",
+                    here()
+                )));
             }
             Arg::Text(text) => text,
         };
         match url::host(&text) {
             Err(fault) => {
-                return Some(TableDecision::Deny(format!("{here}: URL `{text}` {fault}")));
+                return Some(TableDecision::Deny(format!(
+                    "{}: URL `{text}` {fault}",
+                    here()
+                )));
             }
             Ok(host) if settings.host_allowed(host) => {}
             Ok(host) => {
                 hold.get_or_insert_with(|| {
                     TableDecision::Hold(format!(
-                        "{here} names host `{}`, which is not on the allowlist",
+                        "{} names host `{}`, which is not on the allowlist",
+                        here(),
                         host.to_ascii_lowercase()
                     ))
                 });

@@ -52,7 +52,8 @@ fn a_server_gets_its_own_home_under_the_state_folder() {
     assert_eq!(spec.command, "node");
     assert_eq!(spec.args, ["a.js"]);
     assert_eq!(spec.env["HOME"], "/opt/toolward/state/home/fs");
-    assert_eq!(spec.cwd, None);
+    // Relative paths in `args` resolve beside the config file.
+    assert_eq!(spec.cwd.as_deref(), Some(base));
 }
 
 #[test]

@@ -1,0 +1,417 @@
+//! `toolward policy test`: decision cases run against a policy component, as `opa test`
+//! runs tests against Rego.
+//!
+//! A cases file is JSON (YAML is not read: no YAML parser is among toolward's
+//! dependencies), described by the JSON Schema `docs/policy-cases.schema.json`:
+//!
+//! ```json
+//! {
+//!   "settings": { "decisions": { "local-change": "allow" } },
+//!   "cases": [
+//!     { "name": "reads pass", "server": "fs", "tool": "read_file", "effect": "read-only",
+//!       "arguments": { "path": "/srv/a" }, "expect": "allow" },
+//!     { "name": "deletes are refused", "server": "fs", "tool": "rm", "effect": "destructive",
+//!       "expect": "deny", "reason_contains": "destructive" }
+//!   ]
+//! }
+//! ```
+//!
+//! `settings` is the settings text given to the component's `configure`, written inline
+//! as JSON (it is passed on in compact form); `settings_file` names a file whose text is
+//! passed on unchanged instead, relative to the cases file's folder. The command line's
+//! `--rules` file overrides both.
+//!
+//! Each case becomes one call ([`CallView`]): its arguments in canonical JSON form with
+//! their SHA-256, the principal `operator` unless given, call id `case-N` (N from 1),
+//! session `policy-test`, time 0 and no facts, so a pure component answers every run the
+//! same. The component is configured once; each case is decided in a fresh instance of
+//! the configured snapshot, exactly as `toolward serve` decides calls.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::canonical::{Value, sha256_hex, to_canonical};
+use crate::component::{CallView, ComponentHost, Decision, Effect, LoadedComponent};
+
+/// The principal of a case that names none: the config's default principal.
+pub const DEFAULT_PRINCIPAL: &str = "operator";
+/// The session every case's call carries.
+pub const CASE_SESSION: &str = "policy-test";
+
+/// Errors of reading a cases file.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyTestError {
+    /// The cases file or its settings file could not be read.
+    #[error("cannot read `{path}`: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The cases file is not JSON of the documented shape.
+    #[error("cases file `{path}` is not valid: {reason}")]
+    Invalid {
+        /// The cases file.
+        path: PathBuf,
+        /// The first fault, with its place in the file.
+        reason: String,
+    },
+}
+
+/// The verdict a case expects, or a decision's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Forward the call.
+    Allow,
+    /// Refuse the call.
+    Deny,
+    /// Ask a person first.
+    Hold,
+}
+
+impl Verdict {
+    /// `allow`, `deny` or `hold`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::Hold => "hold",
+        }
+    }
+
+    fn of(decision: &Decision) -> (Verdict, Option<&str>) {
+        match decision {
+            Decision::Allow => (Verdict::Allow, None),
+            Decision::Deny(reason) => (Verdict::Deny, Some(reason)),
+            Decision::Hold(reason) => (Verdict::Hold, Some(reason)),
+        }
+    }
+}
+
+/// One decision case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// Names the case in the report; unique in its file.
+    pub name: String,
+    /// The server's name, as in the config.
+    pub server: String,
+    /// The tool's name as the server knows it.
+    pub tool: String,
+    /// The operator's effect for the tool.
+    pub effect: Effect,
+    /// The call's arguments, canonical JSON (an object).
+    pub arguments: String,
+    /// Who asks.
+    pub principal: String,
+    /// The verdict the component must give.
+    pub expect: Verdict,
+    /// Text the reason of a deny or hold must contain.
+    pub reason_contains: Option<String>,
+}
+
+/// A parsed cases file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CasesFile {
+    /// The settings text given to `configure`; `None` when the file gives none (the
+    /// command line's `--rules` must then).
+    pub settings: Option<String>,
+    /// The cases, in file order.
+    pub cases: Vec<Case>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(rename = "$schema")]
+    _schema: Option<String>,
+    settings: Option<serde_json::Value>,
+    settings_file: Option<PathBuf>,
+    cases: Vec<RawCase>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    name: String,
+    server: String,
+    tool: String,
+    effect: String,
+    #[serde(default = "empty_object")]
+    arguments: serde_json::Value,
+    principal: Option<String>,
+    expect: Verdict,
+    reason_contains: Option<String>,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+impl CasesFile {
+    /// Reads a cases file; a `settings_file` in it is read relative to its folder.
+    ///
+    /// # Errors
+    /// [`PolicyTestError::Read`] when the file or its settings file cannot be read,
+    /// [`PolicyTestError::Invalid`] as for [`CasesFile::parse`].
+    pub fn from_path(path: &Path) -> Result<CasesFile, PolicyTestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyTestError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        CasesFile::parse(&text, base, path)
+    }
+
+    /// Parses the text of a cases file. `base` is the folder a `settings_file` is relative
+    /// to; `path` names the file in errors.
+    ///
+    /// # Errors
+    /// [`PolicyTestError::Invalid`] for text that is not JSON of the documented shape (an
+    /// unknown key, a missing field), an unknown effect, arguments that are not an object,
+    /// a `reason_contains` on an `allow` case, two cases of one name, no cases, or both
+    /// `settings` and `settings_file`; [`PolicyTestError::Read`] when the settings file
+    /// cannot be read.
+    pub fn parse(text: &str, base: &Path, path: &Path) -> Result<CasesFile, PolicyTestError> {
+        let invalid = |reason: String| PolicyTestError::Invalid {
+            path: path.to_owned(),
+            reason,
+        };
+        let raw: RawFile = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let settings = match (raw.settings, raw.settings_file) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "give `settings` or `settings_file`, not both".to_owned(),
+                ));
+            }
+            (Some(value), None) => Some(value.to_string()),
+            (None, Some(file)) => {
+                let file = base.join(file);
+                Some(
+                    std::fs::read_to_string(&file)
+                        .map_err(|source| PolicyTestError::Read { path: file, source })?,
+                )
+            }
+            (None, None) => None,
+        };
+        if raw.cases.is_empty() {
+            return Err(invalid("`cases` is empty".to_owned()));
+        }
+        let mut cases: Vec<Case> = Vec::with_capacity(raw.cases.len());
+        for (i, case) in raw.cases.into_iter().enumerate() {
+            let here = format!("cases[{i}] (`{}`)", case.name);
+            if cases.iter().any(|c| c.name == case.name) {
+                return Err(invalid(format!("{here}: another case has this name")));
+            }
+            let effect = Effect::parse(&case.effect).ok_or_else(|| {
+                invalid(format!(
+                    "{here}.effect: unknown effect `{}` (expected read-only, local-change, remote-change or destructive)",
+                    case.effect
+                ))
+            })?;
+            if !case.arguments.is_object() {
+                return Err(invalid(format!("{here}.arguments: expected an object")));
+            }
+            if case.expect == Verdict::Allow && case.reason_contains.is_some() {
+                return Err(invalid(format!(
+                    "{here}.reason_contains: an allow has no reason to match"
+                )));
+            }
+            cases.push(Case {
+                name: case.name,
+                server: case.server,
+                tool: case.tool,
+                effect,
+                arguments: to_canonical(&Value::from_serde_json(&case.arguments)),
+                principal: case
+                    .principal
+                    .unwrap_or_else(|| DEFAULT_PRINCIPAL.to_owned()),
+                expect: case.expect,
+                reason_contains: case.reason_contains,
+            });
+        }
+        Ok(CasesFile { settings, cases })
+    }
+
+    /// The call a case makes: see the module documentation.
+    pub fn call(index: usize, case: &Case) -> CallView {
+        CallView {
+            id: format!("case-{}", index + 1),
+            server: case.server.clone(),
+            tool: case.tool.clone(),
+            effect: case.effect,
+            arguments: case.arguments.clone(),
+            arguments_sha256: sha256_hex(case.arguments.as_bytes()),
+            principal: case.principal.clone(),
+            session: CASE_SESSION.to_owned(),
+            time_ms: 0,
+            facts: Vec::new(),
+        }
+    }
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CaseResult {
+    /// The case's name.
+    pub name: String,
+    /// The server.
+    pub server: String,
+    /// The tool.
+    pub tool: String,
+    /// The effect, WIT spelling.
+    pub effect: String,
+    /// The expected verdict.
+    pub expect: Verdict,
+    /// The reason substring expected, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_contains: Option<String>,
+    /// The component's verdict.
+    pub actual: Verdict,
+    /// The component's reason (none for allow).
+    pub reason: Option<String>,
+    /// Whether the verdict (and the reason, when asked) matched.
+    pub passed: bool,
+}
+
+/// The outcome of a cases file against one component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CaseReport {
+    /// Where the component came from.
+    pub component: String,
+    /// The component's SHA-256, lowercase hex.
+    pub sha256: String,
+    /// Why no case could run (the component has no `policy` export, or refused its
+    /// settings); then `cases` is empty and the run fails.
+    pub setup_error: Option<String>,
+    /// One result per case, in file order.
+    pub cases: Vec<CaseResult>,
+    /// Cases that passed.
+    pub passed: usize,
+    /// Cases that failed.
+    pub failed: usize,
+}
+
+impl CaseReport {
+    /// Whether the component could be configured and every case passed.
+    pub fn all_passed(&self) -> bool {
+        self.setup_error.is_none() && self.failed == 0
+    }
+
+    /// The report as a table: one line per case, `PASS` or `FAIL`, the call, the expected
+    /// and actual verdicts and the actual reason; a summary line last.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let sha = self.sha256.get(..12).unwrap_or(&self.sha256);
+        let _ = writeln!(out, "component `{}` (sha256 {sha}…)", self.component);
+        if let Some(error) = &self.setup_error {
+            let _ = writeln!(out, "  SETUP FAILED  {error}");
+            let _ = writeln!(out, "no case ran");
+            return out;
+        }
+        let calls: Vec<String> = self
+            .cases
+            .iter()
+            .map(|c| format!("{}/{}", c.server, c.tool))
+            .collect();
+        let name_w = self
+            .cases
+            .iter()
+            .map(|c| c.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        let call_w = calls.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+        let effect_w = self.cases.iter().map(|c| c.effect.len()).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "       {:name_w$}  {:call_w$}  {:effect_w$}  expect  actual  reason",
+            "case", "call", "effect"
+        );
+        for (case, call) in self.cases.iter().zip(&calls) {
+            let mark = if case.passed { "PASS" } else { "FAIL" };
+            let mut reason = case.reason.clone().unwrap_or_else(|| "-".to_owned());
+            if !case.passed
+                && let Some(want) = &case.reason_contains
+                && case.actual == case.expect
+            {
+                let _ = write!(reason, " (expected to contain `{want}`)");
+            }
+            let _ = writeln!(
+                out,
+                "  {mark} {:name_w$}  {call:call_w$}  {:effect_w$}  {:6}  {:6}  {reason}",
+                case.name,
+                case.effect,
+                case.expect.as_str(),
+                case.actual.as_str(),
+            );
+        }
+        let _ = writeln!(out, "{} passed, {} failed", self.passed, self.failed);
+        out
+    }
+}
+
+/// Runs every case of `cases` against the `policy` export of `component`, configured once
+/// with the file's settings.
+///
+/// Never fails: a component without a `policy` export, or one that refuses its settings,
+/// gives a report with [`CaseReport::setup_error`] set; a guest that traps or runs out of
+/// fuel on a case denies it, as in service, and the case passes only if it expected that.
+pub fn run_cases(
+    host: &ComponentHost,
+    component: &LoadedComponent,
+    cases: &CasesFile,
+) -> CaseReport {
+    let mut report = CaseReport {
+        component: component.origin().to_owned(),
+        sha256: component.sha256().to_owned(),
+        setup_error: None,
+        cases: Vec::new(),
+        passed: 0,
+        failed: 0,
+    };
+    let Some(settings) = &cases.settings else {
+        report.setup_error = Some(
+            "no settings: the cases file gives neither `settings` nor `settings_file`, and no `--rules` file was given"
+                .to_owned(),
+        );
+        return report;
+    };
+    let policy = match host.configure_policy(component, settings) {
+        Ok(policy) => policy,
+        Err(e) => {
+            report.setup_error = Some(e.to_string());
+            return report;
+        }
+    };
+    for (index, case) in cases.cases.iter().enumerate() {
+        let decision = policy.decide(&CasesFile::call(index, case));
+        let (actual, reason) = Verdict::of(&decision);
+        let reason_matches = match (&case.reason_contains, reason) {
+            (None, _) => true,
+            (Some(want), Some(got)) => got.contains(want.as_str()),
+            (Some(_), None) => false,
+        };
+        let passed = actual == case.expect && reason_matches;
+        if passed {
+            report.passed += 1;
+        } else {
+            report.failed += 1;
+        }
+        report.cases.push(CaseResult {
+            name: case.name.clone(),
+            server: case.server.clone(),
+            tool: case.tool.clone(),
+            effect: case.effect.as_str().to_owned(),
+            expect: case.expect,
+            reason_contains: case.reason_contains.clone(),
+            actual,
+            reason: reason.map(str::to_owned),
+            passed,
+        });
+    }
+    report
+}
