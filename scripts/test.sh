@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# Runs every test: installs the real MCP servers the end-to-end tests use (npm, PyPI;
-# pinned versions), then `cargo test --workspace`. Works on a fresh machine with Rust,
-# Node.js and Python.
+# Runs every test: installs the real MCP servers the end-to-end tests use and the real MCP
+# clients of the acceptance tests (npm, PyPI; pinned versions), then `cargo test
+# --workspace`, then the acceptance tests with real clients (tests/clients/). Works on a
+# fresh machine with Rust, Node.js and Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 bash tests/real-servers/install.sh
 export TOOLWARD_REAL_SERVERS="$PWD/tests/real-servers/.installed"
+# The binary first: the CLI tests (tests/all/policy_kit.rs) and the client tests run it.
+cargo build -q -p toolward --bin toolward
+export TOOLWARD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/toolward"
 cargo test --workspace
+
+# Acceptance with real MCP clients (tests/clients/): the Python `mcp` client library and the
+# MCP Inspector's CLI each start `toolward serve` on a temp copy of examples/mcp.
+clients_failed=0
+echo "== acceptance: Python mcp client (tests/clients/test_acceptance.py)"
+"$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/test_acceptance.py || clients_failed=1
+echo "== acceptance: MCP Inspector CLI (tests/clients/inspector.py)"
+"$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/inspector.py || clients_failed=1
+if [ "$clients_failed" -ne 0 ]; then
+  echo "acceptance with real clients: FAILED" >&2
+  exit 1
+fi

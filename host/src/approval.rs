@@ -75,6 +75,12 @@ const ANSWERS_DIR: &str = "answers";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApprovalError {
+    /// The call was answered already: the first answer is final.
+    #[error("call `{call_id}` was answered already; the first answer is final")]
+    AlreadyAnswered {
+        /// The call id.
+        call_id: String,
+    },
     /// A call id that is not a ULID-like token (letters and digits only).
     #[error("`{call_id}` is not a call id (expected up to {MAX_CALL_ID_CHARS} letters and digits)")]
     InvalidCallId {
@@ -401,6 +407,35 @@ pub fn list_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, ApprovalEr
     Ok(requests)
 }
 
+/// Removes every pending request (and any answer to it) under `state_dir`, returning them:
+/// called at start, while the audit log's lock shows no other process serves this config,
+/// so each is a call whose process ended while it was held. Such a call was never forwarded.
+///
+/// # Errors
+/// As [`list_pending`], and [`ApprovalError::Io`] when a file cannot be removed.
+pub fn abandon_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, ApprovalError> {
+    let pending = list_pending(state_dir)?;
+    for request in &pending {
+        for path in [
+            pending_path(state_dir, &request.call_id),
+            answer_path(state_dir, &request.call_id),
+        ] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ApprovalError::Io {
+                        action: "remove",
+                        path,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(pending)
+}
+
 /// Answers the pending request `call_id` under `state_dir`: approve or deny, with an
 /// optional reason for a deny. The answer is bound to the request's arguments hash and pins.
 ///
@@ -431,7 +466,15 @@ pub fn answer(
     };
     let answers = state_dir.join(APPROVALS_DIR).join(ANSWERS_DIR);
     create_private_dir(&answers)?;
-    write_private_atomic(&answer_path(state_dir, call_id), &file)
+    // The first answer is final: a deny the operator confirmed must not be turned into an
+    // approval by a later command (nor the reverse).
+    let path = answer_path(state_dir, call_id);
+    if path.exists() {
+        return Err(ApprovalError::AlreadyAnswered {
+            call_id: call_id.to_owned(),
+        });
+    }
+    write_private_atomic(&path, &file)
 }
 
 /// A request as lines for a person: each field on its own line, every value escaped with

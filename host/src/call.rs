@@ -896,7 +896,12 @@ impl Run<'_> {
     }
 }
 
-fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, String> {
+/// A validator for `schema` under `dialect`, offline: the `jsonschema` crate never reads a
+/// file or fetches a URL for it.
+///
+/// # Errors
+/// The schema's problem, values masked.
+pub fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, String> {
     let draft = match dialect {
         Dialect::Draft7 => jsonschema::Draft::Draft7,
         Dialect::Draft201909 => jsonschema::Draft::Draft201909,

@@ -90,7 +90,7 @@ enum Command {
     /// Held calls waiting for a person (when the client cannot ask through elicitation).
     Approvals {
         /// The config file (its `state_dir` holds the queue).
-        #[arg(long, short, default_value = "toolward.json")]
+        #[arg(long, short, global = true, default_value = "toolward.json")]
         config: PathBuf,
         #[command(subcommand)]
         command: ApprovalsCommand,
@@ -301,7 +301,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     .await
     .map_err(failure)?;
     let diff = outcome.diff.to_string();
-    if existing.is_some() {
+    if existing.is_some() && outcome.failures.is_empty() {
         if outcome.diff.is_empty() {
             println!("no change against `{}`", config.manifest.display());
         } else {
@@ -309,14 +309,12 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         }
     }
     for error in outcome.failures.values() {
-        eprintln!("toolward: {}", load::error_chain(error));
-    }
-    if !outcome.failures.is_empty() {
-        return Ok(ExitCode::from(EXIT_FAILURE));
+        eprintln!("toolward: not pinned: {}", load::error_chain(error));
     }
     if dry_run {
         return Ok(ExitCode::SUCCESS);
     }
+    // Servers that failed keep their earlier pins (or stay unpinned); the others are written.
     outcome.manifest.write(&config.manifest).map_err(failure)?;
     let tools: usize = outcome
         .manifest
@@ -329,6 +327,15 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         outcome.manifest.servers.len(),
         config.manifest.display()
     );
+    if !outcome.failures.is_empty() {
+        let failed: Vec<&str> = outcome.failures.keys().map(String::as_str).collect();
+        eprintln!(
+            "toolward: {} servers were not pinned ({}); fix them and run `toolward pin --server NAME`",
+            failed.len(),
+            failed.join(", ")
+        );
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -414,9 +421,15 @@ async fn shutdown_signal() {
 }
 
 async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<ExitCode, Failure> {
-    let arguments: serde_json::Value = serde_json::from_str(args)
-        .with_context(|| "`--args` is not JSON")
-        .map_err(usage)?;
+    let arguments = match serde_json::from_str::<serde_json::Value>(args) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        Ok(_) => {
+            return Err(usage(anyhow!(
+                "`--args` must be a JSON object, like `{{\"path\": \"a.txt\"}}`"
+            )));
+        }
+        Err(e) => return Err(usage(anyhow!("`--args` is not JSON: {e}"))),
+    };
     let toolward = start(config_path).await?;
     let approver = Arc::new(FnApprover::new(|request: ApprovalRequest| async move {
         ask_on_terminal(&request).await
@@ -426,7 +439,8 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
     if json {
         println!("{:#}", result.result);
     } else {
-        let text = result.text();
+        // Results come from a server nobody here wrote: escape what could drive the terminal.
+        let text = toolward::listing::visible(&result.text());
         if result.is_error() {
             println!("tool error: {text}");
         } else {

@@ -795,6 +795,25 @@ impl Policy {
         self.snapshot_cache
     }
 
+    /// One instance of the configured snapshot that decides call after call: the floor of
+    /// a component call, for benchmarks only. State carries between its decisions, which
+    /// the call path never allows ([`Policy::decide`] starts each from the snapshot).
+    ///
+    /// # Errors
+    /// A reason when no instance can be made.
+    pub fn live_instance(&self) -> Result<LivePolicy, String> {
+        let mut store = self.host.store(u64::MAX);
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| e.to_string())?;
+        let guest = self
+            .indices
+            .load(&mut store, &instance)
+            .map_err(|e| e.to_string())?;
+        Ok(LivePolicy { store, guest })
+    }
+
     /// The decision on `call`, from a fresh instance of the configured snapshot.
     ///
     /// Fails closed: when the guest traps, runs out of fuel or memory, cannot be
@@ -817,26 +836,7 @@ impl Policy {
             Ok(g) => g,
             Err(e) => return deny(format!("has an unusable `decide` export: {e}")),
         };
-        let facts: Vec<wit::Fact> = call
-            .facts
-            .iter()
-            .map(|(name, value)| wit::Fact {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect();
-        let wit_call = wit::Call {
-            id: call.id.clone(),
-            server: call.server.clone(),
-            tool: call.tool.clone(),
-            effect: effect_to_wit(call.effect),
-            arguments: call.arguments.clone(),
-            arguments_sha256: call.arguments_sha256.clone(),
-            principal: call.principal.clone(),
-            session: call.session.clone(),
-            time_ms: call.time_ms,
-            facts,
-        };
+        let wit_call = to_wit_call(call);
         match guest.call_decide(&mut store, &wit_call) {
             Ok(wit::Decision::Allow) => Decision::Allow,
             Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
@@ -848,6 +848,53 @@ impl Policy {
                 limits.memory_bytes,
             )),
         }
+    }
+}
+
+/// A live policy instance (see [`Policy::live_instance`]); benchmarks only.
+pub struct LivePolicy {
+    store: Store<GuestState>,
+    guest: wit_policy::Guest,
+}
+
+impl fmt::Debug for LivePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LivePolicy").finish_non_exhaustive()
+    }
+}
+
+impl LivePolicy {
+    /// The decision on `call` in this instance; a guest failure is a deny.
+    pub fn decide(&mut self, call: &CallView) -> Decision {
+        let _ = self.store.set_fuel(u64::MAX);
+        match self.guest.call_decide(&mut self.store, &to_wit_call(call)) {
+            Ok(wit::Decision::Allow) => Decision::Allow,
+            Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
+            Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
+            Err(e) => Decision::Deny(e.to_string()),
+        }
+    }
+}
+
+fn to_wit_call(call: &CallView) -> wit::Call {
+    wit::Call {
+        id: call.id.clone(),
+        server: call.server.clone(),
+        tool: call.tool.clone(),
+        effect: effect_to_wit(call.effect),
+        arguments: call.arguments.clone(),
+        arguments_sha256: call.arguments_sha256.clone(),
+        principal: call.principal.clone(),
+        session: call.session.clone(),
+        time_ms: call.time_ms,
+        facts: call
+            .facts
+            .iter()
+            .map(|(name, value)| wit::Fact {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    Classification, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent, Policy,
-    Rules, ToolView,
+    Classification, ComponentError, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits,
+    LoadedComponent, Policy, Rules, ToolView,
 };
 use crate::config::Config;
 use crate::listing::{self, ListedTool, ListingBounds};
@@ -668,6 +668,54 @@ fn register(
         })?;
         fixed.push((param.clone(), value));
     }
+    // A denied parameter the server requires would make every call fail: refuse the tool
+    // at load, where the operator sees it, not at each call.
+    if let Some(required) = tool.input_schema.get("required").and_then(|r| r.as_array()) {
+        for param in &classification.denied_parameters {
+            if required.iter().any(|r| r.as_str() == Some(param.as_str())) {
+                return Err(Refusal {
+                    tool: name.clone(),
+                    reason: format!(
+                        "the rule denies parameter `{param}` of tool `{name}` of server `{server}`, which its schema requires: every call would fail; fix it instead, or leave the tool unclassified"
+                    ),
+                    description_diff: None,
+                    pointers: vec!["/required".to_owned()],
+                });
+            }
+        }
+    }
+    // A fixed value must be one the server's schema accepts for that parameter.
+    for (param, value) in &fixed {
+        let pointer = format!("/properties/{}", canonical::pointer_token(param));
+        let Some(subschema) = tool.input_schema.pointer(&pointer) else {
+            continue; // narrowing refuses a hidden name that is not a property
+        };
+        let mut standalone = subschema.to_serde_json();
+        if let (Some(defs_owner), serde_json::Value::Object(map)) =
+            (tool.input_schema.as_object(), &mut standalone)
+        {
+            // Keep local definitions reachable for `$ref`s inside the subschema.
+            for (key, v) in defs_owner {
+                if key == "$defs" || key == "definitions" {
+                    map.entry(key.clone()).or_insert_with(|| v.to_serde_json());
+                }
+            }
+        }
+        let accepted =
+            crate::call::build_validator(&canonical::Value::from_serde_json(&standalone), dialect)
+                .map(|v| v.is_valid(&value.to_serde_json()));
+        if accepted != Ok(true) {
+            return Err(Refusal {
+                tool: name.clone(),
+                reason: format!(
+                    "the rule fixes parameter `{param}` of tool `{name}` of server `{server}` to `{}`, which its schema does not accept",
+                    canonical::to_canonical(value)
+                ),
+                description_diff: None,
+                pointers: vec![pointer],
+            });
+        }
+    }
     let hidden: Vec<&str> = classification
         .denied_parameters
         .iter()
@@ -716,7 +764,7 @@ pub fn text_diff(pinned: &str, listed: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A file named by the config cannot be read.
-    #[error("cannot read the {what} `{path}`: {source}")]
+    #[error("cannot read the {what} `{path}`")]
     Read {
         /// What the file is (`rules file`, `policy component`, …).
         what: &'static str,
@@ -726,7 +774,16 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// A component failed to load or refused its settings.
+    /// The rules file (or policy settings file) is refused: not JSON, a duplicate key, or
+    /// the component's `configure` refused it (the reason names the fault's path).
+    #[error("rules `{path}`: {reason}")]
+    Rules {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where in the file.
+        reason: String,
+    },
+    /// A component failed to load.
     #[error(transparent)]
     Component(#[from] crate::component::ComponentError),
 }
@@ -777,8 +834,14 @@ pub fn prepare_components(config: &Config, limits: GuestLimits) -> Result<Compon
                 None => Ok(host.load(DEFAULT_COMPONENT, "built-in")?),
             }
         };
-    let rules_text = read_file("rules file", &config.rules.file)?;
-    let rules_text = String::from_utf8_lossy(&rules_text).into_owned();
+    let rules_bytes = read_file("rules file", &config.rules.file)?;
+    // Parsers disagree on which of two equal keys wins, so a rules text with duplicate
+    // keys is ambiguous to review: refuse it before any component reads it.
+    canonical::parse(&rules_bytes).map_err(|e| StartError::Rules {
+        path: config.rules.file.clone(),
+        reason: e.to_string(),
+    })?;
+    let rules_text = String::from_utf8_lossy(&rules_bytes).into_owned();
     let rules_component = load_component(&config.rules.component, "rules component")?;
     let policy_component = if config.policy.component == config.rules.component {
         rules_component.clone()
@@ -789,8 +852,27 @@ pub fn prepare_components(config: &Config, limits: GuestLimits) -> Result<Compon
         Some(path) => String::from_utf8_lossy(&read_file("policy settings", path)?).into_owned(),
         None => rules_text.clone(),
     };
-    let rules = host.configure_rules(&rules_component, &rules_text)?;
-    let policy = host.configure_policy(&policy_component, &policy_text)?;
+    let in_file = |path: &Path| {
+        let path = path.to_owned();
+        move |e: ComponentError| match e {
+            ComponentError::Settings { message, .. } => StartError::Rules {
+                path: path.clone(),
+                reason: message,
+            },
+            other => StartError::Component(other),
+        }
+    };
+    let rules = host
+        .configure_rules(&rules_component, &rules_text)
+        .map_err(in_file(&config.rules.file))?;
+    let policy_path = config
+        .policy
+        .settings
+        .as_deref()
+        .unwrap_or(&config.rules.file);
+    let policy = host
+        .configure_policy(&policy_component, &policy_text)
+        .map_err(in_file(policy_path))?;
     let digests = BTreeMap::from([
         ("policy".to_owned(), policy_component.sha256().to_owned()),
         ("rules".to_owned(), rules_component.sha256().to_owned()),

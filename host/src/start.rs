@@ -13,8 +13,9 @@
 //!     println!("{} ({})", tool.exposed_name, tool.effect);
 //! }
 //! let approver = Arc::new(FnApprover::new(|_request| async { ApprovalAnswer::Approved }));
+//! let arguments = serde_json::json!({"path": "hello.txt"});
 //! let result = toolward
-//!     .call("fs__read_text_file", serde_json::json!({"path": "sandbox/hello.txt"}), approver)
+//!     .call("fs__read_text_file", arguments.as_object().cloned(), approver)
 //!     .await;
 //! println!("{}", result.text());
 //! toolward.shutdown().await;
@@ -107,6 +108,23 @@ impl Toolward {
             detail: serde_json::to_value(&report).ok(),
             ..AuditEvent::new(AuditKind::Load)
         })?;
+        // The log's lock shows that no other process serves this config: a call still
+        // pending in the approval queue was held by a process that ended. It was never
+        // forwarded; record that, and take it out of the queue so nobody approves it.
+        let abandoned = crate::approval::abandon_pending(&config.state_dir).unwrap_or_default();
+        for request in abandoned {
+            audit.append(AuditEvent {
+                call_id: Some(request.call_id.clone()),
+                server: Some(request.server.clone()),
+                tool: Some(request.exposed_tool.clone()),
+                upstream_tool: Some(request.tool.clone()),
+                arguments_sha256: Some(request.arguments_sha256.clone()),
+                reason: Some(
+                    "abandoned: the process that held the call for approval ended before an answer; the call was not forwarded".to_owned(),
+                ),
+                ..AuditEvent::new(AuditKind::Refusal)
+            })?;
+        }
         let call_path = CallPath::new(
             Arc::new(registry),
             components.policy.clone(),
@@ -143,23 +161,14 @@ impl Toolward {
     }
 
     /// One call through the whole path (validation, policy, approval by `approver`,
-    /// forward, result cap, audit). `arguments` should be a JSON object; anything else is
-    /// refused as invalid arguments. Never fails: refusals are tool errors in the result.
+    /// forward, result cap, audit) with `arguments` (MCP `tools/call` `arguments`: an object,
+    /// or none). Never fails: refusals are tool errors in the result.
     pub async fn call(
         &self,
         exposed_name: &str,
-        arguments: serde_json::Value,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
         approver: Arc<dyn Approver>,
     ) -> CallResult {
-        let arguments = match arguments {
-            serde_json::Value::Object(map) => Some(map),
-            serde_json::Value::Null => None,
-            other => {
-                let mut map = serde_json::Map::new();
-                map.insert("(not an object)".to_owned(), other);
-                Some(map)
-            }
-        };
         let ctx = CallContext {
             principal: self.config.principal.clone(),
             session: self.session.clone(),

@@ -209,8 +209,14 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// Checks that `map` has no key outside `allowed`. Keys starting with `_` are comments
+/// (`toolward check --suggest-rules` writes the server's description and hints there) and
+/// are ignored.
 fn only_keys(map: &Map<String, Value>, path: &str, allowed: &[&str]) -> Result<(), RulesError> {
-    match map.keys().find(|k| !allowed.contains(&k.as_str())) {
+    match map
+        .keys()
+        .find(|k| !k.starts_with('_') && !allowed.contains(&k.as_str()))
+    {
         Some(key) => Err(fault(
             &join(path, key),
             format!("unknown key (expected one of {})", allowed.join(", ")),
@@ -551,6 +557,16 @@ mod tests {
                 "{text}: got {err:?}, expected {expected:?}"
             );
         }
+    }
+
+    #[test]
+    fn keys_starting_with_an_underscore_are_comments() {
+        let rules = Rules::parse(
+            r#"{"_note": "x", "servers": {"fs": {"_why": 1, "tools": {"t": {"effect": "read-only",
+                "_description": "Reads.", "_annotations": {"readOnlyHint": true}}}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(rules.tool_rule("fs", "t").unwrap().effect, Effect::ReadOnly);
     }
 
     #[test]

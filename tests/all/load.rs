@@ -500,3 +500,52 @@ async fn a_server_that_fails_to_start_leaves_the_others_loaded() {
     );
     registry.close().await;
 }
+
+#[tokio::test]
+async fn denying_a_required_parameter_or_fixing_a_value_the_schema_refuses_refuses_the_tool() {
+    let setup = Setup::new(json!({"servers": {"fs": {"tools": {
+        "needs_path": {"effect": "read-only", "deny": ["path"]},
+        "bad_fix": {"effect": "read-only", "fix": {"path": 5}},
+        "good_fix": {"effect": "read-only", "fix": {"path": "/srv/a"}}
+    }}}}));
+    setup.serve(
+        "fs",
+        &[
+            &tool("needs_path", "N."),
+            &tool("bad_fix", "B."),
+            &tool("good_fix", "G."),
+        ],
+    );
+    let config = setup.config(&["fs"]);
+    let manifest = setup.pin(&config).await;
+    let (registry, report) = setup.load(&config, &manifest).await;
+    let fs = server(&report, "fs");
+    assert!(
+        refused(fs, "needs_path")
+            .reason
+            .contains("which its schema requires")
+    );
+    assert!(
+        refused(fs, "bad_fix")
+            .reason
+            .contains("to `5`, which its schema does not accept")
+    );
+    assert_eq!(registered(fs), ["good_fix"]);
+    registry.close().await;
+}
+
+#[tokio::test]
+async fn a_rules_file_with_a_duplicate_key_is_refused_naming_the_file() {
+    let setup = Setup::new(json!({}));
+    std::fs::write(
+        setup.path().join("rules.json"),
+        r#"{"servers": {"fs": {"tools": {"a": {"effect": "read-only", "effect": "destructive"}}}}}"#,
+    )
+    .unwrap();
+    setup.serve("fs", &[&tool("a", "A.")]);
+    let config = setup.config(&["fs"]);
+    let err = load::prepare_components(&config, GuestLimits::default()).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("rules.json"), "{message}");
+    assert!(message.contains("effect"), "{message}");
+}

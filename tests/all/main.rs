@@ -10,6 +10,7 @@
 mod call;
 mod component;
 mod gateway;
+mod hostile;
 mod load;
 mod pin;
 mod policy_kit;

@@ -348,22 +348,23 @@ fn case_arguments_reach_the_component_in_canonical_form() {
     );
 }
 
-/// The `toolward` binary of this build, built by `cargo build -p toolward --bin toolward`
-/// into the target directory this test runs from (it belongs to package `toolward`, so
-/// cargo does not hand this package its path). `None`, and the caller skips, while the
-/// binary has no command line (it answers nothing to `--version`).
+/// The `toolward` binary: `TOOLWARD_BIN` when set (`scripts/test.sh` builds it before the
+/// tests), else built here by `cargo build -p toolward --bin toolward` into the target
+/// directory this test runs from (it belongs to package `toolward`, so cargo does not hand
+/// this package its path).
 fn toolward_binary() -> Option<&'static Path> {
-    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BIN.get_or_init(|| {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("TOOLWARD_BIN") {
+            return PathBuf::from(bin);
+        }
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().unwrap().parent().unwrap();
         let target_dir = profile_dir.parent().unwrap();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let mut build = Command::new(cargo);
         build
-            .args([
-                "build", "-j1", "--quiet", "-p", "toolward", "--bin", "toolward",
-            ])
+            .args(["build", "--quiet", "-p", "toolward", "--bin", "toolward"])
             .arg("--manifest-path")
             .arg(repo().join("Cargo.toml"))
             .env("CARGO_TARGET_DIR", target_dir);
@@ -372,15 +373,15 @@ fn toolward_binary() -> Option<&'static Path> {
         }
         let status = build.status().unwrap();
         assert!(status.success(), "building the toolward binary failed");
-        let bin = profile_dir.join(format!("toolward{}", std::env::consts::EXE_SUFFIX));
-        let version = Command::new(&bin).arg("--version").output().unwrap();
-        if !version.status.success() || version.stdout.is_empty() {
-            eprintln!("skipped: `{}` has no command line yet", bin.display());
-            return None;
-        }
-        Some(bin)
-    })
-    .as_deref()
+        profile_dir.join(format!("toolward{}", std::env::consts::EXE_SUFFIX))
+    });
+    let version = Command::new(bin).arg("--version").output().unwrap();
+    assert!(
+        version.status.success() && !version.stdout.is_empty(),
+        "`{}` does not answer `--version`",
+        bin.display()
+    );
+    Some(bin.as_path())
 }
 
 #[test]

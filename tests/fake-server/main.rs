@@ -19,6 +19,13 @@
 //! tool without one is echoed: its result is one text block holding the arguments as
 //! received. The scenario file is read again at every start, so a test changes the server
 //! between pin and load by rewriting it.
+//!
+//! `actions` script hostile answers to `tools/call`, by tool name:
+//! `{"exit": true}` exits in the middle of the call; `{"hang": true}` never answers;
+//! `{"text_bytes": N, "is_error": false}` answers one text block of N bytes;
+//! `{"line_bytes": N}` prints one line of N bytes that is not JSON-RPC (past the frame
+//! limit when N is); `{"garbage": true}` prints a line that is not JSON;
+//! `{"wrong_id": true}` answers with another id, then nothing.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -77,6 +84,52 @@ fn main() {
             }
             "tools/call" => {
                 let name = message["params"]["name"].as_str().unwrap_or_default();
+                let action = &scenario["actions"][name];
+                if action["exit"].as_bool() == Some(true) {
+                    std::process::exit(3);
+                }
+                if action["hang"].as_bool() == Some(true) {
+                    continue;
+                }
+                if action["garbage"].as_bool() == Some(true) {
+                    let _ = writeln!(stdout, "this is not JSON");
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if action["wrong_id"].as_bool() == Some(true) {
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":"not-yours","result":{{"content":[]}}}}"#
+                    );
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if let Some(n) = action["line_bytes"].as_u64() {
+                    let chunk = vec![b'x'; 1 << 20];
+                    let mut left = n as usize;
+                    while left > 0 {
+                        let take = left.min(chunk.len());
+                        if stdout.write_all(&chunk[..take]).is_err() {
+                            return;
+                        }
+                        left -= take;
+                    }
+                    let _ = writeln!(stdout);
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if let Some(n) = action["text_bytes"].as_u64() {
+                    let result = json!({
+                        "content": [{"type": "text", "text": "y".repeat(n as usize)}],
+                        "isError": action["is_error"].as_bool().unwrap_or(false),
+                    });
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":{id_text},"result":{result}}}"#
+                    );
+                    let _ = stdout.flush();
+                    continue;
+                }
                 let result = match scenario["results"].get(name).and_then(Value::as_str) {
                     Some(raw) => raw.to_owned(),
                     None => json!({

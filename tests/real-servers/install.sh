@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real MCP servers the end-to-end tests run, at the versions their pinned
-# manifests were taken from (a new release would change the listings), into
-# tests/real-servers/.installed (ignored by git). Idempotent: a second run checks and exits.
+# manifests were taken from (a new release would change the listings), and the real MCP
+# clients the acceptance tests in tests/clients/ drive (the MCP Inspector's CLI, the Python
+# `mcp` client library), into tests/real-servers/.installed (ignored by git). Idempotent: a
+# second run checks and exits.
 #
 # After it: node_modules/.bin style paths are written to tests/real-servers/.installed/env,
 # which the tests read (TOOLWARD_REAL_SERVERS points at the folder).
@@ -9,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dest="$here/.installed"
 mkdir -p "$dest"
-stamp="$dest/.stamp-v1"
+stamp="$dest/.stamp-v2"
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0
@@ -20,9 +22,16 @@ fi
   @modelcontextprotocol/server-filesystem@2026.8.31 \
   @modelcontextprotocol/server-everything@2026.8.31 \
   @modelcontextprotocol/server-memory@2026.8.31)
+# npm: the MCP Inspector, whose CLI mode (node_modules/.bin/mcp-inspector --cli) the
+# acceptance tests drive (tests/clients/inspector.sh).
+(cd "$dest" && npm install --no-audit --no-fund --loglevel=error --save-exact \
+  @modelcontextprotocol/inspector@2.12.0)
 # PyPI: the reference servers (Python), in a virtual environment of their own.
 python3 -m venv "$dest/venv"
 "$dest/venv/bin/pip" install --quiet --disable-pip-version-check \
-  mcp-server-time==2026.10.19 mcp-server-git==2026.10.19
+  mcp-server-time==2026.10.19 mcp-server-git==2026.10.19 \
+  mcp==2.3.0
+# The Python client library (`mcp`, pinned above, in the same venv) drives
+# tests/clients/test_acceptance.py.
 touch "$stamp"
 echo "real servers installed in $dest"
