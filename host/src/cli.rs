@@ -152,6 +152,10 @@ enum PolicyCommand {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
+        /// A config whose compiled-component cache (`<state_dir>/components`) to look in
+        /// (and fill): the output then says whether the compiled form was cached.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
     /// Run the decision cases of CASES against a policy component and print each case's
     /// pass or fail with the actual decision and reason (exit 1 on any mismatch).
@@ -265,8 +269,13 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             command: AuditCommand::Verify { file, json },
         } => audit_verify(&file, json),
         Command::Policy {
-            command: PolicyCommand::Inspect { component, json },
-        } => policy_inspect(&component, json),
+            command:
+                PolicyCommand::Inspect {
+                    component,
+                    json,
+                    config,
+                },
+        } => policy_inspect(&component, json, config.as_deref()),
         Command::Policy {
             command:
                 PolicyCommand::Test {
@@ -561,7 +570,7 @@ fn audit_verify(file: &Path, json: bool) -> Result<ExitCode, Failure> {
     })
 }
 
-fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
+fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<ExitCode, Failure> {
     let bytes = if component == "built-in" {
         toolward::component::DEFAULT_COMPONENT.to_vec()
     } else {
@@ -569,7 +578,11 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
             .with_context(|| format!("cannot read component `{component}`"))
             .map_err(usage)?
     };
-    let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
+    let cache_dir = match config {
+        Some(path) => Some(load::component_cache_dir(&read_config(path)?)),
+        None => None,
+    };
+    let host = ComponentHost::new(GuestLimits::default(), cache_dir).map_err(failure)?;
     let sha256 = toolward::canonical::sha256_hex(&bytes);
     let loaded = match host.load(&bytes, component) {
         Ok(l) => l,
@@ -596,6 +609,14 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
     .into_iter()
     .filter_map(|(ok, world)| ok.then_some(world))
     .collect();
+    let cached = match loaded.cache() {
+        toolward::component::CacheOutcome::Disabled => "unknown (no --config: no cache looked at)",
+        toolward::component::CacheOutcome::Hit => "yes",
+        toolward::component::CacheOutcome::Miss => "no (compiled now, and cached)",
+        toolward::component::CacheOutcome::Replaced => {
+            "no (the cache entry failed to load; compiled again, and cached)"
+        }
+    };
     if json {
         println!(
             "{:#}",
@@ -606,6 +627,7 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
                 "worlds": worlds,
                 "exports": loaded.exports(),
                 "imports": loaded.imports(),
+                "cached": cached,
             })
         );
     } else {
@@ -614,6 +636,7 @@ fn policy_inspect(component: &str, json: bool) -> Result<ExitCode, Failure> {
         println!("  size     {} bytes", loaded.size_bytes());
         println!("  worlds   {}", worlds.join(", "));
         println!("  exports  {}", loaded.exports().join(", "));
+        println!("  cached   {cached}");
         println!(
             "  imports  {}",
             if loaded.imports().is_empty() {
