@@ -283,7 +283,8 @@ impl ComponentHost {
     /// # Errors
     /// [`ComponentError::Invalid`] for bytes that are not a component,
     /// [`ComponentError::ForbiddenImport`] naming the first import outside toolward's WIT,
-    /// [`ComponentError::Cache`] when the cache cannot be written.
+    /// [`ComponentError::Cache`] when a compiled component cannot be serialized (a failed
+    /// cache write is only logged).
     pub fn load(&self, bytes: &[u8], origin: &str) -> Result<LoadedComponent, ComponentError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
         let (component, cache) = self.compile_cached(bytes, &sha256, origin)?;
@@ -524,7 +525,10 @@ impl ComponentHost {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        write_atomically(&path, &serialized)?;
+        // The cache only saves time: a failed write is logged, never a failed load.
+        if let Err(e) = write_atomically(&path, &serialized) {
+            tracing::warn!(error = %e, "cannot write the compiled-component cache");
+        }
         Ok((component, outcome))
     }
 
@@ -587,7 +591,11 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ComponentError> {
         path: path.to_owned(),
         reason,
     };
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per process and per write: threads of one process may compile the same
+    // component at once, and each must rename its own file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(|e| err(e.to_string()))?;
     std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))
 }
