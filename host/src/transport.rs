@@ -1126,6 +1126,11 @@ async fn write_stdin(
             stdin.flush().await
         };
         if let Err(error) = written.await {
+            // A broken pipe usually means the server exited: as for a closed standard
+            // output, give the supervisor a chance to report the exit status first.
+            let mut closing = shared.shutdown.subscribe();
+            let _ =
+                tokio::time::timeout(EXIT_STATUS_WAIT, closing.wait_for(|closing| *closing)).await;
             shared.fail(FailureReason::Write {
                 message: error.to_string(),
             });
