@@ -570,14 +570,18 @@ fn audit_verify(file: &Path, json: bool) -> Result<ExitCode, Failure> {
     })
 }
 
+/// The bytes of a component named on the command line: a `.wasm` path, or `built-in`.
+fn read_component(component: &str) -> Result<Vec<u8>, Failure> {
+    if component == "built-in" {
+        return Ok(toolward::component::DEFAULT_COMPONENT.to_vec());
+    }
+    std::fs::read(component)
+        .with_context(|| format!("cannot read component `{component}`"))
+        .map_err(usage)
+}
+
 fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<ExitCode, Failure> {
-    let bytes = if component == "built-in" {
-        toolward::component::DEFAULT_COMPONENT.to_vec()
-    } else {
-        std::fs::read(component)
-            .with_context(|| format!("cannot read component `{component}`"))
-            .map_err(usage)?
-    };
+    let bytes = read_component(component)?;
     let cache_dir = match config {
         Some(path) => Some(load::component_cache_dir(&read_config(path)?)),
         None => None,
@@ -666,13 +670,7 @@ fn policy_test(
             .map_err(usage)?;
         cases.settings = Some(text);
     }
-    let bytes = if component == "built-in" {
-        toolward::component::DEFAULT_COMPONENT.to_vec()
-    } else {
-        std::fs::read(component)
-            .with_context(|| format!("cannot read component `{component}`"))
-            .map_err(usage)?
-    };
+    let bytes = read_component(component)?;
     let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
     let loaded = host.load(&bytes, component).map_err(usage)?;
     let report = toolward::policy_test::run_cases(&host, &loaded, &cases);
