@@ -194,6 +194,14 @@ pub enum CallError {
         /// The name as the client sent it (quoted safely).
         tool: String,
     },
+    /// The name is a tool the load kept out, or one of a server that did not load.
+    #[error("tool `{tool}` is not available: {reason}")]
+    Unavailable {
+        /// The name as the client sent it (quoted safely).
+        tool: String,
+        /// Why, from the load report.
+        reason: String,
+    },
     /// The call sets a parameter the operator denied.
     #[error(
         "tool `{tool}` on server `{server}` refuses parameter `{parameter}`: the operator denied it"
@@ -572,9 +580,13 @@ impl Run<'_> {
         self.record_or_refuse(event).await?;
 
         let Some(tool) = self.tool else {
-            return Err(refused(CallError::UnknownTool {
-                tool: self.tool_name(),
-            }));
+            let tool = self.tool_name();
+            return Err(refused(
+                match self.path.registry.why_absent(&self.exposed_name) {
+                    Some(reason) => CallError::Unavailable { tool, reason },
+                    None => CallError::UnknownTool { tool },
+                },
+            ));
         };
         let name = || tool.exposed_name.clone();
         let server = || tool.server.clone();

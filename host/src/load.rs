@@ -469,7 +469,38 @@ pub async fn load(
             }
         }
     }
+    note_absent(config, &report, &mut registry);
     Ok((registry, report))
+}
+
+/// Tells the registry why each tool the load kept out is absent, so that a call of one is
+/// answered with the reason rather than "unknown tool".
+fn note_absent(config: &Config, report: &LoadReport, registry: &mut Registry) {
+    let separator = &config.separator;
+    for server in &report.servers {
+        let exposed = |tool: &str| format!("{}{separator}{tool}", server.server);
+        if let Some(failure) = &server.failure {
+            registry.note_unavailable(&server.server, separator, failure.clone());
+        }
+        for refusal in &server.refused {
+            registry.note_absent(
+                exposed(&refusal.tool),
+                format!("toolward refused it at load: {}", refusal.reason),
+            );
+        }
+        for unclassified in &server.unclassified {
+            registry.note_absent(
+                exposed(&unclassified.tool),
+                String::from("no rule classifies it, so it is not offered"),
+            );
+        }
+        for unpinned in &server.unpinned {
+            registry.note_absent(
+                exposed(unpinned),
+                String::from("the manifest does not pin it (run `toolward pin` and review)"),
+            );
+        }
+    }
 }
 
 fn component_changes(

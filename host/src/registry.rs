@@ -49,6 +49,10 @@ pub struct RegisteredTool {
 pub struct Registry {
     tools: BTreeMap<String, RegisteredTool>,
     upstreams: BTreeMap<String, Upstream>,
+    /// Why a tool the load kept out is absent, by the name it would have been exposed as.
+    absent: BTreeMap<String, String>,
+    /// Why a server has no tools, by the prefix of its exposed names (`server` + separator).
+    unavailable: BTreeMap<String, (String, String)>,
 }
 
 impl Registry {
@@ -97,6 +101,31 @@ impl Registry {
     /// Server names with a live connection.
     pub fn servers(&self) -> impl Iterator<Item = &str> {
         self.upstreams.keys().map(String::as_str)
+    }
+
+    /// Records why the tool that would be exposed as `exposed_name` is absent (refused or
+    /// unclassified at load), so that a call of it is answered with the reason.
+    pub fn note_absent(&mut self, exposed_name: String, why: String) {
+        self.absent.insert(exposed_name, why);
+    }
+
+    /// Records why `server`, whose tools would be exposed as `{server}{separator}…`, has no
+    /// tools (it did not start, or its listing was refused).
+    pub fn note_unavailable(&mut self, server: &str, separator: &str, why: String) {
+        self.unavailable
+            .insert(format!("{server}{separator}"), (server.to_owned(), why));
+    }
+
+    /// Why `exposed_name` is not a registered tool, when the load said: the tool's refusal,
+    /// or its server's failure. `None` for a name toolward knows nothing of.
+    pub fn why_absent(&self, exposed_name: &str) -> Option<String> {
+        if let Some(why) = self.absent.get(exposed_name) {
+            return Some(why.clone());
+        }
+        self.unavailable
+            .iter()
+            .find(|(prefix, _)| exposed_name.starts_with(prefix.as_str()))
+            .map(|(_, (server, why))| format!("server `{server}` did not load: {why}"))
     }
 
     /// Closes every upstream connection (each ends its server's process group).

@@ -19,6 +19,8 @@ use toolward::registry::{RegisteredTool, Registry};
 use toolward::schema::{self, Dialect};
 use toolward::transport::{StdioSpec, TransportLimits, Upstream};
 
+use crate::real::real_servers;
+
 /// The operator's rules for the sandbox server `fs`: reads allowed (`tail` denied), writes
 /// held (the default table), edits previewed only (`dryRun` fixed to `true`) and allowed.
 pub const RULES: &str = r#"{
@@ -54,14 +56,6 @@ fn classified() -> Vec<Rule> {
             vec![("dryRun", json!(true))],
         ),
     ]
-}
-
-/// Where the real servers are installed.
-fn real_servers() -> PathBuf {
-    match std::env::var_os("TOOLWARD_REAL_SERVERS") {
-        Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real-servers/.installed"),
-    }
 }
 
 fn filesystem_server() -> Option<PathBuf> {

@@ -14,3 +14,5 @@ mod hostile;
 mod load;
 mod pin;
 mod policy_kit;
+mod real;
+mod real_load;

@@ -490,23 +490,51 @@ fn guide_script(markdown: &str) -> String {
     script
 }
 
+/// Where `tests/real-servers/install.sh` put the npm servers' commands.
+fn installed_server_commands() -> PathBuf {
+    crate::real::real_servers().join("node_modules/.bin")
+}
+
 #[test]
-fn policy_authoring_guide_builds_inspects_and_tests_its_component() {
+fn policy_authoring_guide_builds_inspects_tests_and_deploys_its_component() {
     let Some(bin) = toolward_binary() else { return };
-    let guide = std::fs::read_to_string(repo().join("docs/policy-authoring.md")).unwrap();
+    let mut guide = std::fs::read_to_string(repo().join("docs/policy-authoring.md")).unwrap();
+    let servers = installed_server_commands();
+    let deploy = servers.join("mcp-server-memory").is_file();
+    if !deploy {
+        eprintln!(
+            "the guide's deploy step is skipped: {} is not installed; run tests/real-servers/install.sh",
+            servers.join("mcp-server-memory").display()
+        );
+        let end = guide.find("## 6. Deploy it").unwrap();
+        guide.truncate(end);
+    }
     let script = guide_script(&guide);
-    for command in [
+    let mut commands = vec![
         "cargo new --lib",
         "cargo build --release --target wasm32-unknown-unknown",
         "toolward policy inspect policy.wasm",
         "toolward policy test cases.json --policy policy.wasm",
-    ] {
+    ];
+    if deploy {
+        commands.extend([
+            "toolward pin",
+            "toolward check",
+            "toolward call memory__read_graph",
+        ]);
+    }
+    for command in commands {
         assert!(script.contains(command), "the guide lost `{command}`");
     }
     let dir = tempfile::tempdir().unwrap();
-    let path = std::env::join_paths(std::iter::once(bin.parent().unwrap().to_owned()).chain(
-        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
-    ))
+    // The guide's reader has `toolward` and `mcp-server-memory` on their PATH.
+    let path = std::env::join_paths(
+        [bin.parent().unwrap().to_owned(), servers]
+            .into_iter()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )
     .unwrap();
     let out = Command::new("sh")
         .arg("-c")
@@ -524,6 +552,7 @@ fn policy_authoring_guide_builds_inspects_and_tests_its_component() {
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTC_WRAPPER")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("TOOLWARD_LOG")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -531,5 +560,31 @@ fn policy_authoring_guide_builds_inspects_and_tests_its_component() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("policy-component"), "{stdout}");
     assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
-    assert!(dir.path().join("my-policy/policy.wasm").is_file());
+    let wasm = dir.path().join("my-policy/policy.wasm");
+    assert!(wasm.is_file());
+    if !deploy {
+        return;
+    }
+    // Deployed: the manifest pins the component the guide built, `check` loads it with
+    // the four classified tools, the read is allowed and the destructive call is denied
+    // with the guide component's own reason.
+    let digest = toolward::canonical::sha256_hex(&std::fs::read(&wasm).unwrap());
+    let manifest = toolward::manifest::Manifest::read(&dir.path().join("manifest.json")).unwrap();
+    assert_eq!(
+        manifest.components.get("policy"),
+        Some(&digest),
+        "{manifest:?}"
+    );
+    assert_eq!(manifest.servers["memory"].tools.len(), 9);
+    assert!(
+        stdout.contains(&format!("policy component sha256 {digest}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("4 tools registered, 0 refused"), "{stdout}");
+    assert!(stdout.contains("\"entities\""), "{stdout}");
+    assert!(
+        stdout.contains("is destructive: my-policy never allows it"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("denied, as my-policy decides"), "{stdout}");
 }
