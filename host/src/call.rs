@@ -48,6 +48,7 @@ use crate::component::{CallView, Decision, Policy};
 use crate::config::{self, Config};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
+use crate::transport::Upstream;
 
 /// How often a held call sends a progress notification while it waits for an approval, when
 /// the client sent a `progressToken`: some clients give up on a call after 60 s of silence.
@@ -287,12 +288,25 @@ pub enum CallError {
         reason: String,
     },
     /// The server of the tool has no live connection.
-    #[error("server `{server}` of tool `{tool}` is not connected")]
+    #[error("server `{server}` of tool `{tool}` is not connected: {reason}")]
     NotConnected {
         /// Exposed tool name.
         tool: String,
         /// Server name.
         server: String,
+        /// Why: it failed and is being restarted, or it failed for good.
+        reason: String,
+    },
+    /// The tool was taken out of service after the load (its restarted server no longer
+    /// matched its pin).
+    #[error("tool `{tool}` on server `{server}` was withdrawn: {reason}")]
+    Withdrawn {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// Why.
+        reason: String,
     },
     /// Forwarding failed: the server died, timed out, or answered with a protocol error.
     #[error("the call of tool `{tool}` on server `{server}` failed: {reason}")]
@@ -490,6 +504,20 @@ impl Drop for Run<'_> {
 }
 
 impl Run<'_> {
+    /// The live connection to `tool`'s server.
+    fn connected(&self, tool: &RegisteredTool) -> Result<Upstream, CallError> {
+        let not_connected = |reason| CallError::NotConnected {
+            tool: tool.exposed_name.clone(),
+            server: tool.server.clone(),
+            reason,
+        };
+        match self.path.registry.upstream(&tool.server) {
+            Some(Ok(upstream)) => Ok(upstream),
+            Some(Err(reason)) => Err(not_connected(reason)),
+            None => Err(not_connected(String::from("the load did not connect it"))),
+        }
+    }
+
     fn tool_name(&self) -> String {
         self.exposed_name.clone()
     }
@@ -590,6 +618,15 @@ impl Run<'_> {
         };
         let name = || tool.exposed_name.clone();
         let server = || tool.server.clone();
+        if let Some(reason) = self.path.registry.withdrawn(&tool.exposed_name) {
+            return Err(refused(CallError::Withdrawn {
+                tool: name(),
+                server: server(),
+                reason,
+            }));
+        }
+        // A server that is down gets no decision and no approval asked for nothing.
+        self.connected(tool).map_err(refused)?;
 
         // Step 2: hidden parameters, by name.
         for parameter in arguments.keys() {
@@ -753,13 +790,8 @@ impl Run<'_> {
             }
         };
 
-        // Step 5: forward.
-        let Some(upstream) = self.path.registry.upstream(&tool.server) else {
-            return Err(refused(CallError::NotConnected {
-                tool: name(),
-                server: server(),
-            }));
-        };
+        // Step 5: forward (the server may have failed while the call was held).
+        let upstream = self.connected(tool).map_err(refused)?;
         let mut event = with_arguments(self.event(AuditKind::Forwarded));
         event.decision = Some(AuditDecision::Allow);
         self.record_or_refuse(event).await?;

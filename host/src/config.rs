@@ -70,6 +70,14 @@ pub const DEFAULT_MAX_TOOL_BYTES: u64 = 256 * 1024;
 /// Default cap on one call's result passed to the client, in bytes: 1 MiB. Results are
 /// untrusted text placed in the model's context; content past the cap is truncated and marked.
 pub const DEFAULT_MAX_RESULT_BYTES: u64 = 1024 * 1024;
+/// Default number of attempts to restart a server that failed after the load: 5 in a row;
+/// `0` never restarts. A restarted server's listing is checked against the pins again.
+pub const DEFAULT_RESTART_ATTEMPTS: u64 = 5;
+/// Default wait before the first restart attempt, in milliseconds: 500. Each further attempt
+/// in a row waits twice as long, up to [`MAX_RESTART_BACKOFF_MS`].
+pub const DEFAULT_RESTART_BACKOFF_MS: u64 = 500;
+/// Longest wait between two restart attempts, in milliseconds: 30 s.
+pub const MAX_RESTART_BACKOFF_MS: u64 = 30_000;
 /// Largest accepted timeout, in milliseconds: one day. Keeps deadline arithmetic far from
 /// overflow and catches seconds typed where milliseconds were meant only in one direction;
 /// nothing the gateway waits for should take longer.
@@ -151,6 +159,8 @@ const LIMIT_KEYS: &[&str] = &[
     "max_listing_bytes",
     "max_tool_bytes",
     "max_result_bytes",
+    "restart_attempts",
+    "restart_backoff_ms",
 ];
 
 /// Errors reading a config. Every message about the content starts with the path in the
@@ -349,6 +359,10 @@ pub struct Limits {
     pub max_tool_bytes: u64,
     /// [`DEFAULT_MAX_RESULT_BYTES`].
     pub max_result_bytes: u64,
+    /// [`DEFAULT_RESTART_ATTEMPTS`]; `0` never restarts.
+    pub restart_attempts: u64,
+    /// [`DEFAULT_RESTART_BACKOFF_MS`].
+    pub restart_backoff_ms: u64,
 }
 
 impl Default for Limits {
@@ -364,6 +378,8 @@ impl Default for Limits {
             max_listing_bytes: DEFAULT_MAX_LISTING_BYTES,
             max_tool_bytes: DEFAULT_MAX_TOOL_BYTES,
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            restart_attempts: DEFAULT_RESTART_ATTEMPTS,
+            restart_backoff_ms: DEFAULT_RESTART_BACKOFF_MS,
         }
     }
 }
@@ -384,6 +400,11 @@ impl Limits {
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
     }
+    /// `restart_backoff_ms` as a duration.
+    #[must_use]
+    pub fn restart_backoff(&self) -> Duration {
+        Duration::from_millis(self.restart_backoff_ms)
+    }
     /// `approval_timeout_ms` as a duration.
     #[must_use]
     pub fn approval_timeout(&self) -> Duration {
@@ -402,6 +423,8 @@ impl Limits {
             "max_listing_bytes" => &mut self.max_listing_bytes,
             "max_tool_bytes" => &mut self.max_tool_bytes,
             "max_result_bytes" => &mut self.max_result_bytes,
+            "restart_attempts" => &mut self.restart_attempts,
+            "restart_backoff_ms" => &mut self.restart_backoff_ms,
             _ => return None,
         })
     }
@@ -1090,12 +1113,16 @@ fn limits(value: &Value, path: &JsonPath, base: Limits) -> Result<Limits, Config
         } else {
             "a count"
         };
-        let Some(number) = value.as_u64().filter(|n| *n > 0) else {
+        // Only a count of restarts may be zero: a limit of nothing would refuse everything.
+        let (least, kind) = if key == "restart_attempts" {
+            (0, "a non-negative integer")
+        } else {
+            (1, "a positive integer")
+        };
+        let Some(number) = value.as_u64().filter(|n| *n >= least) else {
             return Err(match value {
-                Value::Number(n) => {
-                    key_path.invalid(format!("`{n}` is not a positive integer ({unit})"))
-                }
-                _ => expected(&key_path, &format!("a positive integer ({unit})"), value),
+                Value::Number(n) => key_path.invalid(format!("`{n}` is not {kind} ({unit})")),
+                _ => expected(&key_path, &format!("{kind} ({unit})"), value),
             });
         };
         if key.ends_with("_ms") && number > MAX_TIMEOUT_MS {

@@ -45,6 +45,9 @@ use rmcp::model::{
     reason = "MCP logging (SEP-2577 deprecates it) is how clients up to 2025-11-25 show a server's warnings"
 )]
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
+use tokio::sync::broadcast;
+
+use crate::registry::Connection;
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext, ServiceExt};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use serde_json::{Value as Json, json};
@@ -279,18 +282,47 @@ impl ServerHandler for Gateway {
 
     #[expect(deprecated, reason = "MCP logging, as for the imports")]
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        for message in self.load_messages.iter() {
-            let params = LoggingMessageNotificationParam::new(
-                LoggingLevel::Warning,
-                Json::String(message.clone()),
-            )
-            .with_logger("toolward");
-            let sent = context.peer.notify_logging_message(params).await;
-            if let Err(error) = sent {
+        let registry = Arc::clone(self.call_path.registry());
+        // Subscribed first, so that nothing said after the state below is missed.
+        let mut later = registry.client_messages();
+        let mut now: Vec<String> = self.load_messages.as_ref().clone();
+        for server in registry.servers() {
+            match registry.connection(server) {
+                Some(Connection::Restarting { reason } | Connection::Down { reason }) => {
+                    now.push(reason);
+                }
+                Some(Connection::Up(_)) | None => {}
+            }
+        }
+        let peer = context.peer.clone();
+        let warn = |message: String| {
+            LoggingMessageNotificationParam::new(LoggingLevel::Warning, Json::String(message))
+                .with_logger("toolward")
+        };
+        for message in now {
+            if let Err(error) = peer.notify_logging_message(warn(message)).await {
                 tracing::warn!("cannot send a load message to the client: {error}");
                 return;
             }
         }
+        // What happens after the load (a server failed, restarted, changed its tool list)
+        // goes to the client while it is connected.
+        tokio::spawn(async move {
+            loop {
+                let message = match later.recv().await {
+                    Ok(message) => message,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        format!(
+                            "{missed} toolward messages were dropped: the client read too slowly"
+                        )
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                if peer.notify_logging_message(warn(message)).await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 
     async fn call_tool(

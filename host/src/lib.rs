@@ -3,7 +3,8 @@
 //! The data flow, one module per step:
 //! config ─► transport ─► listing ─► pin (manifest) ─► load (rules component, schema
 //! narrowing, hint check) ─► registry; each call ─► call (validation, policy component,
-//! approval) ─► forward ─► result cap ─► client; every step ─► audit.
+//! approval) ─► forward ─► result cap ─► client; every step ─► audit. After the load,
+//! supervise watches each server (restart with backoff, pins checked again).
 #![deny(missing_docs)]
 
 pub mod approval;
@@ -21,6 +22,7 @@ pub mod policy_test;
 pub mod registry;
 pub mod schema;
 pub mod start;
+pub mod supervise;
 pub mod transport;
 
 pub use start::Toolward;

@@ -60,6 +60,10 @@ pub struct LoadReport {
     pub component_changes: Vec<String>,
     /// One entry per configured server, in name order.
     pub servers: Vec<ServerReport>,
+    /// Names in the rules file that match nothing: a server the config does not have, or a
+    /// tool its server does not list (most often a misspelling; the closest name is
+    /// suggested). Checked when the built-in rules component reads the rules file.
+    pub rules_notes: Vec<String>,
 }
 
 /// What a load did with one server.
@@ -169,6 +173,7 @@ impl LoadReport {
                 ));
             }
         }
+        out.extend(self.rules_notes.iter().cloned());
         out
     }
 
@@ -242,6 +247,9 @@ impl LoadReport {
         }
         for c in &self.component_changes {
             let _ = writeln!(out, "note: {c}");
+        }
+        for n in &self.rules_notes {
+            let _ = writeln!(out, "note: {n}");
         }
         for (role, sha) in &self.components {
             let _ = writeln!(out, "{role} component sha256 {sha}");
@@ -331,6 +339,7 @@ pub async fn load(
         component_changes: component_changes(&manifest.components, &components),
         components,
         servers: Vec::new(),
+        rules_notes: Vec::new(),
     };
     let mut registry = Registry::new();
     // Servers start concurrently: a slow one does not hold up the others.
@@ -358,6 +367,7 @@ pub async fn load(
 
     let mut classifier = rules.classifier();
     let mut candidates: Vec<RegisteredTool> = Vec::new();
+    let mut listed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, (upstream, listing)) in names.iter().zip(connections) {
         let mut server_report = ServerReport {
             server: name.clone(),
@@ -391,6 +401,10 @@ pub async fn load(
                 continue;
             }
         };
+        listed.insert(
+            name.clone(),
+            listing.tools.iter().map(|t| t.name.clone()).collect(),
+        );
         let Some(pinned) = manifest.servers.get(name) else {
             server_report.failure = Some(format!(
                 "server `{name}` is not in the manifest; run `toolward pin --server {name}` and review it"
@@ -470,7 +484,64 @@ pub async fn load(
         }
     }
     note_absent(config, &report, &mut registry);
+    report.rules_notes = rules_notes(config, &listed);
     Ok((registry, report))
+}
+
+/// The names in the rules file that match nothing (see [`LoadReport::rules_notes`]).
+/// `listed` holds the tool names of each server whose listing loaded. Only for the built-in
+/// rules component, whose rules format toolward knows; empty otherwise.
+fn rules_notes(config: &Config, listed: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    if config.rules.component.is_some() {
+        return Vec::new();
+    }
+    // The component already accepted this text; a file changed since is not worth a note.
+    let Ok(text) = std::fs::read_to_string(&config.rules.file) else {
+        return Vec::new();
+    };
+    let Ok(rules) = toolward_policy_table::Rules::parse(&text) else {
+        return Vec::new();
+    };
+    let configured: Vec<&str> = config
+        .servers
+        .keys()
+        .chain(&config.disabled_servers)
+        .map(String::as_str)
+        .collect();
+    let mut notes = Vec::new();
+    for (server, tools) in rules.names() {
+        if !configured.contains(&server) {
+            notes.push(format!(
+                "the rules name server `{}`, which the config does not have{}",
+                listing::visible(server),
+                did_you_mean(server, configured.iter().copied())
+            ));
+            continue;
+        }
+        let Some(listed) = listed.get(server) else {
+            continue;
+        };
+        for tool in tools {
+            if !listed.iter().any(|name| name == tool) {
+                notes.push(format!(
+                    "the rules classify tool `{}` of server `{server}`, which the server does not list{}",
+                    listing::visible(tool),
+                    did_you_mean(tool, listed.iter().map(String::as_str))
+                ));
+            }
+        }
+    }
+    notes
+}
+
+/// ` (did you mean `NAME`?)` for the candidate closest to `name`, when one is close.
+fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> String {
+    candidates
+        .map(|candidate| (strsim::jaro_winkler(name, candidate), candidate))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, candidate)| format!(" (did you mean `{}`?)", listing::visible(candidate)))
+        .unwrap_or_default()
 }
 
 /// Tells the registry why each tool the load kept out is absent, so that a call of one is

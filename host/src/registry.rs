@@ -1,8 +1,13 @@
 //! The registry: the tools a load registered, exactly as the model will see them, with the
 //! upstream connection each belongs to. Built by [`crate::load`], read by the call path and
-//! the gateway. Immutable after the load: the tool set is fixed until the next load.
+//! the gateway. The tool set is fixed at load: a restarted server (see [`crate::supervise`])
+//! gets its connection replaced, and a tool whose pin it no longer matches is withdrawn,
+//! never added or changed.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use tokio::sync::broadcast;
 
 use crate::canonical::Value;
 use crate::component::{Annotations, Effect};
@@ -44,15 +49,54 @@ pub struct RegisteredTool {
     pub input_schema_sha256: String,
 }
 
-/// The registered tools by exposed name, and the live upstream connections by server name.
-#[derive(Debug, Default)]
+/// Where a loaded server's connection stands.
+#[derive(Debug, Clone)]
+pub enum Connection {
+    /// Connected.
+    Up(Upstream),
+    /// Failed and being restarted: calls fail with `reason` until it is back.
+    Restarting {
+        /// Why it is down, and which attempt is under way.
+        reason: String,
+    },
+    /// Failed for good: calls fail with `reason`.
+    Down {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How many messages for the client the registry keeps for a slow reader.
+const CLIENT_MESSAGES: usize = 64;
+
+/// The registered tools by exposed name, and the upstream connections by server name.
+#[derive(Debug)]
 pub struct Registry {
     tools: BTreeMap<String, RegisteredTool>,
-    upstreams: BTreeMap<String, Upstream>,
+    upstreams: BTreeMap<String, Arc<RwLock<Connection>>>,
+    /// Tools taken out after the load (a restarted server no longer matched their pin), by
+    /// exposed name, with the reason.
+    withdrawn: RwLock<BTreeMap<String, String>>,
+    /// What the client should hear about after the load (a server failed, restarted,
+    /// changed its tool list), as one-line warnings.
+    client_messages: broadcast::Sender<String>,
     /// Why a tool the load kept out is absent, by the name it would have been exposed as.
     absent: BTreeMap<String, String>,
     /// Why a server has no tools, by the prefix of its exposed names (`server` + separator).
     unavailable: BTreeMap<String, (String, String)>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            tools: BTreeMap::new(),
+            upstreams: BTreeMap::new(),
+            withdrawn: RwLock::new(BTreeMap::new()),
+            client_messages: broadcast::Sender::new(CLIENT_MESSAGES),
+            absent: BTreeMap::new(),
+            unavailable: BTreeMap::new(),
+        }
+    }
 }
 
 impl Registry {
@@ -80,7 +124,10 @@ impl Registry {
 
     /// Keeps the connection to `server`.
     pub fn insert_upstream(&mut self, server: &str, upstream: Upstream) {
-        self.upstreams.insert(server.to_owned(), upstream);
+        self.upstreams.insert(
+            server.to_owned(),
+            Arc::new(RwLock::new(Connection::Up(upstream))),
+        );
     }
 
     /// Registered tools, sorted by exposed name.
@@ -93,14 +140,96 @@ impl Registry {
         self.tools.get(exposed_name)
     }
 
-    /// The connection to `server`.
-    pub fn upstream(&self, server: &str) -> Option<&Upstream> {
-        self.upstreams.get(server)
+    /// The live connection to `server`, or why there is none (`None`: the load did not
+    /// connect it).
+    pub fn upstream(&self, server: &str) -> Option<Result<Upstream, String>> {
+        Some(match self.connection(server)? {
+            Connection::Up(upstream) => Ok(upstream),
+            Connection::Restarting { reason } | Connection::Down { reason } => Err(reason),
+        })
     }
 
-    /// Server names with a live connection.
+    /// Where `server`'s connection stands; `None` when the load did not connect it.
+    pub fn connection(&self, server: &str) -> Option<Connection> {
+        let slot = self.upstreams.get(server)?;
+        let connection = slot.read().unwrap_or_else(PoisonError::into_inner);
+        Some(connection.clone())
+    }
+
+    /// Replaces `server`'s connection (a restart). Ignored for a server the load did not
+    /// connect.
+    pub fn set_connection(&self, server: &str, connection: Connection) {
+        if let Some(slot) = self.upstreams.get(server) {
+            *slot.write().unwrap_or_else(PoisonError::into_inner) = connection;
+        }
+    }
+
+    /// Marks `server` as being restarted, with the reason calls fail with meanwhile; `false`
+    /// (and nothing changes) when it is down for good or unknown.
+    pub fn restarting(&self, server: &str, reason: String) -> bool {
+        let Some(slot) = self.upstreams.get(server) else {
+            return false;
+        };
+        let mut connection = slot.write().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*connection, Connection::Down { .. }) {
+            return false;
+        }
+        *connection = Connection::Restarting { reason };
+        true
+    }
+
+    /// Puts a restarted server's connection in place, unless the registry was closed
+    /// meanwhile: then the connection comes back, for the caller to close.
+    ///
+    /// # Errors
+    /// `upstream` itself, when `server` is down for good or unknown.
+    pub fn restarted(&self, server: &str, upstream: Upstream) -> Result<(), Upstream> {
+        let Some(slot) = self.upstreams.get(server) else {
+            return Err(upstream);
+        };
+        let mut connection = slot.write().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*connection, Connection::Down { .. }) {
+            return Err(upstream);
+        }
+        *connection = Connection::Up(upstream);
+        Ok(())
+    }
+
+    /// Server names the load connected.
     pub fn servers(&self) -> impl Iterator<Item = &str> {
         self.upstreams.keys().map(String::as_str)
+    }
+
+    /// Takes the tool exposed as `exposed_name` out of service, with the reason calls of it
+    /// are refused with. The tool stays listed: the tool set is fixed at load.
+    pub fn withdraw(&self, exposed_name: &str, reason: String) {
+        self.withdrawn
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(exposed_name.to_owned(), reason);
+    }
+
+    /// Why the tool exposed as `exposed_name` was withdrawn, if it was.
+    pub fn withdrawn(&self, exposed_name: &str) -> Option<String> {
+        self.withdrawn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(exposed_name)
+            .cloned()
+    }
+
+    /// Sends a one-line warning to every client listening (see
+    /// [`Registry::client_messages`]), and to the log.
+    pub fn tell_clients(&self, message: String) {
+        tracing::warn!("{message}");
+        // No receiver is fine: nobody is connected to hear it.
+        let _ = self.client_messages.send(message);
+    }
+
+    /// Warnings for the client after the load: a server failed, was restarted, gave up,
+    /// changed its tool list. The gateway forwards them as MCP log notifications.
+    pub fn client_messages(&self) -> broadcast::Receiver<String> {
+        self.client_messages.subscribe()
     }
 
     /// Records why the tool that would be exposed as `exposed_name` is absent (refused or
@@ -128,10 +257,19 @@ impl Registry {
             .map(|(_, (server, why))| format!("server `{server}` did not load: {why}"))
     }
 
-    /// Closes every upstream connection (each ends its server's process group).
-    pub async fn close(self) {
-        for (_, upstream) in self.upstreams {
-            upstream.close().await;
+    /// Closes every upstream connection (each ends its server's process group), and marks
+    /// each server down so that no restart follows.
+    pub async fn close(&self) {
+        for (server, slot) in &self.upstreams {
+            let previous = std::mem::replace(
+                &mut *slot.write().unwrap_or_else(PoisonError::into_inner),
+                Connection::Down {
+                    reason: format!("server `{server}` was closed"),
+                },
+            );
+            if let Connection::Up(upstream) = previous {
+                upstream.close().await;
+            }
         }
     }
 }

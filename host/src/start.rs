@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
+use crate::supervise::Supervisors;
 
 /// Errors that stop a start: the config's files, the components, the manifest, the audit
 /// log. A server or tool that fails is in the [`LoadReport`] instead.
@@ -65,6 +66,7 @@ pub struct Toolward {
     call_path: Arc<CallPath>,
     report: LoadReport,
     session: String,
+    supervisors: Supervisors,
 }
 
 impl Toolward {
@@ -125,8 +127,10 @@ impl Toolward {
                 ..AuditEvent::new(AuditKind::Refusal)
             })?;
         }
+        let registry = Arc::new(registry);
+        let supervisors = Supervisors::start(&config, &registry);
         let call_path = CallPath::new(
-            Arc::new(registry),
+            registry,
             components.policy.clone(),
             Some(Arc::new(audit)),
             CallSettings::from_config(&config),
@@ -134,6 +138,7 @@ impl Toolward {
         );
         Ok(Toolward {
             session: crate::call::new_ulid(),
+            supervisors,
             config,
             call_path: Arc::new(call_path),
             report,
@@ -178,15 +183,10 @@ impl Toolward {
         self.call_path.call(exposed_name, arguments, &ctx).await
     }
 
-    /// Closes every server (each process group ended).
-    pub async fn shutdown(self) {
-        // Closing one clone of an upstream closes it for every clone.
-        let registry = self.call_path.registry();
-        for server in registry.servers() {
-            if let Some(upstream) = registry.upstream(server) {
-                upstream.clone().close().await;
-            }
-        }
+    /// Closes every server (each process group ended); no restart follows.
+    pub async fn shutdown(mut self) {
+        self.supervisors.stop();
+        self.call_path.registry().close().await;
     }
 
     /// SHA-256 of the components, by role.

@@ -399,7 +399,8 @@ struct Shared {
     server: String,
     pending: Mutex<HashMap<u64, Pending>>,
     failure: Mutex<Option<FailureReason>>,
-    list_changed: AtomicU64,
+    /// How many `notifications/tools/list_changed` the server has sent.
+    list_changed: watch::Sender<u64>,
     stderr: Mutex<VecDeque<u8>>,
     outgoing: mpsc::UnboundedSender<Outgoing>,
     shutdown: watch::Sender<bool>,
@@ -668,7 +669,7 @@ impl Upstream {
             server: server.to_owned(),
             pending: Mutex::new(HashMap::new()),
             failure: Mutex::new(None),
-            list_changed: AtomicU64::new(0),
+            list_changed: watch::Sender::new(0),
             stderr: Mutex::new(VecDeque::new()),
             outgoing,
             shutdown,
@@ -820,11 +821,24 @@ impl Upstream {
 
     /// How many `notifications/tools/list_changed` the server has sent since it started.
     pub fn tools_list_changed_count(&self) -> u64 {
-        self.handle
-            .connection
-            .shared
-            .list_changed
-            .load(Ordering::Relaxed)
+        *self.handle.connection.shared.list_changed.borrow()
+    }
+
+    /// Watches the count of [`Upstream::tools_list_changed_count`]: `changed()` wakes at each
+    /// `notifications/tools/list_changed`, and fails once the connection is gone.
+    pub fn watch_tools_list_changed(&self) -> watch::Receiver<u64> {
+        self.handle.connection.shared.list_changed.subscribe()
+    }
+
+    /// Waits until the server has failed or was closed, and says why
+    /// ([`FailureReason::Closed`] after [`Upstream::close`]). Returns at once when it already
+    /// has.
+    pub async fn ended(&self) -> FailureReason {
+        let shared = &self.handle.connection.shared;
+        let mut shutdown = shared.shutdown.subscribe();
+        // The sender lives in `shared`, which `self` keeps: the wait ends only by the flag.
+        let _ = shutdown.wait_for(|down| *down).await;
+        shared.failure().unwrap_or(FailureReason::Closed)
     }
 
     /// The last [`STDERR_TAIL_BYTES`] of the server's standard error (invalid UTF-8 replaced).
@@ -1008,7 +1022,7 @@ fn answer_server_request(shared: &Shared, id: Value, method: &str) {
 fn handle_notification(shared: &Shared, method: &str, params: Option<Value>) {
     match method {
         "notifications/tools/list_changed" => {
-            shared.list_changed.fetch_add(1, Ordering::Relaxed);
+            shared.list_changed.send_modify(|count| *count += 1);
             tracing::info!(server = %shared.server, "server `{}` says its tool list changed; the loaded tools stay as they are", shared.server);
         }
         "notifications/progress" => {

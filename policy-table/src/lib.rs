@@ -396,6 +396,16 @@ impl Rules {
         Ok(Rules { servers, decisions })
     }
 
+    /// The servers the rules name, each with the tools it classifies, in name order.
+    pub fn names(&self) -> impl Iterator<Item = (&str, Vec<&str>)> {
+        self.servers.iter().map(|(server, rules)| {
+            (
+                server.as_str(),
+                rules.tools.keys().map(String::as_str).collect(),
+            )
+        })
+    }
+
     /// The rule for `tool` of `server` (the server's name in the operator's config), or
     /// `None`: the tool is unclassified and is not registered.
     pub fn tool_rule(&self, server: &str, tool: &str) -> Option<&ToolRule> {

@@ -270,3 +270,119 @@ async fn the_gateway_sends_progress_to_a_held_call_with_a_progress_token() {
             .all(|m| m["params"]["progressToken"] == "tok-1")
     );
 }
+
+/// Waits for a `notifications/message` whose text contains `text`.
+async fn log_message_containing(client: &mut Client, text: &str) -> String {
+    let found = |m: &Json| {
+        m["method"] == "notifications/message"
+            && m["params"]["data"]
+                .as_str()
+                .is_some_and(|d| d.contains(text))
+    };
+    loop {
+        if let Some(m) = client.seen.iter().find(|m| found(m)) {
+            return m["params"]["data"].as_str().unwrap().to_owned();
+        }
+        let message = client.next_message().await;
+        client.seen.push(message);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_hears_when_a_server_changes_its_tool_list_fails_and_comes_back() {
+    const FAKE_SERVER: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
+    let dir = tempfile::tempdir().unwrap();
+    let tool = |name: &str| {
+        format!(
+            r#"{{"name": "{name}", "description": "{name}", "inputSchema": {{"type": "object"}}}}"#
+        )
+    };
+    let scenario = json!({
+        "pages": [format!(r#"{{"tools": [{}, {}]}}"#, tool("change"), tool("die"))],
+        "actions": {
+            "change": {"notify": [r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#]},
+            "die": {"exit": true}
+        }
+    });
+    std::fs::write(dir.path().join("s.json"), scenario.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("rules.json"),
+        r#"{"servers": {"s": {"tools": {"change": {"effect": "read-only"}, "die": {"effect": "read-only"}}}}}"#,
+    )
+    .unwrap();
+    let config = toolward::config::Config::from_value(
+        json!({
+            "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+            "rules": {"file": "rules.json"}, "manifest": "manifest.json", "state_dir": "state",
+            "audit": {"file": "state/audit.jsonl", "sync": "none"},
+            "limits": {"restart_backoff_ms": 20}
+        }),
+        dir.path(),
+    )
+    .unwrap();
+    let pinned = toolward::pin::pin(&config, None, None, Default::default())
+        .await
+        .unwrap();
+    pinned.manifest.write(&config.manifest).unwrap();
+    let toolward = toolward::Toolward::start(config).await.unwrap();
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let settings = GatewaySettings {
+        principal: String::from("tester"),
+        state_dir: dir.path().join("state"),
+    };
+    tokio::spawn(gateway::serve(
+        toolward.call_path().clone(),
+        Vec::new(),
+        settings,
+        server_end,
+    ));
+    let mut client = Client::new(client_end);
+    client.initialize(json!({})).await;
+
+    let changed = client
+        .request(
+            "tools/call",
+            json!({"name": "s__change", "arguments": {}}),
+            &no_requests,
+        )
+        .await;
+    assert_eq!(changed["result"]["isError"], json!(false), "{changed}");
+    let said = log_message_containing(&mut client, "tool list changed").await;
+    assert!(
+        said.starts_with(
+            "server `s` says its tool list changed; toolward keeps the tools it loaded"
+        ),
+        "{said}"
+    );
+    // The tool set stays as loaded.
+    let listed = client.request("tools/list", json!({}), &no_requests).await;
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
+
+    let died = client
+        .request(
+            "tools/call",
+            json!({"name": "s__die", "arguments": {}}),
+            &no_requests,
+        )
+        .await;
+    assert_eq!(died["result"]["isError"], json!(true), "{died}");
+    let failed = log_message_containing(&mut client, "restart attempt 1").await;
+    assert!(
+        failed.starts_with("server `s` failed: its process exited"),
+        "{failed}"
+    );
+    let back = log_message_containing(&mut client, "was restarted").await;
+    assert_eq!(
+        back,
+        "server `s` was restarted (attempt 1); 2 of its 2 tools are back"
+    );
+    let again = client
+        .request(
+            "tools/call",
+            json!({"name": "s__change", "arguments": {"n": 2}}),
+            &no_requests,
+        )
+        .await;
+    assert_eq!(again["result"]["isError"], json!(false), "{again}");
+    toolward.shutdown().await;
+}

@@ -549,3 +549,34 @@ async fn a_rules_file_with_a_duplicate_key_is_refused_naming_the_file() {
     assert!(message.contains("rules.json"), "{message}");
     assert!(message.contains("effect"), "{message}");
 }
+
+#[tokio::test]
+async fn rules_that_name_a_missing_server_or_tool_are_noted_with_the_closest_name() {
+    let setup = Setup::new(json!({"servers": {
+        "fs": {"tools": {"read_file": {"effect": "read-only"}, "read_fle": {"effect": "read-only"}}},
+        "fss": {"tools": {"x": {"effect": "read-only"}}},
+        "github": {"tools": {"x": {"effect": "read-only"}}}
+    }}));
+    setup.serve(
+        "fs",
+        &[&tool("read_file", "Reads."), &tool("write_file", "Writes.")],
+    );
+    let config = setup.config(&["fs"]);
+    let manifest = setup.pin(&config).await;
+    let (registry, report) = setup.load(&config, &manifest).await;
+    assert_eq!(registered(server(&report, "fs")), ["read_file"]);
+    assert_eq!(
+        report.rules_notes,
+        [
+            "the rules classify tool `read_fle` of server `fs`, which the server does not list (did you mean `read_file`?)",
+            "the rules name server `fss`, which the config does not have (did you mean `fs`?)",
+            "the rules name server `github`, which the config does not have",
+        ]
+    );
+    assert!(
+        report
+            .render()
+            .contains("note: the rules name server `github`")
+    );
+    registry.close().await;
+}

@@ -25,7 +25,8 @@
 //! `{"text_bytes": N, "is_error": false}` answers one text block of N bytes;
 //! `{"line_bytes": N}` prints one line of N bytes that is not JSON-RPC (past the frame
 //! limit when N is); `{"garbage": true}` prints a line that is not JSON;
-//! `{"wrong_id": true}` answers with another id, then nothing.
+//! `{"wrong_id": true}` answers with another id, then nothing; `{"notify": ["…", …]}`
+//! prints each raw line (a notification, say) before the rest of the action.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -85,6 +86,9 @@ fn main() {
             "tools/call" => {
                 let name = message["params"]["name"].as_str().unwrap_or_default();
                 let action = &scenario["actions"][name];
+                for line in action["notify"].as_array().into_iter().flatten() {
+                    let _ = writeln!(stdout, "{}", line.as_str().unwrap_or_default());
+                }
                 if action["exit"].as_bool() == Some(true) {
                     std::process::exit(3);
                 }
