@@ -45,19 +45,18 @@ use rmcp::model::{
     reason = "MCP logging (SEP-2577 deprecates it) is how clients up to 2025-11-25 show a server's warnings"
 )]
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
-use tokio::sync::broadcast;
-
-use crate::registry::Connection;
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext, ServiceExt};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::broadcast;
 
 use crate::approval::{
     ApprovalAnswer, ApprovalRequest, Approver, QueueApprover, escape_for_display,
 };
 use crate::call::{CallContext, CallPath, new_ulid};
 use crate::config::{self, Config};
+use crate::registry::Connection;
 use crate::registry::RegisteredTool;
 
 /// The `serverInfo.name` the gateway gives clients.

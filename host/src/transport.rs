@@ -86,6 +86,27 @@ pub const PROTOCOL_VERSION: &str = "2025-11-25";
 pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] =
     &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
+/// The protocol version without an `initialize` handshake that toolward speaks (MCP
+/// 2026-07-28, SEP-2575/SEP-2567): the client probes with `server/discover` and every
+/// request carries its own context in `_meta`.
+pub const DISCOVER_PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// How long the `server/discover` probe waits before toolward falls back to `initialize`:
+/// 10 s, as rmcp's client does. A server of an older revision answers the probe with an
+/// error at once (then `initialize` follows without delay); only one that ignores unknown
+/// requests costs this wait. A modern server too slow to answer in time answers the
+/// `initialize` that follows with the versions it speaks, and is probed again.
+pub const DISCOVER_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `_meta` keys of the 2026-07-28 revision.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The JSON-RPC error code of an unsupported protocol version (2026-07-28).
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
 /// The `clientInfo.name` toolward gives servers.
 pub const CLIENT_NAME: &str = "toolward";
 
@@ -301,8 +322,9 @@ pub enum TransportError {
         /// The error data, if any (untrusted).
         data: Option<Value>,
     },
-    /// The server answered `initialize` with a protocol version toolward does not speak.
-    #[error("server `{server}` answered protocol version `{}`, not one of {}", quote(.version), SUPPORTED_PROTOCOL_VERSIONS.join(", "))]
+    /// The server answered `initialize` (or `server/discover`) with protocol versions
+    /// toolward does not speak.
+    #[error("server `{server}` answered protocol version `{}`, not one of {}, {DISCOVER_PROTOCOL_VERSION}", quote(.version), SUPPORTED_PROTOCOL_VERSIONS.join(", "))]
     UnsupportedProtocol {
         /// The server's name in the configuration.
         server: String,
@@ -405,6 +427,9 @@ struct Shared {
     outgoing: mpsc::UnboundedSender<Outgoing>,
     shutdown: watch::Sender<bool>,
     next_id: AtomicU64,
+    /// The `_meta` members every request carries, once `server/discover` chose the
+    /// 2026-07-28 revision; unset for a server that spoke `initialize`.
+    request_meta: std::sync::OnceLock<Map<String, Value>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -525,6 +550,7 @@ impl Shared {
             cancellable: options.cancellable,
             reason: "the client stopped waiting",
         };
+        let params = with_request_meta(params, self.request_meta.get());
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))?;
         let answer = match options.timeout {
             Some(timeout) => match tokio::time::timeout(timeout, answer).await {
@@ -674,6 +700,7 @@ impl Upstream {
             outgoing,
             shutdown,
             next_id: AtomicU64::new(1),
+            request_meta: std::sync::OnceLock::new(),
         });
         let tasks = vec![
             tokio::spawn(drain_stderr(Arc::clone(&shared), stderr)),
@@ -695,7 +722,7 @@ impl Upstream {
         let connection = Connection { shared, done, pid };
 
         let handshake =
-            tokio::time::timeout(limits.start_timeout, initialize(&connection.shared)).await;
+            tokio::time::timeout(limits.start_timeout, handshake(&connection.shared)).await;
         match handshake {
             Ok(Ok(identity)) => Ok(Upstream {
                 handle: Arc::new(Handle {
@@ -863,6 +890,154 @@ impl Upstream {
     pub async fn close(self) {
         self.handle.connection.close().await;
     }
+}
+
+/// `params` with the members of `meta` added to its `_meta` (a member already there wins).
+fn with_request_meta(mut params: Value, meta: Option<&Map<String, Value>>) -> Value {
+    let (Some(meta), Value::Object(object)) = (meta, &mut params) else {
+        return params;
+    };
+    let target = object
+        .entry(String::from("_meta"))
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(target) = target {
+        for (key, value) in meta {
+            target.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    params
+}
+
+/// The lifecycle: `server/discover` for a server of the 2026-07-28 revision, else the
+/// `initialize` handshake. The probe comes first, as the SDKs' clients do it: a server of an
+/// earlier revision answers it with an error (method not found), and `initialize` follows.
+async fn handshake(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportError> {
+    if let Some(identity) = discover(shared, Some(DISCOVER_PROBE_TIMEOUT)).await? {
+        return Ok(identity);
+    }
+    match initialize(shared).await {
+        // The probe timed out, but the server has since settled on the 2026-07-28 revision.
+        Err(TransportError::Rpc {
+            code: UNSUPPORTED_PROTOCOL_VERSION,
+            data,
+            ..
+        }) if supported_versions(data.as_ref())
+            .iter()
+            .any(|version| version == DISCOVER_PROTOCOL_VERSION) =>
+        {
+            match discover(shared, None).await? {
+                Some(identity) => Ok(identity),
+                None => Err(TransportError::MalformedResponse {
+                    server: shared.server.clone(),
+                    method: String::from("server/discover"),
+                    detail: format!(
+                        "the server refused `initialize` for {DISCOVER_PROTOCOL_VERSION}, then did not discover with it"
+                    ),
+                }),
+            }
+        }
+        other => other,
+    }
+}
+
+/// `data.supported` of an unsupported-protocol-version error: the versions the server speaks.
+fn supported_versions(data: Option<&Value>) -> Vec<String> {
+    data.and_then(|data| data.get("supported"))
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `server/discover` probe (MCP 2026-07-28, "Lifecycle"): the server's identity when it
+/// speaks [`DISCOVER_PROTOCOL_VERSION`], with every later request carrying the client's
+/// context in `_meta`; `None` when it does not (an error answer, no answer within
+/// `timeout`, or a result that offers only earlier versions).
+///
+/// # Errors
+/// [`TransportError::UnsupportedProtocol`] when the server answers that it speaks only
+/// versions toolward does not; [`TransportError::Failed`] when it fails meanwhile.
+async fn discover(
+    shared: &Arc<Shared>,
+    timeout: Option<Duration>,
+) -> Result<Option<ServerIdentity>, TransportError> {
+    let meta = Map::from_iter([
+        (
+            String::from(META_PROTOCOL_VERSION),
+            json!(DISCOVER_PROTOCOL_VERSION),
+        ),
+        (
+            String::from(META_CLIENT_INFO),
+            json!({ "name": CLIENT_NAME, "version": CLIENT_VERSION }),
+        ),
+        // No capabilities, as for `initialize` (see there).
+        (String::from(META_CLIENT_CAPABILITIES), json!({})),
+    ]);
+    let params = json!({ "_meta": Value::Object(meta.clone()) });
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let options = RequestOptions {
+        raw: false,
+        progress: None,
+        timeout,
+        cancellable: false,
+    };
+    let result = match shared.request(id, "server/discover", params, options).await {
+        Ok(Payload::Decoded(Value::Object(result))) => result,
+        Ok(_) | Err(TransportError::RequestTimeout { .. }) => return Ok(None),
+        Err(TransportError::Rpc { code, data, .. }) => {
+            // Only a server that names the versions it speaks, none of them toolward's,
+            // is refused; any other error is an earlier revision's "method not found".
+            let supported = supported_versions(data.as_ref());
+            let speaks_ours = supported.iter().any(|version| {
+                version == DISCOVER_PROTOCOL_VERSION
+                    || SUPPORTED_PROTOCOL_VERSIONS.contains(&version.as_str())
+            });
+            if code == UNSUPPORTED_PROTOCOL_VERSION && !supported.is_empty() && !speaks_ours {
+                return Err(TransportError::UnsupportedProtocol {
+                    server: shared.server.clone(),
+                    version: supported.join(", "),
+                });
+            }
+            return Ok(None);
+        }
+        Err(other) => return Err(other),
+    };
+    let speaks_it = result
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|list| list.iter().any(|v| v == DISCOVER_PROTOCOL_VERSION));
+    if !speaks_it {
+        return Ok(None);
+    }
+    let info = result
+        .get("_meta")
+        .and_then(|meta| meta.get(META_SERVER_INFO))
+        .or_else(|| result.get("serverInfo"));
+    let text = |field: &str| {
+        info.and_then(|info| info.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let identity = ServerIdentity {
+        name: text("name"),
+        version: text("version"),
+        protocol_version: String::from(DISCOVER_PROTOCOL_VERSION),
+        capabilities: result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        instructions: result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    let _ = shared.request_meta.set(meta);
+    Ok(Some(identity))
 }
 
 /// The `initialize` handshake (MCP specification, "Lifecycle", initialization).

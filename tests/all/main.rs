@@ -14,6 +14,7 @@ mod hostile;
 mod load;
 mod pin;
 mod policy_kit;
+mod protocol;
 mod real;
 mod real_load;
 mod restart;

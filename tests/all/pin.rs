@@ -27,9 +27,9 @@ async fn pin_once(server: &RealServer, state: &Path) -> PinOutcome {
     pin(&config, None, None, components).await.unwrap()
 }
 
-/// Pins the real server `name` twice: the tool count is the known one, the manifest reads
-/// back equal, and both pins write the same bytes.
-async fn pins_stably(name: &'static str) {
+/// Pins the real server `name` twice: the tool count and the protocol version are the
+/// known ones, the manifest reads back equal, and both pins write the same bytes.
+async fn pins_stably(name: &'static str, protocol_version: &str) {
     let Some(server) = real_server(name) else {
         return;
     };
@@ -59,7 +59,7 @@ async fn pins_stably(name: &'static str) {
         pinned.tools.keys().collect::<Vec<_>>()
     );
     assert!(!pinned.server_name.is_empty());
-    assert!(!pinned.protocol_version.is_empty());
+    assert_eq!(pinned.protocol_version, protocol_version);
     assert_eq!(first.diff.servers.len(), 1);
 
     // The server got its own private HOME under the state folder.
@@ -83,27 +83,27 @@ async fn pins_stably(name: &'static str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinning_server_filesystem_twice_gives_14_tools_and_identical_bytes() {
-    pins_stably("filesystem").await;
+    pins_stably("filesystem", "2025-11-25").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinning_server_everything_twice_gives_13_tools_and_identical_bytes() {
-    pins_stably("everything").await;
+    pins_stably("everything", "2025-11-25").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinning_server_memory_twice_gives_9_tools_and_identical_bytes() {
-    pins_stably("memory").await;
+    pins_stably("memory", "2025-11-25").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pinning_mcp_server_time_twice_gives_2_tools_and_identical_bytes() {
-    pins_stably("time").await;
+async fn pinning_mcp_server_time_twice_gives_2_tools_over_2026_07_28_and_identical_bytes() {
+    pins_stably("time", "2026-07-28").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pinning_mcp_server_git_twice_gives_12_tools_and_identical_bytes() {
-    pins_stably("git").await;
+async fn pinning_mcp_server_git_twice_gives_12_tools_over_2026_07_28_and_identical_bytes() {
+    pins_stably("git", "2026-07-28").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,7 +42,18 @@ while True:
     msg = json.loads(line)
     method = msg.get("method")
     mid = msg.get("id")
-    if method == "initialize":
+    if method == "server/discover":
+        record("discover", msg["params"])
+        if mode == "modern":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"supportedVersions": ["2026-07-28"],
+                  "capabilities": {"tools": {}}, "resultType": "complete",
+                  "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "9.0"}}}})
+        elif mode == "future-only":
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32022, "message": "unsupported",
+                  "data": {"supported": ["2099-01-01"], "requested": "2026-07-28"}}})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "Method not found"}})
+    elif method == "initialize":
         record("initialize", msg["params"])
         version = "1999-01-01" if mode == "bad-version" else msg["params"]["protocolVersion"]
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": version,
@@ -54,6 +65,7 @@ while True:
     elif method == "notifications/cancelled":
         record("cancelled", msg["params"])
     elif method == "tools/list":
+        record("list_params", msg.get("params"))
         if mode == "oversize-list":
             send_raw('{"jsonrpc":"2.0","id":%d,"result":{"tools":[],"pad":"%s"}}' % (mid, "x" * (2 * 1024 * 1024)))
         elif mode == "garbage-list":
@@ -246,6 +258,64 @@ async fn tools_list_result_is_captured_as_the_exact_bytes_sent() {
     assert!(up.tools_list_changed());
     assert!(up.is_failed().is_none());
     up.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answers_discover_speaks_2026_07_28_with_context_on_every_request() {
+    fixture();
+    let scratch = Scratch::new();
+    let up = Upstream::connect_stdio("modern", &scratch.python("modern"), &quick_limits())
+        .await
+        .unwrap();
+    assert_eq!(up.identity().protocol_version, DISCOVER_PROTOCOL_VERSION);
+    assert_eq!(
+        (up.identity().name.as_str(), up.identity().version.as_str()),
+        ("modern", "9.0")
+    );
+    assert!(
+        !scratch.path().join("initialize").exists(),
+        "initialize was sent"
+    );
+    up.list_tools_page(None).await.unwrap();
+    let sent: Value =
+        serde_json::from_str(&std::fs::read_to_string(scratch.path().join("list_params")).unwrap())
+            .unwrap();
+    assert_eq!(sent["_meta"][META_PROTOCOL_VERSION], "2026-07-28");
+    assert_eq!(sent["_meta"][META_CLIENT_CAPABILITIES], json!({}));
+    assert_eq!(sent["_meta"][META_CLIENT_INFO]["name"], "toolward");
+    up.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_know_discover_gets_initialize_and_no_request_context() {
+    fixture();
+    let scratch = Scratch::new();
+    let up = Upstream::connect_stdio("legacy", &scratch.python("normal"), &quick_limits())
+        .await
+        .unwrap();
+    assert_eq!(up.identity().protocol_version, PROTOCOL_VERSION);
+    assert!(scratch.path().join("discover").exists(), "no probe");
+    up.list_tools_page(None).await.unwrap();
+    let sent: Value =
+        serde_json::from_str(&std::fs::read_to_string(scratch.path().join("list_params")).unwrap())
+            .unwrap();
+    assert!(sent.get("_meta").is_none(), "{sent}");
+    up.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_speaks_only_unknown_versions_is_refused_naming_them() {
+    fixture();
+    let scratch = Scratch::new();
+    let error = Upstream::connect_stdio("future", &scratch.python("future-only"), &quick_limits())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, TransportError::UnsupportedProtocol { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("`2099-01-01`"), "{error}");
+    assert!(!scratch.path().join("initialize").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
