@@ -66,11 +66,23 @@ enum Command {
         suggest_rules: bool,
     },
     /// Serve the registered tools as an MCP server on stdio: what an MCP client starts in
-    /// place of the real servers.
+    /// place of the real servers. With `--listen`, over streamable HTTP instead.
+    ///
+    /// Over HTTP every request needs `Authorization: Bearer TOKEN` (a token of
+    /// `listen.tokens`, or the one generated into the state folder at first start), and a
+    /// request whose `Origin` is not in `listen.allowed_origins` is answered 403.
     Serve {
         /// The config file.
         #[arg(long, short, default_value = "toolward.json")]
         config: PathBuf,
+        /// Serve streamable HTTP on this address (`127.0.0.1:8080`; port 0 picks one) at
+        /// `/mcp`, instead of stdio. Prints the URL and where the token is on stderr.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// Accept a `--listen` address that is not loopback (the token is then the only
+        /// thing between the network and the tools).
+        #[arg(long, requires = "listen")]
+        listen_non_loopback: bool,
     },
     /// Make one call through the whole path from a terminal; a held call asks for approval
     /// on the terminal (answer `y` to approve). Exit 1 when the result is a tool error.
@@ -257,7 +269,14 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             json,
             suggest_rules,
         } => check(&config, json, suggest_rules).await,
-        Command::Serve { config } => serve(&config).await,
+        Command::Serve {
+            config,
+            listen,
+            listen_non_loopback,
+        } => match listen {
+            None => serve(&config).await,
+            Some(addr) => serve_http(&config, addr, listen_non_loopback).await,
+        },
         Command::Call {
             config,
             tool,
@@ -401,6 +420,62 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     };
     toolward.shutdown().await;
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+async fn serve_http(
+    config_path: &Path,
+    addr: std::net::SocketAddr,
+    allow_non_loopback: bool,
+) -> Result<ExitCode, Failure> {
+    let toolward = start(config_path).await?;
+    for message in toolward.report().messages() {
+        tracing::warn!("{message}");
+    }
+    let config = toolward.config();
+    let (tokens, token_file) =
+        toolward::listen::tokens(&config.listen, &config.state_dir, &config.principal)
+            .map_err(usage)?;
+    let settings = toolward::gateway::GatewaySettings::from_config(config);
+    let listening = toolward::listen::serve_http(
+        toolward.call_path().clone(),
+        toolward.report().messages(),
+        settings,
+        toolward::listen::ListenSettings {
+            addr,
+            allow_non_loopback,
+            tokens,
+            allowed_origins: config.listen.allowed_origins.clone(),
+        },
+    )
+    .await;
+    let listening = match listening {
+        Ok(listening) => listening,
+        Err(error) => {
+            toolward.shutdown().await;
+            return Err(match error {
+                toolward::listen::ListenError::NotLoopback { .. } => usage(error),
+                other => failure(other),
+            });
+        }
+    };
+    let registered = toolward.tools().count();
+    eprintln!(
+        "toolward serves {registered} tools at {} (streamable HTTP)",
+        listening.url()
+    );
+    match token_file {
+        Some(file) => eprintln!(
+            "bearer token: in {} (send `Authorization: Bearer $(cat {})`)",
+            file.display(),
+            file.display()
+        ),
+        None => eprintln!("bearer tokens: the names in `listen.tokens` of the config"),
+    }
+    shutdown_signal().await;
+    tracing::info!("signal received: closing the servers");
+    listening.stop().await;
+    toolward.shutdown().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Resolves on SIGINT or SIGTERM (Unix) or Ctrl-C.

@@ -127,6 +127,7 @@ const TOP_KEYS: &[&str] = &[
     "separator",
     "tool_name_pattern",
     "limits",
+    "listen",
 ];
 /// Keys of a server entry toolward reads (besides [`IGNORED_CLIENT_KEYS`]).
 const SERVER_KEYS: &[&str] = &[
@@ -148,6 +149,10 @@ const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
 const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings"];
 const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
+const LISTEN_KEYS: &[&str] = &["tokens", "allowed_origins"];
+/// Shortest bearer token accepted in `listen.tokens`, in characters: 32. A token is the only
+/// thing between the network and the operator's tools.
+pub const MIN_TOKEN_CHARS: usize = 32;
 const LIMIT_KEYS: &[&str] = &[
     "start_timeout_ms",
     "request_timeout_ms",
@@ -265,6 +270,8 @@ pub struct Config {
     /// The top-level limits (`limits`); each server's [`ServerConfig::limits`] starts from
     /// these.
     pub limits: Limits,
+    /// Who may use `toolward serve --listen` (`listen`).
+    pub listen: ListenConfig,
     /// The folder relative paths were resolved against.
     pub base_dir: PathBuf,
 }
@@ -302,6 +309,30 @@ pub enum ServerTransport {
         /// Headers sent with every request, `${NAME}` references replaced.
         headers: BTreeMap<String, String>,
     },
+}
+
+/// `listen`: who may use the gateway over streamable HTTP (`toolward serve --listen`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ListenConfig {
+    /// Bearer tokens by name (`listen.tokens`, `${NAME}` expanded); a call made with one has
+    /// the token's name as its principal. Empty: `serve --listen` generates one token into
+    /// the state folder at first start, named after [`Config::principal`].
+    pub tokens: BTreeMap<String, String>,
+    /// Browser origins allowed to call (`listen.allowed_origins`, `scheme://host:port`); a
+    /// request whose `Origin` is another answers 403 (MCP specification, "Transports",
+    /// security warning: DNS rebinding). A request without `Origin` (not from a browser)
+    /// passes this check.
+    pub allowed_origins: Vec<String>,
+}
+
+impl std::fmt::Debug for ListenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Token values are secrets: only their names are shown.
+        f.debug_struct("ListenConfig")
+            .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
 }
 
 /// `rules`.
@@ -692,6 +723,10 @@ impl Reader<'_> {
             None => DEFAULT_PRINCIPAL.to_owned(),
             Some(value) => non_empty_str(value, &root.key("principal"))?.to_owned(),
         };
+        let listen = match map.get("listen") {
+            None => ListenConfig::default(),
+            Some(value) => self.listen(value, &root.key("listen"))?,
+        };
 
         let servers_path = root.key("mcpServers");
         let Some(servers_value) = map.get("mcpServers") else {
@@ -727,6 +762,7 @@ impl Reader<'_> {
             separator,
             tool_name_pattern,
             limits,
+            listen,
             base_dir: self.base_dir.to_path_buf(),
         })
     }
@@ -783,6 +819,59 @@ impl Reader<'_> {
         Ok(PolicyConfig {
             component: self.optional_path(map, path, "component")?,
             settings: self.optional_path(map, path, "settings")?,
+        })
+    }
+
+    fn listen(&self, value: &Value, path: &JsonPath) -> Result<ListenConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, LISTEN_KEYS)?;
+        let mut tokens = BTreeMap::new();
+        if let Some(value) = map.get("tokens") {
+            let tokens_path = path.key("tokens");
+            for (name, token) in as_object(value, &tokens_path)? {
+                let token_path = tokens_path.key(name);
+                if name.is_empty() || name.chars().any(char::is_control) {
+                    return Err(token_path.invalid("a token's name is the principal of its calls: give a printable name"));
+                }
+                let raw = as_str(token, &token_path)?;
+                let token = expand(raw, &token_path, "(listen)", name, self.env)?;
+                if token.chars().count() < MIN_TOKEN_CHARS
+                    || token.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(token_path.invalid(format!(
+                        "a token needs at least {MIN_TOKEN_CHARS} characters and no spaces (generate one with `openssl rand -hex 32`)"
+                    )));
+                }
+                if tokens.values().any(|other| *other == token) {
+                    return Err(token_path.invalid("this token is also another name's: each name needs its own"));
+                }
+                tokens.insert(name.clone(), token);
+            }
+        }
+        let mut allowed_origins = Vec::new();
+        if let Some(value) = map.get("allowed_origins") {
+            let origins_path = path.key("allowed_origins");
+            let Value::Array(list) = value else {
+                return Err(expected(&origins_path, "an array of origins", value));
+            };
+            for (index, origin) in list.iter().enumerate() {
+                let origin_path = origins_path.index(index);
+                let origin = as_str(origin, &origin_path)?;
+                let lower = origin.to_ascii_lowercase();
+                let valid = (lower.starts_with("http://") || lower.starts_with("https://"))
+                    && !origin.trim_end_matches('/').contains(|c: char| c.is_whitespace())
+                    && origin.matches('/').count() == 2;
+                if !valid {
+                    return Err(origin_path.invalid(format!(
+                        "`{origin}` is not an origin: write `scheme://host[:port]`, as browsers send it"
+                    )));
+                }
+                allowed_origins.push(lower);
+            }
+        }
+        Ok(ListenConfig {
+            tokens,
+            allowed_origins,
         })
     }
 

@@ -165,15 +165,7 @@ where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
 {
-    let tools = call_path.registry().tools().map(mcp_tool).collect();
-    let gateway = Gateway {
-        queue: Arc::new(QueueApprover::new(settings.state_dir.clone())),
-        call_path,
-        load_messages: Arc::new(load_messages),
-        session: new_ulid(),
-        settings,
-        tools: Arc::new(tools),
-    };
+    let gateway = Gateway::new(call_path, Arc::new(load_messages), settings);
     tracing::info!(session = %gateway.session, "mcp client connected");
     let running =
         gateway
@@ -190,9 +182,9 @@ where
     Ok(())
 }
 
-/// One connection's handler.
+/// One connection's handler: one per stdio process, one per HTTP session.
 #[derive(Clone)]
-struct Gateway {
+pub(crate) struct Gateway {
     call_path: Arc<CallPath>,
     load_messages: Arc<Vec<String>>,
     session: String,
@@ -239,6 +231,25 @@ fn mcp_tool(tool: &RegisteredTool) -> Tool {
             )])),
         )
     })
+}
+
+impl Gateway {
+    /// A handler for one new session over `call_path`.
+    pub(crate) fn new(
+        call_path: Arc<CallPath>,
+        load_messages: Arc<Vec<String>>,
+        settings: GatewaySettings,
+    ) -> Gateway {
+        let tools = call_path.registry().tools().map(mcp_tool).collect();
+        Gateway {
+            queue: Arc::new(QueueApprover::new(settings.state_dir.clone())),
+            call_path,
+            load_messages,
+            session: new_ulid(),
+            settings,
+            tools: Arc::new(tools),
+        }
+    }
 }
 
 impl ServerHandler for Gateway {
@@ -349,8 +360,15 @@ impl ServerHandler for Gateway {
             }
             None => (None, None),
         };
+        // Over HTTP, the token's name (set by `listen` on the request); over stdio, the
+        // configured principal.
+        let principal = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<crate::listen::Principal>())
+            .map_or_else(|| self.settings.principal.clone(), |p| p.0.clone());
         let ctx = CallContext {
-            principal: self.settings.principal.clone(),
+            principal,
             session: self.session.clone(),
             approver,
             progress,

@@ -14,6 +14,7 @@ pub mod canonical;
 pub mod component;
 pub mod config;
 pub mod gateway;
+pub mod listen;
 pub mod listing;
 pub mod load;
 pub mod manifest;
