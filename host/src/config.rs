@@ -273,8 +273,9 @@ pub struct ServerConfig {
     pub limits: Limits,
 }
 
-/// How toolward reaches a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How toolward reaches a server. Its debug output leaves out the values of `env` and
+/// `headers`: they are often credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub enum ServerTransport {
     /// A child process speaking MCP over stdin/stdout.
     Stdio {
@@ -292,6 +293,24 @@ pub enum ServerTransport {
         /// Headers sent with every request, `${NAME}` references replaced.
         headers: BTreeMap<String, String>,
     },
+}
+
+impl fmt::Debug for ServerTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            ServerTransport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// `rules`.
@@ -1343,6 +1362,8 @@ mod tests {
             panic!("api is http");
         };
         assert_eq!(headers["Authorization"], "Bearer s3cret");
+        // Expanded values, often credentials, stay out of debug output.
+        assert!(!format!("{config:?}").contains("s3cret"));
 
         // The public entry point reads the real environment.
         let real =
