@@ -290,8 +290,9 @@ pub struct ServerConfig {
     pub limits: Limits,
 }
 
-/// How toolward reaches a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How toolward reaches a server. Its debug output leaves out the values of `env` and
+/// `headers`: they are often credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub enum ServerTransport {
     /// A child process speaking MCP over stdin/stdout.
     Stdio {
@@ -309,6 +310,24 @@ pub enum ServerTransport {
         /// Headers sent with every request, `${NAME}` references replaced.
         headers: BTreeMap<String, String>,
     },
+}
+
+impl fmt::Debug for ServerTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            ServerTransport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// `listen`: who may use the gateway over streamable HTTP (`toolward serve --listen`).
@@ -831,7 +850,9 @@ impl Reader<'_> {
             for (name, token) in as_object(value, &tokens_path)? {
                 let token_path = tokens_path.key(name);
                 if name.is_empty() || name.chars().any(char::is_control) {
-                    return Err(token_path.invalid("a token's name is the principal of its calls: give a printable name"));
+                    return Err(token_path.invalid(
+                        "a token's name is the principal of its calls: give a printable name",
+                    ));
                 }
                 let raw = as_str(token, &token_path)?;
                 let token = expand(raw, &token_path, "(listen)", name, self.env)?;
@@ -843,7 +864,8 @@ impl Reader<'_> {
                     )));
                 }
                 if tokens.values().any(|other| *other == token) {
-                    return Err(token_path.invalid("this token is also another name's: each name needs its own"));
+                    return Err(token_path
+                        .invalid("this token is also another name's: each name needs its own"));
                 }
                 tokens.insert(name.clone(), token);
             }
@@ -859,7 +881,9 @@ impl Reader<'_> {
                 let origin = as_str(origin, &origin_path)?;
                 let lower = origin.to_ascii_lowercase();
                 let valid = (lower.starts_with("http://") || lower.starts_with("https://"))
-                    && !origin.trim_end_matches('/').contains(|c: char| c.is_whitespace())
+                    && !origin
+                        .trim_end_matches('/')
+                        .contains(|c: char| c.is_whitespace())
                     && origin.matches('/').count() == 2;
                 if !valid {
                     return Err(origin_path.invalid(format!(
@@ -1459,6 +1483,8 @@ mod tests {
             panic!("api is http");
         };
         assert_eq!(headers["Authorization"], "Bearer s3cret");
+        // Expanded values, often credentials, stay out of debug output.
+        assert!(!format!("{config:?}").contains("s3cret"));
 
         // The public entry point reads the real environment.
         let real =

@@ -216,7 +216,9 @@ impl Guard {
         if let Some(origin) = request.headers().get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|origin| {
                 let origin = origin.to_ascii_lowercase();
-                self.allowed_origins.iter().any(|allowed| *allowed == origin)
+                self.allowed_origins
+                    .iter()
+                    .any(|allowed| *allowed == origin)
             });
             if !allowed {
                 tracing::warn!(

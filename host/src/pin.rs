@@ -7,10 +7,10 @@
 //! variables from the configuration, the variables it passes through, and a `HOME` of its own
 //! ([`server_home`], `<state_dir>/home/<server>`, created with mode `0700`) unless the
 //! operator set `HOME` for it or passes it through. Without one, Node servers fall back to the
-//! operator's real home folder and write there. Load starts servers with the same
-//! [`connect`], so pin and load see the same listing (the client also declares the same
-//! capabilities, none: see [`crate::transport`]). Streamable HTTP servers are not supported
-//! in this version: such a server fails with [`PinError::HttpNotSupported`].
+//! operator's real home folder and write there. A streamable HTTP server is reached at its
+//! `url` with its `headers` ([`http_spec`]); it has no home folder. Load starts servers with
+//! the same [`connect`], so pin and load see the same listing (the client also declares the
+//! same capabilities, none: see [`crate::transport`]).
 //!
 //! # Failures
 //!
@@ -28,7 +28,8 @@ use crate::config::{Config, Limits, ServerConfig, ServerTransport};
 use crate::listing::{self, Listing, ListingBounds, ListingError, visible};
 use crate::manifest::{self, Manifest, ManifestDiff, PinnedServer, PinnedTool};
 use crate::transport::{
-    MAX_FRAME_BYTES, ServerIdentity, StdioSpec, TransportError, TransportLimits, Upstream,
+    HttpSpec, MAX_FRAME_BYTES, MAX_HTTP_BODY_BYTES, ServerIdentity, StdioSpec, TransportError,
+    TransportLimits, Upstream,
 };
 
 /// Folder under the state folder (`state_dir`) holding each server's `HOME`:
@@ -36,8 +37,8 @@ use crate::transport::{
 pub const HOME_DIR: &str = "home";
 
 /// Bytes a JSON-RPC envelope (`jsonrpc`, `id`, the `result` key) may add around a
-/// `tools/list` result: the frame limit is at least `max_page_bytes` plus this, so a page
-/// within its bound is never cut off by the transport first.
+/// `tools/list` result: the frame limit and the HTTP body limit are at least `max_page_bytes`
+/// plus this, so a page within its bound is never cut off by the transport first.
 pub const FRAME_ENVELOPE_BYTES: u64 = 64 * 1024;
 
 /// The variable that names a process's home folder.
@@ -53,11 +54,9 @@ pub enum PinError {
         /// The name asked for.
         server: String,
     },
-    /// The server is reached over streamable HTTP.
-    #[error(
-        "server `{server}` is reached over streamable HTTP, which this version of toolward does not support"
-    )]
-    HttpNotSupported {
+    /// A stdio setting was asked of a server reached over streamable HTTP.
+    #[error("server `{server}` is reached over streamable HTTP: it has no command to start")]
+    NotStdio {
         /// The server's name in the configuration.
         server: String,
     },
@@ -297,7 +296,8 @@ pub fn pin_server(listing: &Listing, identity: &ServerIdentity) -> Result<Pinned
 }
 
 /// The `HOME` toolward gives `server`: `<state_dir>/home/<server>` (see [`HOME_DIR`]), or
-/// `None` when the operator sets `HOME` in the server's `env` or names it in `pass_env`.
+/// `None` for an HTTP server, or when the operator sets `HOME` in the server's `env` or names
+/// it in `pass_env`.
 /// Server names are `[A-Za-z0-9_-]+`, so the name is one plain path component.
 pub fn server_home(config: &Config, server: &ServerConfig) -> Option<PathBuf> {
     let set = match &server.transport {
@@ -317,12 +317,12 @@ pub fn server_home(config: &Config, server: &ServerConfig) -> Option<PathBuf> {
 ///
 /// # Errors
 ///
-/// [`PinError::HttpNotSupported`] for an HTTP server; [`PinError::NotUnicode`] when the
+/// [`PinError::NotStdio`] for an HTTP server; [`PinError::NotUnicode`] when the
 /// command or the home folder is not UTF-8; [`PinError::Home`] when the home folder cannot
 /// be made absolute.
 pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, PinError> {
     let ServerTransport::Stdio { command, args, env } = &server.transport else {
-        return Err(PinError::HttpNotSupported {
+        return Err(PinError::NotStdio {
             server: server.name.clone(),
         });
     };
@@ -357,17 +357,29 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
     })
 }
 
+/// How to reach the HTTP server `server`: its `url` and `headers`, or `None` for a stdio
+/// server.
+pub fn http_spec(server: &ServerConfig) -> Option<HttpSpec> {
+    match &server.transport {
+        ServerTransport::Http { url, headers } => Some(HttpSpec {
+            url: url.clone(),
+            headers: headers.clone(),
+        }),
+        ServerTransport::Stdio { .. } => None,
+    }
+}
+
 /// The transport limits of a server from its config limits: its start and request timeouts,
-/// and a frame limit of [`MAX_FRAME_BYTES`], or `max_page_bytes` plus
-/// [`FRAME_ENVELOPE_BYTES`] when that is more.
+/// a frame limit of [`MAX_FRAME_BYTES`] and an HTTP body limit of [`MAX_HTTP_BODY_BYTES`],
+/// each raised to `max_page_bytes` plus [`FRAME_ENVELOPE_BYTES`] when that is more.
 pub fn transport_limits(limits: &Limits) -> TransportLimits {
-    let page_frame = limits.max_page_bytes.saturating_add(FRAME_ENVELOPE_BYTES);
+    let page_frame = usize::try_from(limits.max_page_bytes.saturating_add(FRAME_ENVELOPE_BYTES))
+        .unwrap_or(usize::MAX);
     TransportLimits {
         start_timeout: limits.start_timeout(),
         request_timeout: limits.request_timeout(),
-        max_frame_bytes: usize::try_from(page_frame)
-            .unwrap_or(usize::MAX)
-            .max(MAX_FRAME_BYTES),
+        max_frame_bytes: page_frame.max(MAX_FRAME_BYTES),
+        max_http_body_bytes: page_frame.max(MAX_HTTP_BODY_BYTES),
         ..TransportLimits::default()
     }
 }
@@ -402,22 +414,29 @@ pub fn create_home(config: &Config, server: &ServerConfig) -> Result<(), PinErro
     Ok(())
 }
 
-/// Starts the stdio server `server` of `config` as pin and load do: [`stdio_spec`],
-/// [`create_home`], then [`Upstream::connect_stdio`] with [`transport_limits`].
+/// Starts or reaches the server `server` of `config` as pin and load do, with
+/// [`transport_limits`]: a stdio server with [`stdio_spec`], [`create_home`], then
+/// [`Upstream::connect_stdio`]; an HTTP server with [`http_spec`] and
+/// [`Upstream::connect_http`].
 ///
 /// # Errors
 ///
 /// Those of [`stdio_spec`] and [`create_home`]; [`PinError::Connect`] when the server does
-/// not start.
+/// not start or cannot be reached.
 pub async fn connect(config: &Config, server: &ServerConfig) -> Result<Upstream, PinError> {
-    let spec = stdio_spec(config, server)?;
-    create_home(config, server)?;
-    Upstream::connect_stdio(&server.name, &spec, &transport_limits(&server.limits))
-        .await
-        .map_err(|source| PinError::Connect {
-            server: server.name.clone(),
-            source: Box::new(source),
-        })
+    let limits = transport_limits(&server.limits);
+    let connected = match http_spec(server) {
+        Some(spec) => Upstream::connect_http(&server.name, &spec, &limits).await,
+        None => {
+            let spec = stdio_spec(config, server)?;
+            create_home(config, server)?;
+            Upstream::connect_stdio(&server.name, &spec, &limits).await
+        }
+    };
+    connected.map_err(|source| PinError::Connect {
+        server: server.name.clone(),
+        source: Box::new(source),
+    })
 }
 
 #[cfg(test)]

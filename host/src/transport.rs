@@ -1,4 +1,6 @@
-//! The upstream side: start a stdio MCP server and speak MCP to it as a client.
+//! The upstream side: start a stdio MCP server ([`Upstream::connect_stdio`]), or reach a
+//! streamable HTTP one ([`Upstream::connect_http`]), and speak MCP to it as a client. Both
+//! transports feed the same client (see "Client" below).
 //!
 //! # Process
 //!
@@ -22,6 +24,48 @@
 //! group. toolward stays up. Standard error is drained all the time into a ring of the last
 //! [`STDERR_TAIL_BYTES`] bytes, shown when the server fails.
 //!
+//! # Streamable HTTP
+//!
+//! An HTTP server (MCP specification 2025-11-25, "Transports", streamable HTTP) gets every
+//! message toolward sends as a `POST` of one JSON-RPC message to its `url`, with `Content-Type:
+//! application/json` and `Accept: application/json, text/event-stream`; after `initialize`, the
+//! session id it gave (`Mcp-Session-Id`) and the agreed `MCP-Protocol-Version` go with every
+//! request. Each request is sent at once in a task of its own, so a long `tools/call` holds up
+//! nothing; a notification or a response waits for the server's `202 Accepted` (at most
+//! [`TransportLimits::request_timeout`]) before the next message goes, so
+//! `notifications/initialized` arrives before the requests that follow it. An answer is
+//! `application/json` (one message, or a batch taken message by message) or
+//! `text/event-stream` (the data of each `message` event, its `data:` lines joined by line
+//! feeds); every message in it is handled exactly as a line from a stdio server, so the bytes
+//! of a `tools/list` result are kept as sent. An event stream is read while its request waits
+//! for its answer, and dropped when the request is cancelled. After `initialize`, a `GET`
+//! opens the stream of the messages the server sends on its own; a server that answers
+//! anything but an event stream (`405`) has none, and a stream that ends is not opened again.
+//! Streams are never resumed (`Last-Event-ID`), and a request whose answer ends without its
+//! response fails ([`TransportError::NoResponse`]).
+//!
+//! - **No redirect is followed.** A `3xx` answer is an error naming its status and its
+//!   `Location` ([`TransportError::Redirect`]); nothing is sent to the `Location`, so the
+//!   operator's headers go to the configured `url` only.
+//! - **Bodies are bounded.** Every response body, and every event of an event stream, is read
+//!   chunk by chunk up to [`TransportLimits::max_http_body_bytes`]; past it the server is
+//!   marked failed ([`FailureReason::BodyTooLarge`], [`FailureReason::EventTooLarge`]), as
+//!   for an over-long stdio line. An error status is reported with a short, escaped excerpt
+//!   of its body, which is read no further ([`TransportError::HttpStatus`]).
+//! - **Headers are per server.** Each server has its own HTTP client: no connection,
+//!   cookie or proxy is shared, and no proxy setting is read from the environment. Its
+//!   [`HttpSpec::headers`] go to it alone, are marked sensitive, and are never logged; a
+//!   header toolward sets itself (`Accept`, `Mcp-Session-Id`, ...) cannot be configured.
+//! - **An expired session fails the server**: a `404` to a request carrying the session id
+//!   marks it failed ([`FailureReason::SessionExpired`]); it is not restarted here.
+//! - `https://` certificates are checked against the Mozilla roots built into toolward
+//!   (`webpki-roots`), not the system's store.
+//!
+//! Closing stops every exchange, then ends the session with a `DELETE` carrying its id (a
+//! `405` means the server does not let clients end sessions), waiting at most
+//! [`TransportLimits::close_grace`]. [`Upstream::process_id`] is `None` and
+//! [`Upstream::stderr_tail`] empty.
+//!
 //! # Client
 //!
 //! The JSON-RPC client is our own rather than rmcp's `Peer<RoleClient>`: the `tools/list`
@@ -33,6 +77,7 @@
 //! [`SUPPORTED_PROTOCOL_VERSIONS`], then sends `notifications/initialized`.
 
 mod framing;
+mod http;
 mod process;
 #[cfg(test)]
 mod tests;
@@ -58,6 +103,10 @@ pub use process::{INHERITED_VARIABLES, become_subreaper};
 /// large enough for any real listing or result, small enough that a runaway server cannot
 /// make toolward buffer without bound.
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// Default largest HTTP response body, and largest server-sent event, accepted from a
+/// streamable HTTP server (bytes): the same bound as [`MAX_FRAME_BYTES`], for the same reason.
+pub const MAX_HTTP_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// How much of a server's standard error is kept (bytes, the most recent).
 pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
@@ -167,11 +216,32 @@ impl fmt::Debug for StdioSpec {
     }
 }
 
+/// How to reach a streamable HTTP server.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct HttpSpec {
+    /// The MCP endpoint, `http://` or `https://`.
+    pub url: String,
+    /// Headers sent to this server only, with every request (already expanded): often an
+    /// `Authorization`. Never logged.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for HttpSpec {
+    /// Header values are left out: they are often credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpSpec")
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
 /// Limits on one upstream server.
 ///
 /// Defaults: `start_timeout` [`DEFAULT_START_TIMEOUT`] (30 s), `request_timeout`
 /// [`DEFAULT_REQUEST_TIMEOUT`] (30 s), `max_frame_bytes` [`MAX_FRAME_BYTES`] (16 MiB),
-/// `close_grace` [`DEFAULT_CLOSE_GRACE`] (2 s).
+/// `max_http_body_bytes` [`MAX_HTTP_BODY_BYTES`] (16 MiB), `close_grace`
+/// [`DEFAULT_CLOSE_GRACE`] (2 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransportLimits {
     /// From spawn to the end of the `initialize` handshake.
@@ -180,8 +250,11 @@ pub struct TransportLimits {
     pub request_timeout: Duration,
     /// Longest line accepted on the server's standard output (bytes, newline not counted).
     pub max_frame_bytes: usize,
+    /// Largest HTTP response body, and largest server-sent event (its data and the line being
+    /// read), accepted from an HTTP server (bytes).
+    pub max_http_body_bytes: usize,
     /// How long a closing server has to exit after its standard input is closed, and again
-    /// after `SIGTERM`.
+    /// after `SIGTERM`; for an HTTP server, how long its session's `DELETE` may take.
     pub close_grace: Duration,
 }
 
@@ -191,6 +264,7 @@ impl Default for TransportLimits {
             start_timeout: DEFAULT_START_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_frame_bytes: MAX_FRAME_BYTES,
+            max_http_body_bytes: MAX_HTTP_BODY_BYTES,
             close_grace: DEFAULT_CLOSE_GRACE,
         }
     }
@@ -248,6 +322,26 @@ pub enum FailureReason {
         /// The system's message.
         message: String,
     },
+    /// An HTTP response body went past the body limit.
+    #[error("it sent an HTTP response body past the limit of {limit} bytes ({seen} bytes read)")]
+    BodyTooLarge {
+        /// The body limit (bytes).
+        limit: usize,
+        /// How many bytes had been read when it was refused.
+        seen: usize,
+    },
+    /// A server-sent event went past the body limit.
+    #[error("it sent a server-sent event past the limit of {limit} bytes ({seen} bytes read)")]
+    EventTooLarge {
+        /// The body limit (bytes).
+        limit: usize,
+        /// How many bytes of the event had been read when it was refused.
+        seen: usize,
+    },
+    /// It answered HTTP 404 to a request carrying its session id: the session has expired
+    /// (MCP specification, "Transports", session management).
+    #[error("its session expired (it answered HTTP 404 to a request with its session id)")]
+    SessionExpired,
     /// It was closed by toolward.
     #[error("it was closed")]
     Closed,
@@ -341,6 +435,77 @@ pub enum TransportError {
         /// What is wrong with it.
         detail: String,
     },
+    /// The HTTP server's `url` or `headers` cannot be used; nothing was sent.
+    #[error("server `{server}` cannot be reached over HTTP as configured: {detail}")]
+    InvalidHttpSpec {
+        /// The server's name in the configuration.
+        server: String,
+        /// What is wrong (never a header value).
+        detail: String,
+    },
+    /// The HTTP client for the server could not be set up.
+    #[error("could not set up the HTTP client for server `{server}`")]
+    HttpClient {
+        /// The server's name in the configuration.
+        server: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A message could not be sent to the HTTP server, or its answer could not be read.
+    #[error("could not exchange `{method}` with server `{server}` over HTTP")]
+    Http {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// Why (the URL left out).
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The HTTP server answered with a redirect, which toolward never follows: the
+    /// configured `url` is the only place its messages and headers go.
+    #[error("server `{server}` answered `{method}` with a redirect (HTTP status {status}) to `{}`, which toolward does not follow", quote(.location))]
+    Redirect {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// The HTTP status.
+        status: u16,
+        /// The `Location` header (untrusted; empty when absent).
+        location: String,
+    },
+    /// The HTTP server answered with an error status.
+    #[error("server `{server}` answered `{method}` with HTTP status {status}{}", body_suffix(.body))]
+    HttpStatus {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// The HTTP status.
+        status: u16,
+        /// The start of the body (untrusted, at most a few hundred bytes).
+        body: String,
+    },
+    /// The HTTP server answered with a body that is neither JSON nor an event stream.
+    #[error("server `{server}` answered `{method}` with content type `{}`, neither `application/json` nor `text/event-stream`", quote(.content_type))]
+    ContentType {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// The `Content-Type` header (untrusted; empty when absent).
+        content_type: String,
+    },
+    /// The HTTP server's answer to a request ended without the JSON-RPC response.
+    #[error("server `{server}` ended its HTTP answer to `{method}` without a response")]
+    NoResponse {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+    },
 }
 
 /// `text` made safe to quote in a one-line message: at most [`MAX_QUOTED_BYTES`] (the start),
@@ -367,6 +532,16 @@ fn one_line(text: &str) -> String {
         }
     }
     line
+}
+
+/// `: `…`` for a non-empty HTTP error body, else nothing.
+fn body_suffix(body: &str) -> String {
+    let trimmed = body.trim();
+    if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!(": `{}`", quote(trimmed))
+    }
 }
 
 /// `; stderr ends with `…`` for a non-empty standard error tail, else nothing.
@@ -415,7 +590,8 @@ struct Pending {
     reply: ReplySender,
 }
 
-/// The state the reader, writer, stderr and supervisor tasks share with the handles.
+/// The state the reader, writer, stderr and supervisor tasks (over HTTP: the dispatcher,
+/// exchange and supervisor tasks) share with the handles.
 #[derive(Debug)]
 struct Shared {
     server: String,
@@ -439,6 +615,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    fn new(
+        server: &str,
+        outgoing: mpsc::UnboundedSender<Outgoing>,
+        shutdown: watch::Sender<bool>,
+    ) -> Shared {
+        Shared {
+            server: server.to_owned(),
+            pending: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+            list_changed: watch::Sender::new(0),
+            stderr: Mutex::new(VecDeque::new()),
+            outgoing,
+            shutdown,
+            next_id: AtomicU64::new(1),
+            request_meta: std::sync::OnceLock::new(),
+        }
+    }
+
     fn stderr_tail(&self) -> String {
         let ring = lock(&self.stderr);
         let (front, back) = ring.as_slices();
@@ -495,6 +689,18 @@ impl Shared {
             }
         }
         self.shutdown.send_replace(true);
+    }
+
+    /// Whether request `id` still waits for its answer.
+    fn is_waiting(&self, id: u64) -> bool {
+        lock(&self.pending).contains_key(&id)
+    }
+
+    /// Ends request `id` with `error`, if it still waits.
+    fn refuse(&self, id: u64, error: TransportError) {
+        if let Some(pending) = lock(&self.pending).remove(&id) {
+            let _ = pending.reply.send(Err(error));
+        }
     }
 
     fn send(&self, message: &Value) -> Result<(), TransportError> {
@@ -691,17 +897,7 @@ impl Upstream {
         let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (done_tx, done) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            server: server.to_owned(),
-            pending: Mutex::new(HashMap::new()),
-            failure: Mutex::new(None),
-            list_changed: watch::Sender::new(0),
-            stderr: Mutex::new(VecDeque::new()),
-            outgoing,
-            shutdown,
-            next_id: AtomicU64::new(1),
-            request_meta: std::sync::OnceLock::new(),
-        });
+        let shared = Arc::new(Shared::new(server, outgoing, shutdown));
         let tasks = vec![
             tokio::spawn(drain_stderr(Arc::clone(&shared), stderr)),
             tokio::spawn(write_stdin(Arc::clone(&shared), stdin, outgoing_rx)),
@@ -720,9 +916,28 @@ impl Upstream {
             done_tx,
         ));
         let connection = Connection { shared, done, pid };
+        Upstream::handshake(connection, limits, |_| {}).await
+    }
 
-        let handshake =
-            tokio::time::timeout(limits.start_timeout, handshake(&connection.shared)).await;
+    /// Runs the lifecycle on a new connection within the start timeout (`server/discover`,
+    /// else `initialize`; see [`lifecycle`]), then `agreed` with the server's identity, then
+    /// `notifications/initialized` after `initialize`. Closes the connection on failure.
+    async fn handshake(
+        connection: Connection,
+        limits: &TransportLimits,
+        agreed: impl FnOnce(&ServerIdentity),
+    ) -> Result<Upstream, TransportError> {
+        let shared = &connection.shared;
+        let handshake = tokio::time::timeout(limits.start_timeout, async {
+            let identity = lifecycle(shared).await?;
+            agreed(&identity);
+            // The 2026-07-28 revision has no handshake to complete.
+            if identity.protocol_version != DISCOVER_PROTOCOL_VERSION {
+                shared.notify("notifications/initialized", None)?;
+            }
+            Ok(identity)
+        })
+        .await;
         match handshake {
             Ok(Ok(identity)) => Ok(Upstream {
                 handle: Arc::new(Handle {
@@ -742,7 +957,7 @@ impl Upstream {
             Err(_) => {
                 connection.close().await;
                 Err(TransportError::StartTimeout {
-                    server: server.to_owned(),
+                    server: connection.shared.server.clone(),
                     timeout_ms: limits.start_timeout.as_millis(),
                     stderr: tail(&connection.shared.stderr_tail(), STDERR_IN_ERROR_BYTES)
                         .to_owned(),
@@ -761,7 +976,8 @@ impl Upstream {
         &self.handle.identity
     }
 
-    /// The process id of the server's process (the leader of its group on Unix).
+    /// The process id of the server's process (the leader of its group on Unix); `None` for
+    /// an HTTP server.
     pub fn process_id(&self) -> Option<u32> {
         self.handle.connection.pid
     }
@@ -868,7 +1084,8 @@ impl Upstream {
         shared.failure().unwrap_or(FailureReason::Closed)
     }
 
-    /// The last [`STDERR_TAIL_BYTES`] of the server's standard error (invalid UTF-8 replaced).
+    /// The last [`STDERR_TAIL_BYTES`] of the server's standard error (invalid UTF-8 replaced);
+    /// empty for an HTTP server.
     pub fn stderr_tail(&self) -> String {
         self.handle.connection.shared.stderr_tail()
     }
@@ -885,8 +1102,9 @@ impl Upstream {
 
     /// Closes the server for every clone of this handle and waits until its processes have
     /// ended: standard input closed, [`TransportLimits::close_grace`], `SIGTERM` to its group
-    /// and descendants, the grace again, `SIGKILL`, orphans reaped. Requests still waiting
-    /// fail with [`FailureReason::Closed`].
+    /// and descendants, the grace again, `SIGKILL`, orphans reaped. For an HTTP server: its
+    /// exchanges stopped, then its session ended with `DELETE` (at most the grace). Requests
+    /// still waiting fail with [`FailureReason::Closed`].
     pub async fn close(self) {
         self.handle.connection.close().await;
     }
@@ -911,7 +1129,7 @@ fn with_request_meta(mut params: Value, meta: Option<&Map<String, Value>>) -> Va
 /// The lifecycle: `server/discover` for a server of the 2026-07-28 revision, else the
 /// `initialize` handshake. The probe comes first, as the SDKs' clients do it: a server of an
 /// earlier revision answers it with an error (method not found), and `initialize` follows.
-async fn handshake(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportError> {
+async fn lifecycle(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportError> {
     if let Some(identity) = discover(shared, Some(DISCOVER_PROBE_TIMEOUT)).await? {
         return Ok(identity);
     }
@@ -1040,7 +1258,8 @@ async fn discover(
     Ok(Some(identity))
 }
 
-/// The `initialize` handshake (MCP specification, "Lifecycle", initialization).
+/// The `initialize` request (MCP specification, "Lifecycle", initialization); the caller
+/// sends `notifications/initialized` after it.
 async fn initialize(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportError> {
     let params = json!({
         "protocolVersion": PROTOCOL_VERSION,
@@ -1096,7 +1315,6 @@ async fn initialize(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportErr
             .and_then(Value::as_str)
             .map(str::to_owned),
     };
-    shared.notify("notifications/initialized", None)?;
     Ok(identity)
 }
 

@@ -11,6 +11,7 @@ mod call;
 mod component;
 mod gateway;
 mod hostile;
+mod http;
 mod load;
 mod pin;
 mod policy_kit;

@@ -79,15 +79,22 @@ fn a_home_the_operator_sets_or_passes_is_left_alone() {
 }
 
 #[test]
-fn an_http_server_is_not_supported_in_this_version() {
+fn an_http_server_is_reached_at_its_url_with_its_headers_and_has_no_home() {
     let config = config(
-        json!({ "remote": { "url": "https://example.invalid/mcp" } }),
+        json!({ "remote": { "url": "https://example.invalid/mcp", "headers": { "X-Team": "a" } } }),
         Path::new("/opt"),
     );
-    let error = stdio_spec(&config, &config.servers["remote"]).unwrap_err();
+    let remote = &config.servers["remote"];
+    let spec = http_spec(remote).unwrap();
+    assert_eq!(spec.url, "https://example.invalid/mcp");
+    assert_eq!(spec.headers["X-Team"], "a");
+    // Header values stay out of debug output.
+    assert!(!format!("{spec:?}").contains("\"a\""), "{spec:?}");
+    assert_eq!(server_home(&config, remote), None);
+    let error = stdio_spec(&config, remote).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "server `remote` is reached over streamable HTTP, which this version of toolward does not support"
+        "server `remote` is reached over streamable HTTP: it has no command to start"
     );
 }
 
@@ -116,9 +123,17 @@ fn the_frame_limit_leaves_room_for_a_page_at_its_bound() {
         ..Limits::default()
     };
     assert_eq!(transport_limits(&small).max_frame_bytes, MAX_FRAME_BYTES);
+    assert_eq!(
+        transport_limits(&small).max_http_body_bytes,
+        MAX_HTTP_BODY_BYTES
+    );
     let default = Limits::default();
     assert_eq!(
         transport_limits(&default).max_frame_bytes as u64,
+        default.max_page_bytes + FRAME_ENVELOPE_BYTES
+    );
+    assert_eq!(
+        transport_limits(&default).max_http_body_bytes as u64,
         default.max_page_bytes + FRAME_ENVELOPE_BYTES
     );
     let large = Limits {

@@ -149,6 +149,38 @@ pub(super) fn top_level_member<'a>(
     }
 }
 
+/// The exact bytes of each element of the JSON array `text`: the messages of a JSON-RPC
+/// batch, each kept as sent (the streamable HTTP transport may answer with one).
+///
+/// # Errors
+///
+/// [`SpanError::Malformed`] when `text` is not one well-formed array.
+pub(super) fn array_items(text: &[u8]) -> Result<Vec<&[u8]>, SpanError> {
+    let mut at = skip_whitespace(text, 0);
+    if text.get(at) != Some(&b'[') {
+        return Err(SpanError::Malformed);
+    }
+    at = skip_whitespace(text, at + 1);
+    let mut items = Vec::new();
+    if text.get(at) != Some(&b']') {
+        loop {
+            let end = skip_value(text, at)?;
+            items.push(text.get(at..end).ok_or(SpanError::Malformed)?);
+            at = skip_whitespace(text, end);
+            match text.get(at) {
+                Some(b',') => at = skip_whitespace(text, at + 1),
+                Some(b']') => break,
+                _ => return Err(SpanError::Malformed),
+            }
+        }
+    }
+    if skip_whitespace(text, at + 1) == text.len() {
+        Ok(items)
+    } else {
+        Err(SpanError::Malformed)
+    }
+}
+
 /// Whether the quoted JSON string `key` (quotes included) denotes `name`.
 fn key_is(key: &[u8], name: &str) -> Result<bool, SpanError> {
     if key.contains(&b'\\') {
@@ -274,6 +306,23 @@ mod tests {
             top_level_member(br#"{"result":{"a":"#, "result"),
             Err(SpanError::Malformed)
         );
+    }
+
+    #[test]
+    fn array_items_are_the_exact_bytes_of_each_element() {
+        let text = b" [ {\"id\":1, \"result\":{\"n\":18446744073709551617}} ,{\"a\":\"]\"}]\n";
+        let items = array_items(text).unwrap();
+        assert_eq!(
+            items,
+            [
+                &br#"{"id":1, "result":{"n":18446744073709551617}}"#[..],
+                &br#"{"a":"]"}"#[..]
+            ]
+        );
+        assert_eq!(array_items(b"[]").unwrap(), Vec::<&[u8]>::new());
+        assert_eq!(array_items(b"[1,]"), Err(SpanError::Malformed));
+        assert_eq!(array_items(b"[1] x"), Err(SpanError::Malformed));
+        assert_eq!(array_items(b"{}"), Err(SpanError::Malformed));
     }
 
     #[tokio::test]

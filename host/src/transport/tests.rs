@@ -200,6 +200,7 @@ fn quick_limits() -> TransportLimits {
         start_timeout: Duration::from_secs(20),
         request_timeout: Duration::from_secs(20),
         max_frame_bytes: MAX_FRAME_BYTES,
+        max_http_body_bytes: MAX_HTTP_BODY_BYTES,
         close_grace: Duration::from_millis(300),
     }
 }
