@@ -16,3 +16,4 @@ mod pin;
 mod policy_kit;
 mod real;
 mod real_load;
+mod support;
