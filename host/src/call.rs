@@ -914,6 +914,30 @@ impl Run<'_> {
 /// # Errors
 /// The schema's problem, values masked.
 pub fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, String> {
+    compile(schema, dialect).map_err(|problem| problem.reason)
+}
+
+/// Why a schema cannot be compiled into a validator (see [`check_validator`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatorProblem {
+    /// The JSON Pointer of the place in the schema the validator refuses (`""`: the root).
+    pub pointer: String,
+    /// What is wrong there, values masked.
+    pub reason: String,
+}
+
+/// Checks that `schema` compiles into a validator under `dialect`, as every call of the tool
+/// will need: load refuses a tool whose schema passes toolward's own checks but not the
+/// validator's (an `items` array under 2020-12, a `pattern` that is not a regular
+/// expression), rather than offer a tool whose every call would fail.
+///
+/// # Errors
+/// The place and the problem.
+pub fn check_validator(schema: &Value, dialect: Dialect) -> Result<(), ValidatorProblem> {
+    compile(schema, dialect).map(|_| ())
+}
+
+fn compile(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, ValidatorProblem> {
     let draft = match dialect {
         Dialect::Draft7 => jsonschema::Draft::Draft7,
         Dialect::Draft201909 => jsonschema::Draft::Draft201909,
@@ -926,7 +950,12 @@ pub fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::V
         .with_draft(draft)
         .offline()
         .build(&schema.to_serde_json())
-        .map_err(|error| error.masked().to_string())
+        .map_err(|error| ValidatorProblem {
+            // Compiling validates the schema as an instance of its meta-schema: the instance
+            // path is the place in the schema.
+            pointer: error.instance_path().to_string(),
+            reason: error.masked().to_string(),
+        })
 }
 
 /// Validates `instance`; the problems, each with its instance path, values masked.
