@@ -165,7 +165,9 @@ impl LoadReport {
             for r in &s.refused {
                 out.push(format!(
                     "tool `{}` of server `{}` is refused: {}",
-                    r.tool, s.server, r.reason
+                    listing::visible(&r.tool),
+                    s.server,
+                    r.reason
                 ));
             }
         }
