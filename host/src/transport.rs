@@ -1008,8 +1008,13 @@ fn answer_server_request(shared: &Shared, id: Value, method: &str) {
 fn handle_notification(shared: &Shared, method: &str, params: Option<Value>) {
     match method {
         "notifications/tools/list_changed" => {
-            shared.list_changed.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(server = %shared.server, "server `{}` says its tool list changed; the loaded tools stay as they are", shared.server);
+            // The operator hears of it once per server, at a level shown by default: a server
+            // that repeats it must not flood the log.
+            if shared.list_changed.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(server = %shared.server, "server `{}` says its tool list changed; the loaded tools stay as they are", shared.server);
+            } else {
+                tracing::debug!(server = %shared.server, "server `{}` says its tool list changed again", shared.server);
+            }
         }
         "notifications/progress" => {
             let params = params.unwrap_or(Value::Null);
