@@ -1239,6 +1239,15 @@ async fn supervise(
             .await
             .is_ok();
     }
+    // A descendant is reparented only once its parent has exited: wait for the killed group
+    // to be gone, or the sweep could run while a parent is still dying and miss its orphan.
+    #[cfg(unix)]
+    if let Some(pgid) = pid {
+        let deadline = tokio::time::Instant::now() + KILL_WAIT;
+        while process::group_alive(pgid) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(CLOSE_POLL_INTERVAL).await;
+        }
+    }
     process::reap_orphans(pid, KILL_WAIT, CLOSE_POLL_INTERVAL).await;
     if exited && let Some(pid) = pid {
         process::forget_leader(pid);
