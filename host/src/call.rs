@@ -23,8 +23,13 @@
 //!    (`notifications/cancelled`). Progress notifications from the server pass through.
 //! 6. **Result.** The server's result is untrusted: only `content`, `structuredContent` and
 //!    `isError` are kept; `isError` becomes a tool error that quotes the server's text (capped);
-//!    `structuredContent` must match the tool's `outputSchema` when it has one; text past
+//!    `structuredContent` must match the tool's `outputSchema` when it has one; what passes
 //!    [`CallSettings::max_result_bytes`] is cut and marked `[toolward: truncated N bytes]`.
+//!    The cap counts each content item's JSON, not only its text, so a million empty blocks
+//!    cannot pass it; a `structuredContent` whose structure alone (keys, numbers,
+//!    punctuation) is past the cap is left out, and the content says so. Text is passed on as
+//!    the server sent it: hidden characters (escape sequences, zero-width and bidirectional
+//!    characters) are not marked for the model.
 //!
 //! Every failure is a tool error (a `CallToolResult` with `isError: true`, as the MCP
 //! specification 2025-11-25 asks for validation failures), never an `Err` a caller could
@@ -65,6 +70,11 @@ pub const MAX_QUOTED_BYTES: usize = 512;
 /// cut.
 const TRUNCATION_MARKER: &str = "[toolward: truncated {} bytes]";
 
+/// The text item added when `structuredContent` is left out because its structure alone
+/// (keys, numbers, punctuation) is past the result cap; `{}` is its size in bytes.
+const STRUCTURED_DROPPED_MARKER: &str =
+    "[toolward: structured content of {} bytes left out at the result cap]";
+
 /// The settings of the call path. Defaults: the `DEFAULT_*` limits of [`crate::config`]
 /// (call timeout 300 s, approval timeout 120 s, result cap 1 MiB), arguments not recorded,
 /// progress every [`HELD_PROGRESS_INTERVAL`] while held.
@@ -74,9 +84,10 @@ pub struct CallSettings {
     pub call_timeout: Duration,
     /// How long a person has to answer an approval; no answer in time is a deny.
     pub approval_timeout: Duration,
-    /// The cap on the text of a result passed to the client, in bytes (UTF-8): applied to the
-    /// `content` items together and, separately, to the strings of `structuredContent`
-    /// (servers often send the same text in both).
+    /// The cap on a result passed to the client, in bytes: applied to the `content` items
+    /// together (each item's JSON, its text counted in UTF-8 bytes) and, separately, to
+    /// `structuredContent` (servers often send the same text in both), whose strings are cut
+    /// to fit with the rest of its JSON.
     pub max_result_bytes: usize,
     /// Whether audit records carry the canonical arguments themselves, not only their hash.
     pub record_arguments: bool,
@@ -927,12 +938,25 @@ impl Run<'_> {
                 reason: reason.clone(),
             });
         }
-        let (content, mut truncated) = cap_content(content, cap);
+        let (mut content, mut truncated) = cap_content(content, cap);
+        let structured = structured.and_then(|mut structured| {
+            // The structure (keys, numbers, punctuation) takes its share of the cap, the
+            // strings the rest; a structure that alone is past the cap cannot be cut to fit.
+            let skeleton = json_len(&structured).saturating_sub(string_values_len(&structured));
+            if skeleton > cap {
+                truncated = true;
+                let text =
+                    STRUCTURED_DROPPED_MARKER.replace("{}", &json_len(&structured).to_string());
+                content.push(json!({ "type": "text", "text": text }));
+                return None;
+            }
+            let mut budget = cap - skeleton;
+            truncated |= cap_strings(&mut structured, &mut budget);
+            Some(structured)
+        });
         let mut result = Map::new();
         result.insert(String::from("content"), Json::Array(content));
-        if let Some(mut structured) = structured {
-            let mut budget = cap;
-            truncated |= cap_strings(&mut structured, &mut budget);
+        if let Some(structured) = structured {
             result.insert(String::from("structuredContent"), structured);
         }
         result.insert(String::from("isError"), Json::Bool(false));
@@ -946,6 +970,30 @@ impl Run<'_> {
 /// # Errors
 /// The schema's problem, values masked.
 pub fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, String> {
+    compile(schema, dialect).map_err(|problem| problem.reason)
+}
+
+/// Why a schema cannot be compiled into a validator (see [`check_validator`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatorProblem {
+    /// The JSON Pointer of the place in the schema the validator refuses (`""`: the root).
+    pub pointer: String,
+    /// What is wrong there, values masked.
+    pub reason: String,
+}
+
+/// Checks that `schema` compiles into a validator under `dialect`, as every call of the tool
+/// will need: load refuses a tool whose schema passes toolward's own checks but not the
+/// validator's (an `items` array under 2020-12, a `pattern` that is not a regular
+/// expression), rather than offer a tool whose every call would fail.
+///
+/// # Errors
+/// The place and the problem.
+pub fn check_validator(schema: &Value, dialect: Dialect) -> Result<(), ValidatorProblem> {
+    compile(schema, dialect).map(|_| ())
+}
+
+fn compile(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, ValidatorProblem> {
     let draft = match dialect {
         Dialect::Draft7 => jsonschema::Draft::Draft7,
         Dialect::Draft201909 => jsonschema::Draft::Draft201909,
@@ -958,7 +1006,12 @@ pub fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::V
         .with_draft(draft)
         .offline()
         .build(&schema.to_serde_json())
-        .map_err(|error| error.masked().to_string())
+        .map_err(|error| ValidatorProblem {
+            // Compiling validates the schema as an instance of its meta-schema: the instance
+            // path is the place in the schema.
+            pointer: error.instance_path().to_string(),
+            reason: error.masked().to_string(),
+        })
 }
 
 /// Validates `instance`; the problems, each with its instance path, values masked.
@@ -1052,43 +1105,41 @@ fn cut(text: &str, budget: usize) -> (String, bool) {
     (format!("{kept}\n{}", marker(text.len() - end)), true)
 }
 
-/// Caps `content` at `cap` bytes: text items count their text's UTF-8 bytes, other items
-/// (images, audio, resources) their JSON size. The text item that crosses the cap is cut and
-/// marked; later items are replaced by one marker.
+/// Caps `content` at `cap` bytes of JSON text: each item counts its JSON size and the comma
+/// after it, a text item's `text` by its UTF-8 bytes (so the cut lands where the budget ends,
+/// whatever the escapes), so a million empty blocks cost their JSON, not nothing. The text
+/// item that crosses the cap is cut and marked when its envelope still fits; later items are
+/// replaced by one marker.
 fn cap_content(content: Vec<Json>, cap: usize) -> (Vec<Json>, bool) {
     let mut budget = cap;
-    let mut kept = Vec::with_capacity(content.len());
+    let mut kept = Vec::with_capacity(content.len().min(1024));
     let mut dropped_bytes = 0usize;
     let mut truncated = false;
     for item in content {
+        let size = item_size(&item);
         if truncated {
-            dropped_bytes += item_size(&item);
+            dropped_bytes = dropped_bytes.saturating_add(size);
             continue;
         }
-        if let Some(text) = item.get("text").and_then(Json::as_str) {
-            if text.len() <= budget {
-                budget -= text.len();
-                kept.push(item);
-            } else {
-                let (text, _) = cut(text, budget);
+        if size <= budget {
+            budget -= size;
+            kept.push(item);
+            continue;
+        }
+        truncated = true;
+        let text = item.get("text").and_then(Json::as_str);
+        match text.map(|text| (text, size.saturating_sub(text.len()))) {
+            Some((text, envelope)) if envelope < budget => {
+                let (text, _) = cut(text, budget - envelope);
                 let mut item = item;
                 if let Json::Object(map) = &mut item {
                     map.insert(String::from("text"), Json::String(text));
                 }
                 kept.push(item);
-                budget = 0;
-                truncated = true;
             }
-        } else {
-            let size = item_size(&item);
-            if size <= budget {
-                budget -= size;
-                kept.push(item);
-            } else {
-                dropped_bytes += size;
-                truncated = true;
-            }
+            _ => dropped_bytes = dropped_bytes.saturating_add(size),
         }
+        budget = 0;
     }
     if dropped_bytes > 0 {
         kept.push(json!({ "type": "text", "text": marker(dropped_bytes) }));
@@ -1096,12 +1147,44 @@ fn cap_content(content: Vec<Json>, cap: usize) -> (Vec<Json>, bool) {
     (kept, truncated)
 }
 
+/// What a content item costs against the result cap: its JSON size and a comma, with a text
+/// item's `text` counted by its UTF-8 bytes (and its quotes) rather than its escaped form.
 fn item_size(item: &Json) -> usize {
+    let whole = json_len(item).saturating_add(1);
     match item.get("text").and_then(Json::as_str) {
-        Some(text) => text.len(),
-        None => serde_json::to_vec(item)
-            .map(|bytes| bytes.len())
-            .unwrap_or(usize::MAX),
+        Some(text) => whole
+            .saturating_sub(json_len(text))
+            .saturating_add(text.len() + 2),
+        None => whole,
+    }
+}
+
+/// The bytes of the JSON text of every string value (not key) in `value`, between the quotes.
+fn string_values_len(value: &Json) -> usize {
+    match value {
+        Json::String(text) => json_len(text.as_str()).saturating_sub(2),
+        Json::Array(items) => items.iter().map(string_values_len).sum(),
+        Json::Object(map) => map.values().map(string_values_len).sum(),
+        Json::Null | Json::Bool(_) | Json::Number(_) => 0,
+    }
+}
+
+/// The length of `value`'s JSON text, counted without building it.
+fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
     }
 }
 
@@ -1209,12 +1292,13 @@ mod tests {
 
     #[test]
     fn content_past_the_cap_is_cut_at_a_character_boundary_and_marked() {
+        // `{"type":"text","text":""},` is 26 bytes: 5 are left for the text.
         let (content, truncated) = cap_content(
             vec![
                 json!({"type": "text", "text": "ééééé"}),
                 json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
             ],
-            5,
+            31,
         );
         assert!(truncated);
         let text = content[0]["text"].as_str().unwrap();
@@ -1227,6 +1311,26 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .starts_with("[toolward: truncated")
+        );
+    }
+
+    #[test]
+    fn every_content_item_costs_its_envelope_so_empty_blocks_cannot_pass_the_cap() {
+        let empty = json!({"type": "text", "text": ""});
+        let (content, truncated) = cap_content(vec![empty.clone(); 1000], 260);
+        assert!(truncated);
+        assert_eq!(content.len(), 11);
+        assert_eq!(content[..10], vec![empty; 10][..]);
+        assert_eq!(content[10]["text"], "[toolward: truncated 25740 bytes]");
+    }
+
+    #[test]
+    fn an_item_whose_envelope_does_not_fit_is_dropped_whole() {
+        let (content, truncated) = cap_content(vec![json!({"type": "text", "text": "abc"})], 10);
+        assert!(truncated);
+        assert_eq!(
+            content,
+            [json!({"type": "text", "text": "[toolward: truncated 29 bytes]"})]
         );
     }
 

@@ -212,23 +212,21 @@ impl Guard {
     }
 
     /// The principal of `request`, or the response that refuses it.
-    fn check<B>(&self, request: &Request<B>) -> Result<Principal, Response<Body>> {
+    fn check<B>(&self, request: &Request<B>) -> Result<Principal, Box<Response<Body>>> {
         if let Some(origin) = request.headers().get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|origin| {
                 let origin = origin.to_ascii_lowercase();
-                self.allowed_origins
-                    .iter()
-                    .any(|allowed| *allowed == origin)
+                self.allowed_origins.contains(&origin)
             });
             if !allowed {
                 tracing::warn!(
                     "refused a request from origin `{}`: not in `listen.allowed_origins`",
                     String::from_utf8_lossy(origin.as_bytes())
                 );
-                return Err(plain(
+                return Err(Box::new(plain(
                     StatusCode::FORBIDDEN,
                     "this Origin is not allowed: add it to `listen.allowed_origins` in the toolward config",
-                ));
+                )));
             }
         }
         let presented = request
@@ -247,7 +245,7 @@ impl Guard {
                 header::WWW_AUTHENTICATE,
                 http::HeaderValue::from_static("Bearer realm=\"toolward\""),
             );
-            response
+            Box::new(response)
         };
         let Some(presented) = presented else {
             return Err(unauthorized(
@@ -372,7 +370,7 @@ pub async fn serve_http(
                                 request.extensions_mut().insert(principal);
                                 service.call(request).await
                             }
-                            Err(refusal) => Ok(refusal),
+                            Err(refusal) => Ok(*refusal),
                         }
                     }
                 });

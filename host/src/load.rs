@@ -169,7 +169,9 @@ impl LoadReport {
             for r in &s.refused {
                 out.push(format!(
                     "tool `{}` of server `{}` is refused: {}",
-                    r.tool, s.server, r.reason
+                    listing::visible(&r.tool),
+                    s.server,
+                    r.reason
                 ));
             }
         }
@@ -740,8 +742,27 @@ fn register(
     };
     let dialect = schema::check_input_schema(&tool.input_schema)
         .map_err(|r| schema_refusal("input schema", r))?;
+    let validator_refusal = |what: &str,
+                             dialect: schema::Dialect,
+                             p: crate::call::ValidatorProblem| {
+        Refusal {
+            tool: name.clone(),
+            reason: format!(
+                "the {what} of tool `{name}` of server `{server}` is refused: it cannot be used for validation under `$schema` `{}`: {}",
+                dialect.meta_schema_uri(),
+                p.reason
+            ),
+            description_diff: None,
+            pointers: vec![p.pointer],
+        }
+    };
+    crate::call::check_validator(&tool.input_schema, dialect)
+        .map_err(|p| validator_refusal("input schema", dialect, p))?;
     if let Some(output) = &tool.output_schema {
-        schema::check_output_schema(output).map_err(|r| schema_refusal("output schema", r))?;
+        let output_dialect =
+            schema::check_output_schema(output).map_err(|r| schema_refusal("output schema", r))?;
+        crate::call::check_validator(output, output_dialect)
+            .map_err(|p| validator_refusal("output schema", output_dialect, p))?;
     }
     if let Some(hint) = contradicting_hint(&tool.annotations, classification.effect) {
         if classification.allow_hint_mismatch {

@@ -1,7 +1,8 @@
 //! Supervise: after the load, each connected server is watched until toolward closes it.
 //!
-//! - A server that sends `notifications/tools/list_changed` is reported to the client (the
-//!   registry's client messages, which the gateway sends as MCP log notifications). The tool
+//! - A server that sends `notifications/tools/list_changed` is reported to the client, once
+//!   per connection (the registry's client messages, which the gateway sends as MCP log
+//!   notifications, and the operator's log). The tool
 //!   set stays as loaded: a change is reviewed with `toolward pin`, then a restart.
 //! - A server that fails (its process exits, it breaks the framing, it closes its output) is
 //!   restarted with backoff: [`Limits::restart_backoff_ms`] before the first attempt, twice
@@ -159,20 +160,29 @@ async fn supervise(config: Config, server_config: ServerConfig, registry: Arc<Re
     }
 }
 
-/// Waits until `upstream` ends, telling the clients of each tool-list change meanwhile.
+/// Waits until `upstream` ends, telling the clients of the first tool-list change meanwhile
+/// (once per connection: a server that repeats it floods nothing).
 async fn watch(registry: &Registry, server: &str, upstream: &Upstream) -> FailureReason {
     let mut list_changed = upstream.watch_tools_list_changed();
-    list_changed.mark_unchanged();
+    let tell = || {
+        registry.tell_clients(format!(
+            "server `{server}` says its tool list changed; toolward keeps the tools it loaded and checked (review the change with `toolward pin`, then restart toolward)"
+        ));
+    };
+    // A change during the load counts too.
+    let mut told = *list_changed.borrow_and_update() > 0;
+    if told {
+        tell();
+    }
     loop {
         tokio::select! {
             reason = upstream.ended() => return reason,
-            changed = list_changed.changed() => {
+            changed = list_changed.changed(), if !told => {
                 if changed.is_err() {
                     return upstream.ended().await;
                 }
-                registry.tell_clients(format!(
-                    "server `{server}` says its tool list changed; toolward keeps the tools it loaded and checked (review the change with `toolward pin`, then restart toolward)"
-                ));
+                told = true;
+                tell();
             }
         }
     }

@@ -1415,8 +1415,10 @@ fn answer_server_request(shared: &Shared, id: Value, method: &str) {
 fn handle_notification(shared: &Shared, method: &str, params: Option<Value>) {
     match method {
         "notifications/tools/list_changed" => {
+            // Logged at debug: the supervisor (crate::supervise) tells the operator and the
+            // client, once per connection, so a server that repeats it floods nothing.
             shared.list_changed.send_modify(|count| *count += 1);
-            tracing::info!(server = %shared.server, "server `{}` says its tool list changed; the loaded tools stay as they are", shared.server);
+            tracing::debug!(server = %shared.server, "server `{}` says its tool list changed", shared.server);
         }
         "notifications/progress" => {
             let params = params.unwrap_or(Value::Null);
@@ -1640,6 +1642,15 @@ async fn supervise(
         exited = tokio::time::timeout(KILL_WAIT, child.inner_mut().wait())
             .await
             .is_ok();
+    }
+    // A descendant is reparented only once its parent has exited: wait for the killed group
+    // to be gone, or the sweep could run while a parent is still dying and miss its orphan.
+    #[cfg(unix)]
+    if let Some(pgid) = pid {
+        let deadline = tokio::time::Instant::now() + KILL_WAIT;
+        while process::group_alive(pgid) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(CLOSE_POLL_INTERVAL).await;
+        }
     }
     process::reap_orphans(pid, KILL_WAIT, CLOSE_POLL_INTERVAL).await;
     if exited && let Some(pid) = pid {

@@ -583,14 +583,20 @@ async fn a_result_over_the_cap_is_truncated_with_a_marker() {
         )
         .await;
     assert!(!result.is_error(), "{}", result.result);
+    // The cap counts the JSON around the text too: `{"type":"text","text":""},` (26 bytes)
+    // in `content`, `{"content":""}` (14 bytes) in `structuredContent`.
     let text = result.text();
-    assert!(text.starts_with(&"x".repeat(100)), "{text}");
-    assert!(text.contains("[toolward: truncated 900 bytes]"), "{text}");
-    assert!(!text.contains(&"x".repeat(101)));
+    assert_eq!(
+        text,
+        format!("{}\n[toolward: truncated 926 bytes]", "x".repeat(74))
+    );
     let structured = result.result["structuredContent"]["content"]
         .as_str()
         .unwrap();
-    assert!(structured.contains("[toolward: truncated 900 bytes]"));
+    assert_eq!(
+        structured,
+        format!("{}\n[toolward: truncated 914 bytes]", "x".repeat(86))
+    );
     let records = fixture.records_of(&result.call_id);
     assert_eq!(records.last().unwrap()["truncated"], true);
 }

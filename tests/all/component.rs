@@ -9,6 +9,8 @@ use toolward::component::{
     LoadedComponent, ToolView,
 };
 
+use crate::support::nonsense_component_bytes;
+
 /// One host for the tests of this file, sharing compiled components through a cache in
 /// the target directory.
 fn host() -> &'static ComponentHost {
@@ -277,50 +279,6 @@ fn decisions_start_from_the_configured_state_every_time() {
     }
 }
 
-/// A policy component whose `decide` answers a `decision` with case 7, which does not
-/// exist: a Rust guest cannot return that, so it is a core module in WAT wrapped by
-/// wit-component.
-fn nonsense_component_bytes() -> Vec<u8> {
-    let wit =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/wit/policy.wit")).unwrap();
-    let mut resolve = wit_parser::Resolve::default();
-    let pkg = resolve.push_str("policy.wit", &wit).unwrap();
-    let world = resolve
-        .select_world(&[pkg], Some("policy-component"))
-        .unwrap();
-    let core = wat::parse_str(
-        r#"(module
-            (memory (export "memory") 1)
-            (global $bump (mut i32) (i32.const 1024))
-            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-              (local $p i32)
-              (local.set $p (global.get $bump))
-              (global.set $bump (i32.add (global.get $bump) (i32.add (local.get 3) (i32.const 8))))
-              (local.get $p))
-            (func (export "toolward:policy/policy@0.1.0#configure") (param i32 i32) (result i32)
-              (i32.store8 (i32.const 0) (i32.const 0))
-              (i32.const 0))
-            (func (export "toolward:policy/policy@0.1.0#decide") (param i32) (result i32)
-              (i32.store8 (i32.const 16) (i32.const 7))
-              (i32.const 16)))"#,
-    )
-    .unwrap();
-    let mut module = core;
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .unwrap();
-    wit_component::ComponentEncoder::default()
-        .module(&module)
-        .unwrap()
-        .validate(true)
-        .encode()
-        .unwrap()
-}
-
 #[test]
 fn malformed_answer_is_a_deny() {
     let component = host()
@@ -329,7 +287,7 @@ fn malformed_answer_is_a_deny() {
     let policy = host().configure_policy(&component, "").unwrap();
     assert_denied_with(
         policy.decide(&call("s", "t", Effect::ReadOnly)),
-        "gave no valid answer",
+        "gave no valid answer: unexpected discriminant: 7",
     );
     next_decision_works();
 }

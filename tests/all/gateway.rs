@@ -300,7 +300,7 @@ async fn the_client_hears_when_a_server_changes_its_tool_list_fails_and_comes_ba
     let scenario = json!({
         "pages": [format!(r#"{{"tools": [{}, {}]}}"#, tool("change"), tool("die"))],
         "actions": {
-            "change": {"notify": [r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#]},
+            "change": {"list_changed": 3},
             "die": {"exit": true}
         }
     });

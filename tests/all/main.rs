@@ -19,3 +19,4 @@ mod protocol;
 mod real;
 mod real_load;
 mod restart;
+mod support;

@@ -3,16 +3,14 @@
 //! checks on their edge cases, `toolward policy test` and `toolward policy inspect` on the
 //! built binary, and `docs/policy-authoring.md` followed from an empty folder.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
 use toolward::component::{ComponentHost, GuestLimits, LoadedComponent};
 use toolward::policy_test::{CaseReport, CasesFile, Verdict, run_cases};
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::{repo, toolward_binary};
 
 fn host() -> &'static ComponentHost {
     static HOST: OnceLock<ComponentHost> = OnceLock::new();
@@ -346,42 +344,6 @@ fn case_arguments_reach_the_component_in_canonical_form() {
         (call.id.as_str(), call.principal.as_str()),
         ("case-1", "operator")
     );
-}
-
-/// The `toolward` binary: `TOOLWARD_BIN` when set (`scripts/test.sh` builds it before the
-/// tests), else built here by `cargo build -p toolward --bin toolward` into the target
-/// directory this test runs from (it belongs to package `toolward`, so cargo does not hand
-/// this package its path).
-fn toolward_binary() -> Option<&'static Path> {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    let bin = BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("TOOLWARD_BIN") {
-            return PathBuf::from(bin);
-        }
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap();
-        let target_dir = profile_dir.parent().unwrap();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "--quiet", "-p", "toolward", "--bin", "toolward"])
-            .arg("--manifest-path")
-            .arg(repo().join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir);
-        if profile_dir.file_name() == Some("release".as_ref()) {
-            build.arg("--release");
-        }
-        let status = build.status().unwrap();
-        assert!(status.success(), "building the toolward binary failed");
-        profile_dir.join(format!("toolward{}", std::env::consts::EXE_SUFFIX))
-    });
-    let version = Command::new(bin).arg("--version").output().unwrap();
-    assert!(
-        version.status.success() && !version.stdout.is_empty(),
-        "`{}` does not answer `--version`",
-        bin.display()
-    );
-    Some(bin.as_path())
 }
 
 #[test]

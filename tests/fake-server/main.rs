@@ -25,12 +25,23 @@
 //! `{"text_bytes": N, "is_error": false}` answers one text block of N bytes;
 //! `{"line_bytes": N}` prints one line of N bytes that is not JSON-RPC (past the frame
 //! limit when N is); `{"garbage": true}` prints a line that is not JSON;
-//! `{"wrong_id": true}` answers with another id, then nothing; `{"notify": ["…", …]}`
-//! prints each raw line (a notification, say) before the rest of the action.
+//! `{"wrong_id": true}` answers with another id, then nothing; `{"blocks": N}` answers N
+//! content blocks of one byte each; `{"non_utf8": true}` answers a text holding bytes that
+//! are not UTF-8; `{"close_stdout": true}` closes standard output and keeps running. Before
+//! any answer, `{"notify": N}` sends N `notifications/message` of `notify_bytes` bytes each
+//! (default 100), and `{"list_changed": N}` (or `true`, once) sends N
+//! `notifications/tools/list_changed`.
+//!
+//! Top-level keys shape the process: `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
+//! leaves it running (children, grandchildren); `"stderr_flood": true` writes standard error
+//! without end; `"calls_log": "PATH"` appends the arguments of every `tools/call` received,
+//! one JSON line each, before answering. In a page, `@PAGE@` is replaced by the number of
+//! the `tools/list` request (from 1), so a last page whose `nextCursor` holds it never ends.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
+    unsafe_code,
     reason = "a test fixture"
 )]
 
@@ -48,6 +59,30 @@ fn main() {
     if let Some(text) = scenario["stderr"].as_str() {
         eprintln!("{text}");
     }
+    if let Some(script) = scenario["spawn"].as_str() {
+        // Left running on purpose: the host must end it.
+        #[expect(clippy::zombie_processes, reason = "the descendants are the point")]
+        std::process::Command::new("sh")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+    }
+    if scenario["stderr_flood"].as_bool() == Some(true) {
+        std::thread::spawn(|| {
+            let line = format!("{}\n", "e".repeat(1023));
+            let mut stderr = std::io::stderr().lock();
+            while stderr.write_all(line.as_bytes()).is_ok() {}
+        });
+    }
+    let calls_log = scenario["calls_log"].as_str().map(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("calls log")
+    });
     let pages: Vec<String> = scenario["pages"]
         .as_array()
         .map(|p| {
@@ -79,15 +114,64 @@ fn main() {
                 })
             ),
             "tools/list" => {
-                let text = pages[page.min(pages.len() - 1)].clone();
                 page += 1;
+                let text = pages[page.min(pages.len()) - 1].replace("@PAGE@", &page.to_string());
                 format!(r#"{{"jsonrpc":"2.0","id":{id_text},"result":{text}}}"#)
             }
             "tools/call" => {
                 let name = message["params"]["name"].as_str().unwrap_or_default();
                 let action = &scenario["actions"][name];
-                for line in action["notify"].as_array().into_iter().flatten() {
-                    let _ = writeln!(stdout, "{}", line.as_str().unwrap_or_default());
+                if let Some(mut log) = calls_log.as_ref() {
+                    writeln!(log, "{}", message["params"]["arguments"]).expect("calls log");
+                }
+                for n in 0..action["notify"].as_u64().unwrap_or(0) {
+                    let data = "n".repeat(action["notify_bytes"].as_u64().unwrap_or(100) as usize);
+                    let line = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "debug", "data": format!("{n} {data}")}});
+                    if writeln!(stdout, "{line}").is_err() {
+                        return;
+                    }
+                }
+                let changed = action["list_changed"].as_u64();
+                let changed = changed.unwrap_or(u64::from(action["list_changed"] == true));
+                for _ in 0..changed {
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}}"#
+                    );
+                }
+                if action["close_stdout"].as_bool() == Some(true) {
+                    let _ = stdout.flush();
+                    // SAFETY: fd 1 is standard output, which nothing here uses afterwards.
+                    drop(unsafe {
+                        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(1)
+                    });
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_secs(1));
+                    }
+                }
+                if let Some(n) = action["blocks"].as_u64() {
+                    let _ = write!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":{id_text},"result":{{"content":["#
+                    );
+                    for i in 0..n {
+                        let comma = if i == 0 { "" } else { "," };
+                        if write!(stdout, r#"{comma}{{"type":"text","text":"b"}}"#).is_err() {
+                            return;
+                        }
+                    }
+                    let _ = writeln!(stdout, "]}}}}");
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if action["non_utf8"].as_bool() == Some(true) {
+                    let mut line = format!(r#"{{"jsonrpc":"2.0","id":{id_text},"result":{{"content":[{{"type":"text","text":"bad "#).into_bytes();
+                    line.extend_from_slice(b"\xff\xfe\xc3");
+                    line.extend_from_slice(b"\"}]}}\n");
+                    let _ = stdout.write_all(&line);
+                    let _ = stdout.flush();
+                    continue;
                 }
                 if action["exit"].as_bool() == Some(true) {
                     std::process::exit(3);

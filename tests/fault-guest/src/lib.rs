@@ -4,7 +4,9 @@
 //! end), `trap` (executes `unreachable`), `configure-loop` (never returns from `configure`),
 //! `count` (denies any call after the first one this instance saw: shows whether state
 //! leaks between decisions) or `allow` (behaves: allows every call, classifies every tool
-//! read-only). The fault applies to `classify` and `decide`.
+//! read-only). The fault applies to `classify` and `decide`; settings `MODE for TOOL` apply it
+//! only to the tool named `TOOL` (its name on its server), and allow or classify the others
+//! as `allow` does, so a test can show that one tool's fault leaves the next call whole.
 #![cfg(target_family = "wasm")]
 #![allow(
     unsafe_code,
@@ -44,8 +46,21 @@ fn spin() -> ! {
     }
 }
 
-fn misbehave() {
-    match MODE.get().map(String::as_str) {
+/// The mode and, for `MODE for TOOL`, the one tool it applies to.
+fn mode() -> (&'static str, Option<&'static str>) {
+    let settings = MODE.get().map_or("", String::as_str);
+    match settings.split_once(" for ") {
+        Some((mode, tool)) => (mode, Some(tool)),
+        None => (settings, None),
+    }
+}
+
+fn misbehave(tool: &str) {
+    let (mode, only) = mode();
+    if only.is_some_and(|only| only != tool) {
+        return;
+    }
+    match Some(mode) {
         Some("loop") => spin(),
         Some("alloc") => {
             let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -67,8 +82,8 @@ impl RulesGuest for Component {
         configure(settings)
     }
 
-    fn classify(_tool: Tool) -> Option<Classification> {
-        misbehave();
+    fn classify(tool: Tool) -> Option<Classification> {
+        misbehave(&tool.name);
         Some(Classification {
             effect: Effect::ReadOnly,
             denied_parameters: Vec::new(),
@@ -85,9 +100,9 @@ impl PolicyGuest for Component {
     }
 
     fn decide(call: Call) -> Decision {
-        misbehave();
+        misbehave(&call.tool);
         let seen = CALLS_SEEN.fetch_add(1, Ordering::Relaxed);
-        if MODE.get().map(String::as_str) == Some("count") && seen > 0 {
+        if mode().0 == "count" && seen > 0 {
             return Decision::Deny(format!("call `{}` saw {seen} earlier calls", call.id));
         }
         Decision::Allow
