@@ -1205,7 +1205,12 @@ async fn discover(
     };
     let result = match shared.request(id, "server/discover", params, options).await {
         Ok(Payload::Decoded(Value::Object(result))) => result,
-        Ok(_) | Err(TransportError::RequestTimeout { .. }) => return Ok(None),
+        // An HTTP server of an earlier revision may refuse the probe at the HTTP layer.
+        Ok(_)
+        | Err(TransportError::RequestTimeout { .. })
+        | Err(TransportError::HttpStatus {
+            status: 400..=499, ..
+        }) => return Ok(None),
         Err(TransportError::Rpc { code, data, .. }) => {
             // Only a server that names the versions it speaks, none of them toolward's,
             // is refused; any other error is an earlier revision's "method not found".

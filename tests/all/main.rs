@@ -12,6 +12,7 @@ mod component;
 mod gateway;
 mod hostile;
 mod http;
+mod listen;
 mod load;
 mod pin;
 mod policy_kit;

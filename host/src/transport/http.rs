@@ -149,7 +149,15 @@ impl Endpoint {
     }
 
     fn post(&self, message: Vec<u8>) -> reqwest::RequestBuilder {
-        self.with_headers(self.client.post(self.url.clone()))
+        let mut builder = self.with_headers(self.client.post(self.url.clone()));
+        // Before a version is agreed, the `server/discover` probe names its version in
+        // `_meta`, and the 2026-07-28 revision wants the header to say the same.
+        if lock(&self.protocol_version).is_none()
+            && let Some(version) = probe_version(&message)
+        {
+            builder = builder.header(PROTOCOL_VERSION, version);
+        }
+        builder
             .header(header::CONTENT_TYPE, JSON)
             .header(header::ACCEPT, ACCEPT_POST)
             .body(message)
@@ -299,6 +307,18 @@ async fn dispatch(
 
 /// Sends a request and handles its answer; the request ends with an error when the answer
 /// does not hold its response.
+/// The protocol version a request names in `_meta` (the 2026-07-28 revision's per-request
+/// context), as a header value.
+fn probe_version(message: &[u8]) -> Option<HeaderValue> {
+    let message: serde_json::Value = serde_json::from_slice(message).ok()?;
+    let version = message
+        .get("params")?
+        .get("_meta")?
+        .get(super::META_PROTOCOL_VERSION)?
+        .as_str()?;
+    HeaderValue::from_str(version).ok()
+}
+
 async fn exchange_request(
     shared: Arc<Shared>,
     endpoint: Arc<Endpoint>,

@@ -1,0 +1,254 @@
+//! `toolward serve --listen`: the gateway over streamable HTTP keeps out whoever does not
+//! belong (a non-loopback address unless allowed, an Origin not allowed → 403, no or a wrong
+//! bearer token → 401), and a client with a token gets the tools, with the token's name as
+//! the principal of its calls. The positive path is spoken by toolward's own streamable HTTP
+//! client (`Upstream::connect_http`), the refusals by hand-written HTTP requests.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use serde_json::json;
+use toolward::Toolward;
+use toolward::config::Config;
+use toolward::gateway::GatewaySettings;
+use toolward::listen::{ListenError, ListenSettings, Listening, serve_http, tokens};
+use toolward::transport::{HttpSpec, TransportLimits, Upstream};
+
+const FAKE_SERVER: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
+const ALICE: &str = "alice-0123456789abcdef0123456789abcdef";
+const BOB: &str = "bob-0123456789abcdef0123456789abcdef0";
+
+/// toolward in front of a fake server `s` with tool `echo`, listening on a free loopback
+/// port with tokens for `alice` and `bob`; origin `http://localhost:6274` allowed.
+async fn start(dir: &std::path::Path) -> (Toolward, Listening) {
+    std::fs::write(
+        dir.join("s.json"),
+        json!({"pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}]}"#]})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("rules.json"),
+        r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}}}}}"#,
+    )
+    .unwrap();
+    let config = Config::from_value(
+        json!({
+            "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+            "rules": {"file": "rules.json"}, "manifest": "manifest.json", "state_dir": "state",
+            "audit": {"file": "state/audit.jsonl", "sync": "none"},
+            "listen": {"tokens": {"alice": ALICE, "bob": BOB}, "allowed_origins": ["http://localhost:6274"]}
+        }),
+        dir,
+    )
+    .unwrap();
+    let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
+        .await
+        .unwrap();
+    pinned.manifest.write(&config.manifest).unwrap();
+    let toolward = Toolward::start(config).await.unwrap();
+    let config = toolward.config();
+    let (tokens, file) = tokens(&config.listen, &config.state_dir, &config.principal).unwrap();
+    assert_eq!(file, None, "named tokens need no file");
+    let listening = serve_http(
+        toolward.call_path().clone(),
+        Vec::new(),
+        GatewaySettings::from_config(config),
+        ListenSettings {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            allow_non_loopback: false,
+            tokens,
+            allowed_origins: config.listen.allowed_origins.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    (toolward, listening)
+}
+
+/// POSTs an `initialize` with `headers` by hand; the status code and the whole response.
+fn post(addr: SocketAddr, headers: &[(&str, &str)]) -> (u16, String) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        addr.port(),
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    // An event stream stays open: the head and first event are enough.
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&chunk[..n]);
+        if String::from_utf8_lossy(&response).contains("\r\n\r\n") && response.len() > 64 {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_known_token_or_from_another_origin_a_request_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (toolward, listening) = start(dir.path()).await;
+    let addr = listening.addr;
+    let bearer = format!("Bearer {ALICE}");
+    let results = tokio::task::spawn_blocking(move || {
+        let none = post(addr, &[]);
+        let wrong = post(
+            addr,
+            &[(
+                "Authorization",
+                "Bearer not-a-token-of-toolward-at-all-0000",
+            )],
+        );
+        let evil = post(
+            addr,
+            &[
+                ("Authorization", &bearer),
+                ("Origin", "http://evil.example"),
+            ],
+        );
+        let evil_no_token = post(addr, &[("Origin", "http://evil.example")]);
+        let allowed = post(
+            addr,
+            &[
+                ("Authorization", &bearer),
+                ("Origin", "http://localhost:6274"),
+            ],
+        );
+        let plain = post(addr, &[("Authorization", &bearer)]);
+        (none, wrong, evil, evil_no_token, allowed, plain)
+    })
+    .await
+    .unwrap();
+    let (none, wrong, evil, evil_no_token, allowed, plain) = results;
+    assert_eq!(none.0, 401, "{}", none.1);
+    assert!(
+        none.1
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{}",
+        none.1
+    );
+    assert_eq!(wrong.0, 401, "{}", wrong.1);
+    assert_eq!(evil.0, 403, "{}", evil.1);
+    assert_eq!(evil_no_token.0, 403, "{}", evil_no_token.1);
+    assert_eq!(allowed.0, 200, "{}", allowed.1);
+    assert_eq!(plain.0, 200, "{}", plain.1);
+    listening.stop().await;
+    toolward.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_a_token_lists_and_calls_and_its_name_is_the_principal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (toolward, listening) = start(dir.path()).await;
+    let spec = HttpSpec {
+        url: listening.url(),
+        headers: BTreeMap::from([(String::from("Authorization"), format!("Bearer {BOB}"))]),
+    };
+    let client = Upstream::connect_http("gateway", &spec, &TransportLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(client.identity().name, "toolward");
+    let page = client.list_tools_page(None).await.unwrap();
+    let listing: serde_json::Value = serde_json::from_slice(&page).unwrap();
+    assert_eq!(listing["tools"][0]["name"], "s__echo");
+    let result = client
+        .call_tool(
+            "s__echo",
+            json!({"n": 1}).as_object().cloned().unwrap(),
+            std::time::Duration::from_secs(10),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(result["isError"], json!(false), "{result}");
+    assert_eq!(result["content"][0]["text"], r#"{"n":1}"#);
+    client.close().await;
+    listening.stop().await;
+    toolward.shutdown().await;
+
+    let audit = std::fs::read_to_string(dir.path().join("state/audit.jsonl")).unwrap();
+    let decisions: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|record: &serde_json::Value| record["kind"] == "decision")
+        .collect();
+    assert_eq!(decisions.len(), 1, "{audit}");
+    assert_eq!(decisions[0]["principal"], "bob", "{}", decisions[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_is_not_loopback_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (toolward, listening) = start(dir.path()).await;
+    let refused = serve_http(
+        toolward.call_path().clone(),
+        Vec::new(),
+        GatewaySettings::from_config(toolward.config()),
+        ListenSettings {
+            addr: "0.0.0.0:0".parse().unwrap(),
+            allow_non_loopback: false,
+            tokens: BTreeMap::from([(String::from("a"), ALICE.to_owned())]),
+            allowed_origins: Vec::new(),
+        },
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(ListenError::NotLoopback { .. })),
+        "{refused:?}"
+    );
+    listening.stop().await;
+    toolward.shutdown().await;
+}
+
+#[test]
+fn without_named_tokens_one_is_generated_owner_only_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let listen = toolward::config::ListenConfig::default();
+    let (first, file) = tokens(&listen, &state, "operator").unwrap();
+    let file = file.unwrap();
+    let token = first["operator"].clone();
+    assert!(token.len() >= 64, "{token}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().trim(),
+        token.as_str()
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A token others may read is refused, not used.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = tokens(&listen, &state, "operator").unwrap_err();
+        assert!(error.to_string().contains("others may read it"), "{error}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let (again, _) = tokens(&listen, &state, "operator").unwrap();
+    assert_eq!(again, first, "a second start makes a new token");
+}
