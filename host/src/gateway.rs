@@ -36,9 +36,9 @@ use std::sync::Arc;
 
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams,
-    ElicitationAction, Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
+    ElicitRequestParams, ElicitationAction, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities, Tool,
 };
 #[expect(
     deprecated,
@@ -333,6 +333,53 @@ impl ServerHandler for Gateway {
                 }
             }
         });
+    }
+
+    /// rmcp hands over a request it could not decode as this; a `tools/call` lands here when
+    /// its `params` do not have the specified shape (`arguments` not an object, `name` not a
+    /// string), and gets invalid params (-32602) naming what is wrong, not "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        if request.method != "tools/call" {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "method `{}` is not served: toolward serves tools only",
+                    escape_for_display(&request.method)
+                ),
+                None,
+            ));
+        }
+        let params = request.params.unwrap_or(Json::Null);
+        let tool = match params.get("name") {
+            Some(Json::String(name)) => format!("tool `{}`", escape_for_display(name)),
+            _ => String::from("a tool"),
+        };
+        let kind = |value: &Json| match value {
+            Json::Null => "null",
+            Json::Bool(_) => "a boolean",
+            Json::Number(_) => "a number",
+            Json::String(_) => "a string",
+            Json::Array(_) => "an array",
+            Json::Object(_) => "an object",
+        };
+        let problem = match (params.get("name"), params.get("arguments")) {
+            (None, _) => String::from("`params.name` is missing"),
+            (Some(name), _) if !name.is_string() => {
+                format!("`params.name` must be a string, found {}", kind(name))
+            }
+            (_, Some(arguments)) if !arguments.is_object() => format!(
+                "`params.arguments` must be an object, found {}",
+                kind(arguments)
+            ),
+            _ => String::from("`params` do not have the shape of a `tools/call`"),
+        };
+        let message = format!("the call of {tool} is malformed: {problem}");
+        tracing::warn!("{message}");
+        Err(McpError::invalid_params(message, None))
     }
 
     async fn call_tool(

@@ -386,3 +386,38 @@ async fn the_client_hears_when_a_server_changes_its_tool_list_fails_and_comes_ba
     assert_eq!(again["result"]["isError"], json!(false), "{again}");
     toolward.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_tools_call_gets_invalid_params_naming_the_tool_and_the_fault() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let mut client = start(&fixture, CallSettings::default(), Vec::new());
+    client.initialize(json!({})).await;
+    let array = client
+        .request(
+            "tools/call",
+            json!({"name": "fs__read_text_file", "arguments": [1, 2]}),
+            &no_requests,
+        )
+        .await;
+    assert_eq!(array["error"]["code"], -32602, "{array}");
+    assert_eq!(
+        array["error"]["message"],
+        "the call of tool `fs__read_text_file` is malformed: `params.arguments` must be an object, found an array"
+    );
+    let nameless = client
+        .request("tools/call", json!({"name": 7}), &no_requests)
+        .await;
+    assert_eq!(nameless["error"]["code"], -32602, "{nameless}");
+    assert!(
+        nameless["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("`params.name` must be a string, found a number"),
+        "{nameless}"
+    );
+    // The connection goes on.
+    let listed = client.request("tools/list", json!({}), &no_requests).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+}

@@ -330,9 +330,16 @@ async fn session_and_version_headers_follow_initialize_and_operator_headers_reac
 
     let posts = a.posts();
     let methods: Vec<String> = posts.iter().map(Seen::rpc_method).collect();
+    // The 2026-07-28 probe first (this server answers it "method not found"), then the
+    // `initialize` handshake.
     assert_eq!(
         methods,
-        ["initialize", "notifications/initialized", "tools/list"]
+        [
+            "server/discover",
+            "initialize",
+            "notifications/initialized",
+            "tools/list"
+        ]
     );
     for post in &posts {
         assert_eq!(post.header("content-type"), Some("application/json"));
@@ -341,13 +348,16 @@ async fn session_and_version_headers_follow_initialize_and_operator_headers_reac
             Some("application/json, text/event-stream")
         );
     }
-    let initialize = &posts[0];
+    let probe = &posts[0];
+    assert_eq!(probe.header("mcp-session-id"), None);
+    assert_eq!(probe.header("mcp-protocol-version"), Some("2026-07-28"));
+    let initialize = &posts[1];
     assert_eq!(initialize.header("mcp-session-id"), None);
     assert_eq!(initialize.header("mcp-protocol-version"), None);
     let after: Vec<Seen> = a
         .seen()
         .into_iter()
-        .filter(|seen| seen.rpc_method() != "initialize")
+        .filter(|seen| !["initialize", "server/discover"].contains(&seen.rpc_method().as_str()))
         .collect();
     // `notifications/initialized`, `tools/list`, the `GET` if it was sent in time, `DELETE`.
     assert!(after.len() >= 3, "{after:?}");
