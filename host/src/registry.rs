@@ -226,6 +226,12 @@ impl Registry {
         let _ = self.client_messages.send(message);
     }
 
+    /// Sends a one-line warning to every client listening, without logging it (the caller
+    /// logged it already).
+    pub fn tell_clients_only(&self, message: String) {
+        let _ = self.client_messages.send(message);
+    }
+
     /// Warnings for the client after the load: a server failed, was restarted, gave up,
     /// changed its tool list. The gateway forwards them as MCP log notifications.
     pub fn client_messages(&self) -> broadcast::Receiver<String> {

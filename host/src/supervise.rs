@@ -2,7 +2,7 @@
 //!
 //! - A server that sends `notifications/tools/list_changed` is reported to the client, once
 //!   per connection (the registry's client messages, which the gateway sends as MCP log
-//!   notifications, and the operator's log). The tool
+//!   notifications; the transport logs it for the operator). The tool
 //!   set stays as loaded: a change is reviewed with `toolward pin`, then a restart.
 //! - A server that fails (its process exits, it breaks the framing, it closes its output) is
 //!   restarted with backoff: [`Limits::restart_backoff_ms`] before the first attempt, twice
@@ -164,8 +164,9 @@ async fn supervise(config: Config, server_config: ServerConfig, registry: Arc<Re
 /// (once per connection: a server that repeats it floods nothing).
 async fn watch(registry: &Registry, server: &str, upstream: &Upstream) -> FailureReason {
     let mut list_changed = upstream.watch_tools_list_changed();
+    // The transport logged it for the operator.
     let tell = || {
-        registry.tell_clients(format!(
+        registry.tell_clients_only(format!(
             "server `{server}` says its tool list changed; toolward keeps the tools it loaded and checked (review the change with `toolward pin`, then restart toolward)"
         ));
     };

@@ -1420,10 +1420,19 @@ fn answer_server_request(shared: &Shared, id: Value, method: &str) {
 fn handle_notification(shared: &Shared, method: &str, params: Option<Value>) {
     match method {
         "notifications/tools/list_changed" => {
-            // Logged at debug: the supervisor (crate::supervise) tells the operator and the
-            // client, once per connection, so a server that repeats it floods nothing.
-            shared.list_changed.send_modify(|count| *count += 1);
-            tracing::debug!(server = %shared.server, "server `{}` says its tool list changed", shared.server);
+            // The operator hears of it once per connection, at a level shown by default: a
+            // server that repeats it must not flood the log. (The supervisor tells the
+            // client, `crate::supervise`.)
+            let mut first = false;
+            shared.list_changed.send_modify(|count| {
+                first = *count == 0;
+                *count += 1;
+            });
+            if first {
+                tracing::warn!(server = %shared.server, "server `{}` says its tool list changed; the loaded tools stay as they are", shared.server);
+            } else {
+                tracing::debug!(server = %shared.server, "server `{}` says its tool list changed again", shared.server);
+            }
         }
         "notifications/progress" => {
             let params = params.unwrap_or(Value::Null);
