@@ -1110,6 +1110,30 @@ impl Upstream {
     }
 }
 
+/// The server's identity from a `server/discover` or `initialize` result: `info` is its
+/// `serverInfo` object (name and version), `version` the protocol version agreed.
+fn identity(result: &Map<String, Value>, info: Option<&Value>, version: &str) -> ServerIdentity {
+    let text = |field: &str| {
+        info.and_then(|info| info.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    ServerIdentity {
+        name: text("name"),
+        version: text("version"),
+        protocol_version: version.to_owned(),
+        capabilities: result
+            .get("capabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        instructions: result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    }
+}
+
 /// `params` with the members of `meta` added to its `_meta` (a member already there wins).
 fn with_request_meta(mut params: Value, meta: Option<&Map<String, Value>>) -> Value {
     let (Some(meta), Value::Object(object)) = (meta, &mut params) else {
@@ -1240,27 +1264,8 @@ async fn discover(
         .get("_meta")
         .and_then(|meta| meta.get(META_SERVER_INFO))
         .or_else(|| result.get("serverInfo"));
-    let text = |field: &str| {
-        info.and_then(|info| info.get(field))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let identity = ServerIdentity {
-        name: text("name"),
-        version: text("version"),
-        protocol_version: String::from(DISCOVER_PROTOCOL_VERSION),
-        capabilities: result
-            .get("capabilities")
-            .cloned()
-            .unwrap_or_else(|| json!({})),
-        instructions: result
-            .get("instructions")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-    };
     let _ = shared.request_meta.set(meta);
-    Ok(Some(identity))
+    Ok(Some(identity(&result, info, DISCOVER_PROTOCOL_VERSION)))
 }
 
 /// The `initialize` request (MCP specification, "Lifecycle", initialization); the caller
@@ -1300,27 +1305,7 @@ async fn initialize(shared: &Arc<Shared>) -> Result<ServerIdentity, TransportErr
             version: version.clone(),
         });
     }
-    let info = result.get("serverInfo");
-    let text = |field: &str| {
-        info.and_then(|info| info.get(field))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let identity = ServerIdentity {
-        name: text("name"),
-        version: text("version"),
-        protocol_version: version.clone(),
-        capabilities: result
-            .get("capabilities")
-            .cloned()
-            .unwrap_or_else(|| json!({})),
-        instructions: result
-            .get("instructions")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-    };
-    Ok(identity)
+    Ok(identity(&result, result.get("serverInfo"), version))
 }
 
 /// Reads the server's standard output until it ends or breaks the framing.

@@ -25,7 +25,7 @@ use toolward::call::CallResult;
 use toolward::config::Config;
 use toolward::load::Refusal;
 
-use crate::support::{FAKE_SERVER, unique_marker};
+use crate::support::{FAKE_SERVER, call, unique_marker};
 
 /// The variable that carries a test's marker into its servers' environment.
 const MARKER_VARIABLE: &str = "TOOLWARD_TEST_MARKER";
@@ -214,16 +214,6 @@ fn registered(toolward: &Toolward) -> Vec<String> {
     let mut names: Vec<String> = toolward.tools().map(|t| t.exposed_name.clone()).collect();
     names.sort();
     names
-}
-
-async fn call(toolward: &Toolward, tool: &str) -> CallResult {
-    toolward
-        .call(
-            tool,
-            json!({"x": 1}).as_object().cloned(),
-            Arc::new(DenyAll),
-        )
-        .await
 }
 
 /// Calls `tool`, whose server echoes the arguments, and asserts that it answered.

@@ -4,16 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use toolward::Toolward;
-use toolward::approval::DenyAll;
 use toolward::config::Config;
 use toolward::registry::Connection;
 
-const FAKE_SERVER: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
+use crate::support::{FAKE_SERVER, call};
 
 fn tool(name: &str, description: &str) -> String {
     format!(
@@ -62,16 +60,6 @@ async fn start(dir: &Path, limits: serde_json::Value) -> Toolward {
     assert!(pinned.failures.is_empty(), "{:?}", pinned.failures);
     pinned.manifest.write(&config.manifest).unwrap();
     Toolward::start(config).await.unwrap()
-}
-
-async fn call(toolward: &Toolward, tool: &str) -> toolward::call::CallResult {
-    toolward
-        .call(
-            tool,
-            json!({"x": 1}).as_object().cloned(),
-            Arc::new(DenyAll),
-        )
-        .await
 }
 
 /// Waits (at most 10 s) until `s`'s connection satisfies `done`.

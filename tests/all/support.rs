@@ -9,6 +9,17 @@ use std::time::{Duration, Instant};
 /// The scriptable fake MCP server (`tests/fake-server`).
 pub const FAKE_SERVER: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
 
+/// Calls `tool` through the whole path with arguments `{"x": 1}`; a held call is denied.
+pub async fn call(toolward: &toolward::Toolward, tool: &str) -> toolward::call::CallResult {
+    toolward
+        .call(
+            tool,
+            serde_json::json!({"x": 1}).as_object().cloned(),
+            std::sync::Arc::new(toolward::approval::DenyAll),
+        )
+        .await
+}
+
 /// The repository's root folder.
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
