@@ -322,11 +322,7 @@ pub async fn load(
     manifest: &Manifest,
     components: BTreeMap<String, String>,
 ) -> Result<(Registry, LoadReport), LoadError> {
-    let pattern =
-        regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
-            pattern: config.tool_name_pattern.clone(),
-            reason: e.to_string(),
-        })?;
+    let pattern = name_pattern(config)?;
     let mut report = LoadReport {
         component_changes: component_changes(&manifest.components, &components),
         components,
@@ -427,7 +423,36 @@ pub async fn load(
         registry.insert_upstream(name, upstream);
     }
 
-    // Exposed names: the configured pattern, and no two tools with one name.
+    register_candidates(config, &pattern, candidates, &mut report, &mut registry);
+    note_absent(config, &report, &mut registry);
+    Ok((registry, report))
+}
+
+/// The compiled `tool_name_pattern` of `config`.
+///
+/// # Errors
+/// [`LoadError::NamePattern`] when it is not a valid regular expression.
+pub fn name_pattern(config: &Config) -> Result<regex::Regex, LoadError> {
+    regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
+        pattern: config.tool_name_pattern.clone(),
+        reason: e.to_string(),
+    })
+}
+
+/// The last pure step of [`load`]: gives each candidate of [`check_server`] its exposed
+/// name, refuses a name that does not match `pattern` (see [`name_pattern`]) or that two
+/// candidates share, registers the rest in `registry`, and records each in its server's
+/// entry of `report` (a candidate whose server has no entry is dropped).
+///
+/// Public, with [`check_server`], so that `benches/load.rs` measures a load of many tools
+/// without starting servers; [`load`] is these steps after listing each server.
+pub fn register_candidates(
+    config: &Config,
+    pattern: &regex::Regex,
+    candidates: Vec<RegisteredTool>,
+    report: &mut LoadReport,
+    registry: &mut Registry,
+) {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for tool in &candidates {
         *seen.entry(tool.exposed_name.clone()).or_default() += 1;
@@ -469,8 +494,6 @@ pub async fn load(
             }
         }
     }
-    note_absent(config, &report, &mut registry);
-    Ok((registry, report))
 }
 
 /// Tells the registry why each tool the load kept out is absent, so that a call of one is
@@ -531,9 +554,15 @@ fn refusal(tool: &str, reason: String) -> Refusal {
     }
 }
 
-/// Verifies, classifies and narrows the tools of one server; the tools that pass are
-/// returned, everything else goes into `report`.
-fn check_server(
+/// Verifies, classifies and narrows the tools of one server: compares `listed` (its listing)
+/// with `pinned` (its manifest entry), classifies each unchanged tool with `classifier` (an
+/// `Err` refuses every tool with that reason), checks and narrows its schemas. The tools
+/// that pass are returned, ready for [`register_candidates`]; everything else goes into
+/// `report`, with the reason.
+///
+/// Pure apart from the guest calls of `classifier`: public so that `benches/load.rs`
+/// measures a load of many tools without starting servers.
+pub fn check_server(
     config: &Config,
     server: &str,
     pinned: &PinnedServer,
