@@ -637,9 +637,9 @@ pub fn check_server(
                 tool.name
             ));
         }
-        if pin.annotations.as_ref().map(canonical::to_canonical)
-            != tool.annotations_raw.as_ref().map(canonical::to_canonical)
-        {
+        // Both parsed exactly (members sorted, numbers canonical): equal values have equal
+        // canonical texts, without writing them.
+        if pin.annotations != tool.annotations_raw {
             report.notes.push(format!(
                 "the annotations of tool `{}` changed since the pin (checked against the rule below)",
                 tool.name
