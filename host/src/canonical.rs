@@ -6,7 +6,8 @@
 //!   lone surrogates, duplicate keys, nesting deeper than [`MAX_JSON_DEPTH`] and trailing data.
 //! - [`to_canonical`] (and `Display` for [`Value`]) writes the one canonical text of a value:
 //!   keys sorted by code point, no whitespace, one string escaping, one number spelling.
-//! - [`canonicalize`] does both; [`sha256_hex`] hashes bytes.
+//! - [`canonicalize`] does both; [`sha256_hex`] hashes bytes; [`canonical_len`] is the
+//!   length of the canonical text, without writing it.
 //!
 //! The canonical form is this crate's own, not RFC 8785 (JCS): numbers are compared by exact
 //! decimal value, never rounded to `f64`.
@@ -234,6 +235,42 @@ pub fn to_canonical(value: &Value) -> String {
     let mut out = String::new();
     write_value(&mut out, value);
     out
+}
+
+/// The length in bytes of [`to_canonical`]`(value)`, counted without writing the text (for
+/// a size bound checked on every listed tool).
+pub fn canonical_len(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(n) => n.0.len(),
+        Value::String(s) => string_len(s),
+        Value::Array(items) => {
+            let commas = items.len().saturating_sub(1);
+            2 + commas + items.iter().map(canonical_len).sum::<usize>()
+        }
+        Value::Object(members) => {
+            let commas = members.len().saturating_sub(1);
+            let members: usize = members
+                .iter()
+                .map(|(key, value)| string_len(key) + 1 + canonical_len(value))
+                .sum();
+            2 + commas + members
+        }
+    }
+}
+
+/// The length in bytes of what [`write_string`] writes for `s`.
+fn string_len(s: &str) -> usize {
+    let escapes: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+            0x00..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    2 + s.len() + escapes
 }
 
 /// Parses JSON text and writes its canonical text: `to_canonical(&parse(bytes)?)`.

@@ -502,6 +502,10 @@ pub fn visible(text: &str) -> String {
 /// The first hidden character of `text` with its kind; `layout` allows tab, line feed and a
 /// carriage return before a line feed.
 fn find_hidden(text: &str, layout: bool) -> Option<(char, &'static str)> {
+    // Printable ASCII is never hidden, and most text is nothing else: skip the char walk.
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return None;
+    }
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         let Some(kind) = hidden_character(c) else {
@@ -534,6 +538,11 @@ fn check_text(text: &str, layout: bool, what: &str) -> Result<(), String> {
 /// Refuses hidden characters in every key (no layout allowed) and string value (layout
 /// allowed) of `value`, the member `what` of the tool; the reason gives the JSON Pointer.
 fn check_strings(value: &Value, what: &str) -> Result<(), String> {
+    // Most values hold nothing hidden: find that out without building a pointer per value
+    // (that was a fifth of reading a page), and build pointers only to name the place.
+    if !any_hidden(value) {
+        return Ok(());
+    }
     let mut stack: Vec<(String, &Value)> = vec![(String::new(), value)];
     while let Some((pointer, value)) = stack.pop() {
         match value {
@@ -563,6 +572,32 @@ fn check_strings(value: &Value, what: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether any key (no layout allowed) or string value (layout allowed) of `value` holds a
+/// hidden character: what [`check_strings`] refuses, without the pointers.
+fn any_hidden(value: &Value) -> bool {
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::String(text) => {
+                if find_hidden(text, true).is_some() {
+                    return true;
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            Value::Object(members) => {
+                for (key, item) in members {
+                    if find_hidden(key, false).is_some() {
+                        return true;
+                    }
+                    stack.push(item);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    false
 }
 
 /// Whether `value` nests deeper than `limit` levels below itself (walked without recursion).
@@ -612,7 +647,7 @@ fn read_tool(entry: &Value, bounds: &ListingBounds) -> Result<ListedTool, String
     if entry.as_object().is_none() {
         return Err(String::from("the entry is not an object"));
     }
-    let bytes = len_u64(canonical::to_canonical(entry).as_bytes());
+    let bytes = u64::try_from(canonical::canonical_len(entry)).unwrap_or(u64::MAX);
     if bytes > bounds.max_tool_bytes {
         return Err(format!(
             "the entry is {bytes} bytes long, more than {} (bound `max_tool_bytes`)",

@@ -332,11 +332,7 @@ pub async fn load(
     manifest: &Manifest,
     components: BTreeMap<String, String>,
 ) -> Result<(Registry, LoadReport), LoadError> {
-    let pattern =
-        regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
-            pattern: config.tool_name_pattern.clone(),
-            reason: e.to_string(),
-        })?;
+    let pattern = name_pattern(config)?;
     let mut report = LoadReport {
         component_changes: component_changes(&manifest.components, &components),
         components,
@@ -443,7 +439,37 @@ pub async fn load(
         registry.insert_upstream(name, upstream);
     }
 
-    // Exposed names: the configured pattern, and no two tools with one name.
+    register_candidates(config, &pattern, candidates, &mut report, &mut registry);
+    note_absent(config, &report, &mut registry);
+    report.rules_notes = rules_notes(config, &listed);
+    Ok((registry, report))
+}
+
+/// The compiled `tool_name_pattern` of `config`.
+///
+/// # Errors
+/// [`LoadError::NamePattern`] when it is not a valid regular expression.
+pub fn name_pattern(config: &Config) -> Result<regex::Regex, LoadError> {
+    regex::Regex::new(&config.tool_name_pattern).map_err(|e| LoadError::NamePattern {
+        pattern: config.tool_name_pattern.clone(),
+        reason: e.to_string(),
+    })
+}
+
+/// The last pure step of [`load`]: gives each candidate of [`check_server`] its exposed
+/// name, refuses a name that does not match `pattern` (see [`name_pattern`]) or that two
+/// candidates share, registers the rest in `registry`, and records each in its server's
+/// entry of `report` (a candidate whose server has no entry is dropped).
+///
+/// Public, with [`check_server`], so that `benches/load.rs` measures a load of many tools
+/// without starting servers; [`load`] is these steps after listing each server.
+pub fn register_candidates(
+    config: &Config,
+    pattern: &regex::Regex,
+    candidates: Vec<RegisteredTool>,
+    report: &mut LoadReport,
+    registry: &mut Registry,
+) {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for tool in &candidates {
         *seen.entry(tool.exposed_name.clone()).or_default() += 1;
@@ -485,9 +511,6 @@ pub async fn load(
             }
         }
     }
-    note_absent(config, &report, &mut registry);
-    report.rules_notes = rules_notes(config, &listed);
-    Ok((registry, report))
 }
 
 /// The names in the rules file that match nothing (see [`LoadReport::rules_notes`]).
@@ -604,9 +627,15 @@ fn refusal(tool: &str, reason: String) -> Refusal {
     }
 }
 
-/// Verifies, classifies and narrows the tools of one server; the tools that pass are
-/// returned, everything else goes into `report`.
-fn check_server(
+/// Verifies, classifies and narrows the tools of one server: compares `listed` (its listing)
+/// with `pinned` (its manifest entry), classifies each unchanged tool with `classifier` (an
+/// `Err` refuses every tool with that reason), checks and narrows its schemas. The tools
+/// that pass are returned, ready for [`register_candidates`]; everything else goes into
+/// `report`, with the reason.
+///
+/// Pure apart from the guest calls of `classifier`: public so that `benches/load.rs`
+/// measures a load of many tools without starting servers.
+pub fn check_server(
     config: &Config,
     server: &str,
     pinned: &PinnedServer,
@@ -681,9 +710,9 @@ fn check_server(
                 tool.name
             ));
         }
-        if pin.annotations.as_ref().map(canonical::to_canonical)
-            != tool.annotations_raw.as_ref().map(canonical::to_canonical)
-        {
+        // Both parsed exactly (members sorted, numbers canonical): equal values have equal
+        // canonical texts, without writing them.
+        if pin.annotations != tool.annotations_raw {
             report.notes.push(format!(
                 "the annotations of tool `{}` changed since the pin (checked against the rule below)",
                 tool.name

@@ -842,6 +842,19 @@ fn mutate(value: &Value, target: &mut usize, other: &Number, suffix: &str) -> Op
     })
 }
 
+#[test]
+fn canonical_len_counts_every_escape() {
+    let text: String = (0_u8..0x80).map(char::from).chain(['é', '😀']).collect();
+    let value = Value::Array(vec![
+        Value::String(text.clone()),
+        Value::object(vec![(text, Value::Bool(false))]).unwrap(),
+        Value::Null,
+        Value::Bool(true),
+        Value::Array(Vec::new()),
+    ]);
+    assert_eq!(canonical_len(&value), to_canonical(&value).len());
+}
+
 proptest! {
     #[test]
     fn canonical_form_is_idempotent(value in arb_value(), seed in any::<u64>()) {
@@ -850,6 +863,11 @@ proptest! {
         prop_assert_eq!(canonicalize(once.as_bytes()).unwrap(), once.clone());
         prop_assert_eq!(parse(once.as_bytes()).unwrap(), value.clone());
         prop_assert_eq!(once, to_canonical(&value));
+    }
+
+    #[test]
+    fn canonical_len_is_the_length_of_the_canonical_text(value in arb_value()) {
+        prop_assert_eq!(canonical_len(&value), to_canonical(&value).len());
     }
 
     #[test]

@@ -1,0 +1,590 @@
+//! Gateway overhead and memory, through a client that costs next to nothing: newline-delimited
+//! JSON-RPC over the stdio of a child process, one thread, no async runtime.
+//!
+//! Not a criterion benchmark: criterion reports means and medians of batches, and this needs
+//! per-call percentiles (p50, p99 over at least 10,000 calls) and throughput with several calls
+//! in flight. Each run also reports the CPU time the process under test (the fake server for
+//! `direct`, the gateway otherwise, not its server) used per call, from `/proc/PID/stat`. `cargo bench --bench gateway` runs it; arguments select sections
+//! (`latency`, `memory`; both when none is given).
+//!
+//! # latency
+//! The same `tools/call` of the fake server's echo tool (`{"text": "hello"}`), over one
+//! session per case, after 500 warm-up calls: `CALLS` calls (default 10,000) with 1, 8 and 64
+//! in flight. Cases, run one after another in each of `ROUNDS` rounds (default 3):
+//! - `direct`: `toolward-fake-server` itself (the baseline);
+//! - `toolward none`: `toolward serve` with `audit.sync: none`;
+//! - `toolward always`: `toolward serve` with `audit.sync: always` (each record `fdatasync`ed);
+//! - `peer`: `mcp-gate run --policy P --audit F --fail closed -- <fake server>` from
+//!   `mcp-gate-policy` 0.3.2 (`.peer/bin/mcp-gate`; skipped when absent), whose audit log
+//!   `fsync`s every record.
+//!
+//! Every answer is checked (a result, not an error, echoing the arguments), so a refusal can
+//! never pass for a fast call. Audit logs and state live in a temporary folder on the same
+//! file system for every case.
+//!
+//! # memory
+//! `toolward serve` with 5 fake servers of 100 tools each (99 synthetic tools and `echo`, all
+//! pinned and classified): VmRSS and VmHWM (`/proc/PID/status`) once it answered
+//! `tools/list` (idle after load), and again after 1,000 calls; beside it the peer with one of
+//! those servers.
+//!
+//! Environment: `TOOLWARD_BIN` (default `target/release/toolward`; build it with
+//! `cargo build --release -p toolward --bin toolward`), `TOOLWARD_PEER` (default
+//! `.peer/bin/mcp-gate`), `CALLS`, `ROUNDS`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark"
+)]
+
+#[path = "support/synthetic.rs"]
+mod synthetic;
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const FAKE: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
+const WARMUP: usize = 500;
+/// Request ids outside the range of the calls' (0 up to `CALLS`).
+const INITIALIZE_ID: u64 = 1_000_000_000;
+const LIST_ID: u64 = 1_000_000_001;
+const IN_FLIGHT: [usize; 3] = [1, 8, 64];
+const ECHO_TOOL: &str = r#"{"name":"echo","description":"Echoes its arguments.","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}}"#;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn toolward_bin() -> PathBuf {
+    std::env::var_os("TOOLWARD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/toolward"))
+}
+
+fn peer_bin() -> Option<PathBuf> {
+    let path = std::env::var_os("TOOLWARD_PEER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".peer/bin/mcp-gate"));
+    path.is_file().then_some(path)
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One MCP session over a child's stdio.
+struct Session {
+    child: Child,
+    stdin: BufWriter<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    line: String,
+}
+
+impl Session {
+    fn spawn(argv: &[String], cwd: &Path) -> Session {
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(cwd)
+            .env("TOOLWARD_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {argv:?}: {e}"));
+        let stdin = BufWriter::new(child.stdin.take().unwrap());
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut session = Session {
+            child,
+            stdin,
+            stdout,
+            line: String::new(),
+        };
+        session.request(
+            INITIALIZE_ID,
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": { "name": "toolward-bench", "version": "0" },
+            }),
+        );
+        session.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        session
+    }
+
+    fn send(&mut self, message: &Value) {
+        serde_json::to_writer(&mut self.stdin, message).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn send_call(&mut self, id: u64, tool: &str) {
+        write!(
+            self.stdin,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"text":"hello"}}}}}}"#
+        )
+        .unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The next answer (a message with an id); notifications are skipped.
+    fn answer(&mut self) -> (u64, Value) {
+        loop {
+            self.line.clear();
+            let n = self.stdout.read_line(&mut self.line).unwrap();
+            assert!(n > 0, "the server closed its output");
+            let message: Value = serde_json::from_str(&self.line).unwrap();
+            if let Some(id) = message.get("id").and_then(Value::as_u64) {
+                return (id, message);
+            }
+        }
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        let (got, message) = self.answer();
+        assert_eq!(got, id);
+        message
+            .get("result")
+            .cloned()
+            .unwrap_or_else(|| panic!("`{method}` failed: {message}"))
+    }
+
+    /// `calls` calls of `tool` with `in_flight` outstanding; each call's latency, and the
+    /// wall time of them all.
+    fn calls(&mut self, tool: &str, calls: usize, in_flight: usize) -> (Vec<Duration>, Duration) {
+        let mut started = vec![None; calls];
+        let mut latencies = Vec::with_capacity(calls);
+        let begin = Instant::now();
+        let mut sent = 0;
+        while sent < in_flight.min(calls) {
+            started[sent] = Some(Instant::now());
+            self.send_call(sent as u64, tool);
+            sent += 1;
+        }
+        while latencies.len() < calls {
+            let (id, message) = self.answer();
+            let now = Instant::now();
+            let start = started[id as usize].take().unwrap();
+            latencies.push(now - start);
+            let result = message
+                .get("result")
+                .unwrap_or_else(|| panic!("call failed: {message}"));
+            let echoed = result["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(
+                result.get("isError") != Some(&Value::Bool(true)) && echoed.contains("hello"),
+                "not an echo: {message}"
+            );
+            if sent < calls {
+                started[sent] = Some(Instant::now());
+                self.send_call(sent as u64, tool);
+                sent += 1;
+            }
+        }
+        (latencies, begin.elapsed())
+    }
+
+    fn status(&self) -> (u64, u64) {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (kib("VmRSS:"), kib("VmHWM:"))
+    }
+
+    /// CPU time the process (all its threads, not its children) has used, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the command name, which is in parentheses: utime is the 12th, stime
+        // the 13th (fields 14 and 15 of proc(5)).
+        let rest = &text[text.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+
+    /// The mappings holding the most resident memory, largest first: (KiB, name).
+    fn largest_mappings(&self, count: usize) -> Vec<(u64, String)> {
+        let text = std::fs::read_to_string(format!("/proc/{}/smaps", self.child.id())).unwrap();
+        let mut by_name: std::collections::BTreeMap<String, u64> = Default::default();
+        let mut name = String::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if let Some(first) = fields.first()
+                && first.contains('-')
+                && !first.ends_with(':')
+            {
+                name = fields.get(5).map_or("[anonymous]", |n| n).to_owned();
+                name = name.rsplit('/').next().unwrap_or_default().to_owned();
+            } else if fields.first() == Some(&"Rss:") {
+                *by_name.entry(name.clone()).or_default() += fields[1].parse::<u64>().unwrap();
+            }
+        }
+        let mut all: Vec<(u64, String)> = by_name.into_iter().map(|(n, k)| (k, n)).collect();
+        all.sort_by(|a, b| b.cmp(a));
+        all.truncate(count);
+        all
+    }
+
+    fn close(mut self) {
+        drop(self.stdin);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// A fake server's scenario: the echo tool alone, or `extra` tools before it.
+fn scenario(dir: &Path, name: &str, extra: Option<&[u8]>) -> PathBuf {
+    let page = match extra {
+        None => format!(r#"{{"tools":[{ECHO_TOOL}]}}"#),
+        Some(page) => {
+            let text = std::str::from_utf8(page).unwrap();
+            let body = text.strip_suffix("]}").unwrap();
+            format!("{body},{ECHO_TOOL}]}}")
+        }
+    };
+    let path = dir.join(format!("{name}.scenario.json"));
+    std::fs::write(&path, json!({ "pages": [page] }).to_string()).unwrap();
+    path
+}
+
+/// A toolward config folder serving `servers` (name → scenario) with `rules`, pinned.
+fn toolward_config(
+    dir: &Path,
+    servers: &[(String, PathBuf)],
+    rules: &Value,
+    sync: &str,
+) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let mcp: serde_json::Map<String, Value> = servers
+        .iter()
+        .map(|(name, scenario)| {
+            (
+                name.clone(),
+                json!({ "command": FAKE, "args": [scenario.display().to_string()] }),
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("rules.json"), rules.to_string()).unwrap();
+    let config = json!({
+        "mcpServers": mcp,
+        "rules": { "file": "rules.json" },
+        "manifest": "manifest.json",
+        "state_dir": "state",
+        "audit": { "file": "state/audit.jsonl", "sync": sync },
+        "limits": { "max_tools": 4096 },
+    });
+    let path = dir.join("toolward.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let out = Command::new(toolward_bin())
+        .args(["pin", "--config"])
+        .arg(&path)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", toolward_bin().display()));
+    assert!(
+        out.status.success(),
+        "pin failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+fn peer_argv(peer: &Path, dir: &Path, scenario: &Path) -> Vec<String> {
+    let policy = dir.join("peer-policy.json");
+    std::fs::write(
+        &policy,
+        json!({
+            "name": "bench", "version": "1", "default_effect": "deny",
+            "rules": [{ "id": "echo", "effect": "allow", "tools": ["echo"] }],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let audit = dir.join("peer-audit.jsonl");
+    let _ = std::fs::remove_file(&audit);
+    [
+        peer.display().to_string(),
+        "run".into(),
+        "--policy".into(),
+        policy.display().to_string(),
+        "--audit".into(),
+        audit.display().to_string(),
+        "--fail".into(),
+        "closed".into(),
+        "--".into(),
+        FAKE.into(),
+        scenario.display().to_string(),
+    ]
+    .to_vec()
+}
+
+struct Case {
+    name: &'static str,
+    argv: Vec<String>,
+    tool: &'static str,
+}
+
+/// Per case, per in-flight count: p50 (µs), p99 (µs), calls/s, CPU µs per call of each round.
+type Figures = Vec<Vec<[Vec<f64>; 4]>>;
+
+/// Microseconds per clock tick of `/proc/PID/stat` (`getconf CLK_TCK` is 100 on Linux).
+const TICK_US: f64 = 10_000.0;
+
+fn latency() {
+    let calls = env_usize("CALLS", 10_000);
+    let rounds = env_usize("ROUNDS", 3);
+    let dir = tempfile::tempdir().unwrap();
+    let echo = scenario(dir.path(), "echo", None);
+    let rules =
+        json!({ "servers": { "fake": { "tools": { "echo": { "effect": "read-only" } } } } });
+    let servers = [("fake".to_owned(), echo.clone())];
+    let mut cases = vec![Case {
+        name: "direct",
+        argv: vec![FAKE.into(), echo.display().to_string()],
+        tool: "echo",
+    }];
+    for sync in ["none", "always"] {
+        let config = toolward_config(&dir.path().join(sync), &servers, &rules, sync);
+        cases.push(Case {
+            name: if sync == "none" {
+                "toolward none"
+            } else {
+                "toolward always"
+            },
+            argv: vec![
+                toolward_bin().display().to_string(),
+                "serve".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            tool: "fake__echo",
+        });
+    }
+    match peer_bin() {
+        Some(peer) => cases.push(Case {
+            name: "peer mcp-gate",
+            argv: peer_argv(&peer, dir.path(), &echo),
+            tool: "echo",
+        }),
+        None => eprintln!("peer: no .peer/bin/mcp-gate (see the module docs); skipped"),
+    }
+    println!(
+        "gateway latency: {calls} calls per run, {rounds} rounds, after {WARMUP} warm-up calls"
+    );
+    let mut figures: Figures = cases
+        .iter()
+        .map(|_| IN_FLIGHT.iter().map(|_| Default::default()).collect())
+        .collect();
+    for round in 0..rounds {
+        for (c, case) in cases.iter().enumerate() {
+            let mut session = Session::spawn(&case.argv, dir.path());
+            session.calls(case.tool, WARMUP, 1);
+            for (k, &in_flight) in IN_FLIGHT.iter().enumerate() {
+                let ticks = session.cpu_ticks();
+                let (mut lat, wall) = session.calls(case.tool, calls, in_flight);
+                let cpu_us = (session.cpu_ticks() - ticks) as f64 * TICK_US / calls as f64;
+                lat.sort();
+                let row = &mut figures[c][k];
+                row[0].push(us(percentile(&lat, 50.0)));
+                row[1].push(us(percentile(&lat, 99.0)));
+                row[2].push(calls as f64 / wall.as_secs_f64());
+                row[3].push(cpu_us);
+                eprintln!(
+                    "round {round} {:<16} in flight {in_flight:>2}: p50 {:8.1} µs  p99 {:8.1} µs  {:9.0} calls/s  {cpu_us:6.1} CPU µs/call",
+                    case.name,
+                    row[0].last().unwrap(),
+                    row[1].last().unwrap(),
+                    row[2].last().unwrap()
+                );
+            }
+            session.close();
+        }
+    }
+    println!(
+        "\n{:<16} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>9}",
+        "case (median)",
+        "p50 µs",
+        "p99 µs",
+        "added p50",
+        "calls/s 1",
+        "calls/s 8",
+        "calls/s 64",
+        "CPU µs/call"
+    );
+    let direct_p50 = figures[0][0][0].clone();
+    let added = |c: usize| -> Vec<f64> {
+        figures[c][0][0]
+            .iter()
+            .zip(&direct_p50)
+            .map(|(a, d)| a - d)
+            .collect()
+    };
+    for (c, case) in cases.iter().enumerate() {
+        let f = &figures[c];
+        println!(
+            "{:<16} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>11.0} {:>11.0} {:>9.1}",
+            case.name,
+            median(&mut f[0][0].clone()),
+            median(&mut f[0][1].clone()),
+            median(&mut added(c)),
+            median(&mut f[0][2].clone()),
+            median(&mut f[1][2].clone()),
+            median(&mut f[2][2].clone()),
+            median(&mut f[0][3].clone()),
+        );
+    }
+    println!("\np50 / p99 in µs with 8 and 64 in flight:");
+    for (c, case) in cases.iter().enumerate() {
+        let f = &figures[c];
+        println!(
+            "{:<16} 8: {:>8.1} / {:>8.1}   64: {:>8.1} / {:>8.1}",
+            case.name,
+            median(&mut f[1][0].clone()),
+            median(&mut f[1][1].clone()),
+            median(&mut f[2][0].clone()),
+            median(&mut f[2][1].clone()),
+        );
+    }
+    let ratio = |a: Vec<f64>, b: Vec<f64>| -> f64 {
+        let mut r: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x / y).collect();
+        median(&mut r)
+    };
+    let fsync: Vec<f64> = figures[2][0][0]
+        .iter()
+        .zip(&figures[1][0][0])
+        .map(|(a, n)| a - n)
+        .collect();
+    println!(
+        "\nfsync cost at p50 (always − none): {:.1} µs",
+        median(&mut fsync.clone())
+    );
+    println!(
+        "toolward none added p50 / direct p50: {:.2}",
+        ratio(added(1), direct_p50.clone())
+    );
+    if cases.len() > 3 {
+        println!(
+            "toolward none added p50 / peer added p50: {:.3}",
+            ratio(added(1), added(3))
+        );
+        println!(
+            "toolward always added p50 / peer added p50 (both fsync every record): {:.3}",
+            ratio(added(2), added(3))
+        );
+    }
+}
+
+fn memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut servers = Vec::new();
+    let mut rules = serde_json::Map::new();
+    for s in 0..5 {
+        let name = format!("s{s}");
+        let (pages, optional) = synthetic::listing(99, usize::MAX);
+        let scenario = scenario(dir.path(), &name, Some(&pages[0]));
+        let mut server_rules: Value =
+            serde_json::from_str(&synthetic::rules(&name, &optional)).unwrap();
+        let tools = &mut server_rules["servers"][&name]["tools"];
+        tools["echo"] = json!({ "effect": "read-only" });
+        rules.insert(name.clone(), server_rules["servers"][&name].take());
+        servers.push((name, scenario));
+    }
+    let config = toolward_config(
+        &dir.path().join("toolward"),
+        &servers,
+        &json!({ "servers": rules }),
+        "none",
+    );
+    let argv = vec![
+        toolward_bin().display().to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    println!("\nmemory (KiB; VmRSS / VmHWM of the gateway process, not of its servers):");
+    let mut session = Session::spawn(&argv, dir.path());
+    let listed = session.request(LIST_ID, "tools/list", json!({}));
+    let count = listed["tools"].as_array().map_or(0, Vec::len);
+    assert_eq!(count, 500, "every tool registers");
+    let (rss, hwm) = session.status();
+    println!("toolward serve, 5 servers, {count} tools, idle after load: {rss} / {hwm}");
+    for k in 0..5 {
+        session.calls(&format!("s{k}__echo"), 200, 8);
+    }
+    let (rss, hwm) = session.status();
+    println!("toolward serve, after 1,000 calls:                    {rss} / {hwm}");
+    let largest: Vec<String> = session
+        .largest_mappings(6)
+        .iter()
+        .map(|(kib, name)| format!("{name} {kib}"))
+        .collect();
+    println!("  largest resident mappings (KiB): {}", largest.join(", "));
+    session.close();
+
+    let Some(peer) = peer_bin() else {
+        eprintln!("peer: no .peer/bin/mcp-gate; skipped");
+        return;
+    };
+    let mut session = Session::spawn(&peer_argv(&peer, dir.path(), &servers[0].1), dir.path());
+    let listed = session.request(LIST_ID, "tools/list", json!({}));
+    let count = listed["tools"].as_array().map_or(0, Vec::len);
+    let (rss, hwm) = session.status();
+    println!("peer mcp-gate, 1 server, {count} tools, idle after listing: {rss} / {hwm}");
+    session.calls("echo", 1_000, 8);
+    let (rss, hwm) = session.status();
+    println!("peer mcp-gate, after 1,000 calls:                     {rss} / {hwm}");
+    session.close();
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; anything else names sections.
+    let sections: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wants = |s: &str| sections.is_empty() || sections.iter().any(|a| a == s);
+    if wants("latency") {
+        latency();
+    }
+    if wants("memory") {
+        memory();
+    }
+}
