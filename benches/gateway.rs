@@ -193,7 +193,8 @@ impl Session {
         (latencies, begin.elapsed())
     }
 
-    fn status(&self) -> (u64, u64) {
+    /// VmRSS, VmHWM, RssAnon and RssFile of the process, in KiB.
+    fn status(&self) -> (u64, u64, u64, u64) {
         let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let kib = |key: &str| {
             text.lines()
@@ -201,7 +202,12 @@ impl Session {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
                 .unwrap_or(0)
         };
-        (kib("VmRSS:"), kib("VmHWM:"))
+        (
+            kib("VmRSS:"),
+            kib("VmHWM:"),
+            kib("RssAnon:"),
+            kib("RssFile:"),
+        )
     }
 
     /// CPU time the process (all its threads, not its children) has used, in clock ticks.
@@ -539,18 +545,24 @@ fn memory() {
         "--config".into(),
         config.display().to_string(),
     ];
-    println!("\nmemory (KiB; VmRSS / VmHWM of the gateway process, not of its servers):");
+    println!(
+        "\nmemory (KiB; VmRSS / VmHWM, then RssAnon / RssFile, of the gateway process, not of its servers):"
+    );
     let mut session = Session::spawn(&argv, dir.path());
     let listed = session.request(LIST_ID, "tools/list", json!({}));
     let count = listed["tools"].as_array().map_or(0, Vec::len);
     assert_eq!(count, 500, "every tool registers");
-    let (rss, hwm) = session.status();
-    println!("toolward serve, 5 servers, {count} tools, idle after load: {rss} / {hwm}");
+    let (rss, hwm, anon, file) = session.status();
+    println!(
+        "toolward serve, 5 servers, {count} tools, idle after load: {rss} / {hwm}  ({anon} / {file})"
+    );
     for k in 0..5 {
         session.calls(&format!("s{k}__echo"), 200, 8);
     }
-    let (rss, hwm) = session.status();
-    println!("toolward serve, after 1,000 calls:                    {rss} / {hwm}");
+    let (rss, hwm, anon, file) = session.status();
+    println!(
+        "toolward serve, after 1,000 calls:                    {rss} / {hwm}  ({anon} / {file})"
+    );
     let largest: Vec<String> = session
         .largest_mappings(6)
         .iter()
@@ -566,11 +578,15 @@ fn memory() {
     let mut session = Session::spawn(&peer_argv(&peer, dir.path(), &servers[0].1), dir.path());
     let listed = session.request(LIST_ID, "tools/list", json!({}));
     let count = listed["tools"].as_array().map_or(0, Vec::len);
-    let (rss, hwm) = session.status();
-    println!("peer mcp-gate, 1 server, {count} tools, idle after listing: {rss} / {hwm}");
+    let (rss, hwm, anon, file) = session.status();
+    println!(
+        "peer mcp-gate, 1 server, {count} tools, idle after listing: {rss} / {hwm}  ({anon} / {file})"
+    );
     session.calls("echo", 1_000, 8);
-    let (rss, hwm) = session.status();
-    println!("peer mcp-gate, after 1,000 calls:                     {rss} / {hwm}");
+    let (rss, hwm, anon, file) = session.status();
+    println!(
+        "peer mcp-gate, after 1,000 calls:                     {rss} / {hwm}  ({anon} / {file})"
+    );
     session.close();
 }
 
