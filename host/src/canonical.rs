@@ -305,6 +305,25 @@ pub fn pointer_token(token: &str) -> String {
 }
 
 impl Value {
+    /// Whether some value inside this one is more than `limit` levels below it (a member or
+    /// item is one level down), walked without recursion.
+    pub fn nests_deeper_than(&self, limit: usize) -> bool {
+        let mut stack = vec![(self, 0_usize)];
+        while let Some((value, depth)) = stack.pop() {
+            if depth > limit {
+                return true;
+            }
+            match value {
+                Value::Array(items) => stack.extend(items.iter().map(|item| (item, depth + 1))),
+                Value::Object(members) => {
+                    stack.extend(members.iter().map(|(_, item)| (item, depth + 1)));
+                }
+                Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+            }
+        }
+        false
+    }
+
     /// Builds an object from members in any order: sorts them by key by code point.
     ///
     /// # Errors

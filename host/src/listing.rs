@@ -600,24 +600,6 @@ fn any_hidden(value: &Value) -> bool {
     false
 }
 
-/// Whether `value` nests deeper than `limit` levels below itself (walked without recursion).
-fn nests_deeper_than(value: &Value, limit: usize) -> bool {
-    let mut stack = vec![(value, 0_usize)];
-    while let Some((value, depth)) = stack.pop() {
-        if depth > limit {
-            return true;
-        }
-        match value {
-            Value::Array(items) => stack.extend(items.iter().map(|item| (item, depth + 1))),
-            Value::Object(members) => {
-                stack.extend(members.iter().map(|(_, item)| (item, depth + 1)));
-            }
-            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
-        }
-    }
-    false
-}
-
 /// Member `key` of a tool entry; `null` counts as absent.
 fn optional<'v>(entry: &'v Value, key: &str) -> Option<&'v Value> {
     entry.get(key).filter(|value| !value.is_null())
@@ -633,7 +615,7 @@ fn object_member<'v>(entry: &'v Value, key: &str) -> Result<Option<&'v Value>, S
     if value.as_object().is_none() {
         return Err(format!("{what} is not an object"));
     }
-    if nests_deeper_than(value, MAX_TOOL_VALUE_DEPTH) {
+    if value.nests_deeper_than(MAX_TOOL_VALUE_DEPTH) {
         return Err(format!(
             "{what} nests deeper than {MAX_TOOL_VALUE_DEPTH} levels"
         ));

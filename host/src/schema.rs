@@ -613,7 +613,7 @@ fn check(schema: &Value) -> Result<Index<'_>, SchemaRefusal> {
 fn check_depth(schema: &Value) -> Result<(), SchemaRefusal> {
     // Most documents pass: walk them without building a pointer per value (that was a third
     // of a load's time), and build pointers only to name the place in a refusal.
-    if !nests_deeper_than(schema, MAX_SCHEMA_DEPTH) {
+    if !schema.nests_deeper_than(MAX_SCHEMA_DEPTH) {
         return Ok(());
     }
     let mut stack: Vec<(String, &Value, usize)> = vec![(String::new(), schema, 0)];
@@ -640,23 +640,6 @@ fn check_depth(schema: &Value) -> Result<(), SchemaRefusal> {
         }
     }
     Ok(())
-}
-
-/// Whether some value of `value` is more than `limit` levels below it (the levels
-/// [`check_depth`] counts), without recursion.
-fn nests_deeper_than(value: &Value, limit: usize) -> bool {
-    let mut stack = vec![(value, 0_usize)];
-    while let Some((value, depth)) = stack.pop() {
-        if depth > limit {
-            return true;
-        }
-        match value {
-            Value::Object(members) => stack.extend(members.iter().map(|(_, v)| (v, depth + 1))),
-            Value::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
-            _ => {}
-        }
-    }
-    false
 }
 
 /// The dialect named by `$schema` in `members` (a schema object at `pointer`); the default
