@@ -25,7 +25,7 @@ use cpu_time::CpuTime;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use toolward::canonical::{self, Value};
-use toolward::listing::{self, ListingBounds};
+use toolward::listing;
 
 const REAL: &[(&str, &str)] = &[
     ("filesystem", include_str!("data/filesystem.json")),
@@ -34,17 +34,6 @@ const REAL: &[(&str, &str)] = &[
     ("git", include_str!("data/git.json")),
     ("time", include_str!("data/time.json")),
 ];
-
-/// Bounds past every listing here (the defaults stop at 4,096 tools and 16 MiB a page).
-fn bounds() -> ListingBounds {
-    ListingBounds {
-        max_pages: u64::MAX,
-        max_tools: u64::MAX,
-        max_page_bytes: u64::MAX,
-        max_listing_bytes: u64::MAX,
-        ..ListingBounds::default()
-    }
-}
 
 fn canonical_sha256(bytes: &[u8]) -> usize {
     let page = canonical::parse(bytes).unwrap();
@@ -59,7 +48,7 @@ fn canonical_sha256(bytes: &[u8]) -> usize {
 }
 
 fn cases(c: &mut Criterion<CpuTime>, group: &str, inputs: &[(String, Vec<u8>)], samples: usize) {
-    let bounds = bounds();
+    let bounds = synthetic::unbounded();
     let mut group = c.benchmark_group(group);
     group.sample_size(samples);
     for (name, bytes) in inputs {

@@ -31,7 +31,7 @@ use cpu_time::CpuTime;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use toolward::component::{ComponentHost, DEFAULT_COMPONENT, GuestLimits, Rules};
 use toolward::config::Config;
-use toolward::listing::{Listing, ListingBounds, ListingBuilder};
+use toolward::listing::{Listing, ListingBuilder};
 use toolward::load::{self, LoadReport, ServerReport};
 use toolward::manifest::Manifest;
 use toolward::pin;
@@ -40,16 +40,6 @@ use toolward::transport::ServerIdentity;
 
 const SERVER: &str = "bench";
 const PER_PAGE: usize = 1_000;
-
-fn bounds() -> ListingBounds {
-    ListingBounds {
-        max_pages: u64::MAX,
-        max_tools: u64::MAX,
-        max_page_bytes: u64::MAX,
-        max_listing_bytes: u64::MAX,
-        ..ListingBounds::default()
-    }
-}
 
 fn identity() -> ServerIdentity {
     ServerIdentity {
@@ -62,7 +52,7 @@ fn identity() -> ServerIdentity {
 }
 
 fn list(pages: &[Vec<u8>]) -> Listing {
-    let mut builder = ListingBuilder::new(SERVER, bounds());
+    let mut builder = ListingBuilder::new(SERVER, synthetic::unbounded());
     for page in pages {
         builder.push_page(page).unwrap();
     }

@@ -301,3 +301,15 @@ pub fn rules(server: &str, optional: &[Vec<&str>]) -> String {
     text.push_str("}}}}");
     text
 }
+
+/// Listing bounds past every listing here (the defaults stop at 4,096 tools and 16 MiB a
+/// page).
+pub fn unbounded() -> toolward::listing::ListingBounds {
+    toolward::listing::ListingBounds {
+        max_pages: u64::MAX,
+        max_tools: u64::MAX,
+        max_page_bytes: u64::MAX,
+        max_listing_bytes: u64::MAX,
+        ..toolward::listing::ListingBounds::default()
+    }
+}

@@ -608,7 +608,9 @@ impl fmt::Display for JsonPath {
     }
 }
 
-fn type_name(value: &Value) -> &'static str {
+/// What a JSON value is, for messages: `null`, `a boolean`, `a number`, `a string`, `an
+/// array`, `an object`.
+pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

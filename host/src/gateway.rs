@@ -358,14 +358,7 @@ impl ServerHandler for Gateway {
             Some(Json::String(name)) => format!("tool `{}`", escape_for_display(name)),
             _ => String::from("a tool"),
         };
-        let kind = |value: &Json| match value {
-            Json::Null => "null",
-            Json::Bool(_) => "a boolean",
-            Json::Number(_) => "a number",
-            Json::String(_) => "a string",
-            Json::Array(_) => "an array",
-            Json::Object(_) => "an object",
-        };
+        let kind = config::type_name;
         let problem = match (params.get("name"), params.get("arguments")) {
             (None, _) => String::from("`params.name` is missing"),
             (Some(name), _) if !name.is_string() => {
