@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 bash tests/real-servers/install.sh >/dev/null
 cargo build -q -p toolward
-tw=target/debug/toolward
+tw="${CARGO_TARGET_DIR:-target}/debug/toolward"
 cfg=examples/mcp/toolward.json
 rm -rf examples/mcp/state
 printf 'Hello from the toolward sandbox.\n' > examples/mcp/sandbox/hello.txt

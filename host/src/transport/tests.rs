@@ -108,12 +108,15 @@ while True:
 
 /// Started by the `family` mode: two children in the group (one ignoring `SIGTERM`), one
 /// descendant that left the group with `setsid` while its parent lives, and one that left it
-/// and lost its parent (reparented to the subreaper). Each writes its pid to `$1`.
+/// and lost its parent (reparented to the subreaper). Each pid is written to `$1`; the last
+/// one's by its parent before the parent exits, because from then on it is an orphan that
+/// any concurrent close in this test process may sweep (see `process::reap_orphans`), and
+/// it must be on record even if that happens before it could write it itself.
 const FAMILY: &str = r#"
 sleep 1000 & echo $! >> "$1"
 (trap '' TERM; exec sleep 1001) & echo $! >> "$1"
 setsid sh -c 'echo $$ >> "$1"; exec sleep 1002' sh "$1" &
-sh -c 'setsid sh -c "trap \"\" TERM; echo \$\$ >> \"\$1\"; exec sleep 1003" sh "$1" &' sh "$1"
+sh -c 'setsid sh -c "trap \"\" TERM; exec sleep 1003" & echo $! >> "$1"' sh "$1"
 wait
 "#;
 
