@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 bash tests/real-servers/install.sh >/dev/null
 cargo build -q -p toolward
-tw="${CARGO_TARGET_DIR:-target}/debug/toolward"
+tw="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/toolward"
 cfg=examples/mcp/toolward.json
 rm -rf examples/mcp/state
 printf 'Hello from the toolward sandbox.\n' > examples/mcp/sandbox/hello.txt
@@ -45,5 +45,5 @@ step toolward audit verify examples/mcp/state/audit.jsonl
 cat <<TXT
 
 To put it in front of your MCP client, point the client at:
-  $(pwd)/$tw serve --config $(pwd)/$cfg
+  $tw serve --config $(pwd)/$cfg
 TXT
