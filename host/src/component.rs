@@ -82,8 +82,9 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 /// default component writes far less than this; written pages past the bound are returned
 /// with `madvise` as before. The bound is also what a used slot may keep resident after its
 /// instance ends, so at most this times [`GuestLimits::max_instances`] (256 MiB with the
-/// defaults). Where the scan is unavailable (before Linux 6.7) wasmtime resets the first
-/// this many bytes with `memset` and returns the rest with `madvise`.
+/// defaults). Only used where the scan is available (Linux 6.7 and later): without it
+/// wasmtime would `memset` the first this many bytes of every used slot, slower than the
+/// `madvise` it replaces, so there slots are returned with `madvise` alone.
 pub const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// Bounds on every guest call. Defaults: the `DEFAULT_*` constants of this module.
@@ -245,7 +246,8 @@ impl ComponentHost {
     ///
     /// Defaults worth knowing: the pooling allocator with [`GuestLimits::max_instances`]
     /// slots, copy-on-write memory images, slots reset in place up to
-    /// [`KEEP_RESIDENT_BYTES`], fuel metering on, no WASI and no other host functions linked.
+    /// [`KEEP_RESIDENT_BYTES`] where Linux offers `PAGEMAP_SCAN`, fuel metering on, no WASI
+    /// and no other host functions linked.
     ///
     /// # Errors
     /// [`ComponentError::Engine`] when wasmtime rejects the configuration,
@@ -257,10 +259,12 @@ impl ComponentHost {
             .total_core_instances(limits.max_instances.saturating_mul(4))
             .total_memories(limits.max_instances)
             .total_tables(limits.max_instances.saturating_mul(2))
-            .max_memory_size(limits.memory_bytes)
-            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-            .table_keep_resident(KEEP_RESIDENT_BYTES)
-            .pagemap_scan(Enabled::Auto);
+            .max_memory_size(limits.memory_bytes);
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+                .table_keep_resident(KEEP_RESIDENT_BYTES)
+                .pagemap_scan(Enabled::Yes);
+        }
         let mut config = Config::new();
         config
             .consume_fuel(true)
