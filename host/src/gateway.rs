@@ -46,10 +46,13 @@ use rmcp::model::{
 )]
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, SetLevelRequestParams};
 use rmcp::service::{ElicitationMode, NotificationContext, RequestContext, ServiceExt};
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
+
+mod stdio;
 
 use crate::approval::{
     ApprovalAnswer, ApprovalRequest, Approver, QueueApprover, escape_for_display,
@@ -84,6 +87,14 @@ pub enum GatewayError {
         /// The task's error.
         #[source]
         source: tokio::task::JoinError,
+    },
+    /// Standard input or output could not be set up (duplicated, examined, or registered
+    /// with the runtime).
+    #[error("cannot use standard input and output for mcp")]
+    Stdio {
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -125,14 +136,10 @@ pub async fn serve_stdio(
     load_messages: Vec<String>,
     settings: GatewaySettings,
 ) -> Result<(), GatewayError> {
-    serve_parts(
-        call_path,
-        load_messages,
-        settings,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-    )
-    .await
+    let io = |source| GatewayError::Stdio { source };
+    let input = stdio::Input::stdin().map_err(io)?;
+    let output = stdio::Output::stdout().map_err(io)?;
+    serve_parts(call_path, load_messages, settings, input, output).await
 }
 
 /// Serves MCP over `stream` (newline-delimited JSON-RPC, as on stdio) until the client
@@ -167,13 +174,14 @@ where
 {
     let gateway = Gateway::new(call_path, Arc::new(load_messages), settings);
     tracing::info!(session = %gateway.session, "mcp client connected");
-    let running =
-        gateway
-            .serve((reader, writer))
-            .await
-            .map_err(|error| GatewayError::Initialize {
-                source: Box::new(error),
-            })?;
+    let transport = AsyncRwTransport::new_server(stdio::OversizeGuard::new(reader), writer)
+        .with_max_line_length(stdio::MAX_MESSAGE_BYTES);
+    let running = gateway
+        .serve(transport)
+        .await
+        .map_err(|error| GatewayError::Initialize {
+            source: Box::new(error),
+        })?;
     let quit = running
         .waiting()
         .await
@@ -234,6 +242,37 @@ fn mcp_tool(tool: &RegisteredTool) -> Tool {
 }
 
 impl Gateway {
+    /// The error answering a request whose line was over [`stdio::MAX_MESSAGE_BYTES`]
+    /// (`params` as [`stdio::OVERSIZED_METHOD`] gives them): invalid request, naming the
+    /// tool and its server when the line said which, and the size and the limit.
+    fn oversized(&self, params: Option<&Json>) -> McpError {
+        let text = |key: &str| {
+            params
+                .and_then(|p| p.get(key))
+                .and_then(Json::as_str)
+                .map(escape_for_display)
+        };
+        let number = |key: &str| params.and_then(|p| p.get(key)).and_then(Json::as_u64);
+        let what = match (text("method").as_deref(), text("tool")) {
+            (Some("tools/call"), Some(tool)) => match self.call_path.registry().get(&tool) {
+                Some(registered) => format!(
+                    "the call of tool `{tool}` (server `{}`) was not made",
+                    registered.server
+                ),
+                None => format!("the call of tool `{tool}` was not made"),
+            },
+            (Some(method), _) => format!("the `{method}` request was not handled"),
+            (None, _) => String::from("the request was not handled"),
+        };
+        let message = format!(
+            "{what}: its message is {} bytes, over toolward's limit of {} bytes a message",
+            number("bytes").unwrap_or(0),
+            number("limit").unwrap_or(0)
+        );
+        tracing::warn!("{message}");
+        McpError::invalid_request(message, None)
+    }
+
     /// A handler for one new session over `call_path`.
     pub(crate) fn new(
         call_path: Arc<CallPath>,
@@ -343,6 +382,9 @@ impl ServerHandler for Gateway {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, McpError> {
+        if request.method == stdio::OVERSIZED_METHOD {
+            return Err(self.oversized(request.params.as_ref()));
+        }
         if request.method != "tools/call" {
             return Err(McpError::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,

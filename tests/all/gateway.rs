@@ -421,3 +421,40 @@ async fn a_malformed_tools_call_gets_invalid_params_naming_the_tool_and_the_faul
     let listed = client.request("tools/list", json!({}), &no_requests).await;
     assert!(listed["result"]["tools"].is_array(), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_size_limit_is_answered_naming_the_tool_and_the_connection_goes_on() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let mut client = start(&fixture, CallSettings::default(), Vec::new());
+    client.initialize(json!({})).await;
+    // 17 MiB of arguments, and the id last, after them.
+    let padding = "x".repeat(17 << 20);
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"fs__write_file","arguments":{{"path":"big.txt","content":"{padding}"}}}},"id":"big-1"}}"#
+    );
+    let bytes = line.len() + 1;
+    client.writer.write_all(line.as_bytes()).await.unwrap();
+    client.writer.write_all(b"\n").await.unwrap();
+    client.writer.flush().await.unwrap();
+    let answer = loop {
+        let message = client.next_message().await;
+        if message["id"] == "big-1" {
+            break message;
+        }
+    };
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        format!(
+            "the call of tool `fs__write_file` (server `fs`) was not made: its message is {bytes} bytes, over toolward's limit of 16777216 bytes a message"
+        )
+    );
+    assert!(
+        !fixture.sandbox.path().join("big.txt").exists(),
+        "the server was never asked"
+    );
+    let listed = client.request("tools/list", json!({}), &no_requests).await;
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+}
