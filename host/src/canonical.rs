@@ -305,6 +305,20 @@ pub fn pointer_token(token: &str) -> String {
 }
 
 impl Value {
+    /// What the value is, for messages: `null`, `a boolean`, `a number`, `a string`, `an
+    /// array`, `an object`.
+    #[must_use]
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        }
+    }
+
     /// Whether some value inside this one is more than `limit` levels below it (a member or
     /// item is one level down), walked without recursion.
     pub fn nests_deeper_than(&self, limit: usize) -> bool {

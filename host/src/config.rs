@@ -608,18 +608,8 @@ impl fmt::Display for JsonPath {
     }
 }
 
-/// What a JSON value is, for messages: `null`, `a boolean`, `a number`, `a string`, `an
-/// array`, `an object`.
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// What a JSON value is, for messages (the rules file's wording, shared).
+pub(crate) use toolward_policy_table::type_name;
 
 fn expected(path: &JsonPath, what: &str, found: &Value) -> ConfigError {
     path.invalid(format!("expected {what}, found {}", type_name(found)))

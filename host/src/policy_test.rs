@@ -62,34 +62,15 @@ pub enum PolicyTestError {
     },
 }
 
-/// The verdict a case expects, or a decision's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Forward the call.
-    Allow,
-    /// Refuse the call.
-    Deny,
-    /// Ask a person first.
-    Hold,
-}
+/// The verdict a case expects, or a decision's verdict (`allow`, `deny`, `hold`).
+pub use toolward_policy_table::Verdict;
 
-impl Verdict {
-    /// `allow`, `deny` or `hold`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Allow => "allow",
-            Verdict::Deny => "deny",
-            Verdict::Hold => "hold",
-        }
-    }
-
-    fn of(decision: &Decision) -> (Verdict, Option<&str>) {
-        match decision {
-            Decision::Allow => (Verdict::Allow, None),
-            Decision::Deny(reason) => (Verdict::Deny, Some(reason)),
-            Decision::Hold(reason) => (Verdict::Hold, Some(reason)),
-        }
+/// A decision's verdict and its reason.
+fn verdict_of(decision: &Decision) -> (Verdict, Option<&str>) {
+    match decision {
+        Decision::Allow => (Verdict::Allow, None),
+        Decision::Deny(reason) => (Verdict::Deny, Some(reason)),
+        Decision::Hold(reason) => (Verdict::Hold, Some(reason)),
     }
 }
 
@@ -389,7 +370,7 @@ pub fn run_cases(
     };
     for (index, case) in cases.cases.iter().enumerate() {
         let decision = policy.decide(&CasesFile::call(index, case));
-        let (actual, reason) = Verdict::of(&decision);
+        let (actual, reason) = verdict_of(&decision);
         let reason_matches = match (&case.reason_contains, reason) {
             (None, _) => true,
             (Some(want), Some(got)) => got.contains(want.as_str()),

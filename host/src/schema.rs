@@ -387,7 +387,7 @@ pub fn narrow(schema: &Value, hidden: &[&str]) -> Result<Value, SchemaRefusal> {
         // check() refuses a root that is not an object; this is unreachable.
         return Err(SchemaRefusal::RootNotObject {
             pointer: String::new(),
-            found: kind(schema),
+            found: schema.type_name(),
         });
     };
     if hidden.is_empty() {
@@ -551,7 +551,7 @@ fn check(schema: &Value) -> Result<Index<'_>, SchemaRefusal> {
             pointer: String::new(),
             found: match schema {
                 Value::Bool(_) => "a boolean schema",
-                other => kind(other),
+                other => other.type_name(),
             },
         });
     };
@@ -568,7 +568,7 @@ fn check(schema: &Value) -> Result<Index<'_>, SchemaRefusal> {
                 found: match found {
                     None => "no `type`".to_owned(),
                     Some(Value::String(t)) => format!("`type` `{t}`"),
-                    Some(other) => format!("a `type` that is {}", kind(other)),
+                    Some(other) => format!("a `type` that is {}", other.type_name()),
                 },
             });
         }
@@ -1160,18 +1160,6 @@ fn malformed(pointer: &str, keyword: &str, expected: &'static str) -> SchemaRefu
         pointer: child(pointer, keyword),
         keyword: keyword.to_owned(),
         expected,
-    }
-}
-
-/// What a JSON value is, for messages.
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

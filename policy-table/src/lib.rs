@@ -78,8 +78,13 @@ impl fmt::Display for Effect {
     }
 }
 
-/// A verdict in the decision table.
+/// A verdict in the decision table, or of a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum Verdict {
     /// Forward the call.
     Allow,
@@ -193,12 +198,17 @@ fn join(path: &str, key: &str) -> String {
 }
 
 fn object<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, RulesError> {
-    value
-        .as_object()
-        .ok_or_else(|| fault(path, format!("expected an object, found {}", kind(value))))
+    value.as_object().ok_or_else(|| {
+        fault(
+            path,
+            format!("expected an object, found {}", type_name(value)),
+        )
+    })
 }
 
-fn kind(value: &Value) -> &'static str {
+/// What a JSON value is, for messages: `null`, `a boolean`, `a number`, `a string`, `an
+/// array`, `an object`.
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -242,7 +252,7 @@ fn verdict_of(value: &Value, path: &str) -> Result<Verdict, RulesError> {
             path,
             format!(
                 "expected \"allow\", \"deny\" or \"hold\", found {}",
-                kind(value)
+                type_name(value)
             ),
         )
     })?;
@@ -281,7 +291,7 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         Some(other) => {
             return Err(fault(
                 &effect_path,
-                format!("expected a string, found {}", kind(other)),
+                format!("expected a string, found {}", type_name(other)),
             ));
         }
     };
@@ -291,14 +301,14 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         let items = value.as_array().ok_or_else(|| {
             fault(
                 &here,
-                format!("expected an array of names, found {}", kind(value)),
+                format!("expected an array of names, found {}", type_name(value)),
             )
         })?;
         for (i, item) in items.iter().enumerate() {
             let name = item.as_str().ok_or_else(|| {
                 fault(
                     &format!("{here}[{i}]"),
-                    format!("expected a name, found {}", kind(item)),
+                    format!("expected a name, found {}", type_name(item)),
                 )
             })?;
             if deny.iter().any(|d| d == name) {
@@ -329,7 +339,7 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         Some(other) => {
             return Err(fault(
                 &join(path, "description"),
-                format!("expected a string, found {}", kind(other)),
+                format!("expected a string, found {}", type_name(other)),
             ));
         }
     };
@@ -339,7 +349,7 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         Some(other) => {
             return Err(fault(
                 &join(path, "allow_hint_mismatch"),
-                format!("expected a boolean, found {}", kind(other)),
+                format!("expected a boolean, found {}", type_name(other)),
             ));
         }
     };
