@@ -9,7 +9,10 @@ rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 bash tests/real-servers/install.sh
 export TOOLWARD_REAL_SERVERS="$PWD/tests/real-servers/.installed"
 # The binary first: the CLI tests (tests/all/policy_kit.rs) and the client tests run it.
-cargo build -q -p toolward --bin toolward
+# Built in one invocation with the tests, so its dependencies are built once with the
+# features the tests' dev-dependencies unify (`cargo build -p toolward` alone would build
+# wasmtime a second time with other features).
+cargo build -q --workspace --bins --tests
 export TOOLWARD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/toolward"
 cargo test --workspace
 

@@ -43,7 +43,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+
+use crate::canonical::sha256_hex;
 
 /// The `prev` of the first record: 64 zeros (the width of a SHA-256 in hex).
 pub const GENESIS_PREV: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -1001,10 +1002,6 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
         prev = sha256_hex(line);
         expected_seq = expected_seq.saturating_add(1);
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 fn now_ms() -> Result<u64, AuditError> {

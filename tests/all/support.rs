@@ -25,7 +25,7 @@ pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The `toolward` binary: `TOOLWARD_BIN` when set (`scripts/test.sh` builds it before the
+/// The `toolward` binary: `TOOLWARD_BIN` when set (`scripts/test.sh` builds it with the
 /// tests), else built here by `cargo build -p toolward --bin toolward` into the target
 /// directory this test runs from (it belongs to package `toolward`, so cargo does not hand
 /// this package its path).

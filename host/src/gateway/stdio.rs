@@ -46,9 +46,9 @@ pub(crate) const OVERSIZED_METHOD: &str = "toolward/oversized-message";
 #[derive(Debug)]
 pub(crate) enum Input {
     /// A pipe (`pipe(2)`, a FIFO): what Python's and most clients' `subprocess` give.
-    Pipe(pipe::Receiver),
+    Pipe(pipe::Receiver, RestoreBlocking),
     /// A Unix socket: what Node's `child_process` (libuv) gives.
-    Socket(UnixStream),
+    Socket(UnixStream, RestoreBlocking),
     /// Anything else (a terminal, a file): read on tokio's blocking pool.
     Blocking(tokio::fs::File),
 }
@@ -57,11 +57,33 @@ pub(crate) enum Input {
 #[derive(Debug)]
 pub(crate) enum Output {
     /// A pipe.
-    Pipe(pipe::Sender),
+    Pipe(pipe::Sender, RestoreBlocking),
     /// A Unix socket.
-    Socket(UnixStream),
+    Socket(UnixStream, RestoreBlocking),
     /// Anything else, or a pipe standard error shares: written on tokio's blocking pool.
     Blocking(tokio::fs::File),
+}
+
+/// Puts an open file description back in blocking mode when dropped, so whoever shares it
+/// after toolward (a wrapper script reading on) finds it as it was.
+#[derive(Debug)]
+pub(crate) struct RestoreBlocking(Option<OwnedFd>);
+
+impl RestoreBlocking {
+    fn of(fd: &OwnedFd) -> Self {
+        Self(fd.try_clone().ok())
+    }
+}
+
+impl Drop for RestoreBlocking {
+    fn drop(&mut self) {
+        if let Some(fd) = self.0.take() {
+            // `set_nonblocking` is `ioctl(FIONBIO)`, which any descriptor takes, pipes too;
+            // the descriptor is a duplicate, closed when `stream` drops.
+            let stream = std::os::unix::net::UnixStream::from(fd);
+            let _ = stream.set_nonblocking(false);
+        }
+    }
 }
 
 /// What kind of file an open descriptor is, and which one (device and inode).
@@ -89,10 +111,11 @@ impl Input {
     /// `fd` as an input, switched to non-blocking mode when it is a pipe or a socket.
     pub(crate) fn from_fd(fd: OwnedFd) -> io::Result<Self> {
         let (kind, _) = identify(&fd)?;
+        let restore = RestoreBlocking::of(&fd);
         if kind.is_fifo() {
-            Ok(Self::Pipe(pipe::Receiver::from_owned_fd(fd)?))
+            Ok(Self::Pipe(pipe::Receiver::from_owned_fd(fd)?, restore))
         } else if kind.is_socket() {
-            Ok(Self::Socket(socket(fd)?))
+            Ok(Self::Socket(socket(fd)?, restore))
         } else {
             Ok(Self::Blocking(tokio::fs::File::from_std(File::from(fd))))
         }
@@ -119,10 +142,11 @@ impl Output {
                 .unwrap_or(true),
             None => false,
         };
+        let restore = RestoreBlocking::of(&fd);
         if kind.is_fifo() && !shared_with_stderr {
-            Ok(Self::Pipe(pipe::Sender::from_owned_fd(fd)?))
+            Ok(Self::Pipe(pipe::Sender::from_owned_fd(fd)?, restore))
         } else if kind.is_socket() && !shared_with_stderr {
-            Ok(Self::Socket(socket(fd)?))
+            Ok(Self::Socket(socket(fd)?, restore))
         } else {
             Ok(Self::Blocking(tokio::fs::File::from_std(File::from(fd))))
         }
@@ -136,8 +160,8 @@ impl AsyncRead for Input {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Self::Pipe(r) => Pin::new(r).poll_read(cx, buf),
-            Self::Socket(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Pipe(r, _) => Pin::new(r).poll_read(cx, buf),
+            Self::Socket(s, _) => Pin::new(s).poll_read(cx, buf),
             Self::Blocking(f) => Pin::new(f).poll_read(cx, buf),
         }
     }
@@ -150,25 +174,25 @@ impl AsyncWrite for Output {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Self::Pipe(w) => Pin::new(w).poll_write(cx, buf),
-            Self::Socket(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Pipe(w, _) => Pin::new(w).poll_write(cx, buf),
+            Self::Socket(s, _) => Pin::new(s).poll_write(cx, buf),
             Self::Blocking(f) => Pin::new(f).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Self::Pipe(w) => Pin::new(w).poll_flush(cx),
-            Self::Socket(s) => Pin::new(s).poll_flush(cx),
+            Self::Pipe(w, _) => Pin::new(w).poll_flush(cx),
+            Self::Socket(s, _) => Pin::new(s).poll_flush(cx),
             Self::Blocking(f) => Pin::new(f).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Self::Pipe(w) => Pin::new(w).poll_shutdown(cx),
+            Self::Pipe(w, _) => Pin::new(w).poll_shutdown(cx),
             // Not `shutdown(2)`: the socket may be standard input too.
-            Self::Socket(_) => Poll::Ready(Ok(())),
+            Self::Socket(..) => Poll::Ready(Ok(())),
             Self::Blocking(f) => Pin::new(f).poll_shutdown(cx),
         }
     }

@@ -186,7 +186,7 @@ fn a_line_exactly_at_the_limit_is_not_oversized() {
 async fn pipes_and_sockets_are_used_without_blocking_and_other_files_are_not() {
     let (reader, mut writer) = std::io::pipe().unwrap();
     let mut input = Input::from_fd(OwnedFd::from(reader)).unwrap();
-    assert!(matches!(input, Input::Pipe(_)), "{input:?}");
+    assert!(matches!(input, Input::Pipe(..)), "{input:?}");
     writer.write_all(b"over a pipe\n").unwrap();
     let mut line = [0u8; 12];
     input.read_exact(&mut line).await.unwrap();
@@ -194,7 +194,7 @@ async fn pipes_and_sockets_are_used_without_blocking_and_other_files_are_not() {
 
     let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let mut output = Output::from_fd(OwnedFd::from(ours), None).unwrap();
-    assert!(matches!(output, Output::Socket(_)), "{output:?}");
+    assert!(matches!(output, Output::Socket(..)), "{output:?}");
     output.write_all(b"over a socket\n").await.unwrap();
     let mut got = [0u8; 14];
     theirs.read_exact(&mut got).unwrap();
@@ -216,5 +216,31 @@ async fn standard_output_stays_blocking_when_standard_error_is_the_same_pipe() {
     let (_reader, writer) = std::io::pipe().unwrap();
     let (_other_reader, other) = std::io::pipe().unwrap();
     let output = Output::from_fd(OwnedFd::from(writer), Some(&OwnedFd::from(other))).unwrap();
-    assert!(matches!(output, Output::Pipe(_)), "{output:?}");
+    assert!(matches!(output, Output::Pipe(..)), "{output:?}");
+}
+
+#[tokio::test]
+async fn a_pipe_is_left_blocking_again_when_the_gateway_lets_go_of_it() {
+    let (reader, _writer) = std::io::pipe().unwrap();
+    let reader = OwnedFd::from(reader);
+    let ours = reader.try_clone().unwrap();
+    let input = Input::from_fd(ours).unwrap();
+    let flags = |fd: &OwnedFd| {
+        let link = std::fs::read_to_string(format!(
+            "/proc/self/fdinfo/{}",
+            std::os::fd::AsRawFd::as_raw_fd(fd)
+        ))
+        .unwrap();
+        let octal = link
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        u32::from_str_radix(&octal, 8).unwrap()
+    };
+    const O_NONBLOCK: u32 = 0o4000;
+    assert_ne!(flags(&reader) & O_NONBLOCK, 0, "shared while in use");
+    drop(input);
+    assert_eq!(flags(&reader) & O_NONBLOCK, 0, "blocking again");
 }
