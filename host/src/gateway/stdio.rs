@@ -46,9 +46,15 @@ pub(crate) const OVERSIZED_METHOD: &str = "toolward/oversized-message";
 #[derive(Debug)]
 pub(crate) enum Input {
     /// A pipe (`pipe(2)`, a FIFO): what Python's and most clients' `subprocess` give.
-    Pipe(pipe::Receiver, RestoreBlocking),
+    Pipe(
+        pipe::Receiver,
+        #[expect(dead_code, reason = "kept for its Drop")] RestoreBlocking,
+    ),
     /// A Unix socket: what Node's `child_process` (libuv) gives.
-    Socket(UnixStream, RestoreBlocking),
+    Socket(
+        UnixStream,
+        #[expect(dead_code, reason = "kept for its Drop")] RestoreBlocking,
+    ),
     /// Anything else (a terminal, a file): read on tokio's blocking pool.
     Blocking(tokio::fs::File),
 }
@@ -57,9 +63,15 @@ pub(crate) enum Input {
 #[derive(Debug)]
 pub(crate) enum Output {
     /// A pipe.
-    Pipe(pipe::Sender, RestoreBlocking),
+    Pipe(
+        pipe::Sender,
+        #[expect(dead_code, reason = "kept for its Drop")] RestoreBlocking,
+    ),
     /// A Unix socket.
-    Socket(UnixStream, RestoreBlocking),
+    Socket(
+        UnixStream,
+        #[expect(dead_code, reason = "kept for its Drop")] RestoreBlocking,
+    ),
     /// Anything else, or a pipe standard error shares: written on tokio's blocking pool.
     Blocking(tokio::fs::File),
 }
