@@ -27,6 +27,29 @@ fn main() {
     }
 }
 
+/// Rust flags that take this machine's paths out of the guests: a panic location in a
+/// dependency names its source file, under cargo's home, which differs between machines,
+/// and the component's SHA-256 (pinned in manifests) would differ with it. The checkout is
+/// mapped to `/toolward`, cargo's home to `/cargo` (the toolchain's own sources are
+/// already `/rustc/…`). Flags separated by 0x1f, as `CARGO_ENCODED_RUSTFLAGS` wants.
+fn remap_paths(root: &Path) -> String {
+    let mut homes: Vec<PathBuf> = Vec::new();
+    if let Some(home) = env::var_os("CARGO_HOME") {
+        homes.push(PathBuf::from(home));
+    }
+    if let Some(home) = env::var_os("HOME") {
+        homes.push(PathBuf::from(home).join(".cargo"));
+    }
+    let mut flags = vec![format!("--remap-path-prefix={}=/toolward", root.display())];
+    for home in homes {
+        flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
+        if let Ok(real) = home.canonicalize() {
+            flags.push(format!("--remap-path-prefix={}=/cargo", real.display()));
+        }
+    }
+    flags.join("\u{1f}")
+}
+
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let root = manifest_dir
@@ -70,7 +93,7 @@ fn run() -> Result<(), String> {
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
         .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("CARGO_ENCODED_RUSTFLAGS", remap_paths(&root))
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("RUSTC_WRAPPER")
         .env_remove("CARGO_BUILD_TARGET");

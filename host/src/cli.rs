@@ -358,9 +358,12 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         .values()
         .map(|s| s.tools.len())
         .sum();
+    let servers = outcome.manifest.servers.len();
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     println!(
-        "pinned {tools} tools of {} servers into `{}`: review it before `toolward serve`",
-        outcome.manifest.servers.len(),
+        "pinned {} of {} into `{}`: review it before `toolward serve`",
+        plural(tools, "tool"),
+        plural(servers, "server"),
         config.manifest.display()
     );
     if !outcome.failures.is_empty() {
