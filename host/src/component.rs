@@ -74,9 +74,10 @@ pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 /// Wasm stack a guest call may use, in bytes.
 pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
-/// Bytes of a pooled slot's linear memory, and of its tables, that are reset in place when
-/// its instance ends (the written pages, found by Linux's `PAGEMAP_SCAN`, put back to the
-/// snapshot's contents) instead of being returned to the kernel with `madvise`. Why: the
+/// Bytes of a pooled slot's linear memory (of its tables: [`TABLE_KEEP_RESIDENT_BYTES`])
+/// that are reset in place when its instance ends (the written pages, found by Linux's
+/// `PAGEMAP_SCAN`, put back to the snapshot's contents) instead of being returned to the
+/// kernel with `madvise`. Why: the
 /// `madvise` calls and the TLB flushes they force were more than half of a fresh-instance
 /// decision (`benches/decide.rs`: 38–55 µs before, 9–11 µs after). A decision of the
 /// default component writes far less than this; written pages past the bound are returned
@@ -86,6 +87,12 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 /// wasmtime would `memset` the first this many bytes of every used slot, slower than the
 /// `madvise` it replaces, so there slots are returned with `madvise` alone.
 pub const KEEP_RESIDENT_BYTES: usize = 1 << 20;
+/// As [`KEEP_RESIDENT_BYTES`], for a pooled slot's tables: one page. A table of one page or
+/// less (512 function references; the default component's has 57) is then zeroed with a
+/// `memset` instead of a `PAGEMAP_SCAN` system call of its own, which cost more than the
+/// `memset` (`benches/decide.rs`, BENCHMARKS.md §1). Of a larger table, the scan keeps one
+/// written page and the rest is returned with `madvise`.
+pub const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
 
 /// Bounds on every guest call. Defaults: the `DEFAULT_*` constants of this module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,8 +253,8 @@ impl ComponentHost {
     ///
     /// Defaults worth knowing: the pooling allocator with [`GuestLimits::max_instances`]
     /// slots, copy-on-write memory images, slots reset in place up to
-    /// [`KEEP_RESIDENT_BYTES`] where Linux offers `PAGEMAP_SCAN`, fuel metering on, no WASI
-    /// and no other host functions linked.
+    /// [`KEEP_RESIDENT_BYTES`] (tables [`TABLE_KEEP_RESIDENT_BYTES`]) where Linux offers
+    /// `PAGEMAP_SCAN`, fuel metering on, no WASI and no other host functions linked.
     ///
     /// # Errors
     /// [`ComponentError::Engine`] when wasmtime rejects the configuration,
@@ -262,7 +269,7 @@ impl ComponentHost {
             .max_memory_size(limits.memory_bytes);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-                .table_keep_resident(KEEP_RESIDENT_BYTES)
+                .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES)
                 .pagemap_scan(Enabled::Yes);
         }
         let mut config = Config::new();
