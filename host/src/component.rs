@@ -37,6 +37,11 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "rules-and-policy",
+        // Parameters of guest exports borrow (`call` and `tool` hold `&str`): lowering
+        // copies them into the guest, so the host need not clone every string first.
+        ownership: Borrowing {
+            duplicate_if_necessary: false
+        },
     });
 }
 
@@ -871,8 +876,8 @@ impl Policy {
             Ok(g) => g,
             Err(e) => return deny(format!("has an unusable `decide` export: {e}")),
         };
-        let wit_call = to_wit_call(call);
-        match guest.call_decide(&mut store, &wit_call) {
+        let facts = wit_facts(call);
+        match guest.call_decide(&mut store, to_wit_call(call, &facts)) {
             Ok(wit::Decision::Allow) => Decision::Allow,
             Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
             Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
@@ -902,7 +907,11 @@ impl LivePolicy {
     /// The decision on `call` in this instance; a guest failure is a deny.
     pub fn decide(&mut self, call: &CallView) -> Decision {
         let _ = self.store.set_fuel(u64::MAX);
-        match self.guest.call_decide(&mut self.store, &to_wit_call(call)) {
+        let facts = wit_facts(call);
+        match self
+            .guest
+            .call_decide(&mut self.store, to_wit_call(call, &facts))
+        {
             Ok(wit::Decision::Allow) => Decision::Allow,
             Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
             Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
@@ -911,25 +920,25 @@ impl LivePolicy {
     }
 }
 
-fn to_wit_call(call: &CallView) -> wit::Call {
+fn wit_facts(call: &CallView) -> Vec<wit::Fact<'_>> {
+    call.facts
+        .iter()
+        .map(|(name, value)| wit::Fact { name, value })
+        .collect()
+}
+
+fn to_wit_call<'a>(call: &'a CallView, facts: &'a [wit::Fact<'a>]) -> wit::Call<'a> {
     wit::Call {
-        id: call.id.clone(),
-        server: call.server.clone(),
-        tool: call.tool.clone(),
+        id: &call.id,
+        server: &call.server,
+        tool: &call.tool,
         effect: effect_to_wit(call.effect),
-        arguments: call.arguments.clone(),
-        arguments_sha256: call.arguments_sha256.clone(),
-        principal: call.principal.clone(),
-        session: call.session.clone(),
+        arguments: &call.arguments,
+        arguments_sha256: &call.arguments_sha256,
+        principal: &call.principal,
+        session: &call.session,
         time_ms: call.time_ms,
-        facts: call
-            .facts
-            .iter()
-            .map(|(name, value)| wit::Fact {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
+        facts,
     }
 }
 
@@ -1020,21 +1029,21 @@ impl Classifier {
         let _ = self.store.set_fuel(self.fuel);
         let a = &tool.annotations;
         let wit_tool = wit::Tool {
-            server: tool.server.clone(),
-            name: tool.name.clone(),
-            description: tool.description.clone(),
-            input_schema: tool.input_schema.clone(),
+            server: &tool.server,
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.input_schema,
             annotations: wit::Annotations {
-                title: a.title.clone(),
+                title: a.title.as_deref(),
                 read_only_hint: a.read_only_hint,
                 destructive_hint: a.destructive_hint,
                 idempotent_hint: a.idempotent_hint,
                 open_world_hint: a.open_world_hint,
             },
-            description_sha256: tool.description_sha256.clone(),
-            input_schema_sha256: tool.input_schema_sha256.clone(),
+            description_sha256: &tool.description_sha256,
+            input_schema_sha256: &tool.input_schema_sha256,
         };
-        match self.guest.call_classify(&mut self.store, &wit_tool) {
+        match self.guest.call_classify(&mut self.store, wit_tool) {
             Ok(None) => Ok(None),
             Ok(Some(c)) => Ok(Some(Classification {
                 effect: effect_from_wit(c.effect),
