@@ -2,11 +2,28 @@
 //! decision), beside two baselines measured in the same run: a call on an already live
 //! instance (the floor of a component call) and the native decision table (the test
 //! oracle). Run: `cargo bench --bench decide`.
+//!
+//! Three cases of the production path, because a policy keeps fresh instances ready
+//! ([`GuestLimits::ready_instances`]) with a worker thread that also drops used ones:
+//! - `fresh_instance`: decisions spaced out enough for the worker to keep up (each waits,
+//!   untimed, until the policy's instances are all ready again), as tool calls arrive in
+//!   production; the time is the decision's latency only.
+//! - `fresh_instance_back_to_back`: decisions one after the other, faster than the worker
+//!   prepares instances, so most instantiate inline; the split is printed.
+//! - `fresh_instance_inline`: `ready_instances: 0`, every decision instantiates and drops
+//!   its own instance (the path before instances were kept ready).
+//!
+//! Before the measurements, the CPU time per decision of the first and last case is
+//! printed, worker thread included (`CLOCK_PROCESS_CPUTIME_ID` less the benchmark thread's
+//! time outside `decide`), so that the latency of the first is not mistaken for its cost.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark")]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
-use toolward::component::{CallView, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits};
+use std::time::{Duration, Instant};
+use toolward::component::{
+    CallView, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, Policy,
+};
 use toolward_policy_table::Rules;
 
 const RULES: &str = include_str!("../examples/mcp/rules.json");
@@ -28,18 +45,122 @@ fn call() -> CallView {
     }
 }
 
-fn decide(c: &mut Criterion) {
-    let host = ComponentHost::new(GuestLimits::default(), None).unwrap();
+fn configured(limits: GuestLimits) -> Policy {
+    let host = ComponentHost::new(limits, None).unwrap();
     let component = host.load(DEFAULT_COMPONENT, "built-in").unwrap();
-    let policy = host.configure_policy(&component, RULES).unwrap();
+    host.configure_policy(&component, RULES).unwrap()
+}
+
+#[expect(
+    unsafe_code,
+    reason = "clock_gettime is a libc call; its only argument is a timespec it fills"
+)]
+fn cpu(clock: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Waits (untimed) until `policy` has an instance ready (none when `depth` is 0), so the
+/// next decision takes one. The worker refills only once none is left (or `depth` used ones
+/// wait to be dropped), so it may still be preparing the next while the decision runs, as
+/// when tool calls come close together.
+fn wait_ready(policy: &Policy, depth: usize) {
+    let began = Instant::now();
+    while depth > 0 && policy.ready_instances() == 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the policy's worker never made {depth} instances ready"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// CPU time per decision over `n` decisions, all threads of the process: the time of the
+/// `decide` calls on this thread plus everything the other threads (the policy's worker)
+/// spent meanwhile. Returns (total, of which in `decide` on this thread).
+fn cpu_per_decision(
+    policy: &Policy,
+    depth: usize,
+    call: &CallView,
+    n: u32,
+) -> (Duration, Duration) {
+    let (process0, thread0) = (
+        cpu(libc::CLOCK_PROCESS_CPUTIME_ID),
+        cpu(libc::CLOCK_THREAD_CPUTIME_ID),
+    );
+    let mut in_decide = Duration::ZERO;
+    for _ in 0..n {
+        wait_ready(policy, depth);
+        let t = cpu(libc::CLOCK_THREAD_CPUTIME_ID);
+        black_box(policy.decide(black_box(call)));
+        in_decide += cpu(libc::CLOCK_THREAD_CPUTIME_ID) - t;
+    }
+    // Let the worker finish the round it is in (refilling and dropping), counted below.
+    wait_ready(policy, depth);
+    std::thread::sleep(Duration::from_millis(20));
+    let (process1, thread1) = (
+        cpu(libc::CLOCK_PROCESS_CPUTIME_ID),
+        cpu(libc::CLOCK_THREAD_CPUTIME_ID),
+    );
+    let other_threads = (process1 - process0).saturating_sub(thread1 - thread0);
+    ((in_decide + other_threads) / n, in_decide / n)
+}
+
+fn decide(c: &mut Criterion) {
+    let limits = GuestLimits::default();
+    let depth = limits.ready_instances.min(limits.max_instances / 8) as usize;
+    let policy = configured(limits.clone());
+    let inline = configured(GuestLimits {
+        ready_instances: 0,
+        ..limits
+    });
     let mut live = policy.live_instance().unwrap();
     let native = Rules::parse(RULES).unwrap();
     let call = call();
     assert_eq!(policy.decide(&call), live.decide(&call));
+    assert_eq!(inline.decide(&call), live.decide(&call));
+
+    let (ready_total, ready_decide) = cpu_per_decision(&policy, depth, &call, 20_000);
+    let (inline_total, _) = cpu_per_decision(&inline, 0, &call, 20_000);
+    println!(
+        "CPU per decision, all threads: ready instances {:.2} µs (in decide {:.2} µs, worker {:.2} µs); inline {:.2} µs",
+        ready_total.as_secs_f64() * 1e6,
+        ready_decide.as_secs_f64() * 1e6,
+        (ready_total - ready_decide).as_secs_f64() * 1e6,
+        inline_total.as_secs_f64() * 1e6,
+    );
 
     let mut group = c.benchmark_group("decide");
     group.bench_function("fresh_instance", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                wait_ready(&policy, depth);
+                let began = Instant::now();
+                black_box(policy.decide(black_box(&call)));
+                total += began.elapsed();
+            }
+            total
+        })
+    });
+    let before = policy.ready_stats();
+    group.bench_function("fresh_instance_back_to_back", |b| {
         b.iter(|| policy.decide(black_box(&call)))
+    });
+    let after = policy.ready_stats();
+    println!(
+        "back to back: {} decisions took a ready instance, {} instantiated inline",
+        after.from_ready - before.from_ready,
+        after.inline - before.inline
+    );
+    group.bench_function("fresh_instance_inline", |b| {
+        b.iter(|| inline.decide(black_box(&call)))
     });
     group.bench_function("baseline_live_instance", |b| {
         b.iter(|| live.decide(black_box(&call)))

@@ -21,7 +21,9 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
@@ -37,6 +39,11 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "rules-and-policy",
+        // Parameters of guest exports borrow (`call` and `tool` hold `&str`): lowering
+        // copies them into the guest, so the host need not clone every string first.
+        ownership: Borrowing {
+            duplicate_if_necessary: false
+        },
     });
 }
 
@@ -74,9 +81,10 @@ pub const DEFAULT_MEMORY_BYTES: usize = 64 << 20;
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
 /// Wasm stack a guest call may use, in bytes.
 pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
-/// Bytes of a pooled slot's linear memory, and of its tables, that are reset in place when
-/// its instance ends (the written pages, found by Linux's `PAGEMAP_SCAN`, put back to the
-/// snapshot's contents) instead of being returned to the kernel with `madvise`. Why: the
+/// Bytes of a pooled slot's linear memory (of its tables: [`TABLE_KEEP_RESIDENT_BYTES`])
+/// that are reset in place when its instance ends (the written pages, found by Linux's
+/// `PAGEMAP_SCAN`, put back to the snapshot's contents) instead of being returned to the
+/// kernel with `madvise`. Why: the
 /// `madvise` calls and the TLB flushes they force were more than half of a fresh-instance
 /// decision (`benches/decide.rs`: 38–55 µs before, 9–11 µs after). A decision of the
 /// default component writes far less than this; written pages past the bound are returned
@@ -86,6 +94,16 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 /// wasmtime would `memset` the first this many bytes of every used slot, slower than the
 /// `madvise` it replaces, so there slots are returned with `madvise` alone.
 pub const KEEP_RESIDENT_BYTES: usize = 1 << 20;
+/// As [`KEEP_RESIDENT_BYTES`], for a pooled slot's tables: one page. A table of one page or
+/// less (512 function references; the default component's has 57) is then zeroed with a
+/// `memset` instead of a `PAGEMAP_SCAN` system call of its own, which cost more than the
+/// `memset` (`benches/decide.rs`, BENCHMARKS.md §1). Of a larger table, the scan keeps one
+/// written page and the rest is returned with `madvise`.
+pub const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
+
+/// Fresh instances of a policy's configured snapshot kept ready ahead of decisions, by
+/// default; see [`GuestLimits::ready_instances`].
+pub const DEFAULT_READY_INSTANCES: u32 = 2;
 
 /// Bounds on every guest call. Defaults: the `DEFAULT_*` constants of this module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +118,15 @@ pub struct GuestLimits {
     pub memory_bytes: usize,
     /// Instances live at once.
     pub max_instances: u32,
+    /// Fresh instances of each [`Policy`]'s configured snapshot that a background thread of
+    /// that policy prepares ahead of decisions, so that a decision is only the call. Each
+    /// instance still serves exactly one decision; the same thread drops used instances,
+    /// off the decision's path. When none is ready (decisions faster than the thread), a
+    /// decision instantiates inline as with 0. Capped at an eighth of
+    /// [`GuestLimits::max_instances`]: a policy then holds at most twice this many pool
+    /// slots (ready, plus used and not yet dropped) beyond its decisions in flight. 0: no
+    /// thread; every decision instantiates inline and drops its instance itself.
+    pub ready_instances: u32,
 }
 
 impl Default for GuestLimits {
@@ -110,6 +137,7 @@ impl Default for GuestLimits {
             configure_fuel: DEFAULT_CONFIGURE_FUEL,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             max_instances: DEFAULT_MAX_INSTANCES,
+            ready_instances: DEFAULT_READY_INSTANCES,
         }
     }
 }
@@ -246,8 +274,8 @@ impl ComponentHost {
     ///
     /// Defaults worth knowing: the pooling allocator with [`GuestLimits::max_instances`]
     /// slots, copy-on-write memory images, slots reset in place up to
-    /// [`KEEP_RESIDENT_BYTES`] where Linux offers `PAGEMAP_SCAN`, fuel metering on, no WASI
-    /// and no other host functions linked.
+    /// [`KEEP_RESIDENT_BYTES`] (tables [`TABLE_KEEP_RESIDENT_BYTES`]) where Linux offers
+    /// `PAGEMAP_SCAN`, fuel metering on, no WASI and no other host functions linked.
     ///
     /// # Errors
     /// [`ComponentError::Engine`] when wasmtime rejects the configuration,
@@ -262,7 +290,7 @@ impl ComponentHost {
             .max_memory_size(limits.memory_bytes);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-                .table_keep_resident(KEEP_RESIDENT_BYTES)
+                .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES)
                 .pagemap_scan(Enabled::Yes);
         }
         let mut config = Config::new();
@@ -373,13 +401,24 @@ impl ComponentHost {
             step: "snapshot",
             reason: e.to_string(),
         })?;
-        Ok(Policy {
-            host: self.clone(),
-            pre,
-            indices,
-            sha256: component.sha256.clone(),
+        Ok(Policy::new(
+            PolicyShared {
+                host: self.clone(),
+                pre,
+                indices,
+                sha256: component.sha256.clone(),
+                queue: Mutex::new(ReadyQueue {
+                    ready: Vec::new(),
+                    used: Vec::new(),
+                    worker_idle: false,
+                    shutdown: false,
+                }),
+                wake: Condvar::new(),
+                from_ready: AtomicU64::new(0),
+                inline: AtomicU64::new(0),
+            },
             snapshot_cache,
-        })
+        ))
     }
 
     /// Configures the `rules` export of `component` with `settings` once and returns the
@@ -796,31 +835,242 @@ fn guest_failure(
 
 /// A configured `policy` export: decides calls, each in a fresh instance of the configured
 /// snapshot. `Send + Sync`; cheap to share behind an `Arc`.
+///
+/// Unless [`GuestLimits::ready_instances`] is 0, the policy owns one background thread
+/// (named `toolward-policy`) that keeps that many fresh instances ready and drops the
+/// instances decisions have used; dropping the `Policy` stops and joins it and frees the
+/// instances it held.
 pub struct Policy {
+    shared: Arc<PolicyShared>,
+    /// Ready instances wanted (0: no worker thread).
+    depth: usize,
+    worker: Option<std::thread::JoinHandle<()>>,
+    snapshot_cache: CacheOutcome,
+}
+
+/// What the decisions of a policy and its worker thread share.
+struct PolicyShared {
     host: ComponentHost,
     pre: InstancePre<GuestState>,
     indices: wit_policy::GuestIndices,
     sha256: String,
-    snapshot_cache: CacheOutcome,
+    queue: Mutex<ReadyQueue>,
+    /// Wakes the worker: no instance is left ready, the used ones reached the policy's
+    /// depth, or the policy is dropping.
+    wake: Condvar,
+    from_ready: AtomicU64,
+    inline: AtomicU64,
+}
+
+/// A fresh instance of the snapshot that has run nothing yet, its fuel set for a decision.
+struct FreshInstance {
+    store: Store<GuestState>,
+    guest: wit_policy::Guest,
+}
+
+struct ReadyQueue {
+    /// Instances no decision has used, at most the policy's depth.
+    ready: Vec<FreshInstance>,
+    /// Stores a decision has used, for the worker to drop; at most the policy's depth.
+    used: Vec<Store<GuestState>>,
+    /// The worker waits on `wake` for work; whoever gives it work notifies and clears this.
+    worker_idle: bool,
+    shutdown: bool,
+}
+
+/// How the decisions of a [`Policy`] got their fresh instance, counted since it was
+/// configured (see [`Policy::ready_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReadyStats {
+    /// Decisions that took an instance the worker thread had prepared.
+    pub from_ready: u64,
+    /// Decisions that instantiated their own, because none was ready (or the policy keeps
+    /// none ready).
+    pub inline: u64,
 }
 
 impl fmt::Debug for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Policy")
-            .field("sha256", &self.sha256)
+            .field("sha256", &self.shared.sha256)
+            .field("ready_instances", &self.depth)
             .finish_non_exhaustive()
     }
 }
 
+/// How long the worker waits before trying again when it could not instantiate (no free
+/// pool slot, most likely: decisions in flight need the slots more than it does), doubled
+/// after each failure in a row up to [`READY_RETRY_MAX`].
+const READY_RETRY: Duration = Duration::from_millis(10);
+/// The longest wait between the worker's attempts to instantiate.
+const READY_RETRY_MAX: Duration = Duration::from_secs(1);
+
+impl PolicyShared {
+    fn lock(&self) -> MutexGuard<'_, ReadyQueue> {
+        // Nothing panics while holding the lock; if something did, the queue is still
+        // consistent (every field is valid after each single push or pop).
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A fresh instance, or the reason (for a deny) why none could be made.
+    fn instantiate(&self) -> Result<FreshInstance, String> {
+        let mut store = self.host.store(self.host.inner.limits.decide_fuel);
+        let instance = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| format!("could not be instantiated: {e}"))?;
+        let guest = self
+            .indices
+            .load(&mut store, &instance)
+            .map_err(|e| format!("has an unusable `decide` export: {e}"))?;
+        Ok(FreshInstance { store, guest })
+    }
+
+    fn deny(&self, reason: String) -> Decision {
+        Decision::Deny(format!(
+            "policy component `{}` {reason}; the call is denied",
+            short(&self.sha256)
+        ))
+    }
+
+    /// The worker thread: keeps `depth` instances ready and drops used ones, until shutdown.
+    fn run_worker(&self, depth: usize) {
+        yield_to_decisions();
+        let mut dropping: Vec<Store<GuestState>> = Vec::with_capacity(depth);
+        let mut retry_later = false;
+        let mut retry_delay = READY_RETRY;
+        // Busy: fill up to `depth` and drop every used instance, then sleep. Asleep: start
+        // again on the condition `Policy::retire` wakes it on, so that spaced-out decisions
+        // cost one wake-up per `depth` of them rather than one each.
+        let mut busy = true;
+        loop {
+            let refill = {
+                let mut queue = self.lock();
+                loop {
+                    if queue.shutdown {
+                        return;
+                    }
+                    let refill = !retry_later && queue.ready.len() < depth;
+                    busy = if busy {
+                        refill || !queue.used.is_empty()
+                    } else {
+                        !retry_later && queue.ready.is_empty() || queue.used.len() >= depth
+                    };
+                    if busy {
+                        break;
+                    }
+                    queue.worker_idle = true;
+                    queue = if retry_later {
+                        retry_later = false;
+                        let waited = self.wake.wait_timeout(queue, retry_delay);
+                        retry_delay = (retry_delay * 2).min(READY_RETRY_MAX);
+                        waited.unwrap_or_else(PoisonError::into_inner).0
+                    } else {
+                        self.wake
+                            .wait(queue)
+                            .unwrap_or_else(PoisonError::into_inner)
+                    };
+                    queue.worker_idle = false;
+                }
+                dropping.append(&mut queue.used);
+                !retry_later && queue.ready.len() < depth
+            };
+            // Dropping a store resets its pool slot: the cost taken off the decisions.
+            dropping.clear();
+            if refill {
+                match self.instantiate() {
+                    Ok(fresh) => {
+                        let mut queue = self.lock();
+                        if queue.shutdown {
+                            return;
+                        }
+                        queue.ready.push(fresh);
+                        retry_delay = READY_RETRY;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot prepare a policy instance; trying again later");
+                        retry_later = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Makes the calling thread (the worker) `SCHED_BATCH`, so that waking it never preempts
+/// the decision that woke it: measured, a woken worker at normal policy took the decision's
+/// core for the ≈ 7 µs of dropping and preparing instances before the decision returned.
+/// It keeps its fair share of the CPU; it just waits for the next tick or a free core.
+#[cfg(target_os = "linux")]
+#[expect(
+    unsafe_code,
+    reason = "sched_setscheduler is a libc call on the calling thread with a parameter it only reads"
+)]
+fn yield_to_decisions() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot make the policy worker SCHED_BATCH");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn yield_to_decisions() {}
+
 impl Policy {
+    fn new(shared: PolicyShared, snapshot_cache: CacheOutcome) -> Policy {
+        let limits = &shared.host.inner.limits;
+        let wanted = limits.ready_instances.min(limits.max_instances / 8) as usize;
+        let mut policy = Policy {
+            shared: Arc::new(shared),
+            depth: 0,
+            worker: None,
+            snapshot_cache,
+        };
+        if wanted == 0 {
+            return policy;
+        }
+        policy.shared.lock().ready.reserve_exact(wanted);
+        policy.shared.lock().used.reserve_exact(wanted);
+        let shared = Arc::clone(&policy.shared);
+        match std::thread::Builder::new()
+            .name("toolward-policy".to_owned())
+            .spawn(move || shared.run_worker(wanted))
+        {
+            Ok(worker) => {
+                policy.depth = wanted;
+                policy.worker = Some(worker);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the policy's worker thread; every decision will instantiate inline");
+            }
+        }
+        policy
+    }
+
     /// SHA-256 of the component (not of the snapshot), lowercase hex.
     pub fn sha256(&self) -> &str {
-        &self.sha256
+        &self.shared.sha256
     }
 
     /// Whether the configured snapshot's compiled form came from the cache.
     pub fn snapshot_cache(&self) -> CacheOutcome {
         self.snapshot_cache
+    }
+
+    /// Fresh instances ready now: from 0 to [`GuestLimits::ready_instances`] (capped at an
+    /// eighth of [`GuestLimits::max_instances`]); always 0 for a policy that keeps none.
+    pub fn ready_instances(&self) -> usize {
+        self.shared.lock().ready.len()
+    }
+
+    /// How many decisions took a prepared instance and how many instantiated inline.
+    pub fn ready_stats(&self) -> ReadyStats {
+        ReadyStats {
+            from_ready: self.shared.from_ready.load(Ordering::Relaxed),
+            inline: self.shared.inline.load(Ordering::Relaxed),
+        }
     }
 
     /// One instance of the configured snapshot that decides call after call: the floor of
@@ -830,51 +1080,96 @@ impl Policy {
     /// # Errors
     /// A reason when no instance can be made.
     pub fn live_instance(&self) -> Result<LivePolicy, String> {
-        let mut store = self.host.store(u64::MAX);
-        let instance = self
+        let shared = &self.shared;
+        let mut store = shared.host.store(u64::MAX);
+        let instance = shared
             .pre
             .instantiate(&mut store)
             .map_err(|e| e.to_string())?;
-        let guest = self
+        let guest = shared
             .indices
             .load(&mut store, &instance)
             .map_err(|e| e.to_string())?;
         Ok(LivePolicy { store, guest })
     }
 
-    /// The decision on `call`, from a fresh instance of the configured snapshot.
+    /// The decision on `call`, from a fresh instance of the configured snapshot that no
+    /// other decision has used: one the worker thread prepared, or, when none is ready,
+    /// one instantiated here.
     ///
     /// Fails closed: when the guest traps, runs out of fuel or memory, cannot be
     /// instantiated (no free slot), or answers something that is not a `decision`, the
     /// result is [`Decision::Deny`] whose reason names the component and the failure.
     pub fn decide(&self, call: &CallView) -> Decision {
-        let limits = &self.host.inner.limits;
-        let mut store = self.host.store(limits.decide_fuel);
-        let deny = |reason: String| {
-            Decision::Deny(format!(
-                "policy component `{}` {reason}; the call is denied",
-                short(&self.sha256)
-            ))
+        let shared = &*self.shared;
+        let limits = &shared.host.inner.limits;
+        let ready = if self.depth > 0 {
+            shared.lock().ready.pop()
+        } else {
+            None
         };
-        let instance = match self.pre.instantiate(&mut store) {
-            Ok(i) => i,
-            Err(e) => return deny(format!("could not be instantiated: {e}")),
+        let FreshInstance { mut store, guest } = match ready {
+            Some(fresh) => {
+                shared.from_ready.fetch_add(1, Ordering::Relaxed);
+                fresh
+            }
+            None => {
+                shared.inline.fetch_add(1, Ordering::Relaxed);
+                match shared.instantiate() {
+                    Ok(fresh) => fresh,
+                    Err(reason) => return shared.deny(reason),
+                }
+            }
         };
-        let guest = match self.indices.load(&mut store, &instance) {
-            Ok(g) => g,
-            Err(e) => return deny(format!("has an unusable `decide` export: {e}")),
-        };
-        let wit_call = to_wit_call(call);
-        match guest.call_decide(&mut store, &wit_call) {
+        let facts = wit_facts(call);
+        let decision = match guest.call_decide(&mut store, to_wit_call(call, &facts)) {
             Ok(wit::Decision::Allow) => Decision::Allow,
             Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
             Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
-            Err(e) => deny(guest_failure(
+            Err(e) => shared.deny(guest_failure(
                 &store,
                 &e,
                 limits.decide_fuel,
                 limits.memory_bytes,
             )),
+        };
+        self.retire(store);
+        decision
+    }
+
+    /// Hands a used store to the worker to drop, or drops it here when the worker is
+    /// behind (or there is none): never more than `depth` wait. Wakes the worker only when
+    /// no instance is left ready or the used ones reach `depth`, so decisions spaced out
+    /// pay one wake-up (a `futex` call here, a context switch there) per `depth` of them.
+    fn retire(&self, store: Store<GuestState>) {
+        if self.depth == 0 {
+            return;
+        }
+        let mut queue = self.shared.lock();
+        let overflow = if queue.used.len() < self.depth {
+            queue.used.push(store);
+            None
+        } else {
+            Some(store)
+        };
+        let wake = queue.worker_idle
+            && (queue.ready.is_empty() || queue.used.len() >= self.depth)
+            && std::mem::replace(&mut queue.worker_idle, false);
+        drop(queue);
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        drop(overflow);
+    }
+}
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            self.shared.lock().shutdown = true;
+            self.shared.wake.notify_all();
+            // The worker never panics; if it did, there is nothing left to stop.
+            let _ = worker.join();
         }
     }
 }
@@ -895,7 +1190,11 @@ impl LivePolicy {
     /// The decision on `call` in this instance; a guest failure is a deny.
     pub fn decide(&mut self, call: &CallView) -> Decision {
         let _ = self.store.set_fuel(u64::MAX);
-        match self.guest.call_decide(&mut self.store, &to_wit_call(call)) {
+        let facts = wit_facts(call);
+        match self
+            .guest
+            .call_decide(&mut self.store, to_wit_call(call, &facts))
+        {
             Ok(wit::Decision::Allow) => Decision::Allow,
             Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
             Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
@@ -904,25 +1203,25 @@ impl LivePolicy {
     }
 }
 
-fn to_wit_call(call: &CallView) -> wit::Call {
+fn wit_facts(call: &CallView) -> Vec<wit::Fact<'_>> {
+    call.facts
+        .iter()
+        .map(|(name, value)| wit::Fact { name, value })
+        .collect()
+}
+
+fn to_wit_call<'a>(call: &'a CallView, facts: &'a [wit::Fact<'a>]) -> wit::Call<'a> {
     wit::Call {
-        id: call.id.clone(),
-        server: call.server.clone(),
-        tool: call.tool.clone(),
+        id: &call.id,
+        server: &call.server,
+        tool: &call.tool,
         effect: effect_to_wit(call.effect),
-        arguments: call.arguments.clone(),
-        arguments_sha256: call.arguments_sha256.clone(),
-        principal: call.principal.clone(),
-        session: call.session.clone(),
+        arguments: &call.arguments,
+        arguments_sha256: &call.arguments_sha256,
+        principal: &call.principal,
+        session: &call.session,
         time_ms: call.time_ms,
-        facts: call
-            .facts
-            .iter()
-            .map(|(name, value)| wit::Fact {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
+        facts,
     }
 }
 
@@ -1013,21 +1312,21 @@ impl Classifier {
         let _ = self.store.set_fuel(self.fuel);
         let a = &tool.annotations;
         let wit_tool = wit::Tool {
-            server: tool.server.clone(),
-            name: tool.name.clone(),
-            description: tool.description.clone(),
-            input_schema: tool.input_schema.clone(),
+            server: &tool.server,
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.input_schema,
             annotations: wit::Annotations {
-                title: a.title.clone(),
+                title: a.title.as_deref(),
                 read_only_hint: a.read_only_hint,
                 destructive_hint: a.destructive_hint,
                 idempotent_hint: a.idempotent_hint,
                 open_world_hint: a.open_world_hint,
             },
-            description_sha256: tool.description_sha256.clone(),
-            input_schema_sha256: tool.input_schema_sha256.clone(),
+            description_sha256: &tool.description_sha256,
+            input_schema_sha256: &tool.input_schema_sha256,
         };
-        match self.guest.call_classify(&mut self.store, &wit_tool) {
+        match self.guest.call_classify(&mut self.store, wit_tool) {
             Ok(None) => Ok(None),
             Ok(Some(c)) => Ok(Some(Classification {
                 effect: effect_from_wit(c.effect),

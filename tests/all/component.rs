@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use toolward::component::{
     CacheOutcome, CallView, ComponentError, ComponentHost, Decision, Effect, GuestLimits,
-    LoadedComponent, ToolView,
+    LoadedComponent, Policy, ReadyStats, ToolView,
 };
 
 use crate::support::nonsense_component_bytes;
@@ -266,16 +266,112 @@ fn endless_configure_is_refused_when_fuel_runs_out() {
     );
 }
 
+/// Waits until `policy`'s worker has an instance ready, so the next decision takes it.
+fn wait_until_ready(policy: &Policy) {
+    let began = std::time::Instant::now();
+    while policy.ready_instances() == 0 {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(30),
+            "no instance became ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn decisions_start_from_the_configured_state_every_time() {
     // The fixture denies any call after the first one its instance saw: with a fresh
-    // instance per decision, every call is the first.
+    // instance per decision, every call is the first. Each decision here takes an instance
+    // the policy's worker thread prepared ahead of it.
     let policy = fault_policy("count");
+    for _ in 0..5 {
+        wait_until_ready(&policy);
+        assert_eq!(
+            policy.decide(&call("s", "t", Effect::ReadOnly)),
+            Decision::Allow
+        );
+    }
+    assert_eq!(
+        policy.ready_stats(),
+        ReadyStats {
+            from_ready: 5,
+            inline: 0
+        }
+    );
+}
+
+#[test]
+fn decisions_instantiated_inline_start_from_the_configured_state_too() {
+    let limits = GuestLimits {
+        ready_instances: 0,
+        ..GuestLimits::default()
+    };
+    let host = ComponentHost::new(limits, None).unwrap();
+    let bytes = std::fs::read(toolward::guests::FAULT_GUEST_WASM).unwrap();
+    let policy = host
+        .configure_policy(&host.load(&bytes, "fault-guest").unwrap(), "count")
+        .unwrap();
     for _ in 0..5 {
         assert_eq!(
             policy.decide(&call("s", "t", Effect::ReadOnly)),
             Decision::Allow
         );
+    }
+    assert_eq!(policy.ready_instances(), 0);
+    assert_eq!(
+        policy.ready_stats(),
+        ReadyStats {
+            from_ready: 0,
+            inline: 5
+        }
+    );
+}
+
+#[test]
+fn concurrent_decisions_never_share_an_instance() {
+    // Threads deciding at once, faster than the worker refills: some decisions take a
+    // ready instance, some instantiate inline; every one is the first its instance sees.
+    let policy = std::sync::Arc::new(fault_policy("count"));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let policy = std::sync::Arc::clone(&policy);
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    assert_eq!(
+                        policy.decide(&call("s", "t", Effect::ReadOnly)),
+                        Decision::Allow
+                    );
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let stats = policy.ready_stats();
+    assert_eq!(stats.from_ready + stats.inline, 200, "{stats:?}");
+}
+
+#[test]
+fn dropping_a_policy_stops_its_worker_and_frees_its_instances() {
+    // Eight pool slots: one ready instance per policy (an eighth). Were a dropped policy's
+    // instances kept, the slots would run out within these rounds and a decision deny.
+    let limits = GuestLimits {
+        max_instances: 8,
+        ..GuestLimits::default()
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let host = ComponentHost::new(limits, Some(cache.path().join("cache"))).unwrap();
+    let bytes = std::fs::read(toolward::guests::FAULT_GUEST_WASM).unwrap();
+    let component = host.load(&bytes, "fault-guest").unwrap();
+    for _ in 0..12 {
+        let policy = host.configure_policy(&component, "count").unwrap();
+        wait_until_ready(&policy);
+        assert_eq!(
+            policy.decide(&call("s", "t", Effect::ReadOnly)),
+            Decision::Allow
+        );
+        wait_until_ready(&policy);
     }
 }
 
