@@ -113,7 +113,12 @@ fn cpu_per_decision(
 }
 
 fn decide(c: &mut Criterion) {
-    let limits = GuestLimits::default();
+    // Ready instances whatever the machine's cores (the default keeps none below
+    // `READY_MIN_CORES`), so the ready path is measured here too.
+    let limits = GuestLimits {
+        ready_instances: toolward::component::DEFAULT_READY_INSTANCES,
+        ..GuestLimits::default()
+    };
     let depth = limits.ready_instances.min(limits.max_instances / 8) as usize;
     let policy = configured(limits.clone());
     let inline = configured(GuestLimits {

@@ -102,10 +102,31 @@ pub const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 pub const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
 
 /// Fresh instances of a policy's configured snapshot kept ready ahead of decisions, by
-/// default; see [`GuestLimits::ready_instances`].
+/// default on a machine of [`READY_MIN_CORES`] cores or more; see
+/// [`GuestLimits::ready_instances`].
 pub const DEFAULT_READY_INSTANCES: u32 = 2;
 
-/// Bounds on every guest call. Defaults: the `DEFAULT_*` constants of this module.
+/// The fewest cores (`std::thread::available_parallelism`) on which instances are kept
+/// ready by default. Why: the worker needs a core of its own to take the instantiation off
+/// the decision's path; on 2 cores under load it competed with the gateway's thread, and
+/// `benches/gateway.rs` measured the gateway adding ≈ 20 µs more a call (108–122 µs against
+/// 87–102 µs inline), although a decision alone was faster (BENCHMARKS.md §1, §5).
+pub const READY_MIN_CORES: usize = 4;
+
+/// [`DEFAULT_READY_INSTANCES`] on a machine of at least [`READY_MIN_CORES`] cores, else 0
+/// (every decision instantiates inline): the default of [`GuestLimits::ready_instances`].
+#[must_use]
+pub fn default_ready_instances() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if cores >= READY_MIN_CORES {
+        DEFAULT_READY_INSTANCES
+    } else {
+        0
+    }
+}
+
+/// Bounds on every guest call. Defaults: the `DEFAULT_*` constants of this module, and
+/// [`default_ready_instances`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestLimits {
     /// Fuel for one `decide` call.
@@ -125,7 +146,8 @@ pub struct GuestLimits {
     /// decision instantiates inline as with 0. Capped at an eighth of
     /// [`GuestLimits::max_instances`]: a policy then holds at most twice this many pool
     /// slots (ready, plus used and not yet dropped) beyond its decisions in flight. 0: no
-    /// thread; every decision instantiates inline and drops its instance itself.
+    /// thread; every decision instantiates inline and drops its instance itself. Default:
+    /// [`default_ready_instances`] (2 on 4 cores or more, else 0).
     pub ready_instances: u32,
 }
 
@@ -137,7 +159,7 @@ impl Default for GuestLimits {
             configure_fuel: DEFAULT_CONFIGURE_FUEL,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             max_instances: DEFAULT_MAX_INSTANCES,
-            ready_instances: DEFAULT_READY_INSTANCES,
+            ready_instances: default_ready_instances(),
         }
     }
 }

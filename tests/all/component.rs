@@ -17,7 +17,12 @@ fn host() -> &'static ComponentHost {
     static HOST: OnceLock<ComponentHost> = OnceLock::new();
     HOST.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("toolward-test-cache-{}", std::process::id()));
-        ComponentHost::new(GuestLimits::default(), Some(dir)).unwrap()
+        // Ready instances whatever the machine's cores, so the tests take that path.
+        let limits = GuestLimits {
+            ready_instances: toolward::component::DEFAULT_READY_INSTANCES,
+            ..GuestLimits::default()
+        };
+        ComponentHost::new(limits, Some(dir)).unwrap()
     })
 }
 
@@ -358,6 +363,7 @@ fn dropping_a_policy_stops_its_worker_and_frees_its_instances() {
     // instances kept, the slots would run out within these rounds and a decision deny.
     let limits = GuestLimits {
         max_instances: 8,
+        ready_instances: toolward::component::DEFAULT_READY_INSTANCES,
         ..GuestLimits::default()
     };
     let cache = tempfile::tempdir().unwrap();
