@@ -322,7 +322,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     {
         return Err(usage(anyhow!("server `{server}` is not in the config")));
     }
-    let components = load::prepare_components(&config, GuestLimits::default()).map_err(usage)?;
+    let components = load::prepare_components(&config, config.guest.clone()).map_err(usage)?;
     let existing = if config.manifest.exists() {
         Some(Manifest::read(&config.manifest).map_err(usage)?)
     } else {
@@ -381,7 +381,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
 async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     let manifest = read_manifest(&config)?;
-    let components = load::prepare_components(&config, GuestLimits::default()).map_err(usage)?;
+    let components = load::prepare_components(&config, config.guest.clone()).map_err(usage)?;
     let (registry, report) = load::load(
         &config,
         &components.rules,

@@ -537,12 +537,12 @@ impl ComponentHost {
             Err(reason) => {
                 let reason = if store.data().memory_exhausted {
                     format!(
-                        "exceeded its memory limit of {} bytes",
+                        "exceeded its memory limit of {} bytes (raise `guest.memory_bytes` in the config for larger settings)",
                         self.inner.limits.memory_bytes
                     )
                 } else if store.get_fuel().ok() == Some(0) {
                     format!(
-                        "ran out of fuel (limit {} units)",
+                        "ran out of fuel (limit {} units; raise `guest.configure_fuel` in the config for larger settings)",
                         self.inner.limits.configure_fuel
                     )
                 } else {

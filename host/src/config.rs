@@ -39,6 +39,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::audit::AuditSync;
+use crate::component::GuestLimits;
 
 /// Default time for a server to start and answer `initialize`: 30 000 ms. Servers started
 /// through `npx` or `uvx` may download a package first; longer than that is a hung server.
@@ -128,6 +129,16 @@ const TOP_KEYS: &[&str] = &[
     "tool_name_pattern",
     "limits",
     "listen",
+    "guest",
+];
+/// Keys of `guest`, each a field of [`GuestLimits`].
+const GUEST_KEYS: &[&str] = &[
+    "decide_fuel",
+    "classify_fuel",
+    "configure_fuel",
+    "memory_bytes",
+    "max_instances",
+    "ready_instances",
 ];
 /// Keys of a server entry toolward reads (besides [`IGNORED_CLIENT_KEYS`]).
 const SERVER_KEYS: &[&str] = &[
@@ -272,6 +283,9 @@ pub struct Config {
     pub limits: Limits,
     /// Who may use `toolward serve --listen` (`listen`).
     pub listen: ListenConfig,
+    /// Bounds on the rules and policy components (`guest`; each field defaults to the
+    /// `DEFAULT_*` constant of [`crate::component`]).
+    pub guest: GuestLimits,
     /// The folder relative paths were resolved against.
     pub base_dir: PathBuf,
 }
@@ -738,6 +752,10 @@ impl Reader<'_> {
             None => ListenConfig::default(),
             Some(value) => self.listen(value, &root.key("listen"))?,
         };
+        let guest = match map.get("guest") {
+            None => GuestLimits::default(),
+            Some(value) => guest(value, &root.key("guest"))?,
+        };
 
         let servers_path = root.key("mcpServers");
         let Some(servers_value) = map.get("mcpServers") else {
@@ -774,6 +792,7 @@ impl Reader<'_> {
             tool_name_pattern,
             limits,
             listen,
+            guest,
             base_dir: self.base_dir.to_path_buf(),
         })
     }
@@ -1236,6 +1255,46 @@ fn limits(value: &Value, path: &JsonPath, base: Limits) -> Result<Limits, Config
             )));
         }
         *field = number;
+    }
+    Ok(limits)
+}
+
+/// `guest`: bounds on the components. Fuel is wasmtime's unit (about one wasm instruction);
+/// `memory_bytes` is one instance's linear memory; `max_instances` the pool's slots;
+/// `ready_instances` may be 0 (decide inline), every other field must be positive.
+fn guest(value: &Value, path: &JsonPath) -> Result<GuestLimits, ConfigError> {
+    let map = as_object(value, path)?;
+    check_keys(map, path, GUEST_KEYS)?;
+    let mut limits = GuestLimits::default();
+    for (key, value) in map {
+        let key_path = path.key(key);
+        let least = u64::from(key != "ready_instances");
+        let unit = match key.as_str() {
+            "memory_bytes" => "bytes",
+            "max_instances" | "ready_instances" => "a count",
+            _ => "fuel, about one wasm instruction each",
+        };
+        let number = value.as_u64().filter(|n| *n >= least).ok_or_else(|| {
+            let kind = if least == 0 {
+                "a non-negative integer"
+            } else {
+                "a positive integer"
+            };
+            expected(&key_path, &format!("{kind} ({unit})"), value)
+        })?;
+        let too_large = || key_path.invalid(format!("`{number}` is too large"));
+        match key.as_str() {
+            "decide_fuel" => limits.decide_fuel = number,
+            "classify_fuel" => limits.classify_fuel = number,
+            "configure_fuel" => limits.configure_fuel = number,
+            "memory_bytes" => {
+                limits.memory_bytes = usize::try_from(number).map_err(|_| too_large())?;
+            }
+            "max_instances" => {
+                limits.max_instances = u32::try_from(number).map_err(|_| too_large())?;
+            }
+            _ => limits.ready_instances = u32::try_from(number).map_err(|_| too_large())?,
+        }
     }
     Ok(limits)
 }
@@ -1794,6 +1853,41 @@ mod tests {
     }
 
     #[test]
+    fn guest_limits_are_read_and_default_to_the_component_constants() {
+        let mut value = with_servers(json!({ "fs": { "command": "npx" } }));
+        assert_eq!(load(value.clone()).unwrap().guest, GuestLimits::default());
+        value["guest"] = json!({
+            "configure_fuel": 20_000_000_000_u64,
+            "memory_bytes": 268_435_456,
+            "ready_instances": 0,
+        });
+        let guest = load(value.clone()).unwrap().guest;
+        assert_eq!(guest.configure_fuel, 20_000_000_000);
+        assert_eq!(guest.memory_bytes, 268_435_456);
+        assert_eq!(guest.ready_instances, 0);
+        assert_eq!(
+            guest.decide_fuel,
+            crate::component::DEFAULT_DECIDE_FUEL,
+            "fields not given keep their defaults"
+        );
+        value["guest"] = json!({ "decide_fuel": 0 });
+        assert_eq!(
+            err_text(value.clone()),
+            "guest.decide_fuel: expected a positive integer (fuel, about one wasm instruction each), found a number"
+        );
+        value["guest"] = json!({ "max_instances": 5_000_000_000_u64 });
+        assert_eq!(
+            err_text(value.clone()),
+            "guest.max_instances: `5000000000` is too large"
+        );
+        value["guest"] = json!({ "configure_fule": 1 });
+        assert!(
+            err_text(value).starts_with("guest.configure_fule:"),
+            "an unknown key is named"
+        );
+    }
+
+    #[test]
     fn wrong_type_names_its_path() {
         let text = err_text(with_servers(
             json!({ "fs": { "command": "npx", "args": ["-y", 7] } }),
@@ -1967,6 +2061,18 @@ mod tests {
         assert_eq!(keys(&schema), sorted(TOP_KEYS));
         assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
         assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+        let guest = &schema["properties"]["guest"];
+        assert_eq!(keys(guest), sorted(GUEST_KEYS));
+        let defaults = GuestLimits::default();
+        for (key, value) in [
+            ("decide_fuel", defaults.decide_fuel),
+            ("classify_fuel", defaults.classify_fuel),
+            ("configure_fuel", defaults.configure_fuel),
+            ("memory_bytes", defaults.memory_bytes as u64),
+            ("max_instances", u64::from(defaults.max_instances)),
+        ] {
+            assert_eq!(guest["properties"][key]["default"], value, "{key}");
+        }
         let server: Vec<&str> = SERVER_KEYS
             .iter()
             .chain(IGNORED_CLIENT_KEYS)

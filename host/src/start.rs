@@ -28,7 +28,6 @@ use std::sync::Arc;
 use crate::approval::Approver;
 use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes};
 use crate::call::{CallContext, CallPath, CallResult, CallSettings};
-use crate::component::GuestLimits;
 use crate::config::Config;
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
@@ -89,7 +88,7 @@ impl Toolward {
                 reason: "no manifest: run `toolward pin` and review what it writes".to_owned(),
             });
         };
-        let components = load::prepare_components(&config, GuestLimits::default())?;
+        let components = load::prepare_components(&config, config.guest.clone())?;
         let (registry, report) = load::load(
             &config,
             &components.rules,

@@ -266,7 +266,7 @@ fn endless_configure_is_refused_when_fuel_runs_out() {
         .unwrap_err();
     assert!(
         err.to_string()
-            .contains("ran out of fuel (limit 5000000 units)"),
+            .contains("ran out of fuel (limit 5000000 units; raise `guest.configure_fuel`"),
         "{err}"
     );
 }
@@ -461,4 +461,48 @@ fn a_cache_directory_open_to_other_users_is_refused() {
             ComponentHost::new(GuestLimits::default(), Some(dir.path().to_owned())).unwrap_err();
         assert!(err.to_string().contains("writable by other users"), "{err}");
     }
+}
+
+#[tokio::test]
+async fn the_config_guest_section_bounds_the_components_and_a_refusal_names_the_key_to_raise() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.json"),
+        r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}}}}}"#,
+    )
+    .unwrap();
+    let scenario = serde_json::json!({
+        "pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}]}"#],
+    });
+    std::fs::write(dir.path().join("s.json"), scenario.to_string()).unwrap();
+    let config = |guest: serde_json::Value| {
+        toolward::config::Config::from_value(
+            serde_json::json!({
+                "mcpServers": {"s": {"command": crate::support::FAKE_SERVER, "args": ["s.json"]}},
+                "rules": {"file": "rules.json"},
+                "state_dir": "state",
+                "guest": guest,
+            }),
+            dir.path(),
+        )
+        .unwrap()
+    };
+    let roomy = config(serde_json::json!({}));
+    let pinned = toolward::pin::pin(&roomy, None, None, std::collections::BTreeMap::new())
+        .await
+        .unwrap();
+    pinned.manifest.write(&roomy.manifest).unwrap();
+    let starved = config(serde_json::json!({"configure_fuel": 1000}));
+    assert_eq!(starved.guest.configure_fuel, 1000);
+    let error = toolward::Toolward::start(starved)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("ran out of fuel (limit 1000 units; raise `guest.configure_fuel`"),
+        "{error}"
+    );
+    // The same rules within the default limits: the start succeeds and registers the tool.
+    let toolward = toolward::Toolward::start(roomy).await.unwrap();
+    assert!(toolward.call_path().registry().get("s__echo").is_some());
 }
