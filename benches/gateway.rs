@@ -5,7 +5,7 @@
 //! per-call percentiles (p50, p99 over at least 10,000 calls) and throughput with several calls
 //! in flight. Each run also reports the CPU time the process under test (the fake server for
 //! `direct`, the gateway otherwise, not its server) used per call, from `/proc/PID/stat`. `cargo bench --bench gateway` runs it; arguments select sections
-//! (`latency`, `memory`; both when none is given).
+//! (`latency`, `memory`, `start`; all when none is given).
 //!
 //! # latency
 //! The same `tools/call` of the fake server's echo tool (`{"text": "hello"}`), over one
@@ -590,6 +590,65 @@ fn memory() {
     session.close();
 }
 
+/// `toolward check` wall time with the compiled-component cache warm and cold, beside
+/// `toolward --version` (loading the binary and nothing else), in front of one fake server
+/// (which starts in about a millisecond, so this is toolward's own start). The cases
+/// alternate round by round, so a load change hits each alike. `START_ROUNDS` rounds
+/// (default 15). The target (issue 7): warm ≤ 50 ms plus the server's own start.
+/// `benches/start.py` adds the real filesystem server (node) beside it.
+fn start() {
+    let rounds = env_usize("START_ROUNDS", 15);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = scenario(dir.path(), "s", None);
+    let rules = json!({ "servers": { "s": { "tools": { "echo": { "effect": "read-only" } } } } });
+    let folder = dir.path().join("toolward");
+    let config = toolward_config(&folder, &[("s".to_owned(), scenario)], &rules, "none");
+    let cache = folder.join("state/components");
+    let run = |args: &[&str]| -> f64 {
+        let began = Instant::now();
+        let out = Command::new(toolward_bin())
+            .args(args)
+            .current_dir(&folder)
+            .output()
+            .unwrap();
+        let ms = began.elapsed().as_secs_f64() * 1000.0;
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ms
+    };
+    let check = ["check", "--config", config.to_str().unwrap()];
+    run(&check); // fills the cache
+    let mut version = Vec::new();
+    let mut warm = Vec::new();
+    let mut cold = Vec::new();
+    for _ in 0..rounds {
+        version.push(run(&["--version"]));
+        warm.push(run(&check));
+        std::fs::remove_dir_all(&cache).unwrap();
+        cold.push(run(&check));
+    }
+    println!(
+        "\nstart: `toolward check`, one fake server, {rounds} rounds (ms, median and quartiles):"
+    );
+    for (name, values) in [
+        ("toolward --version", &mut version),
+        ("check, cache warm", &mut warm),
+        ("check, cache cold", &mut cold),
+    ] {
+        let mid = median(values);
+        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+        println!("{name:<20} {mid:>8.1} ({:.1}–{:.1})", at(0.25), at(0.75));
+    }
+    println!(
+        "warm check ÷ target of 50 ms: {:.2}; cold ÷ warm: {:.1}",
+        median(&mut warm) / 50.0,
+        median(&mut cold) / median(&mut warm)
+    );
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; anything else names sections.
     let sections: Vec<String> = std::env::args()
@@ -602,5 +661,8 @@ fn main() {
     }
     if wants("memory") {
         memory();
+    }
+    if wants("start") {
+        start();
     }
 }
