@@ -569,14 +569,23 @@ impl AuditLog {
     /// [`MAX_RECORD_BYTES`]. On the call path an error here must refuse the call: an action
     /// that could not be recorded does not happen.
     pub fn append(&self, event: AuditEvent) -> Result<u64, AuditError> {
+        self.write_then_sync([event]).map(|(first, _)| first)
+    }
+
+    /// Writes `events` under the writers' lock, then, with [`AuditSync::Always`], waits
+    /// for them to be on disk without it. Returns the first `seq` and the count written.
+    fn write_then_sync(
+        &self,
+        events: impl IntoIterator<Item = AuditEvent>,
+    ) -> Result<(u64, u64), AuditError> {
         let (first, count) = {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            self.write_locked(&mut inner, [event], false)?
+            self.write_locked(&mut inner, events, false)?
         };
-        if self.sync == AuditSync::Always {
+        if self.sync == AuditSync::Always && count > 0 {
             self.sync_through(first + count)?;
         }
-        Ok(first)
+        Ok((first, count))
     }
 
     /// Returns once every record before `end` (a `seq`) is on disk: at once when a sync
@@ -634,13 +643,7 @@ impl AuditLog {
         &self,
         events: impl IntoIterator<Item = AuditEvent>,
     ) -> Result<Option<u64>, AuditError> {
-        let (first, count) = {
-            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            self.write_locked(&mut inner, events, false)?
-        };
-        if self.sync == AuditSync::Always && count > 0 {
-            self.sync_through(first + count)?;
-        }
+        let (first, count) = self.write_then_sync(events)?;
         Ok(count.checked_sub(1).map(|last| first + last))
     }
 

@@ -936,7 +936,12 @@ impl PolicyShared {
 
     /// A fresh instance, or the reason (for a deny) why none could be made.
     fn instantiate(&self) -> Result<FreshInstance, String> {
-        let mut store = self.host.store(self.host.inner.limits.decide_fuel);
+        self.instantiate_with_fuel(self.host.inner.limits.decide_fuel)
+    }
+
+    /// A fresh instance of the snapshot, its store holding `fuel`.
+    fn instantiate_with_fuel(&self, fuel: u64) -> Result<FreshInstance, String> {
+        let mut store = self.host.store(fuel);
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -1102,16 +1107,7 @@ impl Policy {
     /// # Errors
     /// A reason when no instance can be made.
     pub fn live_instance(&self) -> Result<LivePolicy, String> {
-        let shared = &self.shared;
-        let mut store = shared.host.store(u64::MAX);
-        let instance = shared
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| e.to_string())?;
-        let guest = shared
-            .indices
-            .load(&mut store, &instance)
-            .map_err(|e| e.to_string())?;
+        let FreshInstance { store, guest } = self.shared.instantiate_with_fuel(u64::MAX)?;
         Ok(LivePolicy { store, guest })
     }
 
@@ -1145,9 +1141,7 @@ impl Policy {
         };
         let facts = wit_facts(call);
         let decision = match guest.call_decide(&mut store, to_wit_call(call, &facts)) {
-            Ok(wit::Decision::Allow) => Decision::Allow,
-            Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
-            Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
+            Ok(decision) => from_wit(decision),
             Err(e) => shared.deny(guest_failure(
                 &store,
                 &e,
@@ -1217,11 +1211,18 @@ impl LivePolicy {
             .guest
             .call_decide(&mut self.store, to_wit_call(call, &facts))
         {
-            Ok(wit::Decision::Allow) => Decision::Allow,
-            Ok(wit::Decision::Deny(reason)) => Decision::Deny(reason),
-            Ok(wit::Decision::Hold(reason)) => Decision::Hold(reason),
+            Ok(decision) => from_wit(decision),
             Err(e) => Decision::Deny(e.to_string()),
         }
+    }
+}
+
+/// A guest's `decision` as the host's.
+fn from_wit(decision: wit::Decision) -> Decision {
+    match decision {
+        wit::Decision::Allow => Decision::Allow,
+        wit::Decision::Deny(reason) => Decision::Deny(reason),
+        wit::Decision::Hold(reason) => Decision::Hold(reason),
     }
 }
 
