@@ -22,6 +22,7 @@ pub mod pin;
 pub mod policy_test;
 pub mod registry;
 pub mod schema;
+pub mod store;
 pub mod start;
 pub mod supervise;
 pub mod transport;

@@ -1,0 +1,12 @@
+//! Where toolward keeps what outlives a process: the state folder (the embedded default, what
+//! a single operator and `scripts/demo.sh` run).
+//!
+//! Everything toolward trusts in the state folder (the approvals queue, the compiled-component
+//! cache, the listen token, keys, the audit head) is reached through one [`StateDir`], opened
+//! once: a `cap_std::fs::Dir`, so no path component and no symlink inside it leads outside.
+//! Owner and mode are checked on the way in ([`StateDir::open`], [`StateDir::subdir`],
+//! [`check_private`]); what toolward creates is `0700` (folders) or `0600` (files).
+
+pub mod state_dir;
+
+pub use state_dir::{Key, StateDir, StateError, check_private};
