@@ -22,8 +22,8 @@ pub mod pin;
 pub mod policy_test;
 pub mod registry;
 pub mod schema;
-pub mod store;
 pub mod start;
+pub mod store;
 pub mod supervise;
 pub mod transport;
 

@@ -9,7 +9,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{
+    Dir, DirBuilder, DirBuilderExt, Metadata, MetadataExt, OpenOptions, OpenOptionsExt,
+};
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
 
@@ -65,7 +67,9 @@ pub enum StateError {
         expected: &'static str,
     },
     /// A key file of the wrong length.
-    #[error("state folder: key `{path}` holds {len} bytes, not {KEY_BYTES}: remove it to make a new one")]
+    #[error(
+        "state folder: key `{path}` holds {len} bytes, not {KEY_BYTES}: remove it to make a new one"
+    )]
     KeyLength {
         /// The path.
         path: PathBuf,
@@ -82,7 +86,9 @@ pub struct StateDir {
 
 impl fmt::Debug for StateDir {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StateDir").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("StateDir")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -99,12 +105,20 @@ pub fn euid() -> u32 {
 pub fn check_private(meta: &Metadata, path: &Path) -> Result<(), StateError> {
     let euid = euid();
     if meta.uid() != euid {
-        return Err(StateError::Owner { path: path.to_owned(), owner: meta.uid(), euid });
+        return Err(StateError::Owner {
+            path: path.to_owned(),
+            owner: meta.uid(),
+            euid,
+        });
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o077 != 0 {
         let want = if meta.is_dir() { DIR_MODE } else { FILE_MODE };
-        return Err(StateError::Mode { path: path.to_owned(), mode, want });
+        return Err(StateError::Mode {
+            path: path.to_owned(),
+            mode,
+            want,
+        });
     }
     Ok(())
 }
@@ -118,7 +132,10 @@ impl StateDir {
     /// [`StateError`] naming the path: it cannot be created or opened, it is a symlink or not
     /// a folder, or its owner or mode is wrong.
     pub fn open(path: &Path) -> Result<StateDir, StateError> {
-        let io = |source| StateError::Io { path: path.to_owned(), source };
+        let io = |source| StateError::Io {
+            path: path.to_owned(),
+            source,
+        };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
@@ -129,12 +146,18 @@ impl StateDir {
         }
         let link = std::fs::symlink_metadata(path).map_err(io)?;
         if !link.is_dir() {
-            return Err(StateError::Kind { path: path.to_owned(), expected: "folder" });
+            return Err(StateError::Kind {
+                path: path.to_owned(),
+                expected: "folder",
+            });
         }
         let dir = Dir::open_ambient_dir(path, ambient_authority()).map_err(io)?;
         let meta = dir.dir_metadata().map_err(io)?;
         check_private(&meta, path)?;
-        Ok(StateDir { path: path.to_owned(), dir })
+        Ok(StateDir {
+            path: path.to_owned(),
+            dir,
+        })
     }
 
     /// The folder's path, for messages.
@@ -155,11 +178,16 @@ impl StateDir {
     /// [`StateError`] naming the path.
     pub fn subdir(&self, name: impl AsRef<Path>) -> Result<Dir, StateError> {
         let name = name.as_ref();
-        let mut current = self.dir.try_clone().map_err(|source| self.io(Path::new(""), source))?;
+        let mut current = self
+            .dir
+            .try_clone()
+            .map_err(|source| self.io(Path::new(""), source))?;
         let mut walked = PathBuf::new();
         for component in name.components() {
             walked.push(component);
-            match DirBuilder::new().mode(DIR_MODE).create(&walked, &self.dir) {
+            let mut builder = DirBuilder::new();
+            builder.mode(DIR_MODE);
+            match self.dir.create_dir_with(&walked, &builder) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(self.io(&walked, e)),
@@ -169,7 +197,10 @@ impl StateDir {
                 .symlink_metadata(component)
                 .map_err(|source| self.io(&walked, source))?;
             if !link.is_dir() {
-                return Err(StateError::Kind { path: full, expected: "folder" });
+                return Err(StateError::Kind {
+                    path: full,
+                    expected: "folder",
+                });
             }
             check_private(&link, &full)?;
             current = current
@@ -209,7 +240,10 @@ impl StateDir {
             .read_to_end(&mut read)
             .map_err(|source| self.io(Path::new(name), source))?;
         if read.len() != KEY_BYTES {
-            return Err(StateError::KeyLength { path: full, len: read.len() });
+            return Err(StateError::KeyLength {
+                path: full,
+                len: read.len(),
+            });
         }
         bytes.copy_from_slice(&read);
         Ok(Key(bytes))
@@ -220,21 +254,36 @@ impl StateDir {
     ///
     /// # Errors
     /// [`StateError`] naming the path.
-    pub fn open_private_file(&self, name: impl AsRef<Path>) -> Result<cap_std::fs::File, StateError> {
+    pub fn open_private_file(
+        &self,
+        name: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::File, StateError> {
         let name = name.as_ref();
         let full = self.path.join(name);
-        let link = self.dir.symlink_metadata(name).map_err(|source| self.io(name, source))?;
+        let link = self
+            .dir
+            .symlink_metadata(name)
+            .map_err(|source| self.io(name, source))?;
         if !link.is_file() {
-            return Err(StateError::Kind { path: full, expected: "regular file" });
+            return Err(StateError::Kind {
+                path: full,
+                expected: "regular file",
+            });
         }
-        let file = self.dir.open(name).map_err(|source| self.io(name, source))?;
+        let file = self
+            .dir
+            .open(name)
+            .map_err(|source| self.io(name, source))?;
         let meta = file.metadata().map_err(|source| self.io(name, source))?;
         check_private(&meta, &full)?;
         Ok(file)
     }
 
     fn io(&self, name: &Path, source: std::io::Error) -> StateError {
-        StateError::Io { path: self.path.join(name), source }
+        StateError::Io {
+            path: self.path.join(name),
+            source,
+        }
     }
 }
 
@@ -292,7 +341,10 @@ impl Key {
     }
 }
 
-#[expect(clippy::panic, reason = "HMAC accepts keys of every length; this cannot run")]
+#[expect(
+    clippy::panic,
+    reason = "HMAC accepts keys of every length; this cannot run"
+)]
 fn unreachable_key_length() -> hmac::Hmac<Sha256> {
     panic!("HMAC refused a key")
 }
@@ -310,7 +362,10 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
         state.subdir("approvals/pending").unwrap();
-        let mode = std::fs::metadata(path.join("approvals/pending")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(path.join("approvals/pending"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
     }
 
@@ -345,7 +400,10 @@ mod tests {
         let tag = key.mac_hex(&[b"ab", b"c"]);
         assert!(again.verify_hex(&[b"ab", b"c"], &tag));
         assert!(!again.verify_hex(&[b"a", b"bc"], &tag));
-        let mode = std::fs::metadata(tmp.path().join("state/answer-key")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(tmp.path().join("state/answer-key"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 }
