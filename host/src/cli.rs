@@ -222,12 +222,15 @@ pub fn main() -> ExitCode {
         command,
     } = cli.command
     {
-        return confine(toolward::confine::LaunchRequest {
-            deny,
-            allow,
-            deny_tcp,
-            command,
-        }, probe);
+        return confine(
+            toolward::confine::LaunchRequest {
+                deny,
+                allow,
+                deny_tcp,
+                command,
+            },
+            probe,
+        );
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

@@ -954,7 +954,9 @@ impl Reader<'_> {
                 ));
             }
             if let Some(key) = ["deny", "deny_tcp"].iter().find(|k| map.contains_key(**k)) {
-                return Err(path.key(key).invalid("an unconfined server is denied nothing"));
+                return Err(path
+                    .key(key)
+                    .invalid("an unconfined server is denied nothing"));
             }
             return Ok(ServerConfine::Unconfined {
                 reason: reason.to_owned(),
@@ -1662,7 +1664,10 @@ mod tests {
                 deny_tcp: true,
             }
         );
-        assert_eq!(config.servers_dir, PathBuf::from("/etc/toolward/.toolward-servers"));
+        assert_eq!(
+            config.servers_dir,
+            PathBuf::from("/etc/toolward/.toolward-servers")
+        );
     }
 
     #[test]
@@ -1670,23 +1675,34 @@ mod tests {
         let text = err_text(with_servers(
             json!({ "x": { "command": "x", "confine": { "unconfined": " " } } }),
         ));
-        assert!(text.starts_with("mcpServers.x.confine.unconfined: give the reason"), "{text}");
+        assert!(
+            text.starts_with("mcpServers.x.confine.unconfined: give the reason"),
+            "{text}"
+        );
         let text = err_text(with_servers(
             json!({ "x": { "command": "x", "confine": { "unconfined": "docker", "deny": [] } } }),
         ));
-        assert!(text.starts_with("mcpServers.x.confine.deny: an unconfined server"), "{text}");
+        assert!(
+            text.starts_with("mcpServers.x.confine.deny: an unconfined server"),
+            "{text}"
+        );
         let config = load(with_servers(
             json!({ "x": { "command": "x", "confine": { "unconfined": "it drives docker" } } }),
         ))
         .unwrap();
         assert_eq!(
             config.servers["x"].confine,
-            ServerConfine::Unconfined { reason: "it drives docker".to_owned() }
+            ServerConfine::Unconfined {
+                reason: "it drives docker".to_owned()
+            }
         );
         let text = err_text(with_servers(
             json!({ "x": { "url": "https://example.invalid", "confine": { "deny_tcp": true } } }),
         ));
-        assert!(text.starts_with("mcpServers.x.confine: only a server with"), "{text}");
+        assert!(
+            text.starts_with("mcpServers.x.confine: only a server with"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -132,7 +132,9 @@ pub enum ConfineError {
         source: std::io::Error,
     },
     /// The launcher was given no program.
-    #[error("confine: no program to start: `toolward __confine [--deny PATH]... -- PROGRAM [ARGS]...`")]
+    #[error(
+        "confine: no program to start: `toolward __confine [--deny PATH]... -- PROGRAM [ARGS]...`"
+    )]
     NoProgram,
 }
 
@@ -358,7 +360,11 @@ fn probe(launcher: &Path) -> Result<u32, String> {
         _ => {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let first = stderr.lines().next().unwrap_or_default();
-            Err(failed(format!("{}: {}", output.status, crate::listing::visible(first))))
+            Err(failed(format!(
+                "{}: {}",
+                output.status,
+                crate::listing::visible(first)
+            )))
         }
     }
 }
@@ -471,7 +477,8 @@ fn resolve(path: &Path) -> Result<PathBuf, ConfineError> {
                 return Ok(resolved);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let (Some(parent), Some(last)) = (existing.parent(), existing.components().next_back())
+                let (Some(parent), Some(last)) =
+                    (existing.parent(), existing.components().next_back())
                 else {
                     return Err(error(e));
                 };
@@ -549,7 +556,10 @@ fn exec(program: &OsString, args: &[OsString]) -> ConfineError {
 fn exec(program: &OsString, _args: &[OsString]) -> ConfineError {
     ConfineError::Exec {
         program: program.clone(),
-        source: std::io::Error::new(std::io::ErrorKind::Unsupported, "confinement is a Linux feature"),
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "confinement is a Linux feature",
+        ),
     }
 }
 

@@ -192,7 +192,11 @@ impl LoadReport {
             if let Some(failure) = &s.failure {
                 out.push(format!("server `{}` is unavailable: {failure}", s.server));
             }
-            if let Some(c) = s.confinement.as_ref().filter(|c| !c.confined && !c.by_config) {
+            if let Some(c) = s
+                .confinement
+                .as_ref()
+                .filter(|c| !c.confined && !c.by_config)
+            {
                 out.push(format!("server `{}` runs {}", s.server, c.detail));
             }
             for r in &s.refused {
@@ -229,7 +233,11 @@ impl LoadReport {
                 let _ = writeln!(out, "  unavailable: {failure}");
             }
             if let Some(c) = &s.confinement {
-                let label = if c.confined { "confined   " } else { "UNCONFINED " };
+                let label = if c.confined {
+                    "confined   "
+                } else {
+                    "UNCONFINED "
+                };
                 let _ = writeln!(out, "  {label} {}", c.detail);
             }
             for r in &s.registered {

@@ -385,8 +385,7 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
         // Relative paths in `args` (a sandbox folder, a script) mean what they mean beside
         // the config file, wherever toolward was started from.
         cwd: Some(config.base_dir.clone()),
-        confine: crate::confine::plan(config, server)
-            .and_then(|plan| plan.confinement().cloned()),
+        confine: crate::confine::plan(config, server).and_then(|plan| plan.confinement().cloned()),
     })
 }
 

@@ -63,7 +63,11 @@ async fn pins_stably(name: &'static str, protocol_version: &str) {
     assert_eq!(first.diff.servers.len(), 1);
 
     // The server got its own private HOME, outside the state folder.
-    let home = state.path().join(".toolward-servers").join(name).join("home");
+    let home = state
+        .path()
+        .join(".toolward-servers")
+        .join(name)
+        .join("home");
     assert!(home.is_dir(), "{}", home.display());
 
     let text = first.manifest.to_json();

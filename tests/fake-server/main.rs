@@ -182,22 +182,28 @@ fn main() {
                 if let Some(probe) = action["probe"].as_str() {
                     let arguments = &message["params"]["arguments"];
                     let path = arguments["path"].as_str().unwrap_or_default();
-                    let outcome = match probe {
-                        "read" => std::fs::read(path).map(|bytes| format!("ok: {} bytes", bytes.len())),
-                        "write" => std::fs::write(path, "written by the server").map(|()| "ok".to_owned()),
-                        "connect" => {
-                            let address = arguments["address"].as_str().unwrap_or_default();
-                            std::net::TcpStream::connect(address).map(|_| "ok".to_owned())
-                        }
-                        _ => Ok(format!(
-                            "HOME={} TMPDIR={}",
-                            std::env::var("HOME").unwrap_or_default(),
-                            std::env::var("TMPDIR").unwrap_or_default()
-                        )),
-                    };
+                    let outcome =
+                        match probe {
+                            "read" => std::fs::read(path)
+                                .map(|bytes| format!("ok: {} bytes", bytes.len())),
+                            "write" => std::fs::write(path, "written by the server")
+                                .map(|()| "ok".to_owned()),
+                            "connect" => {
+                                let address = arguments["address"].as_str().unwrap_or_default();
+                                std::net::TcpStream::connect(address).map(|_| "ok".to_owned())
+                            }
+                            _ => Ok(format!(
+                                "HOME={} TMPDIR={}",
+                                std::env::var("HOME").unwrap_or_default(),
+                                std::env::var("TMPDIR").unwrap_or_default()
+                            )),
+                        };
                     let text = outcome.unwrap_or_else(|e| e.to_string());
                     let result = json!({"content": [{"type": "text", "text": text}]});
-                    let _ = writeln!(stdout, r#"{{"jsonrpc":"2.0","id":{id_text},"result":{result}}}"#);
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":{id_text},"result":{result}}}"#
+                    );
                     let _ = stdout.flush();
                     continue;
                 }

@@ -27,7 +27,11 @@ fn under(grants: &[Grant], root: &Path) -> Vec<String> {
         .iter()
         .filter_map(|g| {
             let relative = g.path.strip_prefix(root).ok()?.display().to_string();
-            Some(if g.folder { format!("{relative}/") } else { relative })
+            Some(if g.folder {
+                format!("{relative}/")
+            } else {
+                relative
+            })
         })
         .collect();
     out.sort();
@@ -40,10 +44,18 @@ fn every_entry_beside_the_way_to_a_withheld_folder_is_granted_and_nothing_on_the
     let grants = grants(&[root.join("a/state")], &[]).unwrap();
     // `a` and `root` are on the way: not granted; `a/state` is withheld; `a/link` is a link.
     assert_eq!(under(&grants, &root), ["a/file.txt", "a/sandbox/", "b/"]);
-    assert!(!grants.iter().any(|g| g.path == root || g.path == root.join("a")));
+    assert!(
+        !grants
+            .iter()
+            .any(|g| g.path == root || g.path == root.join("a"))
+    );
     // The way starts at `/`: its other entries are granted, `/` itself is not.
     assert!(!grants.iter().any(|g| g.path == Path::new("/")));
-    assert!(grants.iter().any(|g| g.path == Path::new("/usr") && g.folder));
+    assert!(
+        grants
+            .iter()
+            .any(|g| g.path == Path::new("/usr") && g.folder)
+    );
 }
 
 #[test]
@@ -117,8 +129,18 @@ fn the_launcher_is_asked_with_each_path_then_the_program_after_a_separator() {
     assert_eq!(
         args,
         [
-            "__confine", "--deny", "/s", "--deny", "/c.json", "--allow", "/h/fs", "--deny-tcp",
-            "--", "node", "--deny", "x"
+            "__confine",
+            "--deny",
+            "/s",
+            "--deny",
+            "/c.json",
+            "--allow",
+            "/h/fs",
+            "--deny-tcp",
+            "--",
+            "node",
+            "--deny",
+            "x"
         ]
     );
     assert!(confinement.tcp_denied());
@@ -188,7 +210,10 @@ fn a_server_unconfined_by_the_config_says_why_and_an_http_server_has_no_plan() {
             chosen: true
         }
     );
-    assert_eq!(crate::confine::plan(&config, &config.servers["remote"]), None);
+    assert_eq!(
+        crate::confine::plan(&config, &config.servers["remote"]),
+        None
+    );
 }
 
 #[test]

@@ -54,7 +54,10 @@ fn a_server_gets_its_own_home_and_tmpdir_outside_the_state_folder() {
     assert_eq!(spec.env["HOME"], "/opt/toolward/.toolward-servers/fs/home");
     assert_eq!(spec.env["TMPDIR"], "/opt/toolward/.toolward-servers/fs/tmp");
     for folder in [&spec.env["HOME"], &spec.env["TMPDIR"]] {
-        assert!(!Path::new(folder).starts_with(&config.state_dir), "{folder}");
+        assert!(
+            !Path::new(folder).starts_with(&config.state_dir),
+            "{folder}"
+        );
     }
     // Relative paths in `args` resolve beside the config file.
     assert_eq!(spec.cwd.as_deref(), Some(base));
@@ -113,8 +116,15 @@ fn the_home_and_tmp_folders_are_created_private() {
     let config = config(json!({ "fs": { "command": "node" } }), dir.path());
     let server = &config.servers["fs"];
     create_home(&config, server).unwrap();
-    for folder in [".toolward-servers", ".toolward-servers/fs", ".toolward-servers/fs/tmp"] {
-        let mode = std::fs::metadata(dir.path().join(folder)).unwrap().permissions().mode();
+    for folder in [
+        ".toolward-servers",
+        ".toolward-servers/fs",
+        ".toolward-servers/fs/tmp",
+    ] {
+        let mode = std::fs::metadata(dir.path().join(folder))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700, "{folder}");
     }
     let home = dir.path().join(".toolward-servers/fs/home");

@@ -87,22 +87,46 @@ async fn a_confined_server_is_refused_the_queue_an_answer_file_and_the_listen_to
     assert!(report.confined, "{}", report.detail);
 
     let read = |path: &Path| json!({ "path": path });
-    assert_eq!(probe(&toolward, "probe__read", read(&pending)).await, REFUSED);
-    assert_eq!(probe(&toolward, "probe__write", read(&answer)).await, REFUSED);
+    assert_eq!(
+        probe(&toolward, "probe__read", read(&pending)).await,
+        REFUSED
+    );
+    assert_eq!(
+        probe(&toolward, "probe__write", read(&answer)).await,
+        REFUSED
+    );
     assert!(!answer.exists(), "the server wrote an answer");
     assert_eq!(probe(&toolward, "probe__read", read(&token)).await, REFUSED);
     assert_eq!(
-        probe(&toolward, "probe__read", read(&bench.path().join("manifest.json"))).await,
+        probe(
+            &toolward,
+            "probe__read",
+            read(&bench.path().join("manifest.json"))
+        )
+        .await,
         REFUSED
     );
     assert_eq!(
-        probe(&toolward, "probe__read", read(&bench.path().join("rules.json"))).await,
+        probe(
+            &toolward,
+            "probe__read",
+            read(&bench.path().join("rules.json"))
+        )
+        .await,
         REFUSED
     );
     // A folder beside the state folder, and the rest of the machine, are the server's.
-    assert_eq!(probe(&toolward, "probe__read", read(&beside)).await, "ok: 23 bytes");
     assert_eq!(
-        probe(&toolward, "probe__write", read(&bench.path().join("sandbox/new.txt"))).await,
+        probe(&toolward, "probe__read", read(&beside)).await,
+        "ok: 23 bytes"
+    );
+    assert_eq!(
+        probe(
+            &toolward,
+            "probe__write",
+            read(&bench.path().join("sandbox/new.txt"))
+        )
+        .await,
         "ok"
     );
     assert!(
@@ -133,7 +157,10 @@ async fn a_server_denied_tcp_cannot_connect_out_and_one_that_is_not_can() {
         return;
     }
     let connect = json!({ "address": address });
-    assert_eq!(probe(&toolward, "closed__connect", connect.clone()).await, REFUSED);
+    assert_eq!(
+        probe(&toolward, "closed__connect", connect.clone()).await,
+        REFUSED
+    );
     assert_eq!(probe(&toolward, "open__connect", connect).await, "ok");
     toolward.shutdown().await;
     bench.assert_no_processes_left();
@@ -158,10 +185,16 @@ async fn each_server_has_its_own_home_and_tmpdir_outside_the_state_folder_and_no
         )
     );
     let own = servers.join("one/tmp/scratch");
-    assert_eq!(probe(&toolward, "one__write", json!({ "path": own })).await, "ok");
+    assert_eq!(
+        probe(&toolward, "one__write", json!({ "path": own })).await,
+        "ok"
+    );
     let theirs = servers.join("two/home/.credentials");
     std::fs::write(&theirs, "two's").unwrap();
-    assert_eq!(probe(&toolward, "one__read", json!({ "path": theirs })).await, REFUSED);
+    assert_eq!(
+        probe(&toolward, "one__read", json!({ "path": theirs })).await,
+        REFUSED
+    );
     toolward.shutdown().await;
     bench.assert_no_processes_left();
 }
@@ -172,13 +205,20 @@ async fn a_server_the_config_leaves_unconfined_is_reported_with_its_reason() {
     let bench = Bench::new("confine-opt-out")
         .server("free", probes(), PROBES)
         .with("confine", json!({ "launcher": launcher }))
-        .with_server_setting("free", "confine", json!({ "unconfined": "it drives docker" }));
+        .with_server_setting(
+            "free",
+            "confine",
+            json!({ "unconfined": "it drives docker" }),
+        );
     let (_, _, token) = fill_state(&bench.path().join("state"));
     let toolward = bench.pin_and_start().await;
     let report = confinement(&toolward, "free");
     assert!(!report.confined && report.by_config);
     assert!(
-        toolward.report().render().contains("UNCONFINED  unconfined by the config: it drives docker"),
+        toolward
+            .report()
+            .render()
+            .contains("UNCONFINED  unconfined by the config: it drives docker"),
         "{}",
         toolward.report().render()
     );
@@ -199,9 +239,8 @@ async fn without_a_launcher_servers_start_unconfined_and_the_load_says_so_per_se
     assert!(!report.confined && !report.by_config);
     let messages = toolward.report().messages();
     assert!(
-        messages
-            .iter()
-            .any(|m| m.starts_with("server `probe` runs unconfined: the launcher `/nonexistent/toolward`")),
+        messages.iter().any(|m| m
+            .starts_with("server `probe` runs unconfined: the launcher `/nonexistent/toolward`")),
         "{messages:?}"
     );
     toolward.shutdown().await;
@@ -218,11 +257,12 @@ async fn check_names_each_server_confined_with_the_landlock_abi() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(
-        stdout.contains("  confined    Landlock ABI "),
-        "{stdout}"
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
     );
+    assert!(stdout.contains("  confined    Landlock ABI "), "{stdout}");
 }
 
 /// Config of the real `server` confined, serving (when it serves folders) `sandbox` beside
@@ -249,7 +289,12 @@ async fn start_real(
     let tools: serde_json::Map<String, Value> = pinned.manifest.servers[server.name]
         .tools
         .keys()
-        .map(|t| (t.clone(), json!({ "effect": "read-only", "allow_hint_mismatch": true })))
+        .map(|t| {
+            (
+                t.clone(),
+                json!({ "effect": "read-only", "allow_hint_mismatch": true }),
+            )
+        })
         .collect();
     std::fs::write(
         dir.join("rules.json"),
@@ -273,7 +318,9 @@ async fn call_ok(toolward: &Toolward, tool: &str, arguments: Value) -> String {
 #[tokio::test]
 async fn the_real_filesystem_server_serves_a_folder_beside_the_state_folder_confined() {
     let Some(launcher) = launcher() else { return };
-    let Some(server) = crate::real::real_server("filesystem") else { return };
+    let Some(server) = crate::real::real_server("filesystem") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let sandbox = dir.path().join("sandbox");
     std::fs::create_dir_all(&sandbox).unwrap();
@@ -283,19 +330,30 @@ async fn the_real_filesystem_server_serves_a_folder_beside_the_state_folder_conf
     entry["args"][1] = json!(sandbox.display().to_string());
     let toolward = start_real(&server, dir.path(), &launcher, entry).await;
     let path = |name: &str| json!({ "path": sandbox.join(name) });
-    assert_eq!(call_ok(&toolward, "filesystem__read_text_file", path("hello.txt")).await, "hello");
+    assert_eq!(
+        call_ok(&toolward, "filesystem__read_text_file", path("hello.txt")).await,
+        "hello"
+    );
     let written = json!({ "path": sandbox.join("new.txt"), "content": "from the model" });
     call_ok(&toolward, "filesystem__write_file", written).await;
-    assert_eq!(std::fs::read_to_string(sandbox.join("new.txt")).unwrap(), "from the model");
+    assert_eq!(
+        std::fs::read_to_string(sandbox.join("new.txt")).unwrap(),
+        "from the model"
+    );
     let listing = call_ok(&toolward, "filesystem__list_directory", path("")).await;
-    assert!(listing.contains("hello.txt") && listing.contains("new.txt"), "{listing}");
+    assert!(
+        listing.contains("hello.txt") && listing.contains("new.txt"),
+        "{listing}"
+    );
     toolward.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_real_memory_server_keeps_its_graph_confined() {
     let Some(launcher) = launcher() else { return };
-    let Some(server) = crate::real::real_server("memory") else { return };
+    let Some(server) = crate::real::real_server("memory") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let entry = server.entry.clone();
     let toolward = start_real(&server, dir.path(), &launcher, entry).await;
