@@ -117,6 +117,27 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Internal: how toolward starts a stdio server confined by Landlock. Restricts this
+    /// process (every `--deny` withheld, TCP denied with `--deny-tcp`), then executes
+    /// PROGRAM; exit 126 when it cannot. `--probe` only restricts and prints the ABI.
+    #[command(name = "__confine", hide = true)]
+    Confine {
+        /// A path to withhold (repeatable).
+        #[arg(long, value_name = "PATH")]
+        deny: Vec<PathBuf>,
+        /// A path to grant even beneath a withheld one (repeatable).
+        #[arg(long, value_name = "PATH")]
+        allow: Vec<PathBuf>,
+        /// Deny TCP `bind` and `connect`.
+        #[arg(long)]
+        deny_tcp: bool,
+        /// Restrict, print `landlock-abi N` and exit.
+        #[arg(long)]
+        probe: bool,
+        /// The program and its arguments.
+        #[arg(last = true, value_parser = clap::value_parser!(std::ffi::OsString))]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -192,6 +213,25 @@ enum PolicyCommand {
 /// Runs the command line; the process exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before anything starts a thread: Landlock restricts the calling thread only.
+    if let Command::Confine {
+        deny,
+        allow,
+        deny_tcp,
+        probe,
+        command,
+    } = cli.command
+    {
+        return confine(
+            toolward::confine::LaunchRequest {
+                deny,
+                allow,
+                deny_tcp,
+                command,
+            },
+            probe,
+        );
+    }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -312,7 +352,31 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                     json,
                 },
         } => policy_test(&cases, &policy, rules.as_deref(), json),
+        Command::Confine { .. } => Err(usage(anyhow!(
+            "`{}` runs before the runtime starts",
+            toolward::confine::LAUNCHER_SUBCOMMAND
+        ))),
     }
+}
+
+/// The launcher (`toolward __confine`): returns only when it could not confine itself or
+/// start the program; `--probe` prints the Landlock ABI obtained.
+fn confine(request: toolward::confine::LaunchRequest, probe: bool) -> ExitCode {
+    if probe {
+        return match toolward::confine::probe_self() {
+            Ok(abi) => {
+                println!("{}{abi}", toolward::confine::PROBE_PREFIX);
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("toolward: {error}");
+                ExitCode::from(toolward::confine::LAUNCH_FAILED_EXIT)
+            }
+        };
+    }
+    let error = toolward::confine::launch(&request);
+    eprintln!("toolward: {error}");
+    ExitCode::from(toolward::confine::LAUNCH_FAILED_EXIT)
 }
 
 async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<ExitCode, Failure> {

@@ -21,10 +21,11 @@
 //!   server, key and variable. `$${` is a literal `${`; any other `$` is taken literally. No
 //!   other field is expanded: `command`, `args` and `url` are passed as written.
 //! - Relative paths (`rules.file`, `rules.component`, `policy.component`, `policy.settings`,
-//!   `manifest`, `audit.file`, `state_dir`) resolve against the folder of the config file
-//!   (the `base_dir` given to [`Config::from_value`]). A server's `command` resolves there too
-//!   when it contains a path separator (`./bin/server`); a bare name (`npx`) is left for the
-//!   `PATH` lookup. `~` is not expanded.
+//!   `manifest`, `audit.file`, `state_dir`, `servers_dir`, `confine.deny`,
+//!   `confine.launcher`) resolve against the folder of the config file (the `base_dir` given
+//!   to [`Config::from_value`]). A server's `command` resolves there too when it contains a
+//!   path separator (`./bin/server`); a bare name (`npx`) is left for the `PATH` lookup. `~`
+//!   is not expanded, except a leading `~/` in `confine.deny` (toolward's `HOME`).
 //! - Every error names its place in the file: `mcpServers.fs.args[1]: expected a string,
 //!   found a number`.
 
@@ -103,6 +104,10 @@ pub const DEFAULT_MANIFEST: &str = "manifest.json";
 pub const DEFAULT_AUDIT_FILE: &str = "audit.jsonl";
 /// Default state folder, relative to the config folder.
 pub const DEFAULT_STATE_DIR: &str = "state";
+/// Default folder of the stdio servers' own `HOME` and `TMPDIR`
+/// (`<servers_dir>/<server>/home` and `.../tmp`), relative to the config folder: beside the
+/// state folder, never inside it.
+pub const DEFAULT_SERVERS_DIR: &str = ".toolward-servers";
 
 /// Keys MCP clients put in a server entry for their own use; toolward ignores them (its own
 /// policy decides calls, its own limits apply) and lists them in [`Config::ignored_keys`].
@@ -130,6 +135,8 @@ const TOP_KEYS: &[&str] = &[
     "limits",
     "listen",
     "guest",
+    "confine",
+    "servers_dir",
 ];
 /// Keys of `guest`, each a field of [`GuestLimits`].
 const GUEST_KEYS: &[&str] = &[
@@ -153,6 +160,7 @@ const SERVER_KEYS: &[&str] = &[
     "limits",
     "disabled",
     "enabled",
+    "confine",
 ];
 /// Keys of a server entry that change how the server runs and are not supported: refused
 /// rather than ignored.
@@ -161,6 +169,10 @@ const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings"];
 const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
 const LISTEN_KEYS: &[&str] = &["tokens", "allowed_origins"];
+/// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
+const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "launcher"];
+/// Keys of a server's `confine`.
+const SERVER_CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "unconfined"];
 /// Shortest bearer token accepted in `listen.tokens`, in characters: 32. A token is the only
 /// thing between the network and the operator's tools.
 pub const MIN_TOKEN_CHARS: usize = 32;
@@ -286,8 +298,60 @@ pub struct Config {
     /// Bounds on the rules and policy components (`guest`; each field defaults to the
     /// `DEFAULT_*` constant of [`crate::component`]).
     pub guest: GuestLimits,
+    /// What confines every stdio server (`confine`; see [`crate::confine`]).
+    pub confine: ConfineConfig,
+    /// Where each stdio server's own `HOME` and `TMPDIR` are (`servers_dir`, default
+    /// [`DEFAULT_SERVERS_DIR`]): `<servers_dir>/<server>/home` and `.../tmp`. Never inside
+    /// the state folder.
+    pub servers_dir: PathBuf,
+    /// The config file itself, when it was read from one ([`Config::from_path`]): withheld
+    /// from confined servers.
+    pub file: Option<PathBuf>,
     /// The folder relative paths were resolved against.
     pub base_dir: PathBuf,
+}
+
+/// The top-level `confine`: what every confined stdio server is denied besides the defaults
+/// of [`crate::confine`] (the state folder, the config, rules, manifest and audit log).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfineConfig {
+    /// Paths every server is denied (`confine.deny`; a leading `~/` is toolward's `HOME`,
+    /// other relative paths resolve against the config folder). Empty by default; `~/.ssh`
+    /// and `~/.aws` are the documented suggestion.
+    pub deny: Vec<PathBuf>,
+    /// Whether servers are denied TCP (`confine.deny_tcp`, default `false`); a server's own
+    /// `confine.deny_tcp` wins.
+    pub deny_tcp: bool,
+    /// The `toolward` binary that starts confined servers (`confine.launcher`). `None`: the
+    /// running program when it is `toolward`, else the `TOOLWARD_BIN` variable (embedders,
+    /// tests); with neither, servers start unconfined and the load report says so.
+    pub launcher: Option<PathBuf>,
+}
+
+/// How one stdio server is confined (its `confine`, over the top-level one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerConfine {
+    /// Confined with Landlock: the defaults of [`crate::confine`], plus these paths.
+    Confined {
+        /// The top-level `confine.deny` followed by the server's own.
+        deny: Vec<PathBuf>,
+        /// The server's `confine.deny_tcp`, else the top-level one.
+        deny_tcp: bool,
+    },
+    /// Started as the operator, unconfined (`confine.unconfined`, a stated reason).
+    Unconfined {
+        /// Why, as the operator wrote it: shown in the load report.
+        reason: String,
+    },
+}
+
+impl Default for ServerConfine {
+    fn default() -> Self {
+        ServerConfine::Confined {
+            deny: Vec::new(),
+            deny_tcp: false,
+        }
+    }
 }
 
 /// One server of `mcpServers`.
@@ -302,6 +366,8 @@ pub struct ServerConfig {
     pub pass_env: Vec<String>,
     /// The top-level limits with this server's `limits` laid over them.
     pub limits: Limits,
+    /// How a stdio server is confined (`confine`); unused for an HTTP server.
+    pub confine: ServerConfine,
 }
 
 /// How toolward reaches a server. Its debug output leaves out the values of `env` and
@@ -527,7 +593,9 @@ impl Config {
             _ => Path::new("."),
         };
         let base_dir = std::path::absolute(folder).map_err(read_err)?;
-        Self::from_str(&text, &base_dir)
+        let mut config = Self::from_str(&text, &base_dir)?;
+        config.file = Some(std::path::absolute(path).map_err(read_err)?);
+        Ok(config)
     }
 
     /// Parses config `text` (refusing duplicate keys); relative paths resolve against
@@ -756,6 +824,18 @@ impl Reader<'_> {
             None => GuestLimits::default(),
             Some(value) => guest(value, &root.key("guest"))?,
         };
+        let confine = match map.get("confine") {
+            None => ConfineConfig::default(),
+            Some(value) => self.confine(value, &root.key("confine"))?,
+        };
+        let servers_dir = self.path_or(map, &root, "servers_dir", DEFAULT_SERVERS_DIR)?;
+        if lexical(&servers_dir).starts_with(lexical(&state_dir)) {
+            return Err(root.key("servers_dir").invalid(format!(
+                "`{}` is inside the state folder `{}`: servers are denied the state folder, so their `HOME` and `TMPDIR` must be elsewhere: set `servers_dir` to a folder outside it",
+                servers_dir.display(),
+                state_dir.display()
+            )));
+        }
 
         let servers_path = root.key("mcpServers");
         let Some(servers_value) = map.get("mcpServers") else {
@@ -770,7 +850,7 @@ impl Reader<'_> {
         for (name, entry) in servers_map {
             let path = servers_path.key(name);
             server_name(name, &separator, &path)?;
-            match self.server(name, entry, &path, &limits)? {
+            match self.server(name, entry, &path, &limits, &confine)? {
                 Some(server) => {
                     servers.insert(name.clone(), server);
                 }
@@ -793,7 +873,101 @@ impl Reader<'_> {
             limits,
             listen,
             guest,
+            confine,
+            servers_dir,
+            file: None,
             base_dir: self.base_dir.to_path_buf(),
+        })
+    }
+
+    /// A path of `confine.deny`: `~/` is toolward's `HOME`, else as [`Reader::path`].
+    fn deny_path(&self, value: &Value, path: &JsonPath) -> Result<PathBuf, ConfigError> {
+        let text = non_empty_str(value, path)?;
+        match text.strip_prefix("~/") {
+            Some(rest) => {
+                let home = (self.env)("HOME").map_err(|_| {
+                    path.invalid(format!(
+                        "`{text}` starts with `~/` but `HOME` is not set in toolward's environment: write the full path"
+                    ))
+                })?;
+                Ok(Path::new(&home).join(rest))
+            }
+            None => self.path(value, path),
+        }
+    }
+
+    /// `deny` and `deny_tcp` of a `confine` object (top-level or a server's).
+    fn confine_fields(
+        &self,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+    ) -> Result<(Vec<PathBuf>, Option<bool>), ConfigError> {
+        let mut deny = Vec::new();
+        if let Some(value) = map.get("deny") {
+            let deny_path = path.key("deny");
+            let Value::Array(items) = value else {
+                return Err(expected(&deny_path, "an array of paths", value));
+            };
+            for (index, item) in items.iter().enumerate() {
+                deny.push(self.deny_path(item, &deny_path.index(index))?);
+            }
+        }
+        let deny_tcp = map
+            .get("deny_tcp")
+            .map(|value| as_bool(value, &path.key("deny_tcp")))
+            .transpose()?;
+        Ok((deny, deny_tcp))
+    }
+
+    fn confine(&self, value: &Value, path: &JsonPath) -> Result<ConfineConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, CONFINE_KEYS)?;
+        let (deny, deny_tcp) = self.confine_fields(map, path)?;
+        Ok(ConfineConfig {
+            deny,
+            deny_tcp: deny_tcp.unwrap_or(false),
+            launcher: self.optional_path(map, path, "launcher")?,
+        })
+    }
+
+    fn server_confine(
+        &self,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+        top: &ConfineConfig,
+    ) -> Result<ServerConfine, ConfigError> {
+        let Some(value) = map.get("confine") else {
+            return Ok(ServerConfine::Confined {
+                deny: top.deny.clone(),
+                deny_tcp: top.deny_tcp,
+            });
+        };
+        let path = path.key("confine");
+        let map = as_object(value, &path)?;
+        check_keys(map, &path, SERVER_CONFINE_KEYS)?;
+        if let Some(reason) = map.get("unconfined") {
+            let reason_path = path.key("unconfined");
+            let reason = as_str(reason, &reason_path)?.trim();
+            if reason.is_empty() {
+                return Err(reason_path.invalid(
+                    "give the reason this server must run unconfined: it is shown in every load report",
+                ));
+            }
+            if let Some(key) = ["deny", "deny_tcp"].iter().find(|k| map.contains_key(**k)) {
+                return Err(path
+                    .key(key)
+                    .invalid("an unconfined server is denied nothing"));
+            }
+            return Ok(ServerConfine::Unconfined {
+                reason: reason.to_owned(),
+            });
+        }
+        let (own, deny_tcp) = self.confine_fields(map, &path)?;
+        let mut deny = top.deny.clone();
+        deny.extend(own);
+        Ok(ServerConfine::Confined {
+            deny,
+            deny_tcp: deny_tcp.unwrap_or(top.deny_tcp),
         })
     }
 
@@ -946,6 +1120,7 @@ impl Reader<'_> {
         value: &Value,
         path: &JsonPath,
         top_limits: &Limits,
+        top_confine: &ConfineConfig,
     ) -> Result<Option<ServerConfig>, ConfigError> {
         let map = as_object(value, path)?;
         for key in map.keys() {
@@ -998,6 +1173,7 @@ impl Reader<'_> {
             None => *top_limits,
             Some(value) => limits(value, &path.key("limits"), *top_limits)?,
         };
+        let confine = self.server_confine(map, path, top_confine)?;
         if disabled || !enabled {
             return Ok(None);
         }
@@ -1006,6 +1182,7 @@ impl Reader<'_> {
             transport,
             pass_env,
             limits,
+            confine,
         }))
     }
 
@@ -1060,7 +1237,7 @@ impl Reader<'_> {
             let field = if kind == "stdio" { "command" } else { "url" };
             return Err(key_path.invalid(format!("says `{declared}` but the entry has `{field}`")));
         }
-        let stdio_only = ["args", "env", "pass_env"];
+        let stdio_only = ["args", "env", "pass_env", "confine"];
         let http_only = ["headers"];
         let misplaced = if kind == "stdio" {
             &http_only[..]
@@ -1159,6 +1336,22 @@ impl Reader<'_> {
         }
         Ok(out)
     }
+}
+
+/// `path` with `.` and `..` components taken out, without reading the file system: to
+/// compare the folders a config names.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn check_env_entry(key: &str, value: &str, path: &JsonPath) -> Result<(), ConfigError> {
@@ -1436,6 +1629,93 @@ mod tests {
 
     fn no_env(_: &str) -> Result<String, VarError> {
         Err(VarError::NotPresent)
+    }
+
+    #[test]
+    fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
+        let home = |name: &str| match name {
+            "HOME" => Ok("/home/op".to_owned()),
+            _ => Err(VarError::NotPresent),
+        };
+        let value = json!({
+            "mcpServers": {
+                "fs": { "command": "node", "confine": { "deny": ["secrets"], "deny_tcp": false } },
+                "memory": { "command": "node" },
+            },
+            "rules": { "file": "rules.json" },
+            "confine": { "deny": ["~/.ssh", "/srv/keys"], "deny_tcp": true },
+        });
+        let config = Config::from_value_with_env(value, &base(), &home).unwrap();
+        assert_eq!(
+            config.servers["fs"].confine,
+            ServerConfine::Confined {
+                deny: vec![
+                    PathBuf::from("/home/op/.ssh"),
+                    PathBuf::from("/srv/keys"),
+                    PathBuf::from("/etc/toolward/secrets")
+                ],
+                deny_tcp: false,
+            }
+        );
+        assert_eq!(
+            config.servers["memory"].confine,
+            ServerConfine::Confined {
+                deny: vec![PathBuf::from("/home/op/.ssh"), PathBuf::from("/srv/keys")],
+                deny_tcp: true,
+            }
+        );
+        assert_eq!(
+            config.servers_dir,
+            PathBuf::from("/etc/toolward/.toolward-servers")
+        );
+    }
+
+    #[test]
+    fn an_unconfined_server_needs_a_reason_and_is_denied_nothing() {
+        let text = err_text(with_servers(
+            json!({ "x": { "command": "x", "confine": { "unconfined": " " } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.x.confine.unconfined: give the reason"),
+            "{text}"
+        );
+        let text = err_text(with_servers(
+            json!({ "x": { "command": "x", "confine": { "unconfined": "docker", "deny": [] } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.x.confine.deny: an unconfined server"),
+            "{text}"
+        );
+        let config = load(with_servers(
+            json!({ "x": { "command": "x", "confine": { "unconfined": "it drives docker" } } }),
+        ))
+        .unwrap();
+        assert_eq!(
+            config.servers["x"].confine,
+            ServerConfine::Unconfined {
+                reason: "it drives docker".to_owned()
+            }
+        );
+        let text = err_text(with_servers(
+            json!({ "x": { "url": "https://example.invalid", "confine": { "deny_tcp": true } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.x.confine: only a server with"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn servers_homes_inside_the_state_folder_and_a_tilde_without_home_are_refused() {
+        let mut value = with_servers(json!({ "x": { "command": "x" } }));
+        value["servers_dir"] = json!("state/../state/homes");
+        let text = err_text(value);
+        assert!(text.starts_with("servers_dir: `"), "{text}");
+        assert!(text.contains("is inside the state folder"), "{text}");
+        let mut value = with_servers(json!({ "x": { "command": "x" } }));
+        value["confine"] = json!({ "deny": ["~/.aws"] });
+        let text = err_text(value);
+        assert!(text.contains("`HOME` is not set"), "{text}");
     }
 
     /// A minimal valid config with `servers` as its `mcpServers`.
@@ -2061,6 +2341,12 @@ mod tests {
         assert_eq!(keys(&schema), sorted(TOP_KEYS));
         assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
         assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+        assert_eq!(keys(&schema["properties"]["confine"]), sorted(CONFINE_KEYS));
+        let server_confine = &schema["$defs"]["server"]["properties"]["confine"]["oneOf"];
+        let mut both = keys(&server_confine[0]);
+        both.extend(keys(&server_confine[1]));
+        both.sort();
+        assert_eq!(both, sorted(SERVER_CONFINE_KEYS));
         let guest = &schema["properties"]["guest"];
         assert_eq!(keys(guest), sorted(GUEST_KEYS));
         let defaults = GuestLimits::default();

@@ -13,6 +13,7 @@ pub mod call;
 pub mod canonical;
 pub mod component;
 pub mod config;
+pub mod confine;
 pub mod gateway;
 pub mod listen;
 pub mod listing;

@@ -88,6 +88,32 @@ pub struct ServerReport {
     pub overrides: Vec<HintOverride>,
     /// Changes that are reported, not refused (output schema, identity, annotations).
     pub notes: Vec<String>,
+    /// How a stdio server runs: confined by Landlock, or not and why ([`crate::confine`]);
+    /// `None` for an HTTP server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<ConfinementReport>,
+}
+
+/// How a stdio server runs, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfinementReport {
+    /// Whether it starts confined by Landlock.
+    pub confined: bool,
+    /// When unconfined, whether the config chose it (`confine.unconfined`) rather than no
+    /// launcher or no Landlock forcing it.
+    pub by_config: bool,
+    /// One line: what it is denied and the Landlock ABI, or why it is unconfined.
+    pub detail: String,
+}
+
+impl From<&crate::confine::Plan> for ConfinementReport {
+    fn from(plan: &crate::confine::Plan) -> Self {
+        ConfinementReport {
+            confined: plan.confinement().is_some(),
+            by_config: matches!(plan, crate::confine::Plan::Unconfined { chosen: true, .. }),
+            detail: plan.describe(),
+        }
+    }
 }
 
 /// A server's identity as it answered `initialize`.
@@ -166,6 +192,13 @@ impl LoadReport {
             if let Some(failure) = &s.failure {
                 out.push(format!("server `{}` is unavailable: {failure}", s.server));
             }
+            if let Some(c) = s
+                .confinement
+                .as_ref()
+                .filter(|c| !c.confined && !c.by_config)
+            {
+                out.push(format!("server `{}` runs {}", s.server, c.detail));
+            }
             for r in &s.refused {
                 out.push(format!(
                     "tool `{}` of server `{}` is refused: {}",
@@ -198,6 +231,14 @@ impl LoadReport {
             };
             if let Some(failure) = &s.failure {
                 let _ = writeln!(out, "  unavailable: {failure}");
+            }
+            if let Some(c) = &s.confinement {
+                let label = if c.confined {
+                    "confined   "
+                } else {
+                    "UNCONFINED "
+                };
+                let _ = writeln!(out, "  {label} {}", c.detail);
             }
             for r in &s.registered {
                 let _ = writeln!(
@@ -369,6 +410,11 @@ pub async fn load(
     for (name, (upstream, listing)) in names.iter().zip(connections) {
         let mut server_report = ServerReport {
             server: name.clone(),
+            confinement: config
+                .servers
+                .get(name)
+                .and_then(|server| crate::confine::plan(config, server))
+                .map(|plan| ConfinementReport::from(&plan)),
             ..ServerReport::default()
         };
         let upstream = match upstream {

@@ -4,10 +4,12 @@
 //! # Servers
 //!
 //! Each stdio server starts as [`stdio_spec`] describes: its command, arguments and
-//! variables from the configuration, the variables it passes through, and a `HOME` of its own
-//! ([`server_home`], `<state_dir>/home/<server>`, created with mode `0700`) unless the
-//! operator set `HOME` for it or passes it through. Without one, Node servers fall back to the
-//! operator's real home folder and write there. A streamable HTTP server is reached at its
+//! variables from the configuration, the variables it passes through, a `HOME` and a
+//! `TMPDIR` of its own ([`server_home`], [`server_tmp`]: `<servers_dir>/<server>/home` and
+//! `.../tmp`, created with mode `0700`, outside the state folder) unless the operator set the
+//! variable for it or passes it through, and its confinement ([`crate::confine::plan`]).
+//! Without a home, Node servers fall back to the operator's real home folder and write there.
+//! A streamable HTTP server is reached at its
 //! `url` with its `headers` ([`http_spec`]); it has no home folder. Load starts servers with
 //! the same [`connect`], so pin and load see the same listing (the client also declares the
 //! same capabilities, none: see [`crate::transport`]).
@@ -32,9 +34,13 @@ use crate::transport::{
     TransportLimits, Upstream,
 };
 
-/// Folder under the state folder (`state_dir`) holding each server's `HOME`:
-/// `<state_dir>/home/<server>`.
+/// Folder under each server's folder of `servers_dir` that is its `HOME`:
+/// `<servers_dir>/<server>/home`.
 pub const HOME_DIR: &str = "home";
+
+/// Folder under each server's folder of `servers_dir` that is its `TMPDIR`:
+/// `<servers_dir>/<server>/tmp`.
+pub const TMP_DIR: &str = "tmp";
 
 /// Bytes a JSON-RPC envelope (`jsonrpc`, `id`, the `result` key) may add around a
 /// `tools/list` result: the frame limit and the HTTP body limit are at least `max_page_bytes`
@@ -43,6 +49,9 @@ pub const FRAME_ENVELOPE_BYTES: u64 = 64 * 1024;
 
 /// The variable that names a process's home folder.
 const HOME: &str = "HOME";
+
+/// The variable that names a process's folder for temporary files.
+const TMPDIR: &str = "TMPDIR";
 
 /// Why a server could not be pinned, or the pin as a whole failed. Each names the server.
 #[derive(Debug, thiserror::Error)]
@@ -295,25 +304,42 @@ pub fn pin_server(listing: &Listing, identity: &ServerIdentity) -> Result<Pinned
     })
 }
 
-/// The `HOME` toolward gives `server`: `<state_dir>/home/<server>` (see [`HOME_DIR`]), or
-/// `None` for an HTTP server, or when the operator sets `HOME` in the server's `env` or names
-/// it in `pass_env`.
+/// The `HOME` toolward gives `server`: `<servers_dir>/<server>/home` (see [`HOME_DIR`] and
+/// [`Config::servers_dir`], outside the state folder), or `None` for an HTTP server, or when
+/// the operator sets `HOME` in the server's `env` or names it in `pass_env`.
 /// Server names are `[A-Za-z0-9_-]+`, so the name is one plain path component.
 pub fn server_home(config: &Config, server: &ServerConfig) -> Option<PathBuf> {
+    server_folder(config, server, HOME, HOME_DIR)
+}
+
+/// The `TMPDIR` toolward gives `server`: `<servers_dir>/<server>/tmp` (see [`TMP_DIR`]), or
+/// `None` for an HTTP server, or when the operator sets `TMPDIR` in the server's `env` or
+/// names it in `pass_env`.
+pub fn server_tmp(config: &Config, server: &ServerConfig) -> Option<PathBuf> {
+    server_folder(config, server, TMPDIR, TMP_DIR)
+}
+
+fn server_folder(
+    config: &Config,
+    server: &ServerConfig,
+    variable: &str,
+    folder: &str,
+) -> Option<PathBuf> {
     let set = match &server.transport {
-        ServerTransport::Stdio { env, .. } => env.contains_key(HOME),
+        ServerTransport::Stdio { env, .. } => env.contains_key(variable),
         ServerTransport::Http { .. } => true,
     };
-    if set || server.pass_env.iter().any(|name| name == HOME) {
+    if set || server.pass_env.iter().any(|name| name == variable) {
         return None;
     }
-    Some(config.state_dir.join(HOME_DIR).join(&server.name))
+    Some(config.servers_dir.join(&server.name).join(folder))
 }
 
 /// How to start the stdio server `server`: its command, arguments and variables, the
-/// variables it passes through, `HOME` set to [`server_home`] (made absolute) when that is
-/// `Some`, and the config's folder ([`Config::base_dir`]) as working directory. Creates
-/// nothing: [`connect`] creates the home folder.
+/// variables it passes through, `HOME` and `TMPDIR` set to [`server_home`] and [`server_tmp`]
+/// (made absolute) when they are `Some`, the config's folder ([`Config::base_dir`]) as
+/// working directory, and its confinement when [`crate::confine::plan`] confines it.
+/// Creates nothing: [`connect`] creates the home folder.
 ///
 /// # Errors
 ///
@@ -332,16 +358,21 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
         path: path.to_path_buf(),
     };
     let mut env = env.clone();
-    if let Some(home) = server_home(config, server) {
-        let home = std::path::absolute(&home).map_err(|source| PinError::Home {
+    let folders = [
+        (HOME, server_home(config, server)),
+        (TMPDIR, server_tmp(config, server)),
+    ];
+    for (variable, folder) in folders {
+        let Some(folder) = folder else { continue };
+        let folder = std::path::absolute(&folder).map_err(|source| PinError::Home {
             server: server.name.clone(),
-            path: home.clone(),
+            path: folder.clone(),
             source,
         })?;
-        let text = home
+        let text = folder
             .to_str()
-            .ok_or_else(|| not_unicode("home folder", &home))?;
-        env.insert(HOME.to_owned(), text.to_owned());
+            .ok_or_else(|| not_unicode("home folder", &folder))?;
+        env.insert(variable.to_owned(), text.to_owned());
     }
     Ok(StdioSpec {
         command: command
@@ -354,6 +385,7 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
         // Relative paths in `args` (a sandbox folder, a script) mean what they mean beside
         // the config file, wherever toolward was started from.
         cwd: Some(config.base_dir.clone()),
+        confine: crate::confine::plan(config, server).and_then(|plan| plan.confinement().cloned()),
     })
 }
 
@@ -384,33 +416,49 @@ pub fn transport_limits(limits: &Limits) -> TransportLimits {
     }
 }
 
-/// Creates the server's home folder (see [`server_home`]) if it has one, with mode `0700` on
-/// Unix (also when it already existed: it may hold the server's credentials).
+/// Creates the server's home and temporary folders (see [`server_home`], [`server_tmp`]) if
+/// it has them, with the folders of `servers_dir` above them, with mode `0700` on Unix (also
+/// when they already existed: they may hold the server's credentials). A stdio server's own
+/// folder (`<servers_dir>/<server>`) is made even when both variables are the operator's:
+/// confinement grants it.
 ///
 /// # Errors
 ///
 /// [`PinError::Home`].
 pub fn create_home(config: &Config, server: &ServerConfig) -> Result<(), PinError> {
-    let Some(home) = server_home(config, server) else {
+    if !matches!(server.transport, ServerTransport::Stdio { .. }) {
         return Ok(());
-    };
-    let home_error = |source| PinError::Home {
-        server: server.name.clone(),
-        path: home.clone(),
-        source,
-    };
+    }
+    let own = config.servers_dir.join(&server.name);
+    let folders = [
+        Some(config.servers_dir.clone()),
+        Some(own),
+        server_home(config, server),
+        server_tmp(config, server),
+    ];
+    for folder in folders.into_iter().flatten() {
+        create_private(&folder).map_err(|source| PinError::Home {
+            server: server.name.clone(),
+            path: folder.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Creates `folder` (and its missing parents) and sets it to mode `0700` on Unix.
+fn create_private(folder: &Path) -> io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         builder.mode(0o700);
-        builder.create(&home).map_err(home_error)?;
-        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700))
-            .map_err(home_error)?;
+        builder.create(folder)?;
+        std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))?;
     }
     #[cfg(not(unix))]
-    builder.create(&home).map_err(home_error)?;
+    builder.create(folder)?;
     Ok(())
 }
 

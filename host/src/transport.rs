@@ -201,6 +201,9 @@ pub struct StdioSpec {
     pub pass_env: Vec<String>,
     /// Working directory; toolward's own when `None`.
     pub cwd: Option<PathBuf>,
+    /// Start it through the launcher, confined by Landlock ([`crate::confine`]); `None`
+    /// starts it directly, unconfined.
+    pub confine: Option<crate::confine::Confinement>,
 }
 
 impl fmt::Debug for StdioSpec {
@@ -212,6 +215,7 @@ impl fmt::Debug for StdioSpec {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("pass_env", &self.pass_env)
             .field("cwd", &self.cwd)
+            .field("confine", &self.confine)
             .finish()
     }
 }

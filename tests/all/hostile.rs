@@ -4,6 +4,7 @@
 //! message, and that every other tool and the other server go on. Every server a test starts
 //! carries a marker in its environment, so the test can count the processes left behind.
 
+mod confine;
 mod drift;
 mod durability;
 mod hidden_text;
@@ -52,6 +53,7 @@ struct Bench {
     servers: Vec<String>,
     rules: BTreeMap<String, serde_json::Map<String, Value>>,
     settings: serde_json::Map<String, Value>,
+    server_settings: BTreeMap<String, serde_json::Map<String, Value>>,
 }
 
 /// Makes the test process a child subreaper, as the `toolward` binary makes itself: a
@@ -71,6 +73,7 @@ impl Bench {
             servers: Vec::new(),
             rules: BTreeMap::new(),
             settings: serde_json::Map::new(),
+            server_settings: BTreeMap::new(),
         }
     }
 
@@ -101,6 +104,13 @@ impl Bench {
         self
     }
 
+    /// Sets a member of server `name`'s entry (`confine`).
+    fn with_server_setting(mut self, name: &str, key: &str, value: Value) -> Bench {
+        let entry = self.server_settings.entry(name.to_owned()).or_default();
+        entry.insert(key.to_owned(), value);
+        self
+    }
+
     /// Writes (or rewrites, between pin and load) the scenario of server `name`.
     fn scenario(&self, name: &str, scenario: &Value) {
         std::fs::write(
@@ -115,11 +125,14 @@ impl Bench {
             .servers
             .iter()
             .map(|name| {
-                let server = json!({
+                let mut server = json!({
                     "command": FAKE_SERVER,
                     "args": [format!("{name}.json")],
                     "env": { MARKER_VARIABLE: self.server_marker(name) },
                 });
+                for (key, value) in self.server_settings.get(name).into_iter().flatten() {
+                    server[key] = value.clone();
+                }
                 (name.clone(), server)
             })
             .collect();

@@ -12,15 +12,15 @@ use toolward::pin::{PinOutcome, pin};
 
 use crate::real::{RealServer, real_server};
 
-/// Pins `server` into a config whose state folder is `state`.
-async fn pin_once(server: &RealServer, state: &Path) -> PinOutcome {
+/// Pins `server` into a config in folder `dir`.
+async fn pin_once(server: &RealServer, dir: &Path) -> PinOutcome {
     let config = Config::from_value(
         json!({
             "rules": { "file": "rules.json" },
-            "state_dir": state.display().to_string(),
+            "state_dir": "state",
             "mcpServers": { server.name: server.entry.clone() },
         }),
-        state,
+        dir,
     )
     .unwrap();
     let components = BTreeMap::from([(String::from("rules"), "0".repeat(64))]);
@@ -62,8 +62,12 @@ async fn pins_stably(name: &'static str, protocol_version: &str) {
     assert_eq!(pinned.protocol_version, protocol_version);
     assert_eq!(first.diff.servers.len(), 1);
 
-    // The server got its own private HOME under the state folder.
-    let home = state.path().join("home").join(name);
+    // The server got its own private HOME, outside the state folder.
+    let home = state
+        .path()
+        .join(".toolward-servers")
+        .join(name)
+        .join("home");
     assert!(home.is_dir(), "{}", home.display());
 
     let text = first.manifest.to_json();
@@ -115,7 +119,7 @@ async fn pinning_one_real_server_keeps_the_other_pins_and_reports_no_change() {
     let config = Config::from_value(
         json!({
             "rules": { "file": "rules.json" },
-            "state_dir": state.path().display().to_string(),
+            "state_dir": "state",
             "mcpServers": { "time": time.entry.clone(), "memory": memory.entry.clone() },
         }),
         state.path(),

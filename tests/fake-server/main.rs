@@ -32,6 +32,12 @@
 //! (default 100), and `{"list_changed": N}` (or `true`, once) sends N
 //! `notifications/tools/list_changed`.
 //!
+//! `{"probe": "read" | "write" | "connect" | "env"}` tries something the server's sandbox may
+//! refuse and answers what happened as its text: `ok` (`ok: N bytes` for a read), or the
+//! system's error (`Permission denied (os error 13)`). `read` reads the file of the call's
+//! `path` argument, `write` creates or truncates it and writes to it, `connect` opens a TCP
+//! connection to its `address` (`127.0.0.1:PORT`); `env` answers `HOME` and `TMPDIR`.
+//!
 //! Top-level keys shape the process: `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
 //! leaves it running (children, grandchildren); `"stderr_flood": true` writes standard error
 //! without end; `"calls_log": "PATH"` appends the arguments of every `tools/call` received,
@@ -170,6 +176,34 @@ fn main() {
                     line.extend_from_slice(b"\xff\xfe\xc3");
                     line.extend_from_slice(b"\"}]}}\n");
                     let _ = stdout.write_all(&line);
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if let Some(probe) = action["probe"].as_str() {
+                    let arguments = &message["params"]["arguments"];
+                    let path = arguments["path"].as_str().unwrap_or_default();
+                    let outcome =
+                        match probe {
+                            "read" => std::fs::read(path)
+                                .map(|bytes| format!("ok: {} bytes", bytes.len())),
+                            "write" => std::fs::write(path, "written by the server")
+                                .map(|()| "ok".to_owned()),
+                            "connect" => {
+                                let address = arguments["address"].as_str().unwrap_or_default();
+                                std::net::TcpStream::connect(address).map(|_| "ok".to_owned())
+                            }
+                            _ => Ok(format!(
+                                "HOME={} TMPDIR={}",
+                                std::env::var("HOME").unwrap_or_default(),
+                                std::env::var("TMPDIR").unwrap_or_default()
+                            )),
+                        };
+                    let text = outcome.unwrap_or_else(|e| e.to_string());
+                    let result = json!({"content": [{"type": "text", "text": text}]});
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":{id_text},"result":{result}}}"#
+                    );
                     let _ = stdout.flush();
                     continue;
                 }

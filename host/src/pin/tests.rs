@@ -37,7 +37,7 @@ fn listing_of(page: &str) -> Listing {
 }
 
 #[test]
-fn a_server_gets_its_own_home_under_the_state_folder() {
+fn a_server_gets_its_own_home_and_tmpdir_outside_the_state_folder() {
     let base = Path::new("/opt/toolward");
     let config = config(
         json!({ "fs": { "command": "node", "args": ["a.js"] } }),
@@ -46,12 +46,19 @@ fn a_server_gets_its_own_home_under_the_state_folder() {
     let server = &config.servers["fs"];
     assert_eq!(
         server_home(&config, server),
-        Some(PathBuf::from("/opt/toolward/state/home/fs"))
+        Some(PathBuf::from("/opt/toolward/.toolward-servers/fs/home"))
     );
     let spec = stdio_spec(&config, server).unwrap();
     assert_eq!(spec.command, "node");
     assert_eq!(spec.args, ["a.js"]);
-    assert_eq!(spec.env["HOME"], "/opt/toolward/state/home/fs");
+    assert_eq!(spec.env["HOME"], "/opt/toolward/.toolward-servers/fs/home");
+    assert_eq!(spec.env["TMPDIR"], "/opt/toolward/.toolward-servers/fs/tmp");
+    for folder in [&spec.env["HOME"], &spec.env["TMPDIR"]] {
+        assert!(
+            !Path::new(folder).starts_with(&config.state_dir),
+            "{folder}"
+        );
+    }
     // Relative paths in `args` resolve beside the config file.
     assert_eq!(spec.cwd.as_deref(), Some(base));
 }
@@ -61,8 +68,8 @@ fn a_home_the_operator_sets_or_passes_is_left_alone() {
     let base = Path::new("/opt/toolward");
     let config = config(
         json!({
-            "set": { "command": "node", "env": { "HOME": "/home/op/x", "A": "1" } },
-            "passed": { "command": "node", "pass_env": ["HOME"] },
+            "set": { "command": "node", "env": { "HOME": "/home/op/x", "A": "1", "TMPDIR": "/t" } },
+            "passed": { "command": "node", "pass_env": ["HOME", "TMPDIR"] },
         }),
         base,
     );
@@ -70,12 +77,15 @@ fn a_home_the_operator_sets_or_passes_is_left_alone() {
     assert_eq!(server_home(&config, set), None);
     let spec = stdio_spec(&config, set).unwrap();
     assert_eq!(spec.env["HOME"], "/home/op/x");
+    assert_eq!(spec.env["TMPDIR"], "/t");
     assert_eq!(spec.env["A"], "1");
     let passed = &config.servers["passed"];
     assert_eq!(server_home(&config, passed), None);
+    assert_eq!(server_tmp(&config, passed), None);
     let spec = stdio_spec(&config, passed).unwrap();
     assert!(!spec.env.contains_key("HOME"));
-    assert_eq!(spec.pass_env, ["HOME"]);
+    assert!(!spec.env.contains_key("TMPDIR"));
+    assert_eq!(spec.pass_env, ["HOME", "TMPDIR"]);
 }
 
 #[test]
@@ -100,13 +110,24 @@ fn an_http_server_is_reached_at_its_url_with_its_headers_and_has_no_home() {
 
 #[cfg(unix)]
 #[test]
-fn the_home_folder_is_created_private() {
+fn the_home_and_tmp_folders_are_created_private() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let config = config(json!({ "fs": { "command": "node" } }), dir.path());
     let server = &config.servers["fs"];
     create_home(&config, server).unwrap();
-    let home = dir.path().join("state/home/fs");
+    for folder in [
+        ".toolward-servers",
+        ".toolward-servers/fs",
+        ".toolward-servers/fs/tmp",
+    ] {
+        let mode = std::fs::metadata(dir.path().join(folder))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{folder}");
+    }
+    let home = dir.path().join(".toolward-servers/fs/home");
     let mode = std::fs::metadata(&home).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
     // An existing folder with a looser mode is made private again.

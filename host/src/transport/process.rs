@@ -72,11 +72,22 @@ pub(super) fn environment(spec: &StdioSpec) -> BTreeMap<OsString, OsString> {
 }
 
 /// The command for `spec`: environment cleared then rebuilt, pipes on all three streams, its
-/// own process group (Unix), killed if dropped.
+/// own process group (Unix), killed if dropped. A confined server starts through the
+/// launcher, which restricts itself and `exec`s the server: same process, same group.
 pub(super) fn command(spec: &StdioSpec, env: &BTreeMap<OsString, OsString>) -> CommandWrap {
-    let mut command = CommandWrap::with_new(&spec.command, |command| {
+    let (program, args): (OsString, Vec<OsString>) = match &spec.confine {
+        Some(confinement) => (
+            confinement.launcher.clone().into_os_string(),
+            confinement.launcher_args(&spec.command, &spec.args),
+        ),
+        None => (
+            OsString::from(&spec.command),
+            spec.args.iter().map(OsString::from).collect(),
+        ),
+    };
+    let mut command = CommandWrap::with_new(program, |command| {
         command
-            .args(&spec.args)
+            .args(&args)
             .env_clear()
             .envs(env)
             .stdin(Stdio::piped())

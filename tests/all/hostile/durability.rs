@@ -29,6 +29,9 @@ fn a_gateway_killed_mid_run_leaves_a_verifiable_log_with_every_forwarded_call_de
         json!({"file": "state/audit.jsonl", "sync": "always", "record_arguments": true}),
     );
     let calls_log = bench.path().join("calls.jsonl");
+    // Made before the server starts: a confined server cannot create files directly in the
+    // folder of the config it is withheld.
+    std::fs::write(&calls_log, "").unwrap();
     let bench = bench.server(
         "s",
         json!({"pages": [page(&[&tool("work")])], "calls_log": calls_log}),

@@ -1,0 +1,643 @@
+//! Confinement of stdio servers with Landlock (Linux 5.13+): a server runs as the operator,
+//! so without it a server could read and write everything toolward keeps (the approvals
+//! queue, the compiled-component cache, the listen token, the manifest, the audit log).
+//!
+//! # How
+//!
+//! toolward starts each stdio server through itself: the `toolward` binary's hidden
+//! subcommand [`LAUNCHER_SUBCOMMAND`] (`toolward __confine --deny PATH ... [--allow PATH]
+//! [--deny-tcp] -- PROGRAM ARGS`) restricts its own process with Landlock, then `exec`s the
+//! server, which inherits the restriction (no `pre_exec` hook, no `unsafe`). The server keeps
+//! its pid and process group, so closing it is unchanged.
+//!
+//! Landlock only grants; nothing beneath a granted folder can be withheld. To withhold a
+//! path, the launcher grants full access to every entry, at launch, of each folder on the
+//! way from `/` to it (its ancestors), except the ancestors themselves and the withheld path
+//! ([`grants`]). Walking a path and `stat` are not governed by Landlock, so every other path
+//! still resolves; the costs are that the ancestors cannot be listed, nothing can be created,
+//! removed or renamed directly in them, and an entry created in one of them after the
+//! server started is out of its reach. Symbolic links found there are not granted (what they
+//! point to is granted, or not, on its own). A path granted with `--allow` is reachable even
+//! beneath a withheld one: each server's own folder of [`crate::config::Config::servers_dir`].
+//!
+//! Withheld by default ([`default_denied`]): the state folder, the config file, the rules
+//! file and components, the policy component and settings, the manifest, the audit log (and
+//! the files beside it that share its name), and the other servers' folders. The operator
+//! adds paths (`confine.deny`, for all servers or one) and may deny TCP
+//! (`confine.deny_tcp`, Landlock ABI 4, Linux 6.7+). Where the kernel offers it (ABI 6,
+//! Linux 6.12+), a server also cannot signal processes outside its sandbox (toolward, the
+//! other servers) nor connect to their abstract UNIX sockets.
+//!
+//! # The launcher
+//!
+//! The launcher is the running program when it is `toolward`, else
+//! [`crate::config::ConfineConfig::launcher`], else the program named by [`LAUNCHER_ENV`]
+//! (embedders, tests). It is probed once per process ([`landlock_abi`]): the probe restricts
+//! a throwaway process exactly as a launch would and reports the Landlock ABI obtained.
+//! Without a launcher, or without Landlock, servers start unconfined and [`plan`] says why,
+//! per server, for the load report.
+//!
+//! Where ambient authority is used: the launcher reads the folders on the way to each
+//! withheld path, and the probe runs the launcher.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use crate::config::{Config, ServerConfig, ServerConfine, ServerTransport};
+
+/// The hidden subcommand of the `toolward` binary that confines itself and `exec`s a server.
+pub const LAUNCHER_SUBCOMMAND: &str = "__confine";
+
+/// The variable naming the `toolward` binary to use as launcher when the running program is
+/// not `toolward` and [`crate::config::ConfineConfig::launcher`] is unset.
+pub const LAUNCHER_ENV: &str = "TOOLWARD_BIN";
+
+/// The flag of the launcher that only probes: restricts itself, prints [`PROBE_PREFIX`] and
+/// the ABI, and exits.
+pub const PROBE_FLAG: &str = "--probe";
+
+/// What the probe prints before the Landlock ABI it obtained (`0`: none).
+pub const PROBE_PREFIX: &str = "landlock-abi ";
+
+/// Most entries the launcher grants (the entries of all the folders on the way to the
+/// withheld paths): each is an open file and a system call, and a folder of more entries
+/// than this on that way (a shared `/tmp`?) is better given as the config's folder.
+pub const MAX_GRANTED_ENTRIES: usize = 100_000;
+
+/// The Landlock ABI the access rights are taken from (Linux 6.12: files, TCP, signal and
+/// abstract UNIX socket scopes): tested here; older kernels get what they support of it
+/// (best effort), newer ones nothing more until this is raised and tested.
+pub const TARGET_ABI: u32 = 6;
+
+/// The first Landlock ABI with TCP rules (Linux 6.7).
+pub const TCP_ABI: u32 = 4;
+
+/// Exit code of the launcher when it cannot confine itself or start the server (as a shell's
+/// "cannot execute").
+pub const LAUNCH_FAILED_EXIT: u8 = 126;
+
+/// Why a server cannot be confined and started. Each names the path or program.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfineError {
+    /// A withheld or allowed path could not be resolved.
+    #[error("confine: cannot resolve `{}`: {source}", path.display())]
+    Resolve {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An entry to grant could not be opened.
+    #[error("confine: cannot open `{}` to grant it: {source}", path.display())]
+    Open {
+        /// The entry.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The folders on the way to the withheld paths hold too many entries.
+    #[error(
+        "confine: the folders on the way to the withheld paths hold more than {limit} entries (at `{}`): move the config and state folder to a folder of their own",
+        folder.display()
+    )]
+    TooManyEntries {
+        /// The folder being read when the limit was passed.
+        folder: PathBuf,
+        /// [`MAX_GRANTED_ENTRIES`].
+        limit: usize,
+    },
+    /// Landlock refused the rules or the restriction.
+    #[error("confine: landlock: {reason}")]
+    Landlock {
+        /// The crate's message.
+        reason: String,
+    },
+    /// The kernel enforced nothing.
+    #[error(
+        "confine: landlock is not available on this kernel (Linux 5.13+ with landlock enabled), so the server would run unconfined: not started"
+    )]
+    NotEnforced,
+    /// The server's program could not be executed.
+    #[error("confine: cannot execute `{}`: {source}", program.to_string_lossy())]
+    Exec {
+        /// The program.
+        program: OsString,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The launcher was given no program.
+    #[error(
+        "confine: no program to start: `toolward __confine [--deny PATH]... -- PROGRAM [ARGS]...`"
+    )]
+    NoProgram,
+}
+
+/// How a confined server is started: through `launcher`, which withholds `deny`, grants
+/// `allow` beneath them, and denies TCP when `deny_tcp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// The `toolward` binary run as launcher.
+    pub launcher: PathBuf,
+    /// Absolute paths withheld from the server.
+    pub deny: Vec<PathBuf>,
+    /// Absolute paths granted even beneath a withheld one (the server's own folder).
+    pub allow: Vec<PathBuf>,
+    /// Whether TCP `bind` and `connect` are denied.
+    pub deny_tcp: bool,
+    /// The Landlock ABI the probe obtained (1 or more).
+    pub abi: u32,
+}
+
+impl Confinement {
+    /// The launcher's arguments that start `program` with `args` confined.
+    pub fn launcher_args(&self, program: &str, args: &[String]) -> Vec<OsString> {
+        let mut out = vec![OsString::from(LAUNCHER_SUBCOMMAND)];
+        for path in &self.deny {
+            out.push("--deny".into());
+            out.push(path.clone().into_os_string());
+        }
+        for path in &self.allow {
+            out.push("--allow".into());
+            out.push(path.clone().into_os_string());
+        }
+        if self.deny_tcp {
+            out.push("--deny-tcp".into());
+        }
+        out.push("--".into());
+        out.push(program.into());
+        out.extend(args.iter().map(OsString::from));
+        out
+    }
+
+    /// Whether TCP is really denied: asked for, and the kernel has TCP rules.
+    pub fn tcp_denied(&self) -> bool {
+        self.deny_tcp && self.abi >= TCP_ABI
+    }
+}
+
+/// How a stdio server will run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Through the launcher, confined.
+    Confined(Confinement),
+    /// As the operator, unconfined, and why (for the load report).
+    Unconfined {
+        /// Why, one line.
+        reason: String,
+        /// Whether the operator chose it (`confine.unconfined`) rather than it being forced
+        /// (no launcher, no Landlock).
+        chosen: bool,
+    },
+}
+
+impl Plan {
+    /// The confinement, when confined.
+    pub fn confinement(&self) -> Option<&Confinement> {
+        match self {
+            Plan::Confined(confinement) => Some(confinement),
+            Plan::Unconfined { .. } => None,
+        }
+    }
+
+    /// One line for the load report: what the server is denied, or why it is not confined.
+    pub fn describe(&self) -> String {
+        match self {
+            Plan::Confined(c) => {
+                let tcp = match (c.deny_tcp, c.tcp_denied()) {
+                    (false, _) => "TCP allowed".to_owned(),
+                    (true, true) => "TCP denied".to_owned(),
+                    (true, false) => format!(
+                        "TCP NOT denied: Landlock ABI {} has no TCP rules (ABI {TCP_ABI}, Linux 6.7)",
+                        c.abi
+                    ),
+                };
+                format!(
+                    "Landlock ABI {}: {} paths withheld (the state folder, config, rules, manifest and audit log among them), {tcp}",
+                    c.abi,
+                    c.deny.len()
+                )
+            }
+            Plan::Unconfined { reason, .. } => reason.clone(),
+        }
+    }
+}
+
+/// How the stdio server `server` of `config` will run; `None` for an HTTP server.
+pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
+    if !matches!(server.transport, ServerTransport::Stdio { .. }) {
+        return None;
+    }
+    let (extra, deny_tcp) = match &server.confine {
+        ServerConfine::Unconfined { reason } => {
+            return Some(Plan::Unconfined {
+                reason: format!("unconfined by the config: {reason}"),
+                chosen: true,
+            });
+        }
+        ServerConfine::Confined { deny, deny_tcp } => (deny, *deny_tcp),
+    };
+    let Some(launcher) = launcher(config) else {
+        return Some(Plan::Unconfined {
+            reason: format!(
+                "unconfined: no launcher (the running program is not `toolward`; set `{LAUNCHER_ENV}` or `confine.launcher` to the toolward binary), so the server can reach the state folder"
+            ),
+            chosen: false,
+        });
+    };
+    let abi = match landlock_abi(&launcher) {
+        Ok(0) => {
+            return Some(Plan::Unconfined {
+                reason: "unconfined: Landlock is not available on this kernel (Linux 5.13+ with Landlock enabled), so the server can read and write the state folder, the manifest and the audit log".to_owned(),
+                chosen: false,
+            });
+        }
+        Ok(abi) => abi,
+        Err(reason) => {
+            return Some(Plan::Unconfined {
+                reason: format!("unconfined: {reason}"),
+                chosen: false,
+            });
+        }
+    };
+    let mut deny = default_denied(config);
+    deny.extend(extra.iter().cloned());
+    Some(Plan::Confined(Confinement {
+        launcher,
+        deny,
+        allow: vec![config.servers_dir.join(&server.name)],
+        deny_tcp,
+        abi,
+    }))
+}
+
+/// What every confined server of `config` is denied: the state folder,
+/// the config file, the rules file and components, the policy component and settings, the
+/// manifest, the audit log and the files beside it whose names start with its name (a lock,
+/// a head), and the folder of the servers' homes (each server's own is allowed again by
+/// [`plan`]).
+pub fn default_denied(config: &Config) -> Vec<PathBuf> {
+    let mut deny = vec![config.state_dir.clone()];
+    deny.extend(config.file.iter().cloned());
+    deny.push(config.rules.file.clone());
+    deny.extend(config.rules.component.iter().cloned());
+    deny.extend(config.policy.component.iter().cloned());
+    deny.extend(config.policy.settings.iter().cloned());
+    deny.push(config.manifest.clone());
+    deny.push(config.audit.file.clone());
+    if let (Some(folder), Some(name)) = (config.audit.file.parent(), config.audit.file.file_name())
+        && let Ok(entries) = std::fs::read_dir(folder)
+    {
+        let name = name.as_encoded_bytes();
+        for entry in entries.filter_map(Result::ok) {
+            let other = entry.file_name();
+            if other.as_encoded_bytes().starts_with(name) && other.as_encoded_bytes() != name {
+                deny.push(folder.join(other));
+            }
+        }
+    }
+    deny.push(config.servers_dir.clone());
+    deny
+}
+
+/// The launcher for `config`: [`crate::config::ConfineConfig::launcher`], else the running
+/// program when its name is `toolward`, else [`LAUNCHER_ENV`]; `None` when none is set.
+pub fn launcher(config: &Config) -> Option<PathBuf> {
+    if let Some(launcher) = &config.confine.launcher {
+        return Some(launcher.clone());
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && exe.file_stem().is_some_and(|stem| stem == "toolward")
+    {
+        return Some(exe);
+    }
+    std::env::var_os(LAUNCHER_ENV)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The Landlock ABI `launcher` obtains (0: Landlock is unavailable), probed once per
+/// launcher and process: the launcher restricts a throwaway process as it would a server and
+/// reports the ABI.
+///
+/// # Errors
+/// One line naming the launcher when it cannot be run or does not answer the probe (not a
+/// `toolward` binary, or one without confinement).
+pub fn landlock_abi(launcher: &Path) -> Result<u32, String> {
+    static PROBES: Mutex<BTreeMap<PathBuf, Result<u32, String>>> = Mutex::new(BTreeMap::new());
+    let mut probes = PROBES.lock().unwrap_or_else(PoisonError::into_inner);
+    probes
+        .entry(launcher.to_owned())
+        .or_insert_with(|| probe(launcher))
+        .clone()
+}
+
+fn probe(launcher: &Path) -> Result<u32, String> {
+    let failed = |why: String| {
+        format!(
+            "the launcher `{}` failed its probe ({why}): set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
+            launcher.display()
+        )
+    };
+    let output = std::process::Command::new(launcher)
+        .args([LAUNCHER_SUBCOMMAND, PROBE_FLAG])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let abi = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(PROBE_PREFIX))
+        .and_then(|abi| abi.trim().parse::<u32>().ok());
+    match abi {
+        Some(abi) if output.status.success() => Ok(abi),
+        _ => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let first = stderr.lines().next().unwrap_or_default();
+            Err(failed(format!(
+                "{}: {}",
+                output.status,
+                crate::listing::visible(first)
+            )))
+        }
+    }
+}
+
+/// One entry the launcher grants: its path, and whether it is a folder (all rights) or
+/// another file (the rights of a file).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    /// The entry.
+    pub path: PathBuf,
+    /// A folder (not a link to one).
+    pub folder: bool,
+}
+
+/// The entries to grant so that every path of `deny` is withheld and every path of `allow`
+/// reachable: each entry of each folder on the way from `/` to a withheld path, except those
+/// folders themselves, the withheld paths and symbolic links; then `allow`. Paths are
+/// resolved first (symbolic links followed; a withheld path that does not exist yet is
+/// withheld where it would be created). A withheld path beneath another is covered by it.
+/// With nothing to withhold, `/` is granted.
+///
+/// # Errors
+/// [`ConfineError::Resolve`] for a path that cannot be resolved (an allowed path that does
+/// not exist is left out, not an error); [`ConfineError::TooManyEntries`] past
+/// [`MAX_GRANTED_ENTRIES`].
+pub fn grants(deny: &[PathBuf], allow: &[PathBuf]) -> Result<Vec<Grant>, ConfineError> {
+    let mut withheld: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in deny {
+        withheld.insert(resolve(path)?);
+    }
+    // A withheld path inside another is already withheld.
+    let outer: Vec<PathBuf> = withheld.iter().cloned().collect();
+    withheld.retain(|path| !outer.iter().any(|o| o != path && path.starts_with(o)));
+    let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in &withheld {
+        ancestors.extend(path.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    let mut out = Vec::new();
+    if withheld.is_empty() {
+        out.push(Grant {
+            path: PathBuf::from("/"),
+            folder: true,
+        });
+    }
+    for folder in &ancestors {
+        // A folder that cannot be listed grants nothing of it: fail closed.
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = folder.join(entry.file_name());
+            if ancestors.contains(&path) || withheld.contains(&path) {
+                continue;
+            }
+            // The entry itself, never what a link points to.
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_symlink() {
+                continue;
+            }
+            if out.len() >= MAX_GRANTED_ENTRIES {
+                return Err(ConfineError::TooManyEntries {
+                    folder: folder.clone(),
+                    limit: MAX_GRANTED_ENTRIES,
+                });
+            }
+            out.push(Grant {
+                path,
+                folder: kind.is_dir(),
+            });
+        }
+    }
+    for path in allow {
+        let Ok(path) = std::fs::canonicalize(path) else {
+            continue;
+        };
+        // Granting a folder grants everything beneath it: never one holding a withheld path.
+        if withheld.iter().any(|w| w.starts_with(&path)) {
+            continue;
+        }
+        let folder = path.is_dir();
+        out.push(Grant { path, folder });
+    }
+    Ok(out)
+}
+
+/// `path` made absolute with every symbolic link resolved; for a path that does not exist,
+/// its deepest existing ancestor resolved and the rest appended as written (without `..`).
+fn resolve(path: &Path) -> Result<PathBuf, ConfineError> {
+    let error = |source| ConfineError::Resolve {
+        path: path.to_owned(),
+        source,
+    };
+    let absolute = std::path::absolute(path).map_err(error)?;
+    let mut existing = absolute.as_path();
+    let mut rest: Vec<Component<'_>> = Vec::new();
+    loop {
+        match std::fs::canonicalize(existing) {
+            Ok(mut resolved) => {
+                for component in rest.iter().rev() {
+                    match component {
+                        Component::ParentDir => {
+                            resolved.pop();
+                        }
+                        Component::Normal(name) => resolved.push(name),
+                        _ => {}
+                    }
+                }
+                return Ok(resolved);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(parent), Some(last)) =
+                    (existing.parent(), existing.components().next_back())
+                else {
+                    return Err(error(e));
+                };
+                rest.push(last);
+                existing = parent;
+            }
+            Err(e) => return Err(error(e)),
+        }
+    }
+}
+
+/// What the launcher was asked (`toolward __confine ...`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchRequest {
+    /// `--deny`: paths to withhold.
+    pub deny: Vec<PathBuf>,
+    /// `--allow`: paths to grant even beneath a withheld one.
+    pub allow: Vec<PathBuf>,
+    /// `--deny-tcp`.
+    pub deny_tcp: bool,
+    /// The program and its arguments, after `--`.
+    pub command: Vec<OsString>,
+}
+
+/// The launcher: confines this process as `request` says and `exec`s its program, so this
+/// returns only on failure. Must run before any other thread starts: Landlock restricts the
+/// calling thread (and what it starts from then on).
+///
+/// # Errors
+/// [`ConfineError`]: the paths, Landlock (including [`ConfineError::NotEnforced`] when the
+/// kernel enforces nothing: a server is never started unconfined by the launcher), or the
+/// `exec`.
+pub fn launch(request: &LaunchRequest) -> ConfineError {
+    let Some((program, args)) = request.command.split_first() else {
+        return ConfineError::NoProgram;
+    };
+    let grants = match grants(&request.deny, &request.allow) {
+        Ok(grants) => grants,
+        Err(e) => return e,
+    };
+    match restrict(&grants, request.deny_tcp) {
+        Ok(0) => return ConfineError::NotEnforced,
+        Ok(_) => {}
+        Err(e) => return e,
+    }
+    exec(program, args)
+}
+
+/// The probe: restricts this process as a launch withholding nothing would, and returns the
+/// Landlock ABI obtained (0: not enforced).
+///
+/// # Errors
+/// [`ConfineError::Landlock`].
+pub fn probe_self() -> Result<u32, ConfineError> {
+    let root = [Grant {
+        path: PathBuf::from("/"),
+        folder: true,
+    }];
+    restrict(&root, true)
+}
+
+#[cfg(unix)]
+fn exec(program: &OsString, args: &[OsString]) -> ConfineError {
+    use std::os::unix::process::CommandExt;
+    // The environment, standard streams and working directory are the launcher's: toolward
+    // set them for the server.
+    let source = std::process::Command::new(program).args(args).exec();
+    ConfineError::Exec {
+        program: program.clone(),
+        source,
+    }
+}
+
+#[cfg(not(unix))]
+fn exec(program: &OsString, _args: &[OsString]) -> ConfineError {
+    ConfineError::Exec {
+        program: program.clone(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "confinement is a Linux feature",
+        ),
+    }
+}
+
+/// Restricts this thread with Landlock: `grants`, and TCP denied when `deny_tcp`. Returns
+/// the ABI obtained (0: nothing enforced).
+#[cfg(target_os = "linux")]
+fn restrict(grants: &[Grant], deny_tcp: bool) -> Result<u32, ConfineError> {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, LandlockStatus, PathBeneath, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let refused = |e: landlock::RulesetError| ConfineError::Landlock {
+        reason: e.to_string(),
+    };
+    let abi = ABI::V6;
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(refused)?
+        .scope(Scope::from_all(abi))
+        .map_err(refused)?;
+    if deny_tcp {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(refused)?;
+    }
+    let mut created = ruleset.create().map_err(refused)?;
+    for grant in grants {
+        // `O_PATH | O_NOFOLLOW`: the entry itself, not what a link put there since the
+        // folder was read points to.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+            .open(&grant.path);
+        let file = match file {
+            Ok(file) => file,
+            // Gone since the folder was read: nothing to grant.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(ConfineError::Open {
+                    path: grant.path.clone(),
+                    source,
+                });
+            }
+        };
+        let kind = file.metadata().map_err(|source| ConfineError::Open {
+            path: grant.path.clone(),
+            source,
+        })?;
+        let access = if kind.is_dir() {
+            AccessFs::from_all(abi)
+        } else if kind.is_symlink() {
+            continue;
+        } else {
+            AccessFs::from_file(abi)
+        };
+        created = created
+            .add_rule(PathBeneath::new(file, access))
+            .map_err(refused)?;
+    }
+    let status = created.restrict_self().map_err(refused)?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Ok(0);
+    }
+    Ok(match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => {
+            effective_abi.to_string().parse().unwrap_or(1)
+        }
+        LandlockStatus::NotEnabled | LandlockStatus::NotImplemented => 0,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn restrict(_grants: &[Grant], _deny_tcp: bool) -> Result<u32, ConfineError> {
+    Ok(0)
+}
+
+#[cfg(test)]
+#[path = "confine/tests.rs"]
+mod tests;

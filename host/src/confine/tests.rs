@@ -1,0 +1,237 @@
+//! Which entries the launcher grants for a set of withheld paths (the file system part, with
+//! no Landlock), how it is asked, and what the plan says. The kernel's refusals are tested
+//! end to end in `tests/all/hostile/confine.rs`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::*;
+
+/// A tree: `root/a/{state/queue, sandbox/, file.txt, link -> state}`, `root/b/`.
+fn tree() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("a/state")).unwrap();
+    std::fs::write(root.join("a/state/queue"), "q").unwrap();
+    std::fs::create_dir_all(root.join("a/sandbox")).unwrap();
+    std::fs::write(root.join("a/file.txt"), "f").unwrap();
+    std::fs::create_dir_all(root.join("b")).unwrap();
+    std::os::unix::fs::symlink(root.join("a/state"), root.join("a/link")).unwrap();
+    (dir, root)
+}
+
+/// The grants under `root`, as paths relative to it, each marked `/` when a folder.
+fn under(grants: &[Grant], root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = grants
+        .iter()
+        .filter_map(|g| {
+            let relative = g.path.strip_prefix(root).ok()?.display().to_string();
+            Some(if g.folder {
+                format!("{relative}/")
+            } else {
+                relative
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_entry_beside_the_way_to_a_withheld_folder_is_granted_and_nothing_on_the_way() {
+    let (_dir, root) = tree();
+    let grants = grants(&[root.join("a/state")], &[]).unwrap();
+    // `a` and `root` are on the way: not granted; `a/state` is withheld; `a/link` is a link.
+    assert_eq!(under(&grants, &root), ["a/file.txt", "a/sandbox/", "b/"]);
+    assert!(
+        !grants
+            .iter()
+            .any(|g| g.path == root || g.path == root.join("a"))
+    );
+    // The way starts at `/`: its other entries are granted, `/` itself is not.
+    assert!(!grants.iter().any(|g| g.path == Path::new("/")));
+    assert!(
+        grants
+            .iter()
+            .any(|g| g.path == Path::new("/usr") && g.folder)
+    );
+}
+
+#[test]
+fn a_withheld_path_reached_through_a_symbolic_link_is_withheld_where_it_is() {
+    let (_dir, root) = tree();
+    let grants = grants(&[root.join("a/link")], &[]).unwrap();
+    assert_eq!(under(&grants, &root), ["a/file.txt", "a/sandbox/", "b/"]);
+}
+
+#[test]
+fn a_withheld_file_leaves_its_neighbours_granted_as_files_and_folders() {
+    let (_dir, root) = tree();
+    let grants = grants(&[root.join("a/file.txt")], &[]).unwrap();
+    assert_eq!(under(&grants, &root), ["a/sandbox/", "a/state/", "b/"]);
+}
+
+#[test]
+fn a_withheld_path_that_does_not_exist_yet_is_withheld_where_it_would_be_created() {
+    let (_dir, root) = tree();
+    let grants = grants(&[root.join("a/later/x")], &[]).unwrap();
+    assert_eq!(
+        under(&grants, &root),
+        ["a/file.txt", "a/sandbox/", "a/state/", "b/"]
+    );
+    assert!(!grants.iter().any(|g| g.path == root.join("a")));
+}
+
+#[test]
+fn a_path_inside_a_withheld_folder_changes_nothing() {
+    let (_dir, root) = tree();
+    let alone = grants(&[root.join("a")], &[]).unwrap();
+    let both = grants(&[root.join("a"), root.join("a/state/queue")], &[]).unwrap();
+    assert_eq!(under(&alone, &root), ["b/"]);
+    assert_eq!(under(&both, &root), ["b/"]);
+}
+
+#[test]
+fn an_allowed_folder_beneath_a_withheld_one_is_granted_but_never_one_that_holds_it() {
+    let (_dir, root) = tree();
+    let grants = grants(
+        &[root.join("a")],
+        &[root.join("a/sandbox"), root.join("a/missing"), root.clone()],
+    )
+    .unwrap();
+    assert_eq!(under(&grants, &root), ["a/sandbox/", "b/"]);
+}
+
+#[test]
+fn with_nothing_withheld_everything_is_granted() {
+    let grants = grants(&[], &[]).unwrap();
+    assert_eq!(
+        grants,
+        [Grant {
+            path: PathBuf::from("/"),
+            folder: true
+        }]
+    );
+}
+
+#[test]
+fn the_launcher_is_asked_with_each_path_then_the_program_after_a_separator() {
+    let confinement = Confinement {
+        launcher: PathBuf::from("/bin/toolward"),
+        deny: vec![PathBuf::from("/s"), PathBuf::from("/c.json")],
+        allow: vec![PathBuf::from("/h/fs")],
+        deny_tcp: true,
+        abi: 7,
+    };
+    let args = confinement.launcher_args("node", &["--deny".to_owned(), "x".to_owned()]);
+    let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+    assert_eq!(
+        args,
+        [
+            "__confine",
+            "--deny",
+            "/s",
+            "--deny",
+            "/c.json",
+            "--allow",
+            "/h/fs",
+            "--deny-tcp",
+            "--",
+            "node",
+            "--deny",
+            "x"
+        ]
+    );
+    assert!(confinement.tcp_denied());
+    let old = Confinement {
+        abi: 3,
+        ..confinement
+    };
+    assert!(!old.tcp_denied());
+    assert!(Plan::Confined(old).describe().contains("TCP NOT denied"));
+}
+
+fn config(value: serde_json::Value, base: &Path) -> Config {
+    Config::from_value(value, base).unwrap()
+}
+
+#[test]
+fn the_state_folder_config_rules_manifest_and_audit_log_are_withheld_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    std::fs::write(dir.path().join("logs/audit.jsonl.lock"), "").unwrap();
+    std::fs::write(dir.path().join("logs/other"), "").unwrap();
+    let mut config = config(
+        json!({
+            "mcpServers": { "fs": { "command": "node" } },
+            "rules": { "file": "rules.json" },
+            "policy": { "settings": "settings.json" },
+            "audit": { "file": "logs/audit.jsonl" },
+        }),
+        dir.path(),
+    );
+    config.file = Some(dir.path().join("toolward.json"));
+    let deny = default_denied(&config);
+    let base = dir.path();
+    for path in [
+        "state",
+        "toolward.json",
+        "rules.json",
+        "settings.json",
+        "manifest.json",
+        "logs/audit.jsonl",
+        "logs/audit.jsonl.lock",
+        ".toolward-servers",
+    ] {
+        assert!(deny.contains(&base.join(path)), "`{path}` not in {deny:?}");
+    }
+    assert!(!deny.contains(&base.join("logs/other")));
+}
+
+#[test]
+fn a_server_unconfined_by_the_config_says_why_and_an_http_server_has_no_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        json!({
+            "mcpServers": {
+                "docker": { "command": "docker-mcp", "confine": { "unconfined": "it talks to the docker socket" } },
+                "remote": { "url": "https://example.invalid/mcp" },
+            },
+            "rules": { "file": "rules.json" },
+        }),
+        dir.path(),
+    );
+    let plan = plan(&config, &config.servers["docker"]).unwrap();
+    assert_eq!(
+        plan,
+        Plan::Unconfined {
+            reason: "unconfined by the config: it talks to the docker socket".to_owned(),
+            chosen: true
+        }
+    );
+    assert_eq!(
+        crate::confine::plan(&config, &config.servers["remote"]),
+        None
+    );
+}
+
+#[test]
+fn without_a_launcher_a_server_runs_unconfined_and_the_plan_says_how_to_fix_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        json!({
+            "mcpServers": { "fs": { "command": "node" } },
+            "rules": { "file": "rules.json" },
+            "confine": { "launcher": "/nonexistent/toolward" },
+        }),
+        dir.path(),
+    );
+    let plan = plan(&config, &config.servers["fs"]).unwrap();
+    let Plan::Unconfined { reason, chosen } = plan else {
+        panic!("confined: {plan:?}");
+    };
+    assert!(!chosen);
+    assert!(reason.contains("/nonexistent/toolward"), "{reason}");
+    assert!(reason.contains(LAUNCHER_ENV), "{reason}");
+}
