@@ -235,7 +235,9 @@ pub enum AuditError {
     /// An earlier write or sync failed (or the file was replaced or cut short), so the end
     /// of the file is unknown; the log refuses every further record rather than write one
     /// whose chain may be broken. Restart toolward (which recovers a torn line) to continue.
-    #[error("audit log `{path}` refuses records after an earlier failure ({reason}); restart toolward")]
+    #[error(
+        "audit log `{path}` refuses records after an earlier failure ({reason}); restart toolward"
+    )]
     Failed {
         /// The log file.
         path: PathBuf,
@@ -533,9 +535,7 @@ fn read_line(mut file: &File, start: u64, end: u64, path: &Path) -> Result<Tail,
     };
     let mut line = Vec::new();
     file.seek(SeekFrom::Start(start)).map_err(read_err)?;
-    file.take(bytes)
-        .read_to_end(&mut line)
-        .map_err(read_err)?;
+    file.take(bytes).read_to_end(&mut line).map_err(read_err)?;
     Ok(Tail {
         complete_len: end + 1,
         last_line: Some(line),
@@ -685,10 +685,7 @@ fn verify_inner(
 }
 
 /// Walks the chain, telling `seen` each intact record's `seq` and hash.
-fn verify_lines(
-    path: &Path,
-    mut seen: impl FnMut(u64, &str),
-) -> Result<VerifyReport, AuditError> {
+fn verify_lines(path: &Path, mut seen: impl FnMut(u64, &str)) -> Result<VerifyReport, AuditError> {
     let read_err = |action: &'static str| {
         let path = path.to_path_buf();
         move |source| AuditError::Io {
@@ -873,7 +870,11 @@ mod tests {
         log.write([event(AuditKind::Result, "a")]).unwrap();
         let deadline = std::time::Instant::now() + SYNC_DELAY * 20;
         while log.syncs() == 0 {
-            assert!(std::time::Instant::now() < deadline, "no sync within {:?}", SYNC_DELAY * 20);
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no sync within {:?}",
+                SYNC_DELAY * 20
+            );
             std::thread::sleep(SYNC_DELAY / 10);
         }
         assert_eq!(log.syncs(), 1);
@@ -900,7 +901,8 @@ mod tests {
         let a = AuditLog::open(&path, AuditSync::Always).unwrap();
         let b = AuditLog::open(&path, AuditSync::None).unwrap();
         for i in 0..20 {
-            a.append(event(AuditKind::CallReceived, &format!("a{i}"))).unwrap();
+            a.append(event(AuditKind::CallReceived, &format!("a{i}")))
+                .unwrap();
             b.write_now([event(AuditKind::CallReceived, &format!("b{i}"))])
                 .unwrap();
         }
@@ -916,7 +918,10 @@ mod tests {
         let log = AuditLog::open(&path, AuditSync::Always).unwrap();
         fs::remove_file(&path).unwrap();
         let err = log.append(event(AuditKind::Decision, "c1")).unwrap_err();
-        assert!(matches!(err, AuditError::Replaced { how: "deleted", .. }), "{err}");
+        assert!(
+            matches!(err, AuditError::Replaced { how: "deleted", .. }),
+            "{err}"
+        );
         let again = log.append(event(AuditKind::Decision, "c2")).unwrap_err();
         assert!(matches!(again, AuditError::Failed { .. }), "{again}");
 
@@ -960,7 +965,10 @@ mod tests {
         let head = head.unwrap();
         assert_eq!(head.records, 3);
         assert_eq!(head.hash, verify(&path).unwrap().last_hash);
-        assert_eq!(fs::metadata(&head_path).unwrap().len(), head::HEAD_FILE_BYTES as u64);
+        assert_eq!(
+            fs::metadata(&head_path).unwrap().len(),
+            head::HEAD_FILE_BYTES as u64
+        );
         let mode = fs::metadata(&head_path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let log = AuditLog::open_with_head(&path, AuditSync::Always, &state).unwrap();
@@ -986,7 +994,10 @@ mod tests {
         );
         let message = err.to_string();
         assert!(message.contains("seq 3 to 4 are missing"), "{message}");
-        assert!(message.contains("toolward audit accept --config"), "{message}");
+        assert!(
+            message.contains("toolward audit accept --config"),
+            "{message}"
+        );
 
         let (head, _) = read_head(&state, &path).unwrap();
         let (report, problem) = verify_with_head(&path, &head.unwrap()).unwrap();
@@ -1037,8 +1048,11 @@ mod tests {
         let (_dir, path, state) = headed_log_of(3);
         // Records a crash kept past the last head: written by a log without the head.
         let log = AuditLog::open(&path, AuditSync::None).unwrap();
-        log.write_now([event(AuditKind::Result, "c3"), event(AuditKind::Result, "c4")])
-            .unwrap();
+        log.write_now([
+            event(AuditKind::Result, "c3"),
+            event(AuditKind::Result, "c4"),
+        ])
+        .unwrap();
         drop(log);
         let log = AuditLog::open_with_head(&path, AuditSync::Always, &state).unwrap();
         assert_eq!(log.head().unwrap().records, 5);

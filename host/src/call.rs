@@ -601,7 +601,10 @@ impl Run<'_> {
         // Without a sync an append is one buffered write: cheaper here than the hop to a
         // blocking thread and back.
         if audit.sync_mode() == AuditSync::None {
-            return audit.append_batch(group).map(|_| ()).map_err(|e| e.to_string());
+            return audit
+                .append_batch(group)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
         }
         // fsync blocks: keep it off the async workers.
         match tokio::task::spawn_blocking(move || audit.append_batch(group)).await {

@@ -434,9 +434,9 @@ async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
             Ok(toolward)
         }
         Err(
-            error @ toolward::start::StartFailure::Audit(toolward::audit::AuditError::HeadMismatch {
-                ..
-            }),
+            error @ toolward::start::StartFailure::Audit(
+                toolward::audit::AuditError::HeadMismatch { .. },
+            ),
         ) => {
             let config = config_path.display();
             Err(usage(anyhow!(
@@ -748,7 +748,10 @@ fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
     let head = log.head();
     drop(log);
     match problem {
-        None => println!("`{}` matches its head: nothing to accept", config.audit.file.display()),
+        None => println!(
+            "`{}` matches its head: nothing to accept",
+            config.audit.file.display()
+        ),
         Some(problem) => println!(
             "`{}`: accepted as it is ({problem}); a `recovered` record says so",
             config.audit.file.display()

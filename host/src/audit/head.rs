@@ -100,7 +100,10 @@ impl fmt::Display for HeadProblem {
                 write!(f, "the record of seq {first} is missing from its end")
             }
             Self::Missing { first, last } => {
-                write!(f, "the records of seq {first} to {last} are missing from its end")
+                write!(
+                    f,
+                    "the records of seq {first} to {last} are missing from its end"
+                )
             }
             Self::Differs { seq, found } => write!(
                 f,
@@ -140,9 +143,13 @@ pub fn head_name(log: &Path) -> Result<PathBuf, AuditError> {
     };
     let absolute = std::path::absolute(log).map_err(resolve)?;
     let (Some(folder), Some(file_name)) = (absolute.parent(), absolute.file_name()) else {
-        return Err(resolve(std::io::Error::from(std::io::ErrorKind::InvalidInput)));
+        return Err(resolve(std::io::Error::from(
+            std::io::ErrorKind::InvalidInput,
+        )));
     };
-    let canonical = std::fs::canonicalize(folder).map_err(resolve)?.join(file_name);
+    let canonical = std::fs::canonicalize(folder)
+        .map_err(resolve)?
+        .join(file_name);
     let name = format!(
         "{}.head",
         sha256_hex(canonical.as_os_str().as_encoded_bytes())
@@ -156,10 +163,7 @@ pub fn head_name(log: &Path) -> Result<PathBuf, AuditError> {
 /// # Errors
 /// [`AuditError::State`] when the head file is not private or not a regular file,
 /// [`AuditError::HeadCorrupt`] when it does not hold a head.
-pub fn read_head(
-    state: &StateDir,
-    log: &Path,
-) -> Result<(Option<AuditHead>, PathBuf), AuditError> {
+pub fn read_head(state: &StateDir, log: &Path) -> Result<(Option<AuditHead>, PathBuf), AuditError> {
     let name = head_name(log)?;
     let path = state.path().join(&name);
     match state.dir().symlink_metadata(&name) {
@@ -234,7 +238,7 @@ impl HeadFile {
 
 /// The head in `file`, `None` when it is empty.
 fn parse(file: &File, path: &Path) -> Result<Option<AuditHead>, AuditError> {
-    let mut buf = vec![0u8; HEAD_FILE_BYTES + 1];
+    let mut buf = [0u8; HEAD_FILE_BYTES + 1];
     let mut read = 0;
     while read < buf.len() {
         let slice = buf.get_mut(read..).unwrap_or_default();
@@ -260,11 +264,10 @@ fn parse(file: &File, path: &Path) -> Result<Option<AuditHead>, AuditError> {
             path: path.to_path_buf(),
         });
     }
-    let head: AuditHead = serde_json::from_slice(bytes.trim_ascii_end()).map_err(|_| {
-        AuditError::HeadCorrupt {
+    let head: AuditHead =
+        serde_json::from_slice(bytes.trim_ascii_end()).map_err(|_| AuditError::HeadCorrupt {
             path: path.to_path_buf(),
-        }
-    })?;
+        })?;
     let hex = head.hash.len() == 64 && head.hash.bytes().all(|b| b.is_ascii_hexdigit());
     if !hex {
         return Err(AuditError::HeadCorrupt {

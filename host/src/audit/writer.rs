@@ -511,7 +511,10 @@ impl AuditLog {
     /// # Errors
     ///
     /// As [`append`](Self::append).
-    pub fn write_now(&self, events: impl IntoIterator<Item = AuditEvent>) -> Result<u64, AuditError> {
+    pub fn write_now(
+        &self,
+        events: impl IntoIterator<Item = AuditEvent>,
+    ) -> Result<u64, AuditError> {
         let events: Vec<AuditEvent> = events.into_iter().collect();
         self.shared
             .submit(events, Need::Written)
@@ -625,7 +628,10 @@ impl Shared {
                 continue;
             }
             state.waiting += 1;
-            state = self.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = self
+                .done
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
             state.waiting -= 1;
         }
     }
@@ -939,7 +945,10 @@ impl Shared {
         let mut state = self.lock_state();
         while state.leading {
             state.waiting += 1;
-            state = self.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = self
+                .done
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
             state.waiting -= 1;
         }
         if let Some(reason) = &state.failed {
@@ -967,7 +976,10 @@ impl Shared {
             }
             if !state.armed {
                 deadline = None;
-                state = self.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+                state = self
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
             let now = Instant::now();
@@ -1033,9 +1045,7 @@ fn cut_torn(file: &File, from: u64, len: u64, path: &Path) -> Result<AuditEvent,
     };
     let mut torn = Vec::new();
     let mut reader = file;
-    reader
-        .seek(SeekFrom::Start(from))
-        .map_err(io_err("read"))?;
+    reader.seek(SeekFrom::Start(from)).map_err(io_err("read"))?;
     reader
         .take(MAX_RECORD_BYTES as u64 + 1)
         .read_to_end(&mut torn)

@@ -95,7 +95,10 @@ fn serve_calls(bin: &Path, config: &Path, who: &'static str) -> String {
     drop(stdin);
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut gateway.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert!(gateway.wait().unwrap().success(), "gateway `{who}`: {stderr}");
+    assert!(
+        gateway.wait().unwrap().success(),
+        "gateway `{who}`: {stderr}"
+    );
     stderr
 }
 
@@ -247,7 +250,11 @@ fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> Option
 #[tokio::test]
 async fn a_log_deleted_or_replaced_while_serving_makes_calls_fail_closed() {
     for replace in [false, true] {
-        let bench = unpinned(if replace { "log-replaced" } else { "log-deleted" });
+        let bench = unpinned(if replace {
+            "log-replaced"
+        } else {
+            "log-deleted"
+        });
         let toolward = bench.pin_and_start().await;
         let first = call(&toolward, "s__work").await;
         assert!(!first.is_error(), "{}", first.text());
