@@ -37,6 +37,14 @@
 //! before anything is forwarded), `approval-asked` and `approval-answered` for a held call,
 //! `forwarded`, and exactly one of `result` or `refusal` at the end. A call that cannot write
 //! a record that must precede an action does not take that action.
+//!
+//! Records are grouped by what they precede, each group one `write`: an allowed call writes
+//! `call-received`, `decision` and `forwarded` together and syncs once before forwarding
+//! (with `audit.sync: always`), then `result` without waiting for a sync; a held call syncs
+//! once before asking (`call-received`, `decision`, `approval-asked`) and once more before
+//! going on (`approval-answered`, then `forwarded` or the refusal); a denied call syncs its
+//! `decision` with its `refusal` before the answer. A call refused before its decision
+//! writes its `call-received` and `refusal` together, unsynced (no action follows).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -445,6 +453,7 @@ impl CallPath {
         let call_id = new_ulid();
         let mut run = Run {
             path: self,
+            staged: std::sync::Mutex::new(Vec::new()),
             call_id: call_id.clone(),
             ctx,
             tool: self.registry.get(exposed_name),
@@ -486,6 +495,8 @@ type StepError = (CallError, CallOutcome);
 /// The state of one call in flight.
 struct Run<'a> {
     path: &'a CallPath,
+    /// Records not yet written: the group the next action needs on record.
+    staged: std::sync::Mutex<Vec<AuditEvent>>,
     call_id: String,
     ctx: &'a CallContext,
     tool: Option<&'a RegisteredTool>,
@@ -507,7 +518,10 @@ impl Drop for Run<'_> {
                 "the call was cancelled before it finished (the client cancelled it or went away)",
             ));
             event.duration_ms = Some(self.elapsed_ms());
-            if let Err(error) = audit.append(event) {
+            let mut group = self.take_staged();
+            group.push(event);
+            // Never waits: a drop runs on the async worker.
+            if let Err(error) = audit.write(group) {
                 tracing::error!(call_id = %self.call_id, "cannot record the cancellation of call `{}`: {error}", self.call_id);
             }
         }
@@ -559,22 +573,56 @@ impl Run<'_> {
         event
     }
 
-    /// Writes `event`; with `audit.sync: always` it is on disk when this returns.
+    /// Adds `event` to the group the next action needs on record.
+    fn stage(&self, event: AuditEvent) {
+        self.staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(event);
+    }
+
+    fn take_staged(&self) -> Vec<AuditEvent> {
+        std::mem::take(
+            &mut *self
+                .staged
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Writes the staged group with `event` in one `write`; with `audit.sync: always` it is
+    /// on disk when this returns (one sync, shared with the calls in flight).
     async fn record(&self, event: AuditEvent) -> Result<(), String> {
+        self.stage(event);
+        let group = self.take_staged();
         let Some(audit) = self.path.audit.clone() else {
             return Ok(());
         };
         // Without a sync an append is one buffered write: cheaper here than the hop to a
-        // blocking thread and back, three times a call.
+        // blocking thread and back.
         if audit.sync_mode() == AuditSync::None {
-            return audit.append(event).map(|_| ()).map_err(|e| e.to_string());
+            return audit
+                .append_batch(group)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
         }
         // fsync blocks: keep it off the async workers.
-        match tokio::task::spawn_blocking(move || audit.append(event)).await {
+        match tokio::task::spawn_blocking(move || audit.append_batch(group)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(error) => Err(format!("the audit writer stopped: {error}")),
         }
+    }
+
+    /// Writes the staged group with `event` in one `write`, without waiting for a sync (the
+    /// next sync, or the log's timer, puts it on disk): for records no action waits for.
+    fn record_unsynced(&self, event: AuditEvent) -> Result<(), String> {
+        self.stage(event);
+        let group = self.take_staged();
+        let Some(audit) = &self.path.audit else {
+            return Ok(());
+        };
+        audit.write(group).map_err(|e| e.to_string())
     }
 
     /// Writes a record that must precede the next step; failing, the call is refused.
@@ -603,7 +651,20 @@ impl Run<'_> {
         if outcome.forwarded() {
             event.is_error = Some(true);
         }
-        if let Err(reason) = self.record(event).await {
+        // A refusal that answers a decision or an approval's answer goes on disk with them
+        // before the answer; any other refusal precedes no action.
+        let decided = self
+            .staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|e| matches!(e.kind, AuditKind::Decision | AuditKind::ApprovalAnswered));
+        let recorded = if decided {
+            self.record(event).await
+        } else {
+            self.record_unsynced(event)
+        };
+        if let Err(reason) = recorded {
             tracing::error!(call_id = %self.call_id, "cannot record the end of call `{}`: {reason}", self.call_id);
         }
         self.finished = true;
@@ -621,7 +682,8 @@ impl Run<'_> {
         if self.path.settings.record_arguments {
             event.arguments = Some(received);
         }
-        self.record_or_refuse(event).await?;
+        // Written with the decision, or with the refusal that comes before one.
+        self.stage(event);
 
         let Some(tool) = self.tool else {
             let tool = self.tool_name();
@@ -727,7 +789,9 @@ impl Run<'_> {
         };
         event.decision = Some(verdict);
         event.reason = reason;
-        self.record_or_refuse(event).await?;
+        // Written (and synced) with what follows it: `forwarded`, `approval-asked` or the
+        // refusal, before that action.
+        self.stage(event);
 
         let outcome = match decision {
             Decision::Allow => CallOutcome::Allowed,
@@ -787,7 +851,8 @@ impl Run<'_> {
                         Some(reason)
                     }
                 };
-                self.record_or_refuse(event).await?;
+                // Synced with what follows: `forwarded`, or the refusal before the answer.
+                self.stage(event);
                 if let Some(reason) = refusal {
                     return Err((
                         CallError::NotApproved {
@@ -837,7 +902,7 @@ impl Run<'_> {
         event.result_bytes = Some(received_bytes.len() as u64);
         event.truncated = Some(truncated);
         event.duration_ms = Some(self.elapsed_ms());
-        if let Err(reason) = self.record(event).await {
+        if let Err(reason) = self.record_unsynced(event) {
             // The server has acted; withholding its answer would only hide that it did.
             tracing::error!(call_id = %self.call_id, "cannot record the result of call `{}`: {reason}", self.call_id);
         }
@@ -1256,12 +1321,9 @@ pub fn new_ulid() -> String {
 }
 
 fn random_80() -> u128 {
-    use std::io::Read;
+    // `getrandom(2)`: one system call, no file opened per call.
     let mut bytes = [0u8; 16];
-    let from_os = std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut bytes))
-        .is_ok();
-    if from_os {
+    if getrandom::fill(&mut bytes).is_ok() {
         return u128::from_le_bytes(bytes);
     }
     use std::hash::{BuildHasher, Hasher};

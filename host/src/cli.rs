@@ -165,13 +165,26 @@ enum ApprovalsCommand {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Check the chain of FILE.
+    /// Check the chain of FILE, or of the config's log and against its head (exit 1 naming
+    /// the missing records when the log was cut short).
     Verify {
         /// The audit log (JSONL).
-        file: PathBuf,
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The config whose `audit.file` to check, against the head kept in its `state_dir`.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Continue the config's log as it is when it no longer matches its head (`serve` refuses
+    /// to start on it): appends a `recovered` record saying how it differed, and makes its
+    /// end the head. Run `audit verify --config` first to see what is missing.
+    Accept {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
     },
 }
 
@@ -333,8 +346,15 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
         } => call(&config, &tool, &args, json).await,
         Command::Approvals { config, command } => approvals(&config, command),
         Command::Audit {
-            command: AuditCommand::Verify { file, json },
-        } => audit_verify(&file, json),
+            command: AuditCommand::Verify { file, config, json },
+        } => match (file, config) {
+            (Some(file), _) => audit_verify(&file, None, json),
+            (None, Some(config)) => audit_verify_config(&config, json),
+            (None, None) => Err(usage(anyhow!("give an audit log or `--config`"))),
+        },
+        Command::Audit {
+            command: AuditCommand::Accept { config },
+        } => audit_accept(&config),
         Command::Policy {
             command:
                 PolicyCommand::Inspect {
@@ -472,7 +492,23 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
 
 async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
     let config = read_config(config_path)?;
-    toolward::Toolward::start(config).await.map_err(usage)
+    match toolward::Toolward::start(config).await {
+        Ok(toolward) => {
+            print_audit_head(&toolward);
+            Ok(toolward)
+        }
+        Err(
+            error @ toolward::start::StartFailure::Audit(
+                toolward::audit::AuditError::HeadMismatch { .. },
+            ),
+        ) => {
+            let config = config_path.display();
+            Err(usage(anyhow!(
+                "{error}: `toolward audit verify --config {config}` names what is missing; `toolward audit accept --config {config}` continues the log as it is"
+            )))
+        }
+        Err(error) => Err(usage(error)),
+    }
 }
 
 async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
@@ -691,15 +727,29 @@ fn suggested_rules(report: &load::LoadReport) -> String {
     serde_json::to_string_pretty(&serde_json::json!({ "servers": servers })).unwrap_or_default()
 }
 
-fn audit_verify(file: &Path, json: bool) -> Result<ExitCode, Failure> {
-    let report = toolward::audit::verify(file).map_err(failure)?;
+/// `audit verify FILE`, or with `head` (the head and its file) `audit verify --config`.
+fn audit_verify(
+    file: &Path,
+    head: Option<(toolward::audit::AuditHead, PathBuf)>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let (report, problem) = match &head {
+        Some((head, _)) => toolward::audit::verify_with_head(file, head).map_err(failure)?,
+        None => (toolward::audit::verify(file).map_err(failure)?, None),
+    };
     if json {
         let value = serde_json::json!({
             "file": file.display().to_string(),
             "records": report.records,
             "last_hash": report.last_hash,
-            "intact": report.first_break.is_none(),
+            "intact": report.first_break.is_none() && problem.is_none(),
             "first_break": report.first_break.as_ref().map(|b| b.to_string()),
+            "head": head.as_ref().map(|(head, path)| serde_json::json!({
+                "file": path.display().to_string(),
+                "records": head.records,
+                "hash": head.hash,
+                "problem": problem.as_ref().map(ToString::to_string),
+            })),
         });
         println!("{value:#}");
     } else {
@@ -712,12 +762,79 @@ fn audit_verify(file: &Path, json: bool) -> Result<ExitCode, Failure> {
             ),
             Some(b) => println!("`{}`: chain broken: {b}", file.display()),
         }
+        if let Some((head, path)) = &head {
+            match &problem {
+                None => println!("head `{}` ({head}): matches", path.display()),
+                Some(problem) => println!(
+                    "head `{}` ({head}): does not match: {problem}",
+                    path.display()
+                ),
+            }
+        }
     }
-    Ok(if report.first_break.is_some() {
+    Ok(if report.first_break.is_some() || problem.is_some() {
         ExitCode::from(EXIT_FOUND)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `audit verify --config`: the config's log, against its head.
+fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let state = toolward::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    let file = &config.audit.file;
+    if !file.exists() {
+        let (head, _) = toolward::audit::read_head(&state, file).map_err(failure)?;
+        return match head {
+            Some(head) if head.records > 0 => {
+                println!(
+                    "`{}`: missing; its head ({head}) names {} records",
+                    file.display(),
+                    head.records
+                );
+                Ok(ExitCode::from(EXIT_FOUND))
+            }
+            _ => Err(usage(anyhow!("no audit log at `{}`", file.display()))),
+        };
+    }
+    let (head, head_path) = toolward::audit::read_head(&state, file).map_err(failure)?;
+    audit_verify(file, head.map(|head| (head, head_path)), json)
+}
+
+/// `audit accept --config`.
+fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let state = toolward::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    let (log, problem) =
+        toolward::audit::AuditLog::accept(&config.audit.file, config.audit.sync, &state)
+            .map_err(failure)?;
+    let head = log.head();
+    drop(log);
+    match problem {
+        None => println!(
+            "`{}` matches its head: nothing to accept",
+            config.audit.file.display()
+        ),
+        Some(problem) => println!(
+            "`{}`: accepted as it is ({problem}); a `recovered` record says so",
+            config.audit.file.display()
+        ),
+    }
+    if let Some(head) = head {
+        println!("head: {head}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the audit log's head at start, so the operator can keep it elsewhere.
+fn print_audit_head(toolward: &toolward::Toolward) {
+    if let Some(head) = toolward.audit_head() {
+        eprintln!(
+            "toolward: audit log `{}`: head {head}",
+            toolward.audit_path().display()
+        );
+    }
 }
 
 /// The bytes of a component named on the command line: a `.wasm` path, or `built-in`.

@@ -62,6 +62,7 @@ pub enum StartFailure {
 #[derive(Debug)]
 pub struct Toolward {
     config: Config,
+    audit: Arc<AuditLog>,
     call_path: Arc<CallPath>,
     report: LoadReport,
     session: String,
@@ -96,10 +97,19 @@ impl Toolward {
             components.digests.clone(),
         )
         .await?;
+        // The head lives in the state folder (opened first: it is created 0700, and the log
+        // is often inside it); other processes on this config write the same log, each
+        // under the file's lock.
+        let state = crate::store::StateDir::open(&config.state_dir)
+            .map_err(crate::audit::AuditError::from)?;
         if let Some(parent) = config.audit.file.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
-        let audit = AuditLog::open(&config.audit.file, config.audit.sync)?;
+        let audit = Arc::new(AuditLog::open_with_head(
+            &config.audit.file,
+            config.audit.sync,
+            &state,
+        )?);
         let hashes = ComponentHashes {
             rules_sha256: components.digests.get("rules").cloned(),
             policy_sha256: components.digests.get("policy").cloned(),
@@ -109,9 +119,10 @@ impl Toolward {
             detail: serde_json::to_value(&report).ok(),
             ..AuditEvent::new(AuditKind::Load)
         })?;
-        // The log's lock shows that no other process serves this config: a call still
-        // pending in the approval queue was held by a process that ended. It was never
-        // forwarded; record that, and take it out of the queue so nobody approves it.
+        // A call still pending in the approval queue was held by a process that ended. It was
+        // never forwarded; record that, and take it out of the queue so nobody approves it.
+        // (The audit log no longer shows that no other process serves this config: several
+        // may share it. Telling a live pending entry from an abandoned one is the queue's.)
         let abandoned = crate::approval::abandon_pending(&config.state_dir).unwrap_or_default();
         for request in abandoned {
             audit.append(AuditEvent {
@@ -131,17 +142,30 @@ impl Toolward {
         let call_path = CallPath::new(
             registry,
             components.policy.clone(),
-            Some(Arc::new(audit)),
+            Some(Arc::clone(&audit)),
             CallSettings::from_config(&config),
             hashes,
         );
         Ok(Toolward {
+            audit,
             session: crate::call::new_ulid(),
             supervisors,
             config,
             call_path: Arc::new(call_path),
             report,
         })
+    }
+
+    /// The audit log's head as it was after the start's records reached the disk (its
+    /// record count and last hash): print it so it can be kept elsewhere, where a later
+    /// `toolward audit verify` can be checked against it.
+    pub fn audit_head(&self) -> Option<crate::audit::AuditHead> {
+        self.audit.head()
+    }
+
+    /// The audit log's path.
+    pub fn audit_path(&self) -> &std::path::Path {
+        self.audit.path()
     }
 
     /// The load report.

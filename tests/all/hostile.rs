@@ -13,6 +13,7 @@ mod policy_faults;
 mod processes;
 mod results;
 mod schemas;
+mod shared_log;
 mod unavailable;
 
 use std::collections::BTreeMap;
