@@ -55,10 +55,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::canonical::{self, CanonicalError, Value};
+use crate::config::operator_file::{self, OperatorFileError};
 use crate::listing::visible;
 use crate::schema;
 
@@ -110,6 +111,35 @@ pub enum ManifestError {
         path: PathBuf,
         /// [`MAX_MANIFEST_BYTES`].
         limit: u64,
+    },
+    /// The file is not a regular file (`/dev/zero`, a FIFO).
+    #[error(transparent)]
+    File(OperatorFileError),
+    /// The file is owned by another user than the one toolward runs as.
+    #[error(
+        "the manifest `{}` is owned by uid {owner}, not by uid {euid} that toolward runs as: whoever owns it decides which tools the model sees; review it, then run `chown {euid} {}`",
+        path.display(),
+        path.display()
+    )]
+    Owner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// The effective uid of this process.
+        euid: u32,
+    },
+    /// Group or others may write the file.
+    #[error(
+        "the manifest `{}` has mode {mode:04o}: group or others can change which tools the model sees; review it, then run `chmod go-w {}`",
+        path.display(),
+        path.display()
+    )]
+    Writable {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The text is not JSON.
     #[error("the manifest is not valid JSON")]
@@ -230,28 +260,29 @@ impl Manifest {
         })
     }
 
-    /// Reads the manifest file at `path` (at most [`MAX_MANIFEST_BYTES`]).
+    /// Reads the manifest file at `path`: a regular file of at most [`MAX_MANIFEST_BYTES`]
+    /// (read as [`operator_file`] says), owned by the effective user and not writable by
+    /// group or others (it may be `0644`: it is reviewed and committed, not secret).
     ///
     /// # Errors
     ///
-    /// [`ManifestError::Read`], [`ManifestError::TooLarge`], and those of
+    /// [`ManifestError::Read`], [`ManifestError::File`], [`ManifestError::TooLarge`],
+    /// [`ManifestError::Owner`], [`ManifestError::Writable`], and those of
     /// [`Manifest::parse`].
     pub fn read(path: &Path) -> Result<Manifest, ManifestError> {
-        let read_error = |source| ManifestError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = fs::File::open(path).map_err(read_error)?;
-        let mut bytes = Vec::new();
-        file.take(MAX_MANIFEST_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
-        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_MANIFEST_BYTES {
-            return Err(ManifestError::TooLarge {
+        let read = operator_file::read_with_metadata(path, "manifest", MAX_MANIFEST_BYTES);
+        let (bytes, meta) = read.map_err(|error| match error {
+            OperatorFileError::Io { source, .. } => ManifestError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+            OperatorFileError::TooLarge { .. } => ManifestError::TooLarge {
                 path: path.to_path_buf(),
                 limit: MAX_MANIFEST_BYTES,
-            });
-        }
+            },
+            other => ManifestError::File(other),
+        })?;
+        check_owner_and_mode(&meta, path)?;
         Manifest::parse(&bytes)
     }
 
@@ -353,9 +384,45 @@ impl Manifest {
     }
 }
 
-/// Writes `bytes` to a new file at `path` and flushes it to disk.
+/// Mode of the manifest toolward writes: owner read and write, others read (it is reviewed
+/// and committed, not secret). [`Manifest::read`] refuses one group or others may write.
+pub const MANIFEST_MODE: u32 = 0o644;
+
+/// The manifest's owner must be the effective user and group and others must not write it.
+fn check_owner_and_mode(meta: &fs::Metadata, path: &Path) -> Result<(), ManifestError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let euid = crate::store::state_dir::euid();
+        if meta.uid() != euid {
+            return Err(ManifestError::Owner {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                euid,
+            });
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(ManifestError::Writable {
+                path: path.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (meta, path);
+    Ok(())
+}
+
+/// Writes `bytes` to a new file at `path` (mode [`MANIFEST_MODE`]) and flushes it to disk.
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = fs::File::create(path)?;
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(MANIFEST_MODE);
+    }
+    let mut file = options.open(path)?;
     file.write_all(bytes)?;
     file.sync_all()
 }
