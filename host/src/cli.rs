@@ -1,5 +1,6 @@
 //! Command-line interface of the `toolward` binary.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -355,6 +356,11 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     for error in outcome.failures.values() {
         eprintln!("toolward: not pinned: {}", load::error_chain(error));
     }
+    for (server, tools) in &outcome.refused {
+        for (tool, why) in tools {
+            eprintln!("toolward: refused tool `{tool}` of server `{server}`: {why}");
+        }
+    }
     if dry_run {
         return Ok(ExitCode::SUCCESS);
     }
@@ -380,6 +386,14 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
             "toolward: {} servers were not pinned ({}); fix them and run `toolward pin --server NAME`",
             failed.len(),
             failed.join(", ")
+        );
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    }
+    if !outcome.refused.is_empty() {
+        let refused: usize = outcome.refused.values().map(BTreeMap::len).sum();
+        eprintln!(
+            "toolward: {} refused and not pinned (recorded under `refused` in the manifest, and reported by `toolward check`); the other tools are pinned",
+            plural(refused, "tool")
         );
         return Ok(ExitCode::from(EXIT_FAILURE));
     }

@@ -445,7 +445,7 @@ pub async fn load(
 
     register_candidates(config, &pattern, candidates, &mut report, &mut registry);
     note_absent(config, &report, &mut registry);
-    report.rules_notes = rules_notes(config, &listed);
+    report.rules_notes = rules_notes(config, &listed, &report.servers);
     Ok((registry, report))
 }
 
@@ -518,14 +518,23 @@ pub fn register_candidates(
 }
 
 /// The names in the rules file that match nothing (see [`LoadReport::rules_notes`]).
-/// `listed` holds the tool names of each server whose listing loaded. Only for the built-in
-/// rules component, whose rules format toolward knows; empty otherwise.
-fn rules_notes(config: &Config, listed: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+/// `listed` holds the well-formed tool names of each server whose listing loaded; a name the
+/// server listed but that was refused before classification (malformed, listed twice) is
+/// noted as refused, with the reason from `servers`. Only for the built-in rules component,
+/// whose rules format toolward knows; empty otherwise.
+fn rules_notes(
+    config: &Config,
+    listed: &BTreeMap<String, Vec<String>>,
+    servers: &[ServerReport],
+) -> Vec<String> {
     if config.rules.component.is_some() {
         return Vec::new();
     }
     // The component already accepted this text; a file changed since is not worth a note.
-    let Ok(text) = std::fs::read_to_string(&config.rules.file) else {
+    let Ok(bytes) = read_rules(config) else {
+        return Vec::new();
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
         return Vec::new();
     };
     let Ok(rules) = toolward_policy_table::Rules::parse(&text) else {
@@ -550,8 +559,21 @@ fn rules_notes(config: &Config, listed: &BTreeMap<String, Vec<String>>) -> Vec<S
         let Some(listed) = listed.get(server) else {
             continue;
         };
+        let refused = servers
+            .iter()
+            .find(|s| s.server == server)
+            .map_or(&[][..], |s| s.refused.as_slice());
         for tool in tools {
-            if !listed.iter().any(|name| name == tool) {
+            if listed.iter().any(|name| name == tool) {
+                continue;
+            }
+            if let Some(refusal) = refused.iter().find(|r| r.tool == tool) {
+                notes.push(format!(
+                    "the rules classify tool `{}` of server `{server}`, which the server lists but toolward refused: {}",
+                    listing::visible(tool),
+                    refusal.reason
+                ));
+            } else {
                 notes.push(format!(
                     "the rules classify tool `{}` of server `{server}`, which the server does not list{}",
                     listing::visible(tool),

@@ -30,13 +30,20 @@
 //!           "input_schema_sha256": "<sha256>",
 //!           "output_schema_sha256": "<sha256>"
 //!         }
+//!       },
+//!       "refused": {
+//!         "report\\u{202E}fdp.exe": "bidirectional control U+202E in `name`, which a reviewer would not see"
 //!       }
 //!     }
 //!   }
 //! }
 //! ```
 //!
-//! `annotations` and `output_schema_sha256` are left out when the server sent none. Every
+//! `annotations` and `output_schema_sha256` are left out when the server sent none.
+//! `refused` (see [`PinnedServer::refused`]) names each tool of the listing that `pin`
+//! refused, hidden characters made visible (`#index` for an entry without a name), with the
+//! reason; it is left out when there is none, so a manifest without refusals reads and
+//! writes as before (`docs/manifest.md`). Every
 //! hash is 64 lowercase hex digits of SHA-256: `description_sha256` over the description's
 //! UTF-8 bytes, `input_schema_sha256` and `output_schema_sha256` over the schema's canonical
 //! text (`docs/canonical-json.md`).
@@ -80,7 +87,13 @@ const DIFF_CONTEXT_LINES: usize = 3;
 /// Keys of the manifest object.
 const TOP_KEYS: &[&str] = &["components", "manifest_version", "servers"];
 /// Keys of a server entry.
-const SERVER_KEYS: &[&str] = &["protocol_version", "server_name", "server_version", "tools"];
+const SERVER_KEYS: &[&str] = &[
+    "protocol_version",
+    "refused",
+    "server_name",
+    "server_version",
+    "tools",
+];
 /// Keys of a tool entry.
 const TOOL_KEYS: &[&str] = &[
     "annotations",
@@ -209,6 +222,11 @@ pub struct PinnedServer {
     pub protocol_version: String,
     /// Its tools by name.
     pub tools: BTreeMap<String, PinnedTool>,
+    /// Tools its listing held that `pin` refused (malformed: hidden characters, over
+    /// `max_tool_bytes`, an `inputSchema` that is not an object), by name (hidden characters
+    /// made visible, or `#index` for an entry without a name), with the reason. Recorded for
+    /// review; never registered. Written as `refused` only when there are any.
+    pub refused: BTreeMap<String, String>,
 }
 
 /// One pinned tool.
@@ -361,7 +379,7 @@ impl Manifest {
                         (name.clone(), Value::Object(members))
                     })
                     .collect();
-                let members = vec![
+                let mut members = vec![
                     (
                         String::from("protocol_version"),
                         text(&server.protocol_version),
@@ -370,6 +388,14 @@ impl Manifest {
                     (String::from("server_version"), text(&server.server_version)),
                     (String::from("tools"), Value::Object(tools)),
                 ];
+                if !server.refused.is_empty() {
+                    let refused = server
+                        .refused
+                        .iter()
+                        .map(|(tool, reason)| (tool.clone(), text(reason)))
+                        .collect();
+                    members.push((String::from("refused"), Value::Object(refused)));
+                }
                 (name.clone(), Value::Object(members))
             })
             .collect();
@@ -554,11 +580,20 @@ fn read_server(name: &str, value: &Value) -> Result<PinnedServer, ManifestError>
     for (tool, entry) in members(required(server, &at, "tools")?, &tools_at, &[])? {
         tools.insert(tool.clone(), read_tool(name, tool, entry, &tools_at)?);
     }
+    let mut refused = BTreeMap::new();
+    if let Some(value) = find(server, "refused") {
+        let refused_at = format!("{at}.refused");
+        for (tool, reason) in members(value, &refused_at, &[])? {
+            let place = format!("{refused_at}.{}", visible(tool));
+            refused.insert(tool.clone(), string(reason, &place)?);
+        }
+    }
     Ok(PinnedServer {
         server_name: field("server_name")?,
         server_version: field("server_version")?,
         protocol_version: field("protocol_version")?,
         tools,
+        refused,
     })
 }
 
@@ -768,10 +803,16 @@ fn bare(tool: &str, change: Change) -> ToolDiff {
 }
 
 fn identity_changes(a: &PinnedServer, b: &PinnedServer) -> Vec<FieldChange> {
+    let refused = |server: &PinnedServer| {
+        let names: Vec<String> = server.refused.keys().map(|t| format!("`{t}`")).collect();
+        names.join(", ")
+    };
+    let (old_refused, new_refused) = (refused(a), refused(b));
     [
         ("server_name", &a.server_name, &b.server_name),
         ("server_version", &a.server_version, &b.server_version),
         ("protocol_version", &a.protocol_version, &b.protocol_version),
+        ("refused", &old_refused, &new_refused),
     ]
     .into_iter()
     .filter(|(_, old, new)| old != new)
