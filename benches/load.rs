@@ -112,7 +112,9 @@ fn bench(c: &mut Criterion<CpuTime>) {
         max_instances: 8,
         ..GuestLimits::default()
     };
-    let host = ComponentHost::new(limits, Some(cache.path().to_owned())).unwrap();
+    let state = toolward::store::StateDir::open(&cache.path().join("state")).unwrap();
+    let cache = toolward::component::ComponentCache::open(&state).unwrap();
+    let host = ComponentHost::new(limits, Some(cache)).unwrap();
     let component = host.load(DEFAULT_COMPONENT, "built-in").unwrap();
     let config_text = format!(
         r#"{{"mcpServers":{{"{SERVER}":{{"command":"true"}}}},"rules":{{"file":"rules.json"}}}}"#

@@ -1,5 +1,6 @@
 //! Command-line interface of the `toolward` binary.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,10 +9,11 @@ use anyhow::{Context as _, anyhow};
 use clap::{Parser, Subcommand};
 
 use toolward::approval::{ApprovalAnswer, ApprovalRequest, FnApprover};
-use toolward::component::{ComponentHost, GuestLimits};
+use toolward::component::{ComponentCache, ComponentHost, GuestLimits};
 use toolward::config::Config;
 use toolward::load;
 use toolward::manifest::Manifest;
+use toolward::store::StateDir;
 
 /// Exit code: the command ran and found something refused, broken or failing.
 const EXIT_FOUND: u8 = 1;
@@ -308,6 +310,11 @@ fn read_config(path: &Path) -> Result<Config, Failure> {
         .map_err(usage)
 }
 
+/// The state folder of `config`, opened once for the command (see [`toolward::store`]).
+fn open_state(config: &Config) -> Result<StateDir, Failure> {
+    StateDir::open(&config.state_dir).map_err(usage)
+}
+
 fn read_manifest(config: &Config) -> Result<Manifest, Failure> {
     if !config.manifest.exists() {
         return Err(usage(anyhow!(
@@ -406,7 +413,9 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     {
         return Err(usage(anyhow!("server `{server}` is not in the config")));
     }
-    let components = load::prepare_components(&config, config.guest.clone()).map_err(usage)?;
+    let state = open_state(&config)?;
+    let components =
+        load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
     let existing = if config.manifest.exists() {
         Some(Manifest::read(&config.manifest).map_err(usage)?)
     } else {
@@ -430,6 +439,11 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     }
     for error in outcome.failures.values() {
         eprintln!("toolward: not pinned: {}", load::error_chain(error));
+    }
+    for (server, tools) in &outcome.refused {
+        for (tool, why) in tools {
+            eprintln!("toolward: refused tool `{tool}` of server `{server}`: {why}");
+        }
     }
     if dry_run {
         return Ok(ExitCode::SUCCESS);
@@ -459,13 +473,23 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         );
         return Ok(ExitCode::from(EXIT_FAILURE));
     }
+    if !outcome.refused.is_empty() {
+        let refused: usize = outcome.refused.values().map(BTreeMap::len).sum();
+        eprintln!(
+            "toolward: {} refused and not pinned (recorded under `refused` in the manifest, and reported by `toolward check`); the other tools are pinned",
+            plural(refused, "tool")
+        );
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     let manifest = read_manifest(&config)?;
-    let components = load::prepare_components(&config, config.guest.clone()).map_err(usage)?;
+    let state = open_state(&config)?;
+    let components =
+        load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
     let (registry, report) = load::load(
         &config,
         &components.rules,
@@ -544,7 +568,7 @@ async fn serve_http(
     }
     let config = toolward.config();
     let (tokens, token_file) =
-        toolward::listen::tokens(&config.listen, &config.state_dir, &config.principal)
+        toolward::listen::tokens(&config.listen, toolward.state(), &config.principal)
             .map_err(usage)?;
     let settings = toolward::gateway::GatewaySettings::from_config(config);
     let listening = toolward::listen::serve_http(
@@ -842,18 +866,24 @@ fn read_component(component: &str) -> Result<Vec<u8>, Failure> {
     if component == "built-in" {
         return Ok(toolward::component::DEFAULT_COMPONENT.to_vec());
     }
-    std::fs::read(component)
-        .with_context(|| format!("cannot read component `{component}`"))
-        .map_err(usage)
+    toolward::config::operator_file::read(
+        Path::new(component),
+        "component",
+        toolward::config::operator_file::MAX_COMPONENT_BYTES,
+    )
+    .map_err(usage)
 }
 
 fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<ExitCode, Failure> {
     let bytes = read_component(component)?;
-    let cache_dir = match config {
-        Some(path) => Some(load::component_cache_dir(&read_config(path)?)),
+    let cache = match config {
+        Some(path) => {
+            let state = open_state(&read_config(path)?)?;
+            Some(ComponentCache::open(&state).map_err(usage)?)
+        }
         None => None,
     };
-    let host = ComponentHost::new(GuestLimits::default(), cache_dir).map_err(failure)?;
+    let host = ComponentHost::new(GuestLimits::default(), cache).map_err(failure)?;
     let sha256 = toolward::canonical::sha256_hex(&bytes);
     let loaded = match host.load(&bytes, component) {
         Ok(l) => l,
@@ -932,9 +962,12 @@ fn policy_test(
 ) -> Result<ExitCode, Failure> {
     let mut cases = toolward::policy_test::CasesFile::from_path(cases_path).map_err(usage)?;
     if let Some(path) = rules {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read settings file `{}`", path.display()))
-            .map_err(usage)?;
+        let text = toolward::policy_test::read_text(
+            path,
+            "policy settings",
+            toolward::config::operator_file::MAX_SETTINGS_BYTES,
+        )
+        .map_err(usage)?;
         cases.settings = Some(text);
     }
     let bytes = read_component(component)?;

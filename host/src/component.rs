@@ -20,7 +20,7 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -34,6 +34,11 @@ use wasmtime::{
 use wasmtime_wizer::{ComponentInstanceState, Wizer};
 
 pub use toolward_policy_table::{Decision, Effect};
+
+mod cache;
+
+use cache::Lookup;
+pub use cache::{CACHE_FOLDER, CACHE_KEY, ComponentCache, MAX_COMPILED_BYTES};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -214,6 +219,10 @@ pub enum ComponentError {
         /// What went wrong.
         reason: String,
     },
+    /// The compiled-component cache's folder, key or an entry cannot be trusted (another
+    /// owner, access for group or others, a symlink) or reached.
+    #[error(transparent)]
+    State(crate::store::StateError),
     /// The compiled-component cache could not be used.
     #[error("compiled-component cache `{path}`: {reason}")]
     Cache {
@@ -263,7 +272,8 @@ pub enum CacheOutcome {
     Hit,
     /// Compiled and written to the cache.
     Miss,
-    /// A cache entry existed but failed to load; it was compiled again and replaced.
+    /// A cache entry existed but was not used (no MAC, a wrong MAC, not loadable); it was
+    /// compiled again and replaced.
     Replaced,
 }
 
@@ -278,21 +288,21 @@ struct HostInner {
     engine: Engine,
     linker: Linker<GuestState>,
     limits: GuestLimits,
-    cache_dir: Option<PathBuf>,
+    cache: Option<ComponentCache>,
 }
 
 impl fmt::Debug for ComponentHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ComponentHost")
             .field("limits", &self.inner.limits)
-            .field("cache_dir", &self.inner.cache_dir)
+            .field("cache", &self.inner.cache)
             .finish_non_exhaustive()
     }
 }
 
 impl ComponentHost {
-    /// A host with the given limits and, when `cache_dir` is given, a compiled-component
-    /// cache in that directory (created owner-only, 0700, if missing).
+    /// A host with the given limits and, when `cache` is given, that compiled-component
+    /// cache ([`ComponentCache::open`]; none: every component is compiled).
     ///
     /// Defaults worth knowing: the pooling allocator with [`GuestLimits::max_instances`]
     /// slots, copy-on-write memory images, slots reset in place up to
@@ -300,10 +310,8 @@ impl ComponentHost {
     /// `PAGEMAP_SCAN`, fuel metering on, no WASI and no other host functions linked.
     ///
     /// # Errors
-    /// [`ComponentError::Engine`] when wasmtime rejects the configuration,
-    /// [`ComponentError::Cache`] when the cache directory cannot be created or is open to
-    /// other users.
-    pub fn new(limits: GuestLimits, cache_dir: Option<PathBuf>) -> Result<Self, ComponentError> {
+    /// [`ComponentError::Engine`] when wasmtime rejects the configuration.
+    pub fn new(limits: GuestLimits, cache: Option<ComponentCache>) -> Result<Self, ComponentError> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(limits.max_instances)
             .total_core_instances(limits.max_instances.saturating_mul(4))
@@ -328,15 +336,12 @@ impl ComponentHost {
         linker
             .instance("toolward:policy/types@0.1.0")
             .map_err(|e| ComponentError::Engine(e.to_string()))?;
-        if let Some(dir) = &cache_dir {
-            prepare_cache_dir(dir)?;
-        }
         Ok(ComponentHost {
             inner: Arc::new(HostInner {
                 engine,
                 linker,
                 limits,
-                cache_dir,
+                cache,
             }),
         })
     }
@@ -354,7 +359,8 @@ impl ComponentHost {
     /// [`ComponentError::Invalid`] for bytes that are not a component,
     /// [`ComponentError::ForbiddenImport`] naming the first import outside toolward's WIT,
     /// [`ComponentError::Cache`] when a compiled component cannot be serialized (a failed
-    /// cache write is only logged).
+    /// cache write is only logged), [`ComponentError::State`] when a cache entry has another
+    /// owner, gives group or others access, or is a symlink.
     pub fn load(&self, bytes: &[u8], origin: &str) -> Result<LoadedComponent, ComponentError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
         let (component, cache) = self.compile_cached(bytes, &sha256, origin)?;
@@ -587,27 +593,28 @@ impl ComponentHost {
                 reason: format!("{e:#}"),
             })
         };
-        let Some(dir) = &self.inner.cache_dir else {
+        let Some(cache) = &self.inner.cache else {
             return Ok((compile()?, CacheOutcome::Disabled));
         };
-        let path = dir.join(format!("{sha256}-{:016x}.cwasm", self.compat_hash()));
-        let mut outcome = CacheOutcome::Miss;
-        if path.is_file() {
-            match load_compiled(engine, &path) {
-                Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "compiled-component cache entry failed to load; compiling again");
-                    outcome = CacheOutcome::Replaced;
-                }
+        let name = format!("{sha256}-{:016x}.cwasm", self.compat_hash());
+        let outcome = match cache.lookup(engine, &name)? {
+            Lookup::Hit(component) => return Ok((component, CacheOutcome::Hit)),
+            Lookup::Missing => CacheOutcome::Miss,
+            Lookup::Rejected(reason) => {
+                tracing::warn!(
+                    "compiled-component cache entry `{}` of component `{origin}` is not used: {reason}; compiling it again",
+                    cache.path().join(&name).display()
+                );
+                CacheOutcome::Replaced
             }
-        }
+        };
         let component = compile()?;
         let serialized = component.serialize().map_err(|e| ComponentError::Cache {
-            path: path.clone(),
+            path: cache.path().join(&name),
             reason: e.to_string(),
         })?;
         // The cache only saves time: a failed write is logged, never a failed load.
-        if let Err(e) = write_atomically(&path, &serialized) {
+        if let Err(e) = cache.store(&name, &serialized) {
             tracing::warn!(error = %e, "cannot write the compiled-component cache");
         }
         Ok((component, outcome))
@@ -621,64 +628,6 @@ impl ComponentHost {
             .hash(&mut hasher);
         hasher.finish()
     }
-}
-
-/// Loads a serialized component from the cache.
-///
-/// wasmtime trusts a serialized component completely: its machine code runs as is. Only
-/// the operator can write the cache directory (0700, checked at start), so write access to
-/// it is code execution as the operator, which SECURITY.md states.
-#[expect(
-    unsafe_code,
-    reason = "deserializing compiled machine code is unsafe in wasmtime; the cache directory is owner-only"
-)]
-fn load_compiled(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
-    // SAFETY: the file was written by `compile_cached` of this process or an earlier one
-    // of the same operator, into a directory only the operator can write; wasmtime checks
-    // the header and the engine's compatibility before using it.
-    unsafe { Component::deserialize_file(engine, path) }
-}
-
-fn prepare_cache_dir(dir: &Path) -> Result<(), ComponentError> {
-    let err = |reason: String| ComponentError::Cache {
-        path: dir.to_owned(),
-        reason,
-    };
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        builder.mode(0o700);
-        builder.create(dir).map_err(|e| err(e.to_string()))?;
-        let mode = std::fs::metadata(dir)
-            .map_err(|e| err(e.to_string()))?
-            .permissions()
-            .mode();
-        if mode & 0o022 != 0 {
-            return Err(err(format!(
-                "the directory is writable by other users (mode {:o}); writing it is code execution as the operator: make it 0700",
-                mode & 0o777
-            )));
-        }
-    }
-    #[cfg(not(unix))]
-    builder.create(dir).map_err(|e| err(e.to_string()))?;
-    Ok(())
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ComponentError> {
-    let err = |reason: String| ComponentError::Cache {
-        path: path.to_owned(),
-        reason,
-    };
-    // Unique per process and per write: threads of one process may compile the same
-    // component at once, and each must rename its own file.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| err(e.to_string()))?;
-    std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))
 }
 
 /// A checked, compiled component.

@@ -29,10 +29,11 @@
 //! - Every error names its place in the file: `mcpServers.fs.args[1]: expected a string,
 //!   found a number`.
 
+pub mod operator_file;
+
 use std::collections::BTreeMap;
 use std::env::VarError;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -204,6 +205,9 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The config file is not a regular file (`/dev/zero`, a FIFO).
+    #[error(transparent)]
+    File(operator_file::OperatorFileError),
     /// The config file is larger than [`MAX_CONFIG_BYTES`].
     #[error("config file `{path}` is larger than the limit of {limit} bytes")]
     TooLarge {
@@ -570,24 +574,30 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Read`], [`ConfigError::TooLarge`], [`ConfigError::Parse`], and any
-    /// error of [`Config::from_value`].
+    /// [`ConfigError::Read`], [`ConfigError::File`] (not a regular file: `/dev/zero`, a
+    /// FIFO), [`ConfigError::TooLarge`], [`ConfigError::Parse`], and any error of
+    /// [`Config::from_value`]. A leading UTF-8 byte order mark is read past.
     pub fn from_path(path: &Path) -> Result<Self, ConfigError> {
         let read_err = |source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(read_err)?;
-        let mut text = String::new();
-        file.take(MAX_CONFIG_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(read_err)?;
-        if text.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooLarge {
-                path: path.to_path_buf(),
-                limit: MAX_CONFIG_BYTES,
-            });
-        }
+        let bytes = match operator_file::read(path, "config file", MAX_CONFIG_BYTES) {
+            Ok(bytes) => bytes,
+            Err(operator_file::OperatorFileError::TooLarge { .. }) => {
+                return Err(ConfigError::TooLarge {
+                    path: path.to_path_buf(),
+                    limit: MAX_CONFIG_BYTES,
+                });
+            }
+            Err(operator_file::OperatorFileError::Io { source, .. }) => {
+                return Err(read_err(source));
+            }
+            Err(other) => return Err(ConfigError::File(other)),
+        };
+        // A byte order mark (Windows editors write one) is read past, not refused.
+        let text = String::from_utf8(operator_file::without_bom(&bytes).to_vec())
+            .map_err(|e| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         let folder = match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
@@ -2305,6 +2315,31 @@ mod tests {
         assert!(
             source.to_string().contains("duplicate key `sync`"),
             "{source}"
+        );
+    }
+
+    #[test]
+    fn a_config_that_starts_with_a_byte_order_mark_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolward.json");
+        let text = r#"{"mcpServers": {"s": {"command": "npx"}}, "rules": {"file": "r.json"}, "principal": "bom"}"#;
+        std::fs::write(
+            &file,
+            [b"\xEF\xBB\xBF".as_slice(), text.as_bytes()].concat(),
+        )
+        .unwrap();
+        assert_eq!(Config::from_path(&file).unwrap().principal, "bom");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_config_path_naming_dev_zero_is_refused_before_reading() {
+        let error = Config::from_path(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("is a character device, not a regular file"),
+            "{error}"
         );
     }
 

@@ -23,8 +23,9 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::io::Read;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -42,6 +43,7 @@ use tower_service::Service;
 use crate::call::CallPath;
 use crate::config::ListenConfig;
 use crate::gateway::{Gateway, GatewaySettings};
+use crate::store::StateDir;
 
 /// The file in the state folder that holds the generated token: `listen-token`.
 pub const TOKEN_FILE: &str = "listen-token";
@@ -109,70 +111,57 @@ pub enum ListenError {
     },
 }
 
-/// The tokens of `listen`: the named ones, or the generated one (created on first use in
-/// `state_dir`, named `principal`). Returns the tokens and, when generated, its file.
+/// Longest token file read, bytes: a token is 64 hex digits and a line feed.
+pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// The tokens of `listen`: the named ones, or the generated one (created on first use in the
+/// state folder `state` as [`TOKEN_FILE`], mode `0600`, named `principal`). Returns the
+/// tokens and, when generated, its file.
 ///
 /// # Errors
-/// [`ListenError::TokenFile`] when the file cannot be created, read, or holds no token, or
-/// (Unix) when others may read it.
+/// [`ListenError::TokenFile`] when the file cannot be created or read, holds no token, is
+/// longer than [`MAX_TOKEN_FILE_BYTES`], is a symlink, or has another owner than the
+/// effective user or any access for group or others (the message says the fix).
 pub fn tokens(
     listen: &ListenConfig,
-    state_dir: &Path,
+    state: &StateDir,
     principal: &str,
 ) -> Result<(BTreeMap<String, String>, Option<PathBuf>), ListenError> {
     if !listen.tokens.is_empty() {
         return Ok((listen.tokens.clone(), None));
     }
-    let path = state_dir.join(TOKEN_FILE);
+    let path = state.path().join(TOKEN_FILE);
     let fail = |reason: String| ListenError::TokenFile {
         path: path.clone(),
         reason,
     };
-    if !path.exists() {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| fail(format!("no randomness: {e}")))?;
-        std::fs::create_dir_all(state_dir).map_err(|e| fail(e.to_string()))?;
-        write_owner_only(&path, &hex::encode(bytes)).map_err(|e| fail(e.to_string()))?;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| fail(format!("no randomness: {e}")))?;
+    let line = format!("{}\n", hex::encode(bytes));
+    match state.create_private_file(TOKEN_FILE, line.as_bytes()) {
+        Ok(()) => {}
+        Err(e) if e.already_exists() => {}
+        Err(e) => return Err(fail(e.to_string())),
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&path)
-            .map_err(|e| fail(e.to_string()))?
-            .permissions()
-            .mode();
-        if mode & 0o077 != 0 {
-            return Err(fail(format!(
-                "others may read it (mode {:o}): `chmod 600` it, or delete it for a new token",
-                mode & 0o777
-            )));
-        }
+    let file = state
+        .open_private_file(TOKEN_FILE)
+        .map_err(|e| fail(format!("{e}; or delete it for a new token")))?;
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(e.to_string()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(fail(format!(
+            "it is longer than {MAX_TOKEN_FILE_BYTES} bytes: delete it, and a new one is generated"
+        )));
     }
-    let token = std::fs::read_to_string(&path)
-        .map_err(|e| fail(e.to_string()))?
-        .trim()
-        .to_owned();
+    let token = text.trim().to_owned();
     if token.len() < crate::config::MIN_TOKEN_CHARS {
         return Err(fail(String::from(
             "it holds no token: delete it, and a new one is generated",
         )));
     }
     Ok((BTreeMap::from([(principal.to_owned(), token)]), Some(path)))
-}
-
-fn write_owner_only(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(text.as_bytes())?;
-    file.write_all(b"\n")?;
-    file.sync_all()
 }
 
 /// The checks before rmcp: Origin, then token.

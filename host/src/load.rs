@@ -28,14 +28,18 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    Classification, ComponentError, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits,
-    LoadedComponent, Policy, Rules, ToolView,
+    Classification, ComponentCache, ComponentError, ComponentHost, DEFAULT_COMPONENT, Effect,
+    GuestLimits, LoadedComponent, Policy, Rules, ToolView,
 };
 use crate::config::Config;
+use crate::config::operator_file::{
+    self, MAX_COMPONENT_BYTES, MAX_RULES_BYTES, MAX_SETTINGS_BYTES, OperatorFileError,
+};
 use crate::listing::{self, ListedTool, ListingBounds};
 use crate::manifest::{Manifest, PinnedServer};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema;
+use crate::store::StateDir;
 use crate::transport::Upstream;
 
 /// Errors that stop a load as a whole (a server's or a tool's trouble never does).
@@ -487,7 +491,7 @@ pub async fn load(
 
     register_candidates(config, &pattern, candidates, &mut report, &mut registry);
     note_absent(config, &report, &mut registry);
-    report.rules_notes = rules_notes(config, &listed);
+    report.rules_notes = rules_notes(config, &listed, &report.servers);
     Ok((registry, report))
 }
 
@@ -560,14 +564,23 @@ pub fn register_candidates(
 }
 
 /// The names in the rules file that match nothing (see [`LoadReport::rules_notes`]).
-/// `listed` holds the tool names of each server whose listing loaded. Only for the built-in
-/// rules component, whose rules format toolward knows; empty otherwise.
-fn rules_notes(config: &Config, listed: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+/// `listed` holds the well-formed tool names of each server whose listing loaded; a name the
+/// server listed but that was refused before classification (malformed, listed twice) is
+/// noted as refused, with the reason from `servers`. Only for the built-in rules component,
+/// whose rules format toolward knows; empty otherwise.
+fn rules_notes(
+    config: &Config,
+    listed: &BTreeMap<String, Vec<String>>,
+    servers: &[ServerReport],
+) -> Vec<String> {
     if config.rules.component.is_some() {
         return Vec::new();
     }
     // The component already accepted this text; a file changed since is not worth a note.
-    let Ok(text) = std::fs::read_to_string(&config.rules.file) else {
+    let Ok(bytes) = read_rules(config) else {
+        return Vec::new();
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
         return Vec::new();
     };
     let Ok(rules) = toolward_policy_table::Rules::parse(&text) else {
@@ -592,8 +605,21 @@ fn rules_notes(config: &Config, listed: &BTreeMap<String, Vec<String>>) -> Vec<S
         let Some(listed) = listed.get(server) else {
             continue;
         };
+        let refused = servers
+            .iter()
+            .find(|s| s.server == server)
+            .map_or(&[][..], |s| s.refused.as_slice());
         for tool in tools {
-            if !listed.iter().any(|name| name == tool) {
+            if listed.iter().any(|name| name == tool) {
+                continue;
+            }
+            if let Some(refusal) = refused.iter().find(|r| r.tool == tool) {
+                notes.push(format!(
+                    "the rules classify tool `{}` of server `{server}`, which the server lists but toolward refused: {}",
+                    listing::visible(tool),
+                    refusal.reason
+                ));
+            } else {
                 notes.push(format!(
                     "the rules classify tool `{}` of server `{server}`, which the server does not list{}",
                     listing::visible(tool),
@@ -961,17 +987,10 @@ pub fn text_diff(pinned: &str, listed: &str) -> String {
 /// Errors of preparing the components a load needs.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// A file named by the config cannot be read.
-    #[error("cannot read the {what} `{path}`")]
-    Read {
-        /// What the file is (`rules file`, `policy component`, …).
-        what: &'static str,
-        /// Its path.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file named by the config cannot be read, is not a regular file, or is over its
+    /// limit.
+    #[error(transparent)]
+    Read(#[from] OperatorFileError),
     /// The rules file (or policy settings file) is refused: not JSON, a duplicate key, or
     /// the component's `configure` refused it (the reason names the fault's path).
     #[error("rules `{path}`: {reason}")]
@@ -999,17 +1018,16 @@ pub struct Components {
     pub digests: BTreeMap<String, String>,
 }
 
-/// The compiled-component cache of a config: `<state_dir>/components`.
+/// The compiled-component cache of a config: `<state_dir>/components`
+/// ([`crate::component::CACHE_FOLDER`]).
 pub fn component_cache_dir(config: &Config) -> PathBuf {
-    config.state_dir.join("components")
+    config.state_dir.join(crate::component::CACHE_FOLDER)
 }
 
-fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, StartError> {
-    std::fs::read(path).map_err(|source| StartError::Read {
-        what,
-        path: path.to_owned(),
-        source,
-    })
+/// The config's rules file, bounded ([`MAX_RULES_BYTES`]), without a byte order mark.
+fn read_rules(config: &Config) -> Result<Vec<u8>, OperatorFileError> {
+    let bytes = operator_file::read(&config.rules.file, "rules file", MAX_RULES_BYTES)?;
+    Ok(operator_file::without_bom(&bytes).to_vec())
 }
 
 /// Loads the config's rules and policy components (the built-in default component where
@@ -1020,19 +1038,24 @@ fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, StartError> {
 /// # Errors
 /// [`StartError`] when a file cannot be read, a component is invalid or impure, or
 /// `configure` refuses its settings (the message names the fault's path in the file).
-pub fn prepare_components(config: &Config, limits: GuestLimits) -> Result<Components, StartError> {
-    let host = ComponentHost::new(limits, Some(component_cache_dir(config)))?;
+pub fn prepare_components(
+    config: &Config,
+    limits: GuestLimits,
+    state: &StateDir,
+) -> Result<Components, StartError> {
+    let cache = ComponentCache::open(state)?;
+    let host = ComponentHost::new(limits, Some(cache))?;
     let load_component =
         |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
             match path {
                 Some(path) => {
-                    let bytes = read_file(what, path)?;
+                    let bytes = operator_file::read(path, what, MAX_COMPONENT_BYTES)?;
                     Ok(host.load(&bytes, &path.display().to_string())?)
                 }
                 None => Ok(host.load(DEFAULT_COMPONENT, "built-in")?),
             }
         };
-    let rules_bytes = read_file("rules file", &config.rules.file)?;
+    let rules_bytes = read_rules(config)?;
     // Parsers disagree on which of two equal keys wins, so a rules text with duplicate
     // keys is ambiguous to review: refuse it before any component reads it.
     canonical::parse(&rules_bytes).map_err(|e| StartError::Rules {
@@ -1047,7 +1070,10 @@ pub fn prepare_components(config: &Config, limits: GuestLimits) -> Result<Compon
         load_component(&config.policy.component, "policy component")?
     };
     let policy_text = match &config.policy.settings {
-        Some(path) => String::from_utf8_lossy(&read_file("policy settings", path)?).into_owned(),
+        Some(path) => {
+            let bytes = operator_file::read(path, "policy settings", MAX_SETTINGS_BYTES)?;
+            String::from_utf8_lossy(operator_file::without_bom(&bytes)).into_owned()
+        }
         None => rules_text.clone(),
     };
     let in_file = |path: &Path| {

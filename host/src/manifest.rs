@@ -30,13 +30,20 @@
 //!           "input_schema_sha256": "<sha256>",
 //!           "output_schema_sha256": "<sha256>"
 //!         }
+//!       },
+//!       "refused": {
+//!         "report\\u{202E}fdp.exe": "bidirectional control U+202E in `name`, which a reviewer would not see"
 //!       }
 //!     }
 //!   }
 //! }
 //! ```
 //!
-//! `annotations` and `output_schema_sha256` are left out when the server sent none. Every
+//! `annotations` and `output_schema_sha256` are left out when the server sent none.
+//! `refused` (see [`PinnedServer::refused`]) names each tool of the listing that `pin`
+//! refused, hidden characters made visible (`#index` for an entry without a name), with the
+//! reason; it is left out when there is none, so a manifest without refusals reads and
+//! writes as before (`docs/manifest.md`). Every
 //! hash is 64 lowercase hex digits of SHA-256: `description_sha256` over the description's
 //! UTF-8 bytes, `input_schema_sha256` and `output_schema_sha256` over the schema's canonical
 //! text (`docs/canonical-json.md`).
@@ -55,10 +62,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::canonical::{self, CanonicalError, Value};
+use crate::config::operator_file::{self, OperatorFileError};
 use crate::listing::visible;
 use crate::schema;
 
@@ -79,7 +87,13 @@ const DIFF_CONTEXT_LINES: usize = 3;
 /// Keys of the manifest object.
 const TOP_KEYS: &[&str] = &["components", "manifest_version", "servers"];
 /// Keys of a server entry.
-const SERVER_KEYS: &[&str] = &["protocol_version", "server_name", "server_version", "tools"];
+const SERVER_KEYS: &[&str] = &[
+    "protocol_version",
+    "refused",
+    "server_name",
+    "server_version",
+    "tools",
+];
 /// Keys of a tool entry.
 const TOOL_KEYS: &[&str] = &[
     "annotations",
@@ -110,6 +124,35 @@ pub enum ManifestError {
         path: PathBuf,
         /// [`MAX_MANIFEST_BYTES`].
         limit: u64,
+    },
+    /// The file is not a regular file (`/dev/zero`, a FIFO).
+    #[error(transparent)]
+    File(OperatorFileError),
+    /// The file is owned by another user than the one toolward runs as.
+    #[error(
+        "the manifest `{}` is owned by uid {owner}, not by uid {euid} that toolward runs as: whoever owns it decides which tools the model sees; review it, then run `chown {euid} {}`",
+        path.display(),
+        path.display()
+    )]
+    Owner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// The effective uid of this process.
+        euid: u32,
+    },
+    /// Group or others may write the file.
+    #[error(
+        "the manifest `{}` has mode {mode:04o}: group or others can change which tools the model sees; review it, then run `chmod go-w {}`",
+        path.display(),
+        path.display()
+    )]
+    Writable {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The text is not JSON.
     #[error("the manifest is not valid JSON")]
@@ -179,6 +222,11 @@ pub struct PinnedServer {
     pub protocol_version: String,
     /// Its tools by name.
     pub tools: BTreeMap<String, PinnedTool>,
+    /// Tools its listing held that `pin` refused (malformed: hidden characters, over
+    /// `max_tool_bytes`, an `inputSchema` that is not an object), by name (hidden characters
+    /// made visible, or `#index` for an entry without a name), with the reason. Recorded for
+    /// review; never registered. Written as `refused` only when there are any.
+    pub refused: BTreeMap<String, String>,
 }
 
 /// One pinned tool.
@@ -230,28 +278,29 @@ impl Manifest {
         })
     }
 
-    /// Reads the manifest file at `path` (at most [`MAX_MANIFEST_BYTES`]).
+    /// Reads the manifest file at `path`: a regular file of at most [`MAX_MANIFEST_BYTES`]
+    /// (read as [`operator_file`] says), owned by the effective user and not writable by
+    /// group or others (it may be `0644`: it is reviewed and committed, not secret).
     ///
     /// # Errors
     ///
-    /// [`ManifestError::Read`], [`ManifestError::TooLarge`], and those of
+    /// [`ManifestError::Read`], [`ManifestError::File`], [`ManifestError::TooLarge`],
+    /// [`ManifestError::Owner`], [`ManifestError::Writable`], and those of
     /// [`Manifest::parse`].
     pub fn read(path: &Path) -> Result<Manifest, ManifestError> {
-        let read_error = |source| ManifestError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = fs::File::open(path).map_err(read_error)?;
-        let mut bytes = Vec::new();
-        file.take(MAX_MANIFEST_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
-        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_MANIFEST_BYTES {
-            return Err(ManifestError::TooLarge {
+        let read = operator_file::read_with_metadata(path, "manifest", MAX_MANIFEST_BYTES);
+        let (bytes, meta) = read.map_err(|error| match error {
+            OperatorFileError::Io { source, .. } => ManifestError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+            OperatorFileError::TooLarge { .. } => ManifestError::TooLarge {
                 path: path.to_path_buf(),
                 limit: MAX_MANIFEST_BYTES,
-            });
-        }
+            },
+            other => ManifestError::File(other),
+        })?;
+        check_owner_and_mode(&meta, path)?;
         Manifest::parse(&bytes)
     }
 
@@ -330,7 +379,7 @@ impl Manifest {
                         (name.clone(), Value::Object(members))
                     })
                     .collect();
-                let members = vec![
+                let mut members = vec![
                     (
                         String::from("protocol_version"),
                         text(&server.protocol_version),
@@ -339,6 +388,14 @@ impl Manifest {
                     (String::from("server_version"), text(&server.server_version)),
                     (String::from("tools"), Value::Object(tools)),
                 ];
+                if !server.refused.is_empty() {
+                    let refused = server
+                        .refused
+                        .iter()
+                        .map(|(tool, reason)| (tool.clone(), text(reason)))
+                        .collect();
+                    members.push((String::from("refused"), Value::Object(refused)));
+                }
                 (name.clone(), Value::Object(members))
             })
             .collect();
@@ -353,9 +410,45 @@ impl Manifest {
     }
 }
 
-/// Writes `bytes` to a new file at `path` and flushes it to disk.
+/// Mode of the manifest toolward writes: owner read and write, others read (it is reviewed
+/// and committed, not secret). [`Manifest::read`] refuses one group or others may write.
+pub const MANIFEST_MODE: u32 = 0o644;
+
+/// The manifest's owner must be the effective user and group and others must not write it.
+fn check_owner_and_mode(meta: &fs::Metadata, path: &Path) -> Result<(), ManifestError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let euid = crate::store::state_dir::euid();
+        if meta.uid() != euid {
+            return Err(ManifestError::Owner {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                euid,
+            });
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(ManifestError::Writable {
+                path: path.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (meta, path);
+    Ok(())
+}
+
+/// Writes `bytes` to a new file at `path` (mode [`MANIFEST_MODE`]) and flushes it to disk.
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = fs::File::create(path)?;
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(MANIFEST_MODE);
+    }
+    let mut file = options.open(path)?;
     file.write_all(bytes)?;
     file.sync_all()
 }
@@ -487,11 +580,20 @@ fn read_server(name: &str, value: &Value) -> Result<PinnedServer, ManifestError>
     for (tool, entry) in members(required(server, &at, "tools")?, &tools_at, &[])? {
         tools.insert(tool.clone(), read_tool(name, tool, entry, &tools_at)?);
     }
+    let mut refused = BTreeMap::new();
+    if let Some(value) = find(server, "refused") {
+        let refused_at = format!("{at}.refused");
+        for (tool, reason) in members(value, &refused_at, &[])? {
+            let place = format!("{refused_at}.{}", visible(tool));
+            refused.insert(tool.clone(), string(reason, &place)?);
+        }
+    }
     Ok(PinnedServer {
         server_name: field("server_name")?,
         server_version: field("server_version")?,
         protocol_version: field("protocol_version")?,
         tools,
+        refused,
     })
 }
 
@@ -701,10 +803,16 @@ fn bare(tool: &str, change: Change) -> ToolDiff {
 }
 
 fn identity_changes(a: &PinnedServer, b: &PinnedServer) -> Vec<FieldChange> {
+    let refused = |server: &PinnedServer| {
+        let names: Vec<String> = server.refused.keys().map(|t| format!("`{t}`")).collect();
+        names.join(", ")
+    };
+    let (old_refused, new_refused) = (refused(a), refused(b));
     [
         ("server_name", &a.server_name, &b.server_name),
         ("server_version", &a.server_version, &b.server_version),
         ("protocol_version", &a.protocol_version, &b.protocol_version),
+        ("refused", &old_refused, &new_refused),
     ]
     .into_iter()
     .filter(|(_, old, new)| old != new)

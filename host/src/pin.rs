@@ -16,11 +16,16 @@
 //!
 //! # Failures
 //!
-//! A server that cannot be started or listed, or whose listing names a tool twice or holds a
-//! malformed tool, fails alone ([`PinOutcome::failures`]); the others are still pinned, and
-//! a failed server keeps the entry it had in the existing manifest (if any), so writing the
-//! outcome never silently drops a reviewed pin. The pin as a whole still fails: the CLI exits
-//! non-zero when [`PinOutcome::check`] is an error, after printing the report.
+//! A server that cannot be started or listed, or whose listing names a tool twice, fails
+//! alone ([`PinOutcome::failures`]); the others are still pinned, and a failed server keeps
+//! the entry it had in the existing manifest (if any), so writing the outcome never silently
+//! drops a reviewed pin. A malformed tool (hidden characters, an entry over
+//! `max_tool_bytes`, an `inputSchema` that is not an object) fails alone: the server's other
+//! tools are pinned, and the refused tool is recorded with its reason in the server's
+//! `refused` entry of the manifest ([`PinnedServer::refused`], [`PinOutcome::refused`]), so
+//! `check` reports it as refused rather than as missing from the manifest. The pin as a whole
+//! still fails: the CLI exits non-zero when [`PinOutcome::check`] is an error, after writing
+//! the manifest and printing the report.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -116,19 +121,18 @@ pub enum PinError {
         /// The names (hidden characters made visible).
         tools: Vec<String>,
     },
-    /// The listing holds malformed tools.
-    #[error("server `{server}` lists malformed tools: {}", reasons(.tools))]
-    MalformedTools {
-        /// The server's name in the configuration.
-        server: String,
-        /// Each tool's name (or `#index`, hidden characters made visible) and why.
-        tools: Vec<(String, String)>,
-    },
     /// Some servers failed (see [`PinOutcome::failures`]).
     #[error("pin failed for {}", names(.servers))]
     ServersFailed {
         /// The servers that failed.
         servers: Vec<String>,
+    },
+    /// Every server was pinned, but some of their tools were refused (see
+    /// [`PinOutcome::refused`]).
+    #[error("pin refused {}", .tools.join(", "))]
+    ToolsRefused {
+        /// Each refused tool: `` `tool` of server `s` (why) ``.
+        tools: Vec<String>,
     },
 }
 
@@ -136,15 +140,6 @@ pub enum PinError {
 fn names(list: &[String]) -> String {
     let quoted: Vec<String> = list.iter().map(|name| format!("`{name}`")).collect();
     quoted.join(", ")
-}
-
-/// `` `a` (why); `b` (why) `` for malformed tools.
-fn reasons(list: &[(String, String)]) -> String {
-    let quoted: Vec<String> = list
-        .iter()
-        .map(|(name, why)| format!("`{name}` ({why})"))
-        .collect();
-    quoted.join("; ")
 }
 
 /// What [`pin`] did.
@@ -158,27 +153,42 @@ pub struct PinOutcome {
     pub diff: ManifestDiff,
     /// Each server that could not be pinned, by name.
     pub failures: BTreeMap<String, PinError>,
+    /// The tools refused in each server pinned now, by server: name (hidden characters made
+    /// visible, or `#index`) and reason, as recorded in [`PinnedServer::refused`].
+    pub refused: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl PinOutcome {
-    /// Whether every server asked for was pinned.
+    /// Whether every server asked for was pinned with all its tools.
     pub fn is_complete(&self) -> bool {
-        self.failures.is_empty()
+        self.failures.is_empty() && self.refused.is_empty()
     }
 
-    /// The pin as a whole: an error when any server failed.
+    /// The pin as a whole: an error when any server failed, or any tool was refused.
     ///
     /// # Errors
     ///
-    /// [`PinError::ServersFailed`] naming the failed servers.
+    /// [`PinError::ServersFailed`] naming the failed servers, else
+    /// [`PinError::ToolsRefused`] naming each refused tool, its server and why.
     pub fn check(&self) -> Result<(), PinError> {
-        if self.failures.is_empty() {
-            Ok(())
-        } else {
-            Err(PinError::ServersFailed {
+        if !self.failures.is_empty() {
+            return Err(PinError::ServersFailed {
                 servers: self.failures.keys().cloned().collect(),
-            })
+            });
         }
+        if !self.refused.is_empty() {
+            let tools = self
+                .refused
+                .iter()
+                .flat_map(|(server, tools)| {
+                    tools
+                        .iter()
+                        .map(move |(tool, why)| format!("`{tool}` of server `{server}` ({why})"))
+                })
+                .collect();
+            return Err(PinError::ToolsRefused { tools });
+        }
+        Ok(())
     }
 }
 
@@ -213,12 +223,16 @@ pub async fn pin(
         .map(|(name, server)| (name.clone(), server.clone()))
         .collect();
     let mut failures = BTreeMap::new();
+    let mut refused = BTreeMap::new();
     for (name, server) in &config.servers {
         if only_server.is_some_and(|only| only != name) {
             continue;
         }
         match pin_one(config, server).await {
             Ok(pinned) => {
+                if !pinned.refused.is_empty() {
+                    refused.insert(name.clone(), pinned.refused.clone());
+                }
                 servers.insert(name.clone(), pinned);
             }
             Err(error) => {
@@ -238,6 +252,7 @@ pub async fn pin(
         manifest,
         diff,
         failures,
+        refused,
     })
 }
 
@@ -254,12 +269,13 @@ async fn pin_one(config: &Config, server: &ServerConfig) -> Result<PinnedServer,
     pin_server(&listing, &identity)
 }
 
-/// The pinned entry of a server from its listing and its `initialize` answer.
+/// The pinned entry of a server from its listing and its `initialize` answer: its
+/// well-formed tools pinned, its malformed ones in [`PinnedServer::refused`] with the reason.
 ///
 /// # Errors
 ///
-/// [`PinError::DuplicateTools`] when the listing names a tool more than once (checked first),
-/// [`PinError::MalformedTools`] when it holds a malformed tool; each lists every such tool.
+/// [`PinError::DuplicateTools`] when the listing names a tool more than once, listing every
+/// such name.
 pub fn pin_server(listing: &Listing, identity: &ServerIdentity) -> Result<PinnedServer, PinError> {
     if !listing.duplicates.is_empty() {
         return Err(PinError::DuplicateTools {
@@ -271,16 +287,11 @@ pub fn pin_server(listing: &Listing, identity: &ServerIdentity) -> Result<Pinned
                 .collect(),
         });
     }
-    if !listing.malformed.is_empty() {
-        return Err(PinError::MalformedTools {
-            server: listing.server.clone(),
-            tools: listing
-                .malformed
-                .iter()
-                .map(|(name, why)| (visible(name), why.clone()))
-                .collect(),
-        });
-    }
+    let refused = listing
+        .malformed
+        .iter()
+        .map(|(name, why)| (visible(name), why.clone()))
+        .collect();
     let tools = listing
         .tools
         .iter()
@@ -301,6 +312,7 @@ pub fn pin_server(listing: &Listing, identity: &ServerIdentity) -> Result<Pinned
         server_version: identity.version.clone(),
         protocol_version: identity.protocol_version.clone(),
         tools,
+        refused,
     })
 }
 

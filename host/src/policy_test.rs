@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use crate::canonical::{Value, sha256_hex, to_canonical};
 use crate::component::{CallView, ComponentHost, Decision, Effect, LoadedComponent};
+use crate::config::operator_file::{self, MAX_CASES_BYTES, MAX_SETTINGS_BYTES, OperatorFileError};
 
 /// The principal of a case that names none: the config's default principal.
 pub const DEFAULT_PRINCIPAL: &str = "operator";
@@ -43,14 +44,16 @@ pub const CASE_SESSION: &str = "policy-test";
 /// Errors of reading a cases file.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyTestError {
-    /// The cases file or its settings file could not be read.
-    #[error("cannot read `{path}`: {source}")]
-    Read {
+    /// The cases file or its settings file is not a regular file, is over its limit
+    /// ([`crate::config::operator_file::MAX_CASES_BYTES`],
+    /// [`crate::config::operator_file::MAX_SETTINGS_BYTES`]), or cannot be read.
+    #[error(transparent)]
+    File(#[from] OperatorFileError),
+    /// A file is not UTF-8.
+    #[error("`{path}` is not UTF-8 text")]
+    NotText {
         /// The file.
         path: PathBuf,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
     },
     /// The cases file is not JSON of the documented shape.
     #[error("cases file `{path}` is not valid: {reason}")]
@@ -133,17 +136,28 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
+/// The text of an operator's file, bounded (see [`operator_file`]), without a byte order
+/// mark.
+///
+/// # Errors
+/// [`PolicyTestError::File`], [`PolicyTestError::NotText`].
+pub fn read_text(path: &Path, what: &'static str, limit: u64) -> Result<String, PolicyTestError> {
+    let bytes = operator_file::read(path, what, limit)?;
+    String::from_utf8(operator_file::without_bom(&bytes).to_vec()).map_err(|_| {
+        PolicyTestError::NotText {
+            path: path.to_owned(),
+        }
+    })
+}
+
 impl CasesFile {
     /// Reads a cases file; a `settings_file` in it is read relative to its folder.
     ///
     /// # Errors
-    /// [`PolicyTestError::Read`] when the file or its settings file cannot be read,
+    /// [`PolicyTestError::File`] when the file or its settings file cannot be read,
     /// [`PolicyTestError::Invalid`] as for [`CasesFile::parse`].
     pub fn from_path(path: &Path) -> Result<CasesFile, PolicyTestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyTestError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read_text(path, "cases file", MAX_CASES_BYTES)?;
         let base = path.parent().unwrap_or(Path::new("."));
         CasesFile::parse(&text, base, path)
     }
@@ -155,7 +169,7 @@ impl CasesFile {
     /// [`PolicyTestError::Invalid`] for text that is not JSON of the documented shape (an
     /// unknown key, a missing field), an unknown effect, arguments that are not an object,
     /// a `reason_contains` on an `allow` case, two cases of one name, no cases, or both
-    /// `settings` and `settings_file`; [`PolicyTestError::Read`] when the settings file
+    /// `settings` and `settings_file`; [`PolicyTestError::File`] when the settings file
     /// cannot be read.
     pub fn parse(text: &str, base: &Path, path: &Path) -> Result<CasesFile, PolicyTestError> {
         let invalid = |reason: String| PolicyTestError::Invalid {
@@ -172,10 +186,7 @@ impl CasesFile {
             (Some(value), None) => Some(value.to_string()),
             (None, Some(file)) => {
                 let file = base.join(file);
-                Some(
-                    std::fs::read_to_string(&file)
-                        .map_err(|source| PolicyTestError::Read { path: file, source })?,
-                )
+                Some(read_text(&file, "policy settings", MAX_SETTINGS_BYTES)?)
             }
             (None, None) => None,
         };

@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
+use crate::store::StateDir;
 use crate::supervise::Supervisors;
 
 /// Errors that stop a start: the config's files, the components, the manifest, the audit
@@ -55,6 +56,9 @@ pub enum StartFailure {
     /// The audit log cannot be opened (for example, another process writes it).
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
+    /// The state folder cannot be opened or trusted (another owner, access for others).
+    #[error(transparent)]
+    State(#[from] crate::store::StateError),
 }
 
 /// A started toolward: the registered tools of every configured server behind the
@@ -67,6 +71,7 @@ pub struct Toolward {
     report: LoadReport,
     session: String,
     supervisors: Supervisors,
+    state: Arc<StateDir>,
 }
 
 impl Toolward {
@@ -75,9 +80,13 @@ impl Toolward {
     /// record.
     ///
     /// # Errors
-    /// [`StartFailure`] for a missing manifest, an unreadable rules file, a component that
-    /// is invalid or refuses its settings, or an audit log another process holds.
+    /// [`StartFailure`] for a state folder that cannot be trusted (another owner, access for
+    /// group or others), a missing manifest, an unreadable rules file, a component that is
+    /// invalid or refuses its settings, or an audit log another process holds.
     pub async fn start(config: Config) -> Result<Toolward, StartFailure> {
+        // The one place the state folder is opened; everything in it is reached through
+        // this value from here on.
+        let state = Arc::new(StateDir::open(&config.state_dir)?);
         let manifest = if config.manifest.exists() {
             Manifest::read(&config.manifest).map_err(|e| StartFailure::Manifest {
                 path: config.manifest.display().to_string(),
@@ -89,7 +98,7 @@ impl Toolward {
                 reason: "no manifest: run `toolward pin` and review what it writes".to_owned(),
             });
         };
-        let components = load::prepare_components(&config, config.guest.clone())?;
+        let components = load::prepare_components(&config, config.guest.clone(), &state)?;
         let (registry, report) = load::load(
             &config,
             &components.rules,
@@ -97,11 +106,9 @@ impl Toolward {
             components.digests.clone(),
         )
         .await?;
-        // The head lives in the state folder (opened first: it is created 0700, and the log
-        // is often inside it); other processes on this config write the same log, each
-        // under the file's lock.
-        let state = crate::store::StateDir::open(&config.state_dir)
-            .map_err(crate::audit::AuditError::from)?;
+        // The head lives in the state folder (opened above, first: it is created 0700, and
+        // the log is often inside it); other processes on this config write the same log,
+        // each under the file's lock.
         if let Some(parent) = config.audit.file.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
@@ -153,6 +160,7 @@ impl Toolward {
             config,
             call_path: Arc::new(call_path),
             report,
+            state,
         })
     }
 
@@ -166,6 +174,11 @@ impl Toolward {
     /// The audit log's path.
     pub fn audit_path(&self) -> &std::path::Path {
         self.audit.path()
+    }
+
+    /// The state folder (`state_dir` of the config), opened once at start.
+    pub fn state(&self) -> &Arc<StateDir> {
+        &self.state
     }
 
     /// The load report.

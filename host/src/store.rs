@@ -9,4 +9,6 @@
 
 pub mod state_dir;
 
-pub use state_dir::{Key, StateDir, StateError, check_private};
+pub use state_dir::{
+    Key, StateDir, StateError, check_private, open_private_in, replace_private_in,
+};

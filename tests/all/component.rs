@@ -22,7 +22,7 @@ fn host() -> &'static ComponentHost {
             ready_instances: toolward::component::DEFAULT_READY_INSTANCES,
             ..GuestLimits::default()
         };
-        ComponentHost::new(limits, Some(dir)).unwrap()
+        ComponentHost::new(limits, Some(crate::support::cache_in(&dir))).unwrap()
     })
 }
 
@@ -367,7 +367,11 @@ fn dropping_a_policy_stops_its_worker_and_frees_its_instances() {
         ..GuestLimits::default()
     };
     let cache = tempfile::tempdir().unwrap();
-    let host = ComponentHost::new(limits, Some(cache.path().join("cache"))).unwrap();
+    let host = ComponentHost::new(
+        limits,
+        Some(crate::support::cache_in(&cache.path().join("cache"))),
+    )
+    .unwrap();
     let bytes = std::fs::read(toolward::guests::FAULT_GUEST_WASM).unwrap();
     let component = host.load(&bytes, "fault-guest").unwrap();
     for _ in 0..12 {
@@ -414,31 +418,57 @@ fn a_component_that_imports_anything_else_is_refused_naming_the_import() {
     );
 }
 
+/// The compiled entries (`.cwasm`) in the cache of the state folder `state`.
+fn cache_entries(state: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(state.join(toolward::component::CACHE_FOLDER))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    entries.sort();
+    entries
+}
+
+fn mac_of(entry: &std::path::Path) -> std::path::PathBuf {
+    let mut name = entry.file_name().unwrap().to_owned();
+    name.push(".mac");
+    entry.with_file_name(name)
+}
+
 #[test]
 fn compiled_component_cache_misses_then_hits_then_replaces_a_corrupted_entry() {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
+    let state = dir.path().join("state");
     let bytes = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
 
-    let first = ComponentHost::new(GuestLimits::default(), Some(cache.clone())).unwrap();
+    let first = ComponentHost::new(
+        GuestLimits::default(),
+        Some(crate::support::cache_in(&state)),
+    )
+    .unwrap();
     assert_eq!(first.load(&bytes, "d").unwrap().cache(), CacheOutcome::Miss);
     assert_eq!(first.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
+    let folder = state.join(toolward::component::CACHE_FOLDER);
+    let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let sha = toolward::canonical::sha256_hex(&bytes);
+    let entry = cache_entries(&state)
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&sha))
+        .unwrap();
+    for file in [&entry, &mac_of(&entry)] {
+        let mode = std::fs::metadata(file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}", file.display());
     }
 
     // A new host (a later process) finds the entry; a corrupted entry is compiled again.
-    let second = ComponentHost::new(GuestLimits::default(), Some(cache.clone())).unwrap();
+    let second = ComponentHost::new(
+        GuestLimits::default(),
+        Some(crate::support::cache_in(&state)),
+    )
+    .unwrap();
     assert_eq!(second.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
-    let sha = toolward::canonical::sha256_hex(&bytes);
-    let entry = std::fs::read_dir(&cache)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&sha))
-        .unwrap();
     std::fs::write(&entry, b"not a compiled component").unwrap();
     let replaced = second.load(&bytes, "d").unwrap();
     assert_eq!(replaced.cache(), CacheOutcome::Replaced);
@@ -448,19 +478,142 @@ fn compiled_component_cache_misses_then_hits_then_replaces_a_corrupted_entry() {
         Decision::Allow
     );
     assert_eq!(second.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
+
+    // An entry without its MAC is compiled again, not trusted.
+    std::fs::remove_file(mac_of(&entry)).unwrap();
+    assert_eq!(
+        second.load(&bytes, "d").unwrap().cache(),
+        CacheOutcome::Replaced
+    );
+    assert_eq!(second.load(&bytes, "d").unwrap().cache(), CacheOutcome::Hit);
 }
 
 #[test]
-fn a_cache_directory_open_to_other_users_is_refused() {
+fn an_allow_all_policy_compiled_and_planted_in_the_cache_is_not_loaded() {
     let dir = tempfile::tempdir().unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err =
-            ComponentHost::new(GuestLimits::default(), Some(dir.path().to_owned())).unwrap_err();
-        assert!(err.to_string().contains("writable by other users"), "{err}");
+    let destructive = call("s", "t", Effect::Destructive);
+
+    // The attacker's allow-all policy (the fault guest without a mode allows every call),
+    // compiled into a cache of their own: its component entry and its configured snapshot.
+    let theirs = dir.path().join("attacker");
+    let attacker = ComponentHost::new(
+        GuestLimits::default(),
+        Some(crate::support::cache_in(&theirs)),
+    )
+    .unwrap();
+    let fault = std::fs::read(toolward::guests::FAULT_GUEST_WASM).unwrap();
+    let allow_all = attacker.load(&fault, "allow-all").unwrap();
+    let allow_all = attacker.configure_policy(&allow_all, "").unwrap();
+    assert_eq!(allow_all.decide(&destructive), Decision::Allow);
+    let fault_sha = toolward::canonical::sha256_hex(&fault);
+    let (their_component, their_snapshot): (Vec<_>, Vec<_>) =
+        cache_entries(&theirs).into_iter().partition(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&fault_sha)
+        });
+
+    // The operator's default policy, compiled into the operator's cache once.
+    let ours = dir.path().join("state");
+    let bytes = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
+    let operator = ComponentHost::new(
+        GuestLimits::default(),
+        Some(crate::support::cache_in(&ours)),
+    )
+    .unwrap();
+    let policy = operator
+        .configure_policy(&operator.load(&bytes, "default").unwrap(), "{}")
+        .unwrap();
+    assert_ne!(policy.decide(&destructive), Decision::Allow);
+    drop(policy);
+
+    // The attack: the allow-all entries, with their MACs, under the operator's names.
+    let sha = toolward::canonical::sha256_hex(&bytes);
+    for entry in cache_entries(&ours) {
+        let is_component = entry
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&sha);
+        let planted = if is_component {
+            &their_component[0]
+        } else {
+            &their_snapshot[0]
+        };
+        std::fs::copy(planted, &entry).unwrap();
+        std::fs::copy(mac_of(planted), mac_of(&entry)).unwrap();
     }
+
+    // A later start: every planted entry fails its MAC, is compiled again, and the operator's
+    // policy decides.
+    let later = ComponentHost::new(
+        GuestLimits::default(),
+        Some(crate::support::cache_in(&ours)),
+    )
+    .unwrap();
+    let loaded = later.load(&bytes, "default").unwrap();
+    assert_eq!(loaded.cache(), CacheOutcome::Replaced);
+    let policy = later.configure_policy(&loaded, "{}").unwrap();
+    assert_eq!(policy.snapshot_cache(), CacheOutcome::Replaced);
+    assert_ne!(policy.decide(&destructive), Decision::Allow);
+}
+
+#[test]
+fn a_cache_folder_open_to_other_users_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = toolward::store::StateDir::open(&dir.path().join("state")).unwrap();
+    let folder = state.path().join(toolward::component::CACHE_FOLDER);
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = toolward::component::ComponentCache::open(&state).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "has mode 0777, which gives other users access: run `chmod 0700 {}`",
+            folder.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_cache_folder_or_entry_of_another_owner_is_refused_with_the_fix() {
+    let Some(other) = crate::support::other_user() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state_path = dir.path().join("state");
+    let bytes = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
+    let host = ComponentHost::new(
+        GuestLimits::default(),
+        Some(crate::support::cache_in(&state_path)),
+    )
+    .unwrap();
+    assert_eq!(host.load(&bytes, "d").unwrap().cache(), CacheOutcome::Miss);
+
+    // An entry someone else owns: refused, not loaded and not silently replaced.
+    let entry = cache_entries(&state_path).remove(0);
+    std::os::unix::fs::chown(&entry, Some(other), None).unwrap();
+    let err = host.load(&bytes, "d").unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("`{}` is owned by uid {other}", entry.display()))
+            && err.contains("run `chown 0"),
+        "{err}"
+    );
+    std::os::unix::fs::chown(&entry, Some(0), None).unwrap();
+
+    // The folder itself.
+    let folder = state_path.join(toolward::component::CACHE_FOLDER);
+    std::os::unix::fs::chown(&folder, Some(other), None).unwrap();
+    let state = toolward::store::StateDir::open(&state_path).unwrap();
+    let err = toolward::component::ComponentCache::open(&state)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("`{}` is owned by uid {other}", folder.display())),
+        "{err}"
+    );
 }
 
 #[tokio::test]

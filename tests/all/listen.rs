@@ -49,7 +49,7 @@ async fn start(dir: &std::path::Path) -> (Toolward, Listening) {
     pinned.manifest.write(&config.manifest).unwrap();
     let toolward = Toolward::start(config).await.unwrap();
     let config = toolward.config();
-    let (tokens, file) = tokens(&config.listen, &config.state_dir, &config.principal).unwrap();
+    let (tokens, file) = tokens(&config.listen, toolward.state(), &config.principal).unwrap();
     assert_eq!(file, None, "named tokens need no file");
     let listening = serve_http(
         toolward.call_path().clone(),
@@ -228,7 +228,7 @@ async fn an_address_that_is_not_loopback_is_refused_unless_allowed() {
 #[test]
 fn without_named_tokens_one_is_generated_owner_only_and_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
+    let state = toolward::store::StateDir::open(&dir.path().join("state")).unwrap();
     let listen = toolward::config::ListenConfig::default();
     let (first, file) = tokens(&listen, &state, "operator").unwrap();
     let file = file.unwrap();
@@ -246,9 +246,38 @@ fn without_named_tokens_one_is_generated_owner_only_and_kept() {
         // A token others may read is refused, not used.
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         let error = tokens(&listen, &state, "operator").unwrap_err();
-        assert!(error.to_string().contains("others may read it"), "{error}");
+        assert!(error.to_string().contains("run `chmod 0600"), "{error}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let (again, _) = tokens(&listen, &state, "operator").unwrap();
     assert_eq!(again, first, "a second start makes a new token");
+}
+
+#[test]
+fn a_token_file_of_another_owner_or_a_symlink_is_refused_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = toolward::store::StateDir::open(&dir.path().join("state")).unwrap();
+    let listen = toolward::config::ListenConfig::default();
+    let file = state.path().join(toolward::listen::TOKEN_FILE);
+    // A symlink to a token file elsewhere (here a file the attacker chose) is not followed.
+    let elsewhere = dir.path().join("chosen-token");
+    std::fs::write(&elsewhere, "a".repeat(64)).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+    let error = tokens(&listen, &state, "operator").unwrap_err().to_string();
+    assert!(error.contains("is not a regular file"), "{error}");
+    std::fs::remove_file(&file).unwrap();
+
+    let Some(other) = crate::support::other_user() else {
+        return;
+    };
+    std::fs::write(&file, format!("{}\n", "b".repeat(64))).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&file, Some(other), None).unwrap();
+    let error = tokens(&listen, &state, "operator").unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("is owned by uid {other}")) && error.contains("run `chown"),
+        "{error}"
+    );
 }

@@ -76,7 +76,8 @@ impl Setup {
     }
 
     async fn load(&self, config: &Config, manifest: &Manifest) -> (Registry, LoadReport) {
-        let components = load::prepare_components(config, GuestLimits::default()).unwrap();
+        let state = crate::support::state_of(config);
+        let components = load::prepare_components(config, GuestLimits::default(), &state).unwrap();
         load::load(
             config,
             &components.rules,
@@ -544,7 +545,8 @@ async fn a_rules_file_with_a_duplicate_key_is_refused_naming_the_file() {
     .unwrap();
     setup.serve("fs", &[&tool("a", "A.")]);
     let config = setup.config(&["fs"]);
-    let err = load::prepare_components(&config, GuestLimits::default()).unwrap_err();
+    let state = crate::support::state_of(&config);
+    let err = load::prepare_components(&config, GuestLimits::default(), &state).unwrap_err();
     let message = err.to_string();
     assert!(message.contains("rules.json"), "{message}");
     assert!(message.contains("effect"), "{message}");

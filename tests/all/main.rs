@@ -20,4 +20,5 @@ mod protocol;
 mod real;
 mod real_load;
 mod restart;
+mod state;
 mod support;

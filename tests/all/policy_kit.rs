@@ -17,7 +17,7 @@ fn host() -> &'static ComponentHost {
     HOST.get_or_init(|| {
         let dir =
             std::env::temp_dir().join(format!("toolward-policy-kit-cache-{}", std::process::id()));
-        ComponentHost::new(GuestLimits::default(), Some(dir)).unwrap()
+        ComponentHost::new(GuestLimits::default(), Some(crate::support::cache_in(&dir))).unwrap()
     })
 }
 

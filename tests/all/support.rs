@@ -259,3 +259,29 @@ pub fn run_measuring_peak_memory(command: &mut Command) -> (std::process::Output
     };
     (output, peak)
 }
+
+/// The compiled-component cache of the state folder at `path` (created when missing).
+pub fn cache_in(path: &Path) -> toolward::component::ComponentCache {
+    let state = toolward::store::StateDir::open(path).unwrap();
+    toolward::component::ComponentCache::open(&state).unwrap()
+}
+
+/// The state folder of `config`, opened.
+pub fn state_of(config: &toolward::config::Config) -> toolward::store::StateDir {
+    toolward::store::StateDir::open(&config.state_dir).unwrap()
+}
+
+/// The uid the ownership tests give a file to: `65534` (nobody) where the tests run as root,
+/// who alone can give a file away. Elsewhere `None`, said on stderr, and the caller skips
+/// the rest of its test: a non-root user cannot make a file another user's.
+pub fn other_user() -> Option<u32> {
+    const NOBODY: u32 = 65534;
+    if toolward::store::state_dir::euid() == 0 {
+        Some(NOBODY)
+    } else {
+        eprintln!(
+            "SKIPPED: the ownership part of this test needs root, to chown a file to uid {NOBODY}"
+        );
+        None
+    }
+}

@@ -29,6 +29,7 @@ fn server(tools: Vec<(&str, PinnedTool)>) -> PinnedServer {
             .into_iter()
             .map(|(name, tool)| (name.to_owned(), tool))
             .collect(),
+        refused: BTreeMap::new(),
     }
 }
 

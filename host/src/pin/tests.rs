@@ -210,14 +210,23 @@ fn pin_server_fails_naming_a_tool_listed_twice() {
 }
 
 #[test]
-fn pin_server_fails_naming_every_malformed_tool() {
+fn pin_server_pins_the_rest_and_records_each_malformed_tool_with_its_reason() {
     let listing = listing_of(
         r#"{"tools":[{"name":"a"},{"name":"b","inputSchema":{}},{"name":"c\u200b","inputSchema":{}}]}"#,
     );
-    let error = pin_server(&listing, &identity()).unwrap_err();
+    let pinned = pin_server(&listing, &identity()).unwrap();
+    assert_eq!(pinned.tools.keys().collect::<Vec<_>>(), ["b"]);
     assert_eq!(
-        error.to_string(),
-        "server `srv` lists malformed tools: `a` (it has no `inputSchema`); `c\\u{200B}` (zero-width character U+200B in `name`, which a reviewer would not see)"
+        pinned.refused,
+        BTreeMap::from([
+            (String::from("a"), String::from("it has no `inputSchema`")),
+            (
+                String::from("c\\u{200B}"),
+                String::from(
+                    "zero-width character U+200B in `name`, which a reviewer would not see"
+                )
+            ),
+        ])
     );
 }
 

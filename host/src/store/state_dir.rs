@@ -250,7 +250,8 @@ impl StateDir {
     }
 
     /// Opens the existing regular file `name` (relative to the state folder) for reading,
-    /// refusing a symlink, another kind of file, or a wrong owner or mode.
+    /// refusing a symlink, another kind of file, or a wrong owner or mode (see
+    /// [`open_private_in`]).
     ///
     /// # Errors
     /// [`StateError`] naming the path.
@@ -259,24 +260,30 @@ impl StateDir {
         name: impl AsRef<Path>,
     ) -> Result<cap_std::fs::File, StateError> {
         let name = name.as_ref();
-        let full = self.path.join(name);
-        let link = self
+        open_private_in(&self.dir, name, &self.path.join(name))
+    }
+
+    /// Creates the regular file `name` (relative to the state folder) with `bytes`, mode
+    /// `0600`, flushed to disk; an existing file is left alone and is an error of kind
+    /// `AlreadyExists` ([`StateError::already_exists`]).
+    ///
+    /// # Errors
+    /// [`StateError`] naming the path.
+    pub fn create_private_file(
+        &self,
+        name: impl AsRef<Path>,
+        bytes: &[u8],
+    ) -> Result<(), StateError> {
+        let name = name.as_ref();
+        let mut create = OpenOptions::new();
+        create.write(true).create_new(true).mode(FILE_MODE);
+        let mut file = self
             .dir
-            .symlink_metadata(name)
+            .open_with(name, &create)
             .map_err(|source| self.io(name, source))?;
-        if !link.is_file() {
-            return Err(StateError::Kind {
-                path: full,
-                expected: "regular file",
-            });
-        }
-        let file = self
-            .dir
-            .open(name)
-            .map_err(|source| self.io(name, source))?;
-        let meta = file.metadata().map_err(|source| self.io(name, source))?;
-        check_private(&meta, &full)?;
-        Ok(file)
+        file.write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|source| self.io(name, source))
     }
 
     fn io(&self, name: &Path, source: std::io::Error) -> StateError {
@@ -285,6 +292,95 @@ impl StateDir {
             source,
         }
     }
+}
+
+impl StateError {
+    /// Whether this is a file or folder that does not exist.
+    pub fn not_found(&self) -> bool {
+        matches!(self, StateError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
+    /// Whether this is a file that already exists (see [`StateDir::create_private_file`]).
+    pub fn already_exists(&self) -> bool {
+        matches!(self, StateError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
+    }
+}
+
+/// Opens the existing regular file `name` of `dir` (`full` is its path, for messages) for
+/// reading: a final symlink is not followed (`O_NOFOLLOW`; cap-std keeps every other
+/// component inside `dir`), and the opened file itself, not the path again, must be a regular
+/// file owned by the effective user with no access for group or others ([`check_private`]).
+///
+/// # Errors
+/// [`StateError`] naming `full`: [`StateError::not_found`] when there is no such file.
+pub fn open_private_in(
+    dir: &Dir,
+    name: &Path,
+    full: &Path,
+) -> Result<cap_std::fs::File, StateError> {
+    let io = |source| StateError::Io {
+        path: full.to_owned(),
+        source,
+    };
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    let file = match dir.open_with(name, &options) {
+        Ok(file) => file,
+        // ELOOP: the name is a symlink.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(StateError::Kind {
+                path: full.to_owned(),
+                expected: "regular file",
+            });
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(StateError::Kind {
+            path: full.to_owned(),
+            expected: "regular file",
+        });
+    }
+    check_private(&meta, full)?;
+    Ok(file)
+}
+
+/// Writes `bytes` to the file `name` of `dir` (`full` is its path, for messages) through a
+/// temporary file created there with mode `0600` and renamed over `name`, so a reader sees
+/// the old file or the new one, never a part, and a symlink at `name` is replaced, never
+/// followed. Not flushed to disk: for what can be made again (the compiled-component cache).
+///
+/// # Errors
+/// [`StateError`] naming `full`; the temporary file is removed.
+pub fn replace_private_in(
+    dir: &Dir,
+    name: &str,
+    bytes: &[u8],
+    full: &Path,
+) -> Result<(), StateError> {
+    // Unique per process and per write: threads of one process may write the same name at
+    // once, and each must rename its own file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = format!(".{name}.{}-{n}.tmp", std::process::id());
+    let io = |source| StateError::Io {
+        path: full.to_owned(),
+        source,
+    };
+    let mut create = OpenOptions::new();
+    create.write(true).create_new(true).mode(FILE_MODE);
+    let written = dir
+        .open_with(&temp, &create)
+        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|()| dir.rename(&temp, dir, name));
+    if written.is_err() {
+        // Best effort: the error that matters is the one returned.
+        let _ = dir.remove_file(&temp);
+    }
+    written.map_err(io)
 }
 
 /// `std::fs::DirBuilder` with mode `0700` (the state folder itself, made with ambient
@@ -389,6 +485,69 @@ mod tests {
         std::os::unix::fs::symlink(&outside, path.join("components")).unwrap();
         let error = state.subdir("components").unwrap_err().to_string();
         assert!(error.contains("is not a folder"), "{error}");
+    }
+
+    #[test]
+    fn a_state_folder_owned_by_another_user_is_refused_with_the_fix() {
+        const NOBODY: u32 = 65534;
+        if euid() != 0 {
+            eprintln!("SKIPPED: needs root, to chown the state folder to uid {NOBODY}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state");
+        StateDir::open(&path).unwrap();
+        std::os::unix::fs::chown(&path, Some(NOBODY), None).unwrap();
+        let error = StateDir::open(&path).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("is owned by uid {NOBODY}, not by uid 0"))
+                && error.contains(&format!("run `chown 0 {}`", path.display())),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_private_file_is_replaced_whole_and_a_symlink_in_its_place_is_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("state")).unwrap();
+        let dir = state.subdir("components").unwrap();
+        let full = state.path().join("components/entry");
+        replace_private_in(&dir, "entry", b"one", &full).unwrap();
+        replace_private_in(&dir, "entry", b"two", &full).unwrap();
+        let mut text = String::new();
+        open_private_in(&dir, Path::new("entry"), &full)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "two");
+        assert_eq!(
+            std::fs::metadata(&full).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, b"planted").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&outside, state.path().join("components/link")).unwrap();
+        let error = open_private_in(
+            &dir,
+            Path::new("link"),
+            &state.path().join("components/link"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("is not a regular file"), "{error}");
+        assert!(
+            !open_private_in(&dir, Path::new("absent"), &full)
+                .unwrap_err()
+                .to_string()
+                .is_empty()
+        );
+        assert!(
+            open_private_in(&dir, Path::new("absent"), &full)
+                .unwrap_err()
+                .not_found()
+        );
     }
 
     #[test]

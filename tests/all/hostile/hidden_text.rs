@@ -74,7 +74,7 @@ fn hidden_tools() -> Vec<&'static str> {
 }
 
 #[tokio::test]
-async fn pin_refuses_a_server_with_hidden_text_naming_each_code_point_and_place() {
+async fn pin_refuses_only_the_tools_with_hidden_text_naming_each_code_point_and_place() {
     let mut tools = hidden_tools();
     let fine = tool("fine");
     tools.push(&fine);
@@ -85,11 +85,11 @@ async fn pin_refuses_a_server_with_hidden_text_naming_each_code_point_and_place(
     let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
         .await
         .unwrap();
-    let failure = toolward::load::error_chain(&pinned.failures["s"]);
-    assert!(
-        failure.starts_with("server `s` lists malformed tools: "),
-        "{failure}"
-    );
+    assert!(pinned.failures.is_empty(), "{:?}", pinned.failures);
+    let failure = pinned.check().unwrap_err().to_string();
+    assert!(failure.starts_with("pin refused "), "{failure}");
+    let server = &pinned.manifest.servers["s"];
+    assert_eq!(server.tools.keys().collect::<Vec<_>>(), ["fine"]);
     for (name, _, reason) in HIDDEN {
         let shown = if *name == "rlo" {
             "report\\u{202E}fdp.exe"
@@ -97,14 +97,81 @@ async fn pin_refuses_a_server_with_hidden_text_naming_each_code_point_and_place(
             name
         };
         assert!(
-            failure.contains(&format!("`{shown}` ({reason})")),
+            failure.contains(&format!("`{shown}` of server `s` ({reason})")),
             "`{shown}` ({reason}) not in {failure}"
         );
+        assert_eq!(server.refused[shown], *reason);
     }
     assert!(!holds_hidden(&failure), "{failure:?}");
+    // What the operator reviews holds every refused name and reason, escaped.
+    assert!(!holds_hidden(&pinned.manifest.to_json()));
     // The other server is pinned all the same.
     assert!(pinned.manifest.servers.contains_key("good"));
-    assert!(!pinned.manifest.servers.contains_key("s"));
+}
+
+#[tokio::test]
+async fn the_binary_pins_the_rest_records_the_refused_tool_exits_non_zero_and_check_shows_it_refused()
+ {
+    let Some(bin) = toolward_binary() else { return };
+    let escape = HIDDEN[1].1;
+    let fine = tool("fine");
+    // The rules classify both: the refused one must be noted as refused, not as unlisted.
+    let bench =
+        Bench::new("hidden-pin-binary").server("s", listing(&[escape, &fine]), &["fine", "escape"]);
+    bench.config();
+    let config_file = bench.path().join("toolward.json");
+    let reason = HIDDEN[1].2;
+
+    let pin = Command::new(bin)
+        .arg("pin")
+        .arg("--config")
+        .arg(&config_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&pin.stderr);
+    assert_eq!(pin.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!("refused tool `escape` of server `s`: {reason}"))
+            && stderr.contains("1 tool refused and not pinned"),
+        "{stderr}"
+    );
+    let manifest = std::fs::read_to_string(bench.path().join("manifest.json")).unwrap();
+    let written = toolward::manifest::Manifest::parse(manifest.as_bytes()).unwrap();
+    assert_eq!(
+        written.servers["s"].tools.keys().collect::<Vec<_>>(),
+        ["fine"]
+    );
+    assert_eq!(written.servers["s"].refused["escape"], reason);
+
+    let check = Command::new(bin)
+        .arg("check")
+        .arg("--config")
+        .arg(&config_file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(
+        check.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(stdout.contains("registered  s__fine"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("REFUSED     escape: {reason}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "note: the rules classify tool `escape` of server `s`, which the server lists but toolward refused: {reason}"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("not in the manifest") && !stdout.contains("does not list"),
+        "{stdout}"
+    );
+    bench.assert_no_processes_left();
 }
 
 #[tokio::test]

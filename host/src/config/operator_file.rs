@@ -1,0 +1,248 @@
+//! Reading the files the operator names: the config, the rules file, policy settings,
+//! components, the manifest, `policy test` cases. Every one goes through [`read`], which
+//! bounds it before reading a byte:
+//!
+//! - the path is opened without blocking (`O_NONBLOCK`), so a FIFO with no writer cannot hold
+//!   the start up, then the opened file (not the path again) is checked: anything but a
+//!   regular file (a character device such as `/dev/zero`, a FIFO, a socket, a folder) is
+//!   refused, naming what it is;
+//! - a regular file longer than its limit is refused from its length, and the read itself
+//!   stops one byte past the limit, so a file that grows while it is read is refused too.
+//!
+//! The limits, each in bytes: [`crate::config::MAX_CONFIG_BYTES`],
+//! [`MAX_RULES_BYTES`], [`MAX_SETTINGS_BYTES`], [`MAX_COMPONENT_BYTES`],
+//! [`crate::manifest::MAX_MANIFEST_BYTES`], [`MAX_CASES_BYTES`].
+
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Longest rules file, in bytes: 64 MiB. A rules file of 100,000 tools with parameters is
+/// about 20 MiB; past 64 MiB a path more likely names the wrong file.
+pub const MAX_RULES_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest policy settings file (`policy.settings`), in bytes: 64 MiB, as the rules file.
+pub const MAX_SETTINGS_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest component file (`rules.component`, `policy.component`, `policy inspect`), in
+/// bytes: 128 MiB. The built-in component is under 1 MiB; a guest with a language runtime
+/// inside is tens of MiB.
+pub const MAX_COMPONENT_BYTES: u64 = 128 * 1024 * 1024;
+/// Longest `toolward policy test` cases file, in bytes: 16 MiB.
+pub const MAX_CASES_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The UTF-8 byte order mark, which some editors on Windows put at the start of a text file.
+pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Why an operator's file was not read. Each names what the file is for and its path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OperatorFileError {
+    /// The file cannot be opened or read.
+    #[error("cannot read the {what} `{}`", path.display())]
+    Io {
+        /// What the file is for (`rules file`, `policy component`, ...).
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a regular file: it could be endless (`/dev/zero`) or block (a FIFO).
+    #[error(
+        "the {what} `{}` is a {kind}, not a regular file: toolward reads only regular files of at most {limit} bytes here; point it at a file",
+        path.display()
+    )]
+    NotRegular {
+        /// What the file is for.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// What it is instead (`character device`, `FIFO`, `socket`, `folder`, ...).
+        kind: &'static str,
+        /// The limit, bytes.
+        limit: u64,
+    },
+    /// Longer than its limit.
+    #[error(
+        "the {what} `{}` holds {bytes} bytes, more than the limit of {limit} bytes",
+        path.display()
+    )]
+    TooLarge {
+        /// What the file is for.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Bytes found (at least `limit + 1` for a file that grew while read).
+        bytes: u64,
+        /// The limit, bytes.
+        limit: u64,
+    },
+}
+
+/// The bytes of the operator's file at `path` (what it is for in `what`, for messages), at
+/// most `limit` bytes, read as the module documentation says.
+///
+/// # Errors
+/// [`OperatorFileError`] naming `what` and `path`.
+pub fn read(path: &Path, what: &'static str, limit: u64) -> Result<Vec<u8>, OperatorFileError> {
+    read_with_metadata(path, what, limit).map(|(bytes, _)| bytes)
+}
+
+/// As [`read`], with the metadata of the file that was read (for owner and mode checks made
+/// on the same open file, not on the path again).
+///
+/// # Errors
+/// As [`read`].
+pub fn read_with_metadata(
+    path: &Path,
+    what: &'static str,
+    limit: u64,
+) -> Result<(Vec<u8>, Metadata), OperatorFileError> {
+    let io = |source| OperatorFileError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    let file = open_nonblocking(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(OperatorFileError::NotRegular {
+            what,
+            path: path.to_owned(),
+            kind: kind_of(&meta),
+            limit,
+        });
+    }
+    let too_large = |bytes| OperatorFileError::TooLarge {
+        what,
+        path: path.to_owned(),
+        bytes,
+        limit,
+    };
+    if meta.len() > limit {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > limit {
+        return Err(too_large(read));
+    }
+    Ok((bytes, meta))
+}
+
+/// `bytes` without a leading UTF-8 byte order mark: JSON (RFC 8259, section 8.1) does not
+/// allow one, and JSON parsers refuse it at line 1, column 1 with no word of why.
+pub fn without_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes)
+}
+
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
+
+fn kind_of(meta: &Metadata) -> &'static str {
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return "folder";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_char_device() {
+            return "character device";
+        }
+        if kind.is_block_device() {
+            return "block device";
+        }
+        if kind.is_fifo() {
+            return "FIFO";
+        }
+        if kind.is_socket() {
+            return "socket";
+        }
+    }
+    "special file"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Bounds of these tests: a refusal must come before any real reading happens.
+    const REFUSAL_WITHIN: Duration = Duration::from_secs(2);
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dev_zero_is_refused_before_a_byte_is_read_naming_what_it_is_and_the_limit() {
+        let started = Instant::now();
+        let error = read(Path::new("/dev/zero"), "rules file", MAX_RULES_BYTES).unwrap_err();
+        assert!(started.elapsed() < REFUSAL_WITHIN);
+        let text = error.to_string();
+        assert!(
+            text.contains("the rules file `/dev/zero` is a character device, not a regular file")
+                && text.contains(&format!("at most {MAX_RULES_BYTES} bytes")),
+            "{text}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_without_a_writer_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("rules.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let started = Instant::now();
+        let error = read(&fifo, "rules file", MAX_RULES_BYTES).unwrap_err();
+        assert!(started.elapsed() < REFUSAL_WITHIN);
+        assert!(
+            error.to_string().contains("is a FIFO, not a regular file"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_file_over_its_limit_is_refused_naming_its_length_and_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("settings.json");
+        std::fs::write(&file, vec![b' '; 101]).unwrap();
+        let error = read(&file, "policy settings", 100).unwrap_err().to_string();
+        assert!(
+            error.contains("holds 101 bytes, more than the limit of 100 bytes"),
+            "{error}"
+        );
+        std::fs::write(&file, vec![b' '; 100]).unwrap();
+        assert_eq!(read(&file, "policy settings", 100).unwrap().len(), 100);
+    }
+
+    #[test]
+    fn a_folder_is_refused_as_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = read(dir.path(), "rules file", 100).unwrap_err().to_string();
+        assert!(error.contains("is a folder, not a regular file"), "{error}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_taken_off_and_nothing_else() {
+        assert_eq!(without_bom(b"\xEF\xBB\xBF{}"), b"{}");
+        assert_eq!(without_bom(b"{}"), b"{}");
+        assert_eq!(without_bom(b"\xEF\xBB{}"), b"\xEF\xBB{}");
+    }
+}
