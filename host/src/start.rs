@@ -96,6 +96,12 @@ impl Toolward {
             components.digests.clone(),
         )
         .await?;
+        // The state folder is made owner-only (0700) before the audit log, which often lives
+        // in it, could make it with the umask's mode; the approvals queue refuses a folder
+        // others can reach.
+        if let Err(error) = crate::store::StateDir::open(&config.state_dir) {
+            tracing::warn!("{error}");
+        }
         if let Some(parent) = config.audit.file.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
@@ -109,9 +115,10 @@ impl Toolward {
             detail: serde_json::to_value(&report).ok(),
             ..AuditEvent::new(AuditKind::Load)
         })?;
-        // The log's lock shows that no other process serves this config: a call still
-        // pending in the approval queue was held by a process that ended. It was never
-        // forwarded; record that, and take it out of the queue so nobody approves it.
+        // A pending entry whose lock nobody holds was held by a process that ended (of this
+        // config or another sharing the state folder); the call was never forwarded. Record
+        // that, and take it out of the queue so nobody approves it. Entries of calls other
+        // processes still hold are left alone.
         let abandoned = crate::approval::abandon_pending(&config.state_dir).unwrap_or_default();
         for request in abandoned {
             audit.append(AuditEvent {
@@ -162,6 +169,15 @@ impl Toolward {
     /// The call path, for the gateway.
     pub fn call_path(&self) -> &Arc<CallPath> {
         &self.call_path
+    }
+
+    /// An approver asking through the state folder's queue (answered with `toolward
+    /// approvals`), recording forged answers to this toolward's audit log.
+    pub fn queue_approver(&self) -> Arc<crate::approval::QueueApprover> {
+        Arc::new(
+            crate::approval::QueueApprover::new(self.config.state_dir.clone())
+                .with_audit(self.call_path.audit().cloned()),
+        )
     }
 
     /// One call through the whole path (validation, policy, approval by `approver`,
