@@ -1,50 +1,78 @@
-//! Approvals: a person's yes or no on a call the policy held.
+//! Approvals: a person's yes or no on a call the policy held, and who gave it through which
+//! channel.
 //!
 //! The call path ([`crate::call`]) asks an [`Approver`] and bounds the wait with the
-//! approval timeout (`limits.approval_timeout_ms`); no answer in time is a deny. Three
+//! approval timeout (`limits.approval_timeout_ms`); no answer in time is a deny. Every answer
+//! comes back as an [`Answer`]: the verdict and [`AnsweredBy`] (the [`Channel`] and the
+//! answerer), which the `approval-answered` audit record carries as `answered_by`. Three
 //! approvers come with the library:
 //!
 //! - [`DenyAll`]: no person is reachable, every held call is refused;
-//! - [`QueueApprover`]: a pending queue in the state directory, answered from another
-//!   terminal with `toolward approvals approve ID` or `deny ID` (this module's [`list_pending`]
-//!   and [`answer`]);
-//! - [`FnApprover`]: a closure, for embedders and tests.
+//! - [`QueueApprover`]: a pending queue in the state folder, answered from another terminal
+//!   with `toolward approvals approve ID` or `deny ID` (this module's [`list_queue`] and
+//!   [`answer`]); the answerer is the operating-system user who ran the command;
+//! - [`FnApprover`]: a closure, for embedders and tests (`toolward call` asks on the terminal
+//!   through one, naming the terminal's user).
 //!
-//! The gateway adds one that asks through MCP elicitation ([`crate::gateway`]).
+//! The gateway adds one that asks through MCP elicitation ([`crate::gateway`]); its answerer
+//! is the principal of the client's connection.
 //!
-//! # Binding
+//! # Binding and authentication
 //!
 //! An approval is single-use and bound to one call: the call id (a fresh ULID per call), the
 //! SHA-256 of the canonical arguments, and the tool's pins (SHA-256 of its description and of
-//! its input schema). An answer file counts only when it carries the same call id,
-//! `arguments_sha256`, `description_sha256` and `input_schema_sha256` as the pending request;
-//! any other answer file is ignored (and removed), so an approval cannot be spent on other
-//! arguments, on another call, or on a tool whose pin changed. Both files are removed when the
-//! call stops waiting, answered or not.
+//! its input schema). An answer in the queue counts only when it carries an HMAC-SHA256, under
+//! the key `<state_dir>/approval-key` ([`APPROVAL_KEY`], made on first use, `0600`, read only
+//! by `toolward`), over exactly those four values, the verdict, the reason and the answerer.
+//! Any other answer file (no MAC, a wrong MAC, the MAC of another call or other arguments, a
+//! file that is not an answer) is a forgery: it is removed, recorded as an `approval-forged`
+//! audit record naming the file and why (at most [`MAX_FORGERIES_AUDITED`] per call), and the
+//! call keeps waiting for a real answer or its timeout.
 //!
-//! # Files
+//! The pending entry is MAC'd too, by the waiting process: `toolward approvals` refuses to
+//! show as valid, approve or deny an entry whose MAC fails or whose `arguments` text does not
+//! hash to its `arguments_sha256`, so a hand-edited entry cannot show one call and approve
+//! another.
 //!
-//! `<state_dir>/approvals/pending/<call_id>.json` holds an [`ApprovalRequest`];
-//! `<state_dir>/approvals/answers/<call_id>.json` holds the answer. Directories are created
-//! owner-only (0700) and files are written owner-only (0600) on Unix: arguments may be
-//! secret. Answer files are written to a temporary name and renamed, so the waiting call never
-//! reads half of one.
+//! # Files, and several processes on one queue
+//!
+//! `<state_dir>/approvals/pending/<call_id>.json` holds an [`ApprovalRequest`] and its MAC;
+//! `<state_dir>/approvals/answers/<call_id>.json` holds the answer. Both folders are reached
+//! through the state folder's [`StateDir`] (`0700`, owner checked); files are `0600` and read
+//! back bounded ([`MAX_APPROVAL_FILE_BYTES`]).
+//!
+//! Several `toolward serve` and `toolward call` processes may share one state folder. The
+//! waiting process holds an exclusive lock (`flock`) on its pending entry from before the
+//! entry appears (the entry is written under a temporary name, locked, then renamed) until
+//! after it is removed. A pending entry whose lock anyone can take is abandoned: its process
+//! ended. [`abandon_pending`], run at every start, removes only abandoned entries, so no start
+//! removes the entry of a call another process is still holding. An answer is placed with a
+//! hard link from a temporary file, which fails when an answer exists: of two answers given
+//! at once, the first is final.
 //!
 //! # Showing requests to a person
 //!
-//! Everything in a request comes from the model or a server. [`display_request`] and
-//! [`escape_for_display`] escape control, bidirectional-override and invisible characters, so
-//! what a person approves is what they read.
+//! Everything in a request comes from the model or a server. [`display_request`] (the
+//! terminal of `toolward call`, `toolward approvals list`) and [`display_arguments`] (also in
+//! the elicitation message) show every top-level argument name, each value cut to
+//! [`MAX_DISPLAYED_VALUE_CHARS`] with its full length stated, and escape control,
+//! bidirectional and invisible characters with [`escape_for_display`], so what a person
+//! approves is what they read.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use serde::{Deserialize, Serialize};
+
+use crate::audit::{AuditEvent, AuditKind, AuditLog};
+use crate::canonical;
+use crate::store::{Key, StateDir, StateError, check_private};
 
 /// How often a [`QueueApprover`] looks for an answer file.
 pub const QUEUE_POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -53,23 +81,46 @@ pub const QUEUE_POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// canonical arguments; the bound keeps a stray huge file from taking unbounded memory.
 pub const MAX_APPROVAL_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Most pending requests [`list_pending`] reads: far more than a person can review.
+/// Most pending requests [`list_queue`] reads: far more than a person can review.
 pub const MAX_PENDING_REQUESTS: usize = 1024;
 
 /// Longest call id accepted by [`answer`], in characters. Call ids are ULIDs (26
 /// characters); the bound and the character check keep an id from naming another path.
 pub const MAX_CALL_ID_CHARS: usize = 64;
 
-/// Most characters of the arguments [`display_request`] shows; the rest is elided with a
-/// count.
-pub const MAX_DISPLAYED_ARGUMENT_CHARS: usize = 4096;
+/// Most characters of one argument's value (its canonical JSON text) shown to a person; the
+/// rest is elided and the value's full length stated. Per value, so a long `content` never
+/// pushes `path` out of sight.
+pub const MAX_DISPLAYED_VALUE_CHARS: usize = 512;
 
-/// The folder under the state directory that holds the queue.
-const APPROVALS_DIR: &str = "approvals";
+/// Most characters of one argument's name shown to a person; a longer name is cut and its
+/// full length stated.
+pub const MAX_DISPLAYED_NAME_CHARS: usize = 128;
+
+/// Most `approval-forged` records written for one held call: a process that keeps dropping
+/// answer files cannot fill the audit log. Forgeries past it are still ignored and logged.
+pub const MAX_FORGERIES_AUDITED: usize = 16;
+
+/// Most bytes of `/etc/passwd` read to name the operating-system user: 4 MiB.
+pub const MAX_PASSWD_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The key (in the state folder) that MACs pending entries and answers.
+pub const APPROVAL_KEY: &str = "approval-key";
+
 /// Pending requests, one file per held call.
-const PENDING_DIR: &str = "pending";
+const PENDING_DIR: &str = "approvals/pending";
 /// Answers, one file per answered call.
-const ANSWERS_DIR: &str = "answers";
+const ANSWERS_DIR: &str = "approvals/answers";
+
+/// What a pending entry's MAC starts with, so it can never pass as an answer's.
+const REQUEST_MAC_DOMAIN: &[u8] = b"toolward approval request v1";
+/// What an answer's MAC starts with.
+const ANSWER_MAC_DOMAIN: &[u8] = b"toolward approval answer v1";
+
+/// How often, and how long apart, a key file another process is still writing is read
+/// again (it is created empty, then filled).
+const KEY_READ_ATTEMPTS: u32 = 20;
+const KEY_READ_PAUSE: Duration = Duration::from_millis(10);
 
 /// Errors of the approval queue. Each names the call or the file it is about.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +144,30 @@ pub enum ApprovalError {
         /// The call id.
         call_id: String,
     },
+    /// The pending entry is there, but the process that held the call ended.
+    #[error(
+        "call `{call_id}` is not waiting any more: the process that held it ended, so it was never forwarded; the next start records it as abandoned and removes it"
+    )]
+    Abandoned {
+        /// The call id.
+        call_id: String,
+    },
+    /// The pending entry is not what the waiting process wrote.
+    #[error(
+        "the pending entry of call `{call_id}` (`{}`) is refused: {problem}; it was changed after toolward wrote it, so what it shows may not be what an answer would approve: leave it to time out (a deny) and look for who can write the state folder",
+        path.display()
+    )]
+    Tampered {
+        /// The call id.
+        call_id: String,
+        /// The entry's file.
+        path: PathBuf,
+        /// What does not match.
+        problem: String,
+    },
+    /// The state folder, a queue folder or the key cannot be used.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// Reading, writing, creating or removing a queue file failed.
     #[error("cannot {action} `{}`", path.display())]
     Io {
@@ -166,6 +241,143 @@ pub enum ApprovalAnswer {
     TimedOut,
 }
 
+/// Through which channel an approval was asked and answered (`channel` of
+/// [`AnsweredBy`], kebab-case in the audit record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Channel {
+    /// A terminal of the process that made the call (`toolward call`).
+    Terminal,
+    /// MCP elicitation, answered by the person at the client of a principal.
+    Elicitation,
+    /// The state folder's queue, answered with `toolward approvals` by an operating-system
+    /// user.
+    Queue,
+    /// An embedding program's own approver ([`FnApprover`] or its own [`Approver`]).
+    Embedder,
+    /// Nobody could be asked ([`DenyAll`]).
+    Unavailable,
+}
+
+impl Channel {
+    /// The channel's name as recorded (`terminal`, `elicitation`, `queue`, `embedder`,
+    /// `unavailable`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Terminal => "terminal",
+            Self::Elicitation => "elicitation",
+            Self::Queue => "queue",
+            Self::Embedder => "embedder",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// Who answered an approval and how: recorded as `answered_by` in the `approval-answered`
+/// audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AnsweredBy {
+    /// The channel the approval went through.
+    pub channel: Channel,
+    /// Who answered: the operating-system user's name (terminal, queue), the principal of
+    /// the client's connection (elicitation), what an embedder calls itself. `None` when
+    /// nobody answered (a timeout, a failure to ask).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answerer: Option<String>,
+    /// The operating-system user's effective uid (terminal, queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+impl AnsweredBy {
+    /// Nobody answered through `channel` (a timeout, a failure to ask).
+    pub fn nobody(channel: Channel) -> AnsweredBy {
+        AnsweredBy {
+            channel,
+            answerer: None,
+            uid: None,
+        }
+    }
+
+    /// The operating-system user `user`, through `channel`.
+    pub fn os_user(channel: Channel, user: &OsUser) -> AnsweredBy {
+        AnsweredBy {
+            channel,
+            answerer: Some(user.name.clone()),
+            uid: Some(user.uid),
+        }
+    }
+
+    /// The person at the client of `principal`, through MCP elicitation.
+    pub fn principal(principal: &str) -> AnsweredBy {
+        AnsweredBy {
+            channel: Channel::Elicitation,
+            answerer: Some(principal.to_owned()),
+            uid: None,
+        }
+    }
+}
+
+impl fmt::Display for AnsweredBy {
+    /// `queue: user `alice` (uid 1000)`, `elicitation: principal `ci``, `terminal: nobody`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = self.answerer.as_deref().map(escape_for_display);
+        match (&who, self.uid, self.channel) {
+            (None, _, channel) => write!(f, "{}: nobody", channel.as_str()),
+            (Some(name), Some(uid), channel) => {
+                write!(f, "{}: user `{name}` (uid {uid})", channel.as_str())
+            }
+            (Some(name), None, Channel::Elicitation) => {
+                write!(f, "elicitation: principal `{name}`")
+            }
+            (Some(name), None, channel) => write!(f, "{}: `{name}`", channel.as_str()),
+        }
+    }
+}
+
+/// An operating-system user: the effective uid of this process and its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsUser {
+    /// The effective uid.
+    pub uid: u32,
+    /// The name `/etc/passwd` gives the uid (read at most [`MAX_PASSWD_BYTES`]), else the
+    /// `USER` variable, else `uid N`.
+    pub name: String,
+}
+
+/// The operating-system user this process runs as (see [`OsUser`]).
+pub fn current_os_user() -> OsUser {
+    let uid = crate::store::state_dir::euid();
+    let from_passwd = std::fs::File::open("/etc/passwd").ok().and_then(|file| {
+        let mut bytes = Vec::new();
+        file.take(MAX_PASSWD_BYTES).read_to_end(&mut bytes).ok()?;
+        passwd_name(&String::from_utf8_lossy(&bytes), uid)
+    });
+    let name = from_passwd
+        .or_else(|| std::env::var("USER").ok().filter(|name| !name.is_empty()))
+        .unwrap_or_else(|| format!("uid {uid}"));
+    OsUser { uid, name }
+}
+
+/// The name of `uid` in the text of a `passwd` file (`name:password:uid:...` lines).
+fn passwd_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let found: u32 = fields.nth(1)?.parse().ok()?;
+        (found == uid && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
+/// An approver's answer: the verdict and who gave it through which channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Approved, denied, or nobody answered.
+    pub verdict: ApprovalAnswer,
+    /// Who answered, and through which channel.
+    pub by: AnsweredBy,
+}
+
 /// Something that can ask a person about a held call.
 ///
 /// The call path bounds [`ask`](Approver::ask) with the approval timeout and drops the future
@@ -173,11 +385,11 @@ pub enum ApprovalAnswer {
 /// not after the `await`.
 pub trait Approver: Send + Sync {
     /// Asks about `request` and waits for the answer. Never fails: a failure to ask is
-    /// [`ApprovalAnswer::Denied`] with the reason.
-    fn ask(
-        &self,
-        request: ApprovalRequest,
-    ) -> Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + '_>>;
+    /// [`ApprovalAnswer::Denied`] with the reason, answered by nobody.
+    fn ask(&self, request: ApprovalRequest) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>>;
+
+    /// The channel this approver asks through, recorded when nobody answers in time.
+    fn channel(&self) -> Channel;
 }
 
 /// Refuses every held call: the approver when no person can be asked.
@@ -185,19 +397,25 @@ pub trait Approver: Send + Sync {
 pub struct DenyAll;
 
 impl Approver for DenyAll {
-    fn ask(
-        &self,
-        request: ApprovalRequest,
-    ) -> Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + '_>> {
-        Box::pin(std::future::ready(ApprovalAnswer::Denied(format!(
-            "tool `{}` on server `{}` needs an approval and no approver is available",
-            escape_for_display(&request.exposed_tool),
-            escape_for_display(&request.server)
-        ))))
+    fn ask(&self, request: ApprovalRequest) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
+        Box::pin(std::future::ready(Answer {
+            verdict: ApprovalAnswer::Denied(format!(
+                "tool `{}` on server `{}` needs an approval and no approver is available",
+                escape_for_display(&request.exposed_tool),
+                escape_for_display(&request.server)
+            )),
+            by: AnsweredBy::nobody(Channel::Unavailable),
+        }))
+    }
+
+    fn channel(&self) -> Channel {
+        Channel::Unavailable
     }
 }
 
-/// An approver from a closure returning a future: for embedders and tests.
+/// An approver from a closure returning a future: for embedders and tests. Its answers are
+/// recorded as given through [`Channel::Embedder`] by an unnamed answerer, unless built with
+/// [`FnApprover::answered_by`].
 ///
 /// ```
 /// use toolward::approval::{ApprovalAnswer, FnApprover};
@@ -209,11 +427,14 @@ impl Approver for DenyAll {
 /// ```
 pub struct FnApprover<F> {
     ask: F,
+    by: AnsweredBy,
 }
 
 impl<F> fmt::Debug for FnApprover<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FnApprover").finish_non_exhaustive()
+        f.debug_struct("FnApprover")
+            .field("by", &self.by)
+            .finish_non_exhaustive()
     }
 }
 
@@ -222,9 +443,17 @@ where
     F: Fn(ApprovalRequest) -> Fut + Send + Sync,
     Fut: Future<Output = ApprovalAnswer> + Send + 'static,
 {
-    /// Wraps `ask`.
+    /// Wraps `ask`; its answers are recorded as the embedder's.
     pub fn new(ask: F) -> Self {
-        Self { ask }
+        Self {
+            ask,
+            by: AnsweredBy::nobody(Channel::Embedder),
+        }
+    }
+
+    /// Wraps `ask`, whose answers are given by `by` (for example the terminal's user).
+    pub fn answered_by(by: AnsweredBy, ask: F) -> Self {
+        Self { ask, by }
     }
 }
 
@@ -233,15 +462,34 @@ where
     F: Fn(ApprovalRequest) -> Fut + Send + Sync,
     Fut: Future<Output = ApprovalAnswer> + Send + 'static,
 {
-    fn ask(
-        &self,
-        request: ApprovalRequest,
-    ) -> Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + '_>> {
-        Box::pin((self.ask)(request))
+    fn ask(&self, request: ApprovalRequest) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
+        let asking = (self.ask)(request);
+        Box::pin(async move {
+            let verdict = asking.await;
+            let by = match verdict {
+                ApprovalAnswer::TimedOut => AnsweredBy::nobody(self.by.channel),
+                _ => self.by.clone(),
+            };
+            Answer { verdict, by }
+        })
+    }
+
+    fn channel(&self) -> Channel {
+        self.by.channel
     }
 }
 
-/// The answer file's content: the verdict and the binding it was given for.
+/// A pending entry as written: the request and the waiting process's MAC over it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PendingFile {
+    #[serde(flatten)]
+    request: ApprovalRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request_mac: Option<String>,
+}
+
+/// The answer file's content: the verdict, the binding it was given for, who gave it, and the
+/// MAC over all of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct AnswerFile {
     call_id: String,
@@ -251,178 +499,699 @@ struct AnswerFile {
     arguments_sha256: String,
     description_sha256: String,
     input_schema_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answered_by: Option<AnsweredBy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mac: Option<String>,
 }
 
-impl AnswerFile {
-    /// Whether this answer was given for exactly `request`.
-    fn binds(&self, request: &ApprovalRequest) -> bool {
-        self.call_id == request.call_id
-            && self.arguments_sha256 == request.arguments_sha256
-            && self.description_sha256 == request.description_sha256
-            && self.input_schema_sha256 == request.input_schema_sha256
+/// The parts a pending entry's MAC covers: every field of the request, in declaration
+/// order.
+fn request_mac_parts(request: &ApprovalRequest) -> Vec<Vec<u8>> {
+    vec![
+        REQUEST_MAC_DOMAIN.to_vec(),
+        request.call_id.as_bytes().to_vec(),
+        request.exposed_tool.as_bytes().to_vec(),
+        request.server.as_bytes().to_vec(),
+        request.tool.as_bytes().to_vec(),
+        request.effect.as_bytes().to_vec(),
+        request.arguments.as_bytes().to_vec(),
+        request.arguments_sha256.as_bytes().to_vec(),
+        request.reason.as_bytes().to_vec(),
+        request.description_sha256.as_bytes().to_vec(),
+        request.input_schema_sha256.as_bytes().to_vec(),
+        request.principal.as_bytes().to_vec(),
+        request.session.as_bytes().to_vec(),
+        request.time_ms.to_string().into_bytes(),
+    ]
+}
+
+fn slices(parts: &[Vec<u8>]) -> Vec<&[u8]> {
+    parts.iter().map(Vec::as_slice).collect()
+}
+
+/// The parts an answer's MAC covers: the request's binding (taken from the request the
+/// verifier holds, not from the file), the verdict, the reason and the answerer.
+fn answer_mac_parts(
+    request: &ApprovalRequest,
+    approve: bool,
+    reason: Option<&str>,
+    by: &AnsweredBy,
+) -> Vec<Vec<u8>> {
+    let optional = |text: Option<&str>| match text {
+        Some(text) => [b"1".as_slice(), text.as_bytes()].concat(),
+        None => b"0".to_vec(),
+    };
+    let uid = by.uid.map(|uid| uid.to_string());
+    vec![
+        ANSWER_MAC_DOMAIN.to_vec(),
+        request.call_id.as_bytes().to_vec(),
+        request.arguments_sha256.as_bytes().to_vec(),
+        request.description_sha256.as_bytes().to_vec(),
+        request.input_schema_sha256.as_bytes().to_vec(),
+        if approve {
+            b"approve".to_vec()
+        } else {
+            b"deny".to_vec()
+        },
+        optional(reason),
+        by.channel.as_str().as_bytes().to_vec(),
+        optional(by.answerer.as_deref()),
+        optional(uid.as_deref()),
+    ]
+}
+
+fn answer_mac(
+    key: &Key,
+    request: &ApprovalRequest,
+    approve: bool,
+    reason: Option<&str>,
+    by: &AnsweredBy,
+) -> String {
+    key.mac_hex(&slices(&answer_mac_parts(request, approve, reason, by)))
+}
+
+/// The answer in `bytes`, when it is an authenticated answer to exactly `request`; otherwise
+/// why it is a forgery.
+fn verify_answer(bytes: &[u8], request: &ApprovalRequest, key: &Key) -> Result<Answer, String> {
+    let file: AnswerFile = serde_json::from_slice(bytes)
+        .map_err(|error| format!("it is not an answer toolward wrote ({error})"))?;
+    let Some(mac) = &file.mac else {
+        return Err(String::from("it carries no MAC"));
+    };
+    if file.call_id != request.call_id {
+        return Err(format!(
+            "it answers call `{}`, not this one",
+            escape_for_display(&file.call_id)
+        ));
+    }
+    if file.arguments_sha256 != request.arguments_sha256
+        || file.description_sha256 != request.description_sha256
+        || file.input_schema_sha256 != request.input_schema_sha256
+    {
+        return Err(String::from(
+            "it was given for other arguments or another pin of the tool",
+        ));
+    }
+    let Some(by) = file.answered_by else {
+        return Err(String::from("it names no answerer"));
+    };
+    let parts = answer_mac_parts(request, file.approve, file.reason.as_deref(), &by);
+    if !key.verify_hex(&slices(&parts), mac) {
+        return Err(String::from(
+            "its MAC does not verify under the state folder's approval key",
+        ));
+    }
+    let verdict = if file.approve {
+        ApprovalAnswer::Approved
+    } else {
+        ApprovalAnswer::Denied(
+            file.reason
+                .unwrap_or_else(|| String::from("the operator denied the call")),
+        )
+    };
+    Ok(Answer { verdict, by })
+}
+
+/// What is wrong with a pending entry read from `<stem>.json`, if anything.
+fn entry_problem(entry: &PendingFile, stem: &str, key: &Key) -> Option<String> {
+    let request = &entry.request;
+    if request.call_id != stem {
+        return Some(format!(
+            "its call id `{}` is not its file's name",
+            escape_for_display(&request.call_id)
+        ));
+    }
+    if canonical::sha256_hex(request.arguments.as_bytes()) != request.arguments_sha256 {
+        return Some(String::from(
+            "its `arguments` text does not hash to its `arguments_sha256`",
+        ));
+    }
+    let Some(mac) = &entry.request_mac else {
+        return Some(String::from("it carries no MAC"));
+    };
+    if !key.verify_hex(&slices(&request_mac_parts(request)), mac) {
+        return Some(String::from(
+            "its MAC does not verify under the state folder's approval key (a field was changed)",
+        ));
+    }
+    None
+}
+
+/// The queue's folders and key, reached through the state folder.
+struct Queue {
+    state: StateDir,
+    key: Key,
+    pending: Dir,
+    answers: Dir,
+}
+
+impl Queue {
+    /// Opens the state folder at `state_dir`, the queue's folders (created `0700`) and the
+    /// approval key (created on first use).
+    fn open(state_dir: &Path) -> Result<Queue, ApprovalError> {
+        let state = StateDir::open(state_dir)?;
+        let key = approval_key(&state)?;
+        let pending = state.subdir(PENDING_DIR)?;
+        let answers = state.subdir(ANSWERS_DIR)?;
+        Ok(Queue {
+            state,
+            key,
+            pending,
+            answers,
+        })
+    }
+
+    fn pending_path(&self, name: &str) -> PathBuf {
+        self.state.path().join(PENDING_DIR).join(name)
+    }
+
+    fn answer_path(&self, name: &str) -> PathBuf {
+        self.state.path().join(ANSWERS_DIR).join(name)
+    }
+
+    /// Writes `request`'s pending entry, locked before it appears; the returned guard keeps
+    /// the lock and removes the entry (then releases the lock) when dropped.
+    fn hold(&self, request: &ApprovalRequest) -> Result<PendingGuard, ApprovalError> {
+        let name = entry_name(&request.call_id);
+        let entry = PendingFile {
+            request: request.clone(),
+            request_mac: Some(self.key.mac_hex(&slices(&request_mac_parts(request)))),
+        };
+        let bytes =
+            serde_json::to_vec_pretty(&entry).map_err(|source| ApprovalError::Malformed {
+                path: self.pending_path(&name),
+                source,
+            })?;
+        let temporary = temporary_name(&request.call_id);
+        let temporary_path = self.pending_path(&temporary);
+        let lock = create_private(&self.pending, &temporary, &temporary_path)?;
+        let written = lock
+            .try_lock()
+            .map_err(|error| match error {
+                std::fs::TryLockError::Error(error) => error,
+                std::fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+            })
+            .and_then(|()| (&lock).write_all(&bytes))
+            .and_then(|()| lock.sync_data())
+            .map_err(|source| ApprovalError::Io {
+                action: "write",
+                path: temporary_path.clone(),
+                source,
+            })
+            .and_then(|()| {
+                self.pending
+                    .rename(&temporary, &self.pending, &name)
+                    .map_err(|source| ApprovalError::Io {
+                        action: "write",
+                        path: self.pending_path(&name),
+                        source,
+                    })
+            });
+        if let Err(error) = written {
+            let _ = self.pending.remove_file(&temporary);
+            return Err(error);
+        }
+        let clone = |dir: &Dir, path: PathBuf| {
+            dir.try_clone().map_err(|source| ApprovalError::Io {
+                action: "open",
+                path,
+                source,
+            })
+        };
+        Ok(PendingGuard {
+            pending: clone(&self.pending, self.pending_path(""))?,
+            answers: clone(&self.answers, self.answer_path(""))?,
+            name,
+            _lock: lock,
+        })
+    }
+
+    /// Whether the pending entry `name` is still there.
+    fn pending_exists(&self, name: &str) -> bool {
+        !matches!(self.pending.symlink_metadata(name), Err(e) if e.kind() == io::ErrorKind::NotFound)
+    }
+
+    /// The answer file for `request`, if one is there: the authenticated answer, or why it is
+    /// a forgery (with the file's identity, to remove that file and no other).
+    fn read_answer(&self, request: &ApprovalRequest) -> Option<Result<Answer, Forgery>> {
+        let name = entry_name(&request.call_id);
+        let path = self.answer_path(&name);
+        let file = match open_entry(&self.answers, &name, &path) {
+            Ok(None) => return None,
+            Ok(Some(file)) => file,
+            Err(error) => return Some(Err((with_causes(&error), None))),
+        };
+        let identity = file.metadata().ok().map(|meta| {
+            use std::os::unix::fs::MetadataExt as _;
+            (meta.dev(), meta.ino())
+        });
+        let answer = read_all(&file, &path)
+            .map_err(|error| with_causes(&error))
+            .and_then(|bytes| verify_answer(&bytes, request, &self.key));
+        Some(answer.map_err(|why| (why, identity)))
+    }
+
+    /// Removes the answer file `name` if it is still the file `identity` names (a real answer
+    /// that replaced a forgery meanwhile stays).
+    fn remove_answer(&self, name: &str, identity: Option<FileId>) {
+        let current = self
+            .answers
+            .symlink_metadata(name)
+            .ok()
+            .map(|meta| (meta.dev(), meta.ino()));
+        if identity.is_none() || current == identity {
+            let _ = self.answers.remove_file(name);
+        }
+    }
+
+    /// The names of the pending entries (`<call_id>.json`), at most [`MAX_PENDING_REQUESTS`].
+    fn entry_names(&self) -> Result<Vec<String>, ApprovalError> {
+        let io = |source| ApprovalError::Io {
+            action: "read",
+            path: self.pending_path(""),
+            source,
+        };
+        let mut names = Vec::new();
+        for entry in self.pending.entries().map_err(io)? {
+            let name = entry.map_err(io)?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            names.push(name.to_owned());
+            if names.len() >= MAX_PENDING_REQUESTS {
+                break;
+            }
+        }
+        Ok(names)
     }
 }
 
-/// Asks through a pending queue in the state directory (see the module documentation); a
+/// A file's identity: device and inode.
+type FileId = (u64, u64);
+
+/// Why an answer file is a forgery, and which file it was (to remove that one and no other).
+type Forgery = (String, Option<FileId>);
+
+/// `error` and its causes, as one line.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Keeps a pending entry's lock for as long as its call waits; removes the entry and its
+/// answer, then releases the lock, when dropped.
+struct PendingGuard {
+    pending: Dir,
+    answers: Dir,
+    name: String,
+    /// Dropped after `drop` has removed the entry: nobody can take the lock of an entry that
+    /// is still there while its call waits.
+    _lock: std::fs::File,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let _ = self.pending.remove_file(&self.name);
+        let _ = self.answers.remove_file(&self.name);
+    }
+}
+
+/// The approval key of `state`: another process may have created it a moment ago and be
+/// still writing it, so a short key is read again a few times.
+fn approval_key(state: &StateDir) -> Result<Key, ApprovalError> {
+    let mut attempt = 0;
+    loop {
+        match state.key(APPROVAL_KEY) {
+            Err(StateError::KeyLength { .. }) if attempt + 1 < KEY_READ_ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(KEY_READ_PAUSE);
+            }
+            result => return result.map_err(ApprovalError::from),
+        }
+    }
+}
+
+fn entry_name(call_id: &str) -> String {
+    format!("{call_id}.json")
+}
+
+/// A fresh name for a file written before it is renamed or linked into place; it starts
+/// with `.`, so listings skip it.
+fn temporary_name(call_id: &str) -> String {
+    format!(".{call_id}.{}.tmp", crate::call::new_ulid())
+}
+
+/// Creates the new file `name` in `dir`, mode `0600`, for writing.
+fn create_private(dir: &Dir, name: &str, path: &Path) -> Result<std::fs::File, ApprovalError> {
+    let mut options = OpenOptions::new();
+    options
+        .write(true)
+        .create_new(true)
+        .mode(crate::store::state_dir::FILE_MODE);
+    dir.open_with(name, &options)
+        .map(cap_std::fs::File::into_std)
+        .map_err(|source| ApprovalError::Io {
+            action: "create",
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Opens the queue file `name` of `dir` for reading: `None` when it does not exist; an error
+/// when it is a symlink or another kind of file, or not the owner's alone.
+fn open_entry(dir: &Dir, name: &str, path: &Path) -> Result<Option<std::fs::File>, ApprovalError> {
+    let io = |source| ApprovalError::Io {
+        action: "read",
+        path: path.to_owned(),
+        source,
+    };
+    match dir.symlink_metadata(name) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(ApprovalError::State(StateError::Kind {
+                path: path.to_owned(),
+                expected: "regular file",
+            }));
+        }
+        Ok(_) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(io(error)),
+    }
+    let file = match dir.open(name) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(io(error)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    check_private(&meta, path)?;
+    Ok(Some(file.into_std()))
+}
+
+/// Reads `file` whole, refusing more than [`MAX_APPROVAL_FILE_BYTES`].
+fn read_all(file: &std::fs::File, path: &Path) -> Result<Vec<u8>, ApprovalError> {
+    let mut bytes = Vec::new();
+    file.take(MAX_APPROVAL_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| ApprovalError::Io {
+            action: "read",
+            path: path.to_owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_APPROVAL_FILE_BYTES {
+        return Err(ApprovalError::TooLarge {
+            path: path.to_owned(),
+            limit: MAX_APPROVAL_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Whether a process holds the lock of the pending entry open as `file`. An error taking
+/// the lock counts as held: an entry is called abandoned only when it surely is.
+fn is_held(file: &std::fs::File) -> bool {
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+/// Asks through a pending queue in the state folder (see the module documentation); a
 /// person answers with `toolward approvals approve ID` or `deny ID`, or any program with
 /// [`answer`].
 ///
 /// Polls for the answer every [`QUEUE_POLL_INTERVAL`]. A request that cannot be written is
-/// denied with the reason.
-#[derive(Debug, Clone)]
+/// denied with the reason. A forged answer is ignored and, with an audit log
+/// ([`QueueApprover::with_audit`]), recorded as `approval-forged`.
+#[derive(Clone)]
 pub struct QueueApprover {
     state_dir: PathBuf,
+    audit: Option<Arc<AuditLog>>,
+}
+
+impl fmt::Debug for QueueApprover {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueApprover")
+            .field("state_dir", &self.state_dir)
+            .field(
+                "audit",
+                &self.audit.as_ref().map(|log| log.path().to_path_buf()),
+            )
+            .finish()
+    }
 }
 
 impl QueueApprover {
-    /// A queue under `state_dir` (created on first use).
+    /// A queue under `state_dir` (created on first use), recording forgeries nowhere but the
+    /// log output.
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
         Self {
             state_dir: state_dir.into(),
+            audit: None,
         }
     }
 
-    /// The state directory.
+    /// The same queue, recording each forged answer to `audit` as an `approval-forged`
+    /// record.
+    #[must_use]
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// The state folder.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
+    }
+
+    /// Records the forged answer found for `request` (the `count`th for this call).
+    fn forged(&self, queue: &Queue, request: &ApprovalRequest, why: &str, count: usize) {
+        let file = queue.answer_path(&entry_name(&request.call_id));
+        tracing::warn!(
+            call_id = %request.call_id,
+            "a forged answer for call `{}` was ignored: `{}`: {why}",
+            request.call_id,
+            file.display()
+        );
+        let Some(audit) = &self.audit else { return };
+        if count > MAX_FORGERIES_AUDITED {
+            return;
+        }
+        let mut reason = format!("answer file `{}` does not count: {why}", file.display());
+        if count == MAX_FORGERIES_AUDITED {
+            reason.push_str(&format!(
+                "; this is the {MAX_FORGERIES_AUDITED}th for this call, later ones are not recorded"
+            ));
+        }
+        let event = AuditEvent {
+            call_id: Some(request.call_id.clone()),
+            principal: Some(request.principal.clone()),
+            session: Some(request.session.clone()),
+            server: Some(request.server.clone()),
+            tool: Some(request.exposed_tool.clone()),
+            upstream_tool: Some(request.tool.clone()),
+            arguments_sha256: Some(request.arguments_sha256.clone()),
+            reason: Some(reason),
+            detail: Some(serde_json::json!({ "file": file, "why": why })),
+            ..AuditEvent::new(AuditKind::ApprovalForged)
+        };
+        if let Err(error) = audit.append(event) {
+            tracing::error!(call_id = %request.call_id, "cannot record a forged answer for call `{}`: {error}", request.call_id);
+        }
     }
 }
 
 impl Approver for QueueApprover {
-    fn ask(
-        &self,
-        request: ApprovalRequest,
-    ) -> Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + '_>> {
+    fn ask(&self, request: ApprovalRequest) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
         Box::pin(async move {
+            let refuse = |reason: String| Answer {
+                verdict: ApprovalAnswer::Denied(reason),
+                by: AnsweredBy::nobody(Channel::Queue),
+            };
             let call_id = request.call_id.clone();
             if let Err(error) = check_call_id(&call_id) {
-                return ApprovalAnswer::Denied(error.to_string());
+                return refuse(error.to_string());
             }
-            let pending = pending_path(&self.state_dir, &call_id);
-            let answer_path = answer_path(&self.state_dir, &call_id);
-            // Removes both files however the wait ends, including the future being dropped.
-            let _cleanup = RemoveOnDrop(vec![pending.clone(), answer_path.clone()]);
-            if let Err(error) = write_request(&self.state_dir, &request) {
-                return ApprovalAnswer::Denied(format!(
-                    "the approval request for tool `{}` on server `{}` could not be queued: {error}",
-                    escape_for_display(&request.exposed_tool),
-                    escape_for_display(&request.server)
-                ));
-            }
+            // The guard removes the entry and the answer however the wait ends, including the
+            // future being dropped.
+            let (queue, _guard) = match Queue::open(&self.state_dir)
+                .and_then(|queue| queue.hold(&request).map(|guard| (queue, guard)))
+            {
+                Ok(held) => held,
+                Err(error) => {
+                    return refuse(format!(
+                        "the approval request for tool `{}` on server `{}` could not be queued: {}",
+                        escape_for_display(&request.exposed_tool),
+                        escape_for_display(&request.server),
+                        with_causes(&error)
+                    ));
+                }
+            };
             tracing::info!(
                 call_id = %call_id,
                 "call `{call_id}` of tool `{}` on server `{}` waits for an approval: run `toolward approvals approve {call_id}` or `toolward approvals deny {call_id}`",
                 escape_for_display(&request.exposed_tool),
                 escape_for_display(&request.server)
             );
+            let name = entry_name(&call_id);
+            let mut forgeries = 0;
             loop {
                 tokio::time::sleep(QUEUE_POLL_INTERVAL).await;
-                match read_json::<AnswerFile>(&answer_path) {
-                    Ok(Some(answer)) if answer.binds(&request) => {
-                        return if answer.approve {
-                            ApprovalAnswer::Approved
-                        } else {
-                            ApprovalAnswer::Denied(
-                                answer.reason.unwrap_or_else(|| {
-                                    String::from("the operator denied the call")
-                                }),
-                            )
-                        };
-                    }
-                    Ok(Some(_)) => {
-                        tracing::warn!(
-                            call_id = %call_id,
-                            "an answer for call `{call_id}` was given for other arguments or another pin; it does not count"
-                        );
-                        let _ = fs::remove_file(&answer_path);
-                    }
-                    Ok(None) => {}
-                    Err(error) => {
-                        tracing::warn!(call_id = %call_id, "ignoring an unreadable answer for call `{call_id}`: {error}");
-                        let _ = fs::remove_file(&answer_path);
+                match queue.read_answer(&request) {
+                    None => {}
+                    Some(Ok(answer)) => return answer,
+                    Some(Err((why, identity))) => {
+                        queue.remove_answer(&name, identity);
+                        forgeries += 1;
+                        self.forged(&queue, &request, &why, forgeries);
                     }
                 }
-                if !pending.exists() {
-                    return ApprovalAnswer::Denied(String::from(
-                        "the pending approval request was removed",
-                    ));
+                if !queue.pending_exists(&name) {
+                    return refuse(String::from("the pending approval request was removed"));
                 }
             }
         })
     }
-}
 
-/// Removes files when dropped.
-struct RemoveOnDrop(Vec<PathBuf>);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = fs::remove_file(path);
-        }
+    fn channel(&self) -> Channel {
+        Channel::Queue
     }
 }
 
-/// The requests waiting in the queue under `state_dir`, oldest first (at most
-/// [`MAX_PENDING_REQUESTS`]). Files that are not requests are skipped with a warning.
+/// One entry of the queue, as [`list_queue`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEntry {
+    /// The held call.
+    pub request: ApprovalRequest,
+    /// Whether the process that held the call still waits (holds the entry's lock).
+    pub waiting: bool,
+    /// Why the entry cannot be answered: it is not what the waiting process wrote (its MAC
+    /// fails, or its arguments do not hash to its `arguments_sha256`).
+    pub problem: Option<String>,
+}
+
+/// Every entry of the queue under `state_dir`, oldest first (at most
+/// [`MAX_PENDING_REQUESTS`]), each with whether its call still waits and what is wrong with
+/// it. Files that are not requests are skipped with a warning.
 ///
 /// # Errors
-/// [`ApprovalError::Io`] when the pending folder exists but cannot be read. A missing folder
-/// is an empty queue.
-pub fn list_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, ApprovalError> {
-    let dir = state_dir.join(APPROVALS_DIR).join(PENDING_DIR);
-    let entries = match fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(ApprovalError::Io {
-                action: "read",
-                path: dir,
-                source,
-            });
-        }
-    };
-    let mut requests = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| ApprovalError::Io {
-            action: "read",
-            path: dir.clone(),
-            source,
-        })?;
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
-        match read_json::<ApprovalRequest>(&path) {
-            Ok(Some(request)) => requests.push(request),
+/// [`ApprovalError::State`] when the state folder, the queue's folders or the key cannot be
+/// used (wrong owner or mode, ...); [`ApprovalError::Io`] when the pending folder cannot be
+/// read.
+pub fn list_queue(state_dir: &Path) -> Result<Vec<PendingEntry>, ApprovalError> {
+    let queue = Queue::open(state_dir)?;
+    let mut entries = Vec::new();
+    for name in queue.entry_names()? {
+        let path = queue.pending_path(&name);
+        let read = open_entry(&queue.pending, &name, &path).and_then(|file| match file {
+            None => Ok(None),
+            Some(file) => {
+                let bytes = read_all(&file, &path)?;
+                let entry: PendingFile =
+                    serde_json::from_slice(&bytes).map_err(|source| ApprovalError::Malformed {
+                        path: path.clone(),
+                        source,
+                    })?;
+                Ok(Some((entry, is_held(&file))))
+            }
+        });
+        match read {
             // Removed meanwhile: answered or timed out.
             Ok(None) => {}
+            Ok(Some((entry, waiting))) => {
+                let stem = name.trim_end_matches(".json");
+                let problem = entry_problem(&entry, stem, &queue.key);
+                entries.push(PendingEntry {
+                    request: entry.request,
+                    waiting,
+                    problem,
+                });
+            }
             Err(error) => tracing::warn!("skipping pending approval: {error}"),
         }
-        if requests.len() >= MAX_PENDING_REQUESTS {
-            break;
-        }
     }
-    requests.sort_by(|a, b| (a.time_ms, &a.call_id).cmp(&(b.time_ms, &b.call_id)));
-    Ok(requests)
+    entries.sort_by(|a, b| {
+        (a.request.time_ms, &a.request.call_id).cmp(&(b.request.time_ms, &b.request.call_id))
+    });
+    Ok(entries)
 }
 
-/// Removes every pending request (and any answer to it) under `state_dir`, returning them:
-/// called at start, while the audit log's lock shows no other process serves this config,
-/// so each is a call whose process ended while it was held. Such a call was never forwarded.
+/// The requests of the queue under `state_dir` that can be answered: their call still
+/// waits and the entry is what the waiting process wrote. Oldest first.
 ///
 /// # Errors
-/// As [`list_pending`], and [`ApprovalError::Io`] when a file cannot be removed.
+/// As [`list_queue`].
+pub fn list_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, ApprovalError> {
+    Ok(list_queue(state_dir)?
+        .into_iter()
+        .filter(|entry| entry.waiting && entry.problem.is_none())
+        .map(|entry| entry.request)
+        .collect())
+}
+
+/// Removes every abandoned entry of the queue under `state_dir` (and any answer to it),
+/// returning the requests: entries whose lock nobody holds, so the process that held the call
+/// ended. Such a call was never forwarded. Entries of calls another process still holds, for
+/// this config or another sharing the state folder, are left alone. Called at every start.
+///
+/// # Errors
+/// As [`list_queue`], and [`ApprovalError::Io`] when a file cannot be removed.
 pub fn abandon_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, ApprovalError> {
-    let pending = list_pending(state_dir)?;
-    for request in &pending {
-        for path in [
-            pending_path(state_dir, &request.call_id),
-            answer_path(state_dir, &request.call_id),
+    let queue = Queue::open(state_dir)?;
+    let mut abandoned = Vec::new();
+    for name in queue.entry_names()? {
+        let path = queue.pending_path(&name);
+        let file = match open_entry(&queue.pending, &name, &path) {
+            Ok(Some(file)) => file,
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::warn!("skipping pending approval: {error}");
+                continue;
+            }
+        };
+        if file.try_lock().is_err() {
+            continue;
+        }
+        // Locked by us now. The waiting process removes its entry before it lets the lock go,
+        // so an entry that is still the file we locked is abandoned.
+        let locked = file.metadata().ok().map(|meta| {
+            use std::os::unix::fs::MetadataExt as _;
+            (meta.dev(), meta.ino())
+        });
+        let current = queue
+            .pending
+            .symlink_metadata(&name)
+            .ok()
+            .map(|meta| (meta.dev(), meta.ino()));
+        if locked.is_none() || current != locked {
+            continue;
+        }
+        match read_all(&file, &path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<PendingFile>(&bytes).ok())
+        {
+            Some(entry) => abandoned.push(entry.request),
+            None => tracing::warn!(
+                "removing the abandoned pending entry `{}`, which is not a request",
+                path.display()
+            ),
+        }
+        for (dir, path) in [
+            (&queue.pending, path.clone()),
+            (&queue.answers, queue.answer_path(&name)),
         ] {
-            match std::fs::remove_file(&path) {
+            match dir.remove_file(&name) {
                 Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(source) => {
                     return Err(ApprovalError::Io {
                         action: "remove",
@@ -433,79 +1202,192 @@ pub fn abandon_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, Approva
             }
         }
     }
-    Ok(pending)
+    Ok(abandoned)
 }
 
 /// Answers the pending request `call_id` under `state_dir`: approve or deny, with an
-/// optional reason for a deny. The answer is bound to the request's arguments hash and pins.
+/// optional reason for a deny, as the operating-system user running this process, through
+/// the queue. The answer is bound to the request's call id, arguments hash and pins, names
+/// the answerer, and carries the MAC that makes the waiting process count it. Returns who
+/// answered.
+///
+/// The entry is checked first: its `arguments` must hash to its `arguments_sha256` and its
+/// MAC must verify, so what a person read is what they answer; and its call must still wait.
 ///
 /// # Errors
-/// [`ApprovalError::InvalidCallId`], [`ApprovalError::NotPending`] when no such call waits,
-/// [`ApprovalError::Io`] when the answer cannot be written, [`ApprovalError::Malformed`] or
-/// [`ApprovalError::TooLarge`] when the pending file is not a request.
+/// [`ApprovalError::InvalidCallId`]; [`ApprovalError::NotPending`] when no such call waits;
+/// [`ApprovalError::Tampered`] for an entry changed after toolward wrote it;
+/// [`ApprovalError::Abandoned`] when the process that held it ended;
+/// [`ApprovalError::AlreadyAnswered`] when an authenticated answer is there already;
+/// [`ApprovalError::State`] or [`ApprovalError::Io`] when the queue cannot be used;
+/// [`ApprovalError::Malformed`] or [`ApprovalError::TooLarge`] when the pending file is not a
+/// request.
 pub fn answer(
     state_dir: &Path,
     call_id: &str,
     approve: bool,
     reason: Option<String>,
-) -> Result<(), ApprovalError> {
+) -> Result<AnsweredBy, ApprovalError> {
     check_call_id(call_id)?;
-    let pending = pending_path(state_dir, call_id);
-    let Some(request) = read_json::<ApprovalRequest>(&pending)? else {
+    let queue = Queue::open(state_dir)?;
+    let name = entry_name(call_id);
+    let path = queue.pending_path(&name);
+    let Some(file) = open_entry(&queue.pending, &name, &path)? else {
         return Err(ApprovalError::NotPending {
             call_id: call_id.to_owned(),
         });
     };
-    let file = AnswerFile {
-        call_id: request.call_id,
-        approve,
-        reason,
-        arguments_sha256: request.arguments_sha256,
-        description_sha256: request.description_sha256,
-        input_schema_sha256: request.input_schema_sha256,
-    };
-    let answers = state_dir.join(APPROVALS_DIR).join(ANSWERS_DIR);
-    create_private_dir(&answers)?;
-    // The first answer is final: a deny the operator confirmed must not be turned into an
-    // approval by a later command (nor the reverse).
-    let path = answer_path(state_dir, call_id);
-    if path.exists() {
-        return Err(ApprovalError::AlreadyAnswered {
+    let bytes = read_all(&file, &path)?;
+    let entry: PendingFile =
+        serde_json::from_slice(&bytes).map_err(|source| ApprovalError::Malformed {
+            path: path.clone(),
+            source,
+        })?;
+    if let Some(problem) = entry_problem(&entry, call_id, &queue.key) {
+        return Err(ApprovalError::Tampered {
+            call_id: call_id.to_owned(),
+            path,
+            problem,
+        });
+    }
+    if !is_held(&file) {
+        return Err(ApprovalError::Abandoned {
             call_id: call_id.to_owned(),
         });
     }
-    write_private_atomic(&path, &file)
+    let request = entry.request;
+    let by = AnsweredBy::os_user(Channel::Queue, &current_os_user());
+    let mac = answer_mac(&queue.key, &request, approve, reason.as_deref(), &by);
+    let file = AnswerFile {
+        call_id: request.call_id.clone(),
+        approve,
+        reason,
+        arguments_sha256: request.arguments_sha256.clone(),
+        description_sha256: request.description_sha256.clone(),
+        input_schema_sha256: request.input_schema_sha256.clone(),
+        answered_by: Some(by.clone()),
+        mac: Some(mac),
+    };
+    place_answer(&queue, &request, &file)?;
+    Ok(by)
+}
+
+/// Puts `file` in place as the answer to `request`, unless an authenticated answer is there:
+/// written to a temporary file, then hard-linked to its name, which fails when the name
+/// exists, so of two answers given at once the first is final. A forgery in the way is
+/// removed.
+fn place_answer(
+    queue: &Queue,
+    request: &ApprovalRequest,
+    file: &AnswerFile,
+) -> Result<(), ApprovalError> {
+    let name = entry_name(&request.call_id);
+    let path = queue.answer_path(&name);
+    let bytes = serde_json::to_vec_pretty(file).map_err(|source| ApprovalError::Malformed {
+        path: path.clone(),
+        source,
+    })?;
+    let temporary = temporary_name(&request.call_id);
+    let temporary_path = queue.answer_path(&temporary);
+    let mut handle = create_private(&queue.answers, &temporary, &temporary_path)?;
+    let written = handle.write_all(&bytes).and_then(|()| handle.sync_data());
+    drop(handle);
+    let placed = written
+        .map_err(|source| ApprovalError::Io {
+            action: "write",
+            path: temporary_path,
+            source,
+        })
+        .and_then(|()| {
+            for _ in 0..2 {
+                match queue.answers.hard_link(&temporary, &queue.answers, &name) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        match queue.read_answer(request) {
+                            Some(Ok(_)) => break,
+                            Some(Err((_, identity))) => queue.remove_answer(&name, identity),
+                            None => {}
+                        }
+                    }
+                    Err(source) => {
+                        return Err(ApprovalError::Io {
+                            action: "write",
+                            path: path.clone(),
+                            source,
+                        });
+                    }
+                }
+            }
+            Err(ApprovalError::AlreadyAnswered {
+                call_id: request.call_id.clone(),
+            })
+        });
+    let _ = queue.answers.remove_file(&temporary);
+    placed
 }
 
 /// A request as lines for a person: each field on its own line, every value escaped with
-/// [`escape_for_display`], the arguments cut at [`MAX_DISPLAYED_ARGUMENT_CHARS`].
+/// [`escape_for_display`], the arguments as [`display_arguments`] shows them. The terminal of
+/// `toolward call` and `toolward approvals list` show this.
 pub fn display_request(request: &ApprovalRequest) -> String {
-    let arguments = escape_for_display(&request.arguments);
-    let shown: String = arguments
-        .chars()
-        .take(MAX_DISPLAYED_ARGUMENT_CHARS)
-        .collect();
-    let elided = arguments
-        .chars()
-        .count()
-        .saturating_sub(MAX_DISPLAYED_ARGUMENT_CHARS);
-    let arguments = if elided > 0 {
-        format!("{shown}… ({elided} more characters)")
-    } else {
-        shown
-    };
     format!(
-        "call {}\n  tool:      {} (server {}, upstream tool {})\n  effect:    {}\n  reason:    {}\n  arguments: {}\n  arguments sha256: {}\n  principal: {}, session {}",
+        "call {}\n  tool:      {} (server {}, upstream tool {})\n  effect:    {}\n  reason:    {}\n  arguments (sha256 {}):\n{}\n  principal: {}, session {}",
         escape_for_display(&request.call_id),
         escape_for_display(&request.exposed_tool),
         escape_for_display(&request.server),
         escape_for_display(&request.tool),
         escape_for_display(&request.effect),
         escape_for_display(&request.reason),
-        arguments,
         escape_for_display(&request.arguments_sha256),
+        display_arguments(&request.arguments),
         escape_for_display(&request.principal),
         escape_for_display(&request.session),
+    )
+}
+
+/// The canonical arguments text `arguments` as lines for a person, one per top-level
+/// argument (`    name: value`), in the canonical order (by name): every name is shown; each
+/// value (its canonical JSON text) is cut at [`MAX_DISPLAYED_VALUE_CHARS`] and each name at
+/// [`MAX_DISPLAYED_NAME_CHARS`], with the full length stated; everything is escaped with
+/// [`escape_for_display`]. Text that is not a JSON object is shown as one cut value. The one
+/// format of arguments in every place a person approves (terminal, `approvals list`,
+/// elicitation).
+pub fn display_arguments(arguments: &str) -> String {
+    let members = match canonical::parse(arguments.as_bytes()) {
+        Ok(canonical::Value::Object(members)) => members,
+        _ => {
+            return format!(
+                "    (not a JSON object) {}",
+                cut(arguments, MAX_DISPLAYED_VALUE_CHARS)
+            );
+        }
+    };
+    if members.is_empty() {
+        return String::from("    (none)");
+    }
+    members
+        .iter()
+        .map(|(name, value)| {
+            format!(
+                "    {}: {}",
+                cut(name, MAX_DISPLAYED_NAME_CHARS),
+                cut(&canonical::to_canonical(value), MAX_DISPLAYED_VALUE_CHARS)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `text` escaped, cut at `limit` characters with its full length stated when longer.
+fn cut(text: &str, limit: usize) -> String {
+    let total = text.chars().count();
+    if total <= limit {
+        return escape_for_display(text);
+    }
+    let shown: String = text.chars().take(limit).collect();
+    format!(
+        "{}… ({total} characters, the first {limit} shown)",
+        escape_for_display(&shown)
     )
 }
 
@@ -557,137 +1439,6 @@ fn check_call_id(call_id: &str) -> Result<(), ApprovalError> {
     }
 }
 
-fn pending_path(state_dir: &Path, call_id: &str) -> PathBuf {
-    state_dir
-        .join(APPROVALS_DIR)
-        .join(PENDING_DIR)
-        .join(format!("{call_id}.json"))
-}
-
-fn answer_path(state_dir: &Path, call_id: &str) -> PathBuf {
-    state_dir
-        .join(APPROVALS_DIR)
-        .join(ANSWERS_DIR)
-        .join(format!("{call_id}.json"))
-}
-
-fn write_request(state_dir: &Path, request: &ApprovalRequest) -> Result<(), ApprovalError> {
-    create_private_dir(&state_dir.join(APPROVALS_DIR).join(PENDING_DIR))?;
-    create_private_dir(&state_dir.join(APPROVALS_DIR).join(ANSWERS_DIR))?;
-    write_private_atomic(&pending_path(state_dir, &request.call_id), request)
-}
-
-/// Creates `dir` and its parents, owner-only on Unix.
-fn create_private_dir(dir: &Path) -> Result<(), ApprovalError> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(|source| ApprovalError::Io {
-        action: "create",
-        path: dir.to_path_buf(),
-        source,
-    })
-}
-
-/// Writes `value` as JSON to a fresh owner-only temporary file beside `path`, then renames it
-/// over `path`.
-fn write_private_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), ApprovalError> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|source| ApprovalError::Malformed {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let temporary = path.with_extension("json.tmp");
-    let io_error = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ApprovalError::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    let _ = fs::remove_file(&temporary);
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options
-        .open(&temporary)
-        .map_err(io_error("create", &temporary))?;
-    let written = file.write_all(&bytes).and_then(|()| file.sync_data());
-    drop(file);
-    if let Err(source) = written {
-        let _ = fs::remove_file(&temporary);
-        return Err(io_error("write", &temporary)(source));
-    }
-    fs::rename(&temporary, path).map_err(|source| {
-        let _ = fs::remove_file(&temporary);
-        io_error("write", path)(source)
-    })
-}
-
-/// Reads a JSON file; `None` when it does not exist.
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, ApprovalError> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ApprovalError::Io {
-                action: "read",
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let mut bytes = Vec::new();
-    file.take(MAX_APPROVAL_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| ApprovalError::Io {
-            action: "read",
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if bytes.len() as u64 > MAX_APPROVAL_FILE_BYTES {
-        return Err(ApprovalError::TooLarge {
-            path: path.to_path_buf(),
-            limit: MAX_APPROVAL_FILE_BYTES,
-        });
-    }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| ApprovalError::Malformed {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escape_for_display_shows_bidi_overrides_and_line_breaks() {
-        assert_eq!(
-            escape_for_display("a\u{202E}b\nc\u{200B}d"),
-            "a\\u{202e}b\\u{a}c\\u{200b}d"
-        );
-        assert_eq!(escape_for_display("plain é ✓"), "plain é ✓");
-    }
-
-    #[test]
-    fn answer_refuses_a_call_id_that_names_a_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let error = answer(dir.path(), "../x", true, None).unwrap_err();
-        assert!(
-            matches!(error, ApprovalError::InvalidCallId { .. }),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn answer_refuses_a_call_that_is_not_pending() {
-        let dir = tempfile::tempdir().unwrap();
-        let error = answer(dir.path(), "01ABC", true, None).unwrap_err();
-        assert!(matches!(error, ApprovalError::NotPending { .. }), "{error}");
-    }
-}
+#[path = "approval/tests.rs"]
+mod tests;

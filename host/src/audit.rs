@@ -10,7 +10,7 @@
 //! | `seq`  | position in the log, `0` for the first record, `+1` for each record after it |
 //! | `time` | milliseconds since the Unix epoch (UTC), from the host's clock; the same unit the WIT `call.time` uses, so a record and the call it describes compare directly |
 //! | `prev` | SHA-256, lowercase hex, of the previous line's bytes without its newline; 64 zeros for the first record |
-//! | `kind` | one of [`AuditKind`] (`load`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `forwarded`, `result`, `refusal`, `recovered`) |
+//! | `kind` | one of [`AuditKind`] (`load`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `refusal`, `recovered`) |
 //! | ...    | the event fields of [`AuditEvent`] that apply; an absent field is left out, never `null` |
 //!
 //! Changing, inserting or deleting a line breaks the chain at the first line after the change
@@ -276,8 +276,11 @@ pub enum AuditKind {
     Decision,
     /// An approval was asked of the operator.
     ApprovalAsked,
-    /// An approval was answered (or timed out).
+    /// An approval was answered (or timed out); `answered_by` names who and how.
     ApprovalAnswered,
+    /// An answer file in the approvals queue did not count: no MAC, a wrong MAC, or the MAC
+    /// of another call; `reason` names the file and why.
+    ApprovalForged,
     /// The call was forwarded to the server.
     Forwarded,
     /// The server's result came back (or the call timed out).
@@ -296,6 +299,7 @@ impl fmt::Display for AuditKind {
             Self::Decision => "decision",
             Self::ApprovalAsked => "approval-asked",
             Self::ApprovalAnswered => "approval-answered",
+            Self::ApprovalForged => "approval-forged",
             Self::Forwarded => "forwarded",
             Self::Result => "result",
             Self::Refusal => "refusal",
@@ -388,6 +392,11 @@ pub struct AuditEvent {
     /// Why: the policy's reason, the refusal's message, the load problem.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `approval-answered` only: the channel the approval went through and who answered
+    /// (`{"channel": "queue", "answerer": "alice", "uid": 1000}`); no `answerer` when nobody
+    /// did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<crate::approval::AnsweredBy>,
     /// Whether the server's result was a tool error (`isError`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
@@ -434,6 +443,7 @@ impl AuditEvent {
             components: None,
             decision: None,
             reason: None,
+            answered_by: None,
             is_error: None,
             result_sha256: None,
             result_bytes: None,

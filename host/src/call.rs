@@ -54,7 +54,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::approval::{ApprovalAnswer, ApprovalRequest, Approver, escape_for_display};
+use crate::approval::{
+    Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, escape_for_display,
+};
 use crate::audit::{AuditDecision, AuditEvent, AuditKind, AuditLog, AuditSync, ComponentHashes};
 use crate::canonical::{self, Value};
 use crate::component::{CallView, Decision, Policy};
@@ -438,6 +440,12 @@ impl CallPath {
     /// The settings.
     pub fn settings(&self) -> &CallSettings {
         &self.settings
+    }
+
+    /// The audit log the path records to, if any (the approvals queue records forged
+    /// answers there).
+    pub fn audit(&self) -> Option<&Arc<AuditLog>> {
+        self.audit.as_ref()
     }
 
     /// One call of the tool the model calls `exposed_name`, through every step of the module
@@ -830,15 +838,15 @@ impl Run<'_> {
                 let mut event = with_arguments(self.event(AuditKind::ApprovalAnswered));
                 event.duration_ms =
                     Some(u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX));
-                let refusal = match &answer {
+                let refusal = match &answer.verdict {
                     ApprovalAnswer::Approved => {
                         event.decision = Some(AuditDecision::Allow);
-                        event.reason = Some(String::from("approved"));
+                        event.reason = Some(format!("approved ({})", answer.by));
                         None
                     }
                     ApprovalAnswer::Denied(reason) => {
                         event.decision = Some(AuditDecision::Deny);
-                        event.reason = Some(format!("denied: {reason}"));
+                        event.reason = Some(format!("denied ({}): {reason}", answer.by));
                         Some(format!("denied: {reason}"))
                     }
                     ApprovalAnswer::TimedOut => {
@@ -851,6 +859,7 @@ impl Run<'_> {
                         Some(reason)
                     }
                 };
+                event.answered_by = Some(answer.by);
                 // Synced with what follows: `forwarded`, or the refusal before the answer.
                 self.stage(event);
                 if let Some(reason) = refusal {
@@ -911,12 +920,16 @@ impl Run<'_> {
     }
 
     /// Asks the approver, bounded by the approval timeout, sending progress meanwhile.
-    async fn ask(&self, request: ApprovalRequest, tool: &RegisteredTool) -> ApprovalAnswer {
+    async fn ask(&self, request: ApprovalRequest, tool: &RegisteredTool) -> Answer {
         let settings = &self.path.settings;
+        let timed_out = || Answer {
+            verdict: ApprovalAnswer::TimedOut,
+            by: AnsweredBy::nobody(self.ctx.approver.channel()),
+        };
         let asking =
             tokio::time::timeout(settings.approval_timeout, self.ctx.approver.ask(request));
         let Some(progress) = self.ctx.progress.clone() else {
-            return asking.await.unwrap_or(ApprovalAnswer::TimedOut);
+            return asking.await.unwrap_or_else(|_| timed_out());
         };
         let message = format!(
             "waiting for an approval of tool `{}` on server `{}`",
@@ -933,8 +946,8 @@ impl Run<'_> {
             }
         };
         tokio::select! {
-            answer = asking => answer.unwrap_or(ApprovalAnswer::TimedOut),
-            () = keep_alive => ApprovalAnswer::TimedOut,
+            answer = asking => answer.unwrap_or_else(|_| timed_out()),
+            () = keep_alive => timed_out(),
         }
     }
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, anyhow};
 use clap::{Parser, Subcommand};
 
-use toolward::approval::{ApprovalAnswer, ApprovalRequest, FnApprover};
+use toolward::approval::{
+    AnsweredBy, ApprovalAnswer, ApprovalRequest, Channel, FnApprover, current_os_user,
+};
 use toolward::component::{ComponentCache, ComponentHost, GuestLimits};
 use toolward::config::Config;
 use toolward::load;
@@ -650,9 +652,11 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
         Err(e) => return Err(usage(anyhow!("`--args` is not JSON: {e}"))),
     };
     let toolward = start(config_path).await?;
-    let approver = Arc::new(FnApprover::new(|request: ApprovalRequest| async move {
-        ask_on_terminal(&request).await
-    }));
+    let terminal = AnsweredBy::os_user(Channel::Terminal, &current_os_user());
+    let approver = Arc::new(FnApprover::answered_by(
+        terminal,
+        |request: ApprovalRequest| async move { ask_on_terminal(&request).await },
+    ));
     let result = toolward.call(tool, arguments, approver).await;
     toolward.shutdown().await;
     if json {
@@ -700,29 +704,46 @@ fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, 
     let state_dir = &config.state_dir;
     match command {
         ApprovalsCommand::List { json } => {
-            let pending = toolward::approval::list_pending(state_dir).map_err(failure)?;
+            let entries = toolward::approval::list_queue(state_dir).map_err(failure)?;
             if json {
-                let text = serde_json::to_string_pretty(&pending).map_err(failure)?;
+                let entries: Vec<serde_json::Value> = entries
+                    .iter()
+                    .map(|entry| {
+                        let mut value = serde_json::to_value(&entry.request).unwrap_or_default();
+                        if let Some(map) = value.as_object_mut() {
+                            map.insert("waiting".to_owned(), entry.waiting.into());
+                            if let Some(problem) = &entry.problem {
+                                map.insert("problem".to_owned(), problem.clone().into());
+                            }
+                        }
+                        value
+                    })
+                    .collect();
+                let text = serde_json::to_string_pretty(&entries).map_err(failure)?;
                 println!("{text}");
-            } else if pending.is_empty() {
+            } else if entries.is_empty() {
                 println!("no held calls");
             } else {
-                for request in &pending {
-                    println!(
-                        "{}
-",
-                        toolward::approval::display_request(request)
-                    );
+                for entry in &entries {
+                    println!("{}", toolward::approval::display_request(&entry.request));
+                    if let Some(problem) = &entry.problem {
+                        println!("  REFUSED:   {problem}: this entry cannot be answered");
+                    } else if !entry.waiting {
+                        println!(
+                            "  ABANDONED: the process that held it ended; the next start removes it"
+                        );
+                    }
+                    println!();
                 }
             }
         }
         ApprovalsCommand::Approve { id } => {
-            toolward::approval::answer(state_dir, &id, true, None).map_err(usage)?;
-            println!("approved call `{id}` (once, for its arguments)");
+            let by = toolward::approval::answer(state_dir, &id, true, None).map_err(usage)?;
+            println!("approved call `{id}` (once, for its arguments) as {by}");
         }
         ApprovalsCommand::Deny { id, reason } => {
-            toolward::approval::answer(state_dir, &id, false, reason).map_err(usage)?;
-            println!("denied call `{id}`");
+            let by = toolward::approval::answer(state_dir, &id, false, reason).map_err(usage)?;
+            println!("denied call `{id}` as {by}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -55,7 +55,8 @@ use tokio::sync::broadcast;
 mod stdio;
 
 use crate::approval::{
-    ApprovalAnswer, ApprovalRequest, Approver, QueueApprover, escape_for_display,
+    Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, QueueApprover,
+    display_arguments, escape_for_display,
 };
 use crate::call::{CallContext, CallPath, new_ulid};
 use crate::config::{self, Config};
@@ -64,11 +65,6 @@ use crate::registry::RegisteredTool;
 
 /// The `serverInfo.name` the gateway gives clients.
 pub const SERVER_NAME: &str = "toolward";
-
-/// Most characters of the arguments shown in an elicitation message; the rest is elided
-/// with a count (the full arguments are in the pending queue and, when recorded, the audit
-/// log).
-pub const MAX_ELICITED_ARGUMENT_CHARS: usize = 2048;
 
 /// Errors of the gateway. The call path has none: its failures are tool errors.
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +277,10 @@ impl Gateway {
     ) -> Gateway {
         let tools = call_path.registry().tools().map(mcp_tool).collect();
         Gateway {
-            queue: Arc::new(QueueApprover::new(settings.state_dir.clone())),
+            queue: Arc::new(
+                QueueApprover::new(settings.state_dir.clone())
+                    .with_audit(call_path.audit().cloned()),
+            ),
             call_path,
             load_messages,
             session: new_ulid(),
@@ -521,7 +520,8 @@ async fn forward_progress(
 }
 
 /// Asks the person at the client through MCP elicitation (form mode): a single boolean,
-/// `approve`. Decline, cancel, `false` or a failed request are a deny.
+/// `approve`. Decline, cancel, `false` or a failed request are a deny. The answerer is the
+/// call's principal: the person at the client of that connection.
 struct ElicitationApprover {
     peer: Peer<RoleServer>,
 }
@@ -534,11 +534,16 @@ impl fmt::Debug for ElicitationApprover {
 }
 
 impl Approver for ElicitationApprover {
-    fn ask(
-        &self,
-        request: ApprovalRequest,
-    ) -> Pin<Box<dyn Future<Output = ApprovalAnswer> + Send + '_>> {
+    fn ask(&self, request: ApprovalRequest) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
         Box::pin(async move {
+            let nobody = |reason: String| Answer {
+                verdict: ApprovalAnswer::Denied(reason),
+                by: AnsweredBy::nobody(Channel::Elicitation),
+            };
+            let answered = |verdict: ApprovalAnswer| Answer {
+                verdict,
+                by: AnsweredBy::principal(&request.principal),
+            };
             let params: ElicitRequestParams = match serde_json::from_value(json!({
                 "mode": "form",
                 "message": elicitation_message(&request),
@@ -557,9 +562,7 @@ impl Approver for ElicitationApprover {
             })) {
                 Ok(params) => params,
                 Err(error) => {
-                    return ApprovalAnswer::Denied(format!(
-                        "the approval request could not be built: {error}"
-                    ));
+                    return nobody(format!("the approval request could not be built: {error}"));
                 }
             };
             match self.peer.create_elicitation(params).await {
@@ -572,51 +575,42 @@ impl Approver for ElicitationApprover {
                             .and_then(Json::as_bool)
                             == Some(true);
                         if approved {
-                            ApprovalAnswer::Approved
+                            answered(ApprovalAnswer::Approved)
                         } else {
-                            ApprovalAnswer::Denied(String::from(
+                            answered(ApprovalAnswer::Denied(String::from(
                                 "the person at the client did not approve it",
-                            ))
+                            )))
                         }
                     }
-                    ElicitationAction::Decline => {
-                        ApprovalAnswer::Denied(String::from("the person at the client declined it"))
-                    }
-                    _ => ApprovalAnswer::Denied(String::from(
+                    ElicitationAction::Decline => answered(ApprovalAnswer::Denied(String::from(
+                        "the person at the client declined it",
+                    ))),
+                    _ => answered(ApprovalAnswer::Denied(String::from(
                         "the person at the client cancelled the approval",
-                    )),
+                    ))),
                 },
-                Err(error) => ApprovalAnswer::Denied(format!(
+                Err(error) => nobody(format!(
                     "the client could not be asked for an approval: {error}"
                 )),
             }
         })
     }
+
+    fn channel(&self) -> Channel {
+        Channel::Elicitation
+    }
 }
 
-/// `approve tool `fs__write_file` on server `fs`: effect local-change, arguments …`, every
-/// value escaped for display.
+/// `approve tool `fs__write_file` on server `fs`: effect local-change; …` and then the
+/// arguments as [`display_arguments`] shows them, every value escaped for display.
 fn elicitation_message(request: &ApprovalRequest) -> String {
-    let arguments = escape_for_display(&request.arguments);
-    let shown: String = arguments
-        .chars()
-        .take(MAX_ELICITED_ARGUMENT_CHARS)
-        .collect();
-    let elided = arguments
-        .chars()
-        .count()
-        .saturating_sub(MAX_ELICITED_ARGUMENT_CHARS);
-    let more = if elided > 0 {
-        format!("… ({elided} more characters)")
-    } else {
-        String::new()
-    };
     format!(
-        "approve tool `{}` on server `{}`: effect {}, arguments {shown}{more} (sha256 {}); the policy held it: {}",
+        "approve tool `{}` on server `{}`: effect {}; the policy held it: {}\narguments (sha256 {}):\n{}",
         escape_for_display(&request.exposed_tool),
         escape_for_display(&request.server),
         escape_for_display(&request.effect),
-        request.arguments_sha256,
         escape_for_display(&request.reason),
+        escape_for_display(&request.arguments_sha256),
+        display_arguments(&request.arguments),
     )
 }

@@ -126,10 +126,10 @@ impl Toolward {
             detail: serde_json::to_value(&report).ok(),
             ..AuditEvent::new(AuditKind::Load)
         })?;
-        // A call still pending in the approval queue was held by a process that ended. It was
-        // never forwarded; record that, and take it out of the queue so nobody approves it.
-        // (The audit log no longer shows that no other process serves this config: several
-        // may share it. Telling a live pending entry from an abandoned one is the queue's.)
+        // A pending entry whose lock nobody holds was held by a process that ended (of this
+        // config or another sharing the state folder); the call was never forwarded. Record
+        // that, and take it out of the queue so nobody approves it. Entries of calls other
+        // processes still hold are left alone.
         let abandoned = crate::approval::abandon_pending(&config.state_dir).unwrap_or_default();
         for request in abandoned {
             audit.append(AuditEvent {
@@ -199,6 +199,15 @@ impl Toolward {
     /// The call path, for the gateway.
     pub fn call_path(&self) -> &Arc<CallPath> {
         &self.call_path
+    }
+
+    /// An approver asking through the state folder's queue (answered with `toolward
+    /// approvals`), recording forged answers to this toolward's audit log.
+    pub fn queue_approver(&self) -> Arc<crate::approval::QueueApprover> {
+        Arc::new(
+            crate::approval::QueueApprover::new(self.config.state_dir.clone())
+                .with_audit(self.call_path.audit().cloned()),
+        )
     }
 
     /// One call through the whole path (validation, policy, approval by `approver`,

@@ -127,6 +127,12 @@ impl Fixture {
         }
         registry.insert_upstream("fs", upstream.clone());
         let state = tempfile::tempdir().unwrap();
+        // A state folder is owner-only: the approvals queue refuses one others can reach.
+        std::fs::set_permissions(
+            state.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
         let audit_path = state.path().join("audit.jsonl");
         let audit = Arc::new(AuditLog::open(&audit_path, AuditSync::Always).unwrap());
         Some(Fixture {
@@ -382,7 +388,8 @@ async fn a_queue_approval_covers_only_its_own_call_and_arguments() {
     };
     let path = Arc::new(fixture.call_path(settings));
     let state_dir = fixture.state.path().to_path_buf();
-    let queue: Arc<dyn Approver> = Arc::new(QueueApprover::new(&state_dir));
+    let queue: Arc<dyn Approver> =
+        Arc::new(QueueApprover::new(&state_dir).with_audit(Some(Arc::clone(&fixture.audit))));
     let first = fixture.root().join("first.txt");
     let second = fixture.root().join("second.txt");
 
@@ -405,9 +412,16 @@ async fn a_queue_approval_covers_only_its_own_call_and_arguments() {
     let request_a = wait_for_pending(&state_dir).await;
     assert_eq!(request_a.exposed_tool, "fs__write_file");
     assert!(approval::display_request(&request_a).contains("fs__write_file"));
-    approval::answer(&state_dir, &request_a.call_id, true, None).unwrap();
+    let by = approval::answer(&state_dir, &request_a.call_id, true, None).unwrap();
+    assert_eq!(by.channel, approval::Channel::Queue);
     let result_a = call_a.await.unwrap();
     assert!(!result_a.is_error(), "{}", result_a.result);
+    let answered = fixture
+        .records_of(&result_a.call_id)
+        .into_iter()
+        .find(|record| record["kind"] == "approval-answered")
+        .unwrap();
+    assert_eq!(answered["answered_by"], serde_json::to_value(&by).unwrap());
     assert_eq!(std::fs::read_to_string(&first).unwrap(), "A");
     assert!(approval::list_pending(&state_dir).unwrap().is_empty());
 
@@ -446,6 +460,14 @@ async fn a_queue_approval_covers_only_its_own_call_and_arguments() {
     .unwrap();
     let result_b = call_b.await.unwrap();
     assert_tool_error(&result_b, "no answer within");
+    // The replay is on the record as a forgery.
+    assert!(
+        fixture
+            .kinds_of(&result_b.call_id)
+            .contains(&String::from("approval-forged")),
+        "{:?}",
+        fixture.kinds_of(&result_b.call_id)
+    );
     assert_eq!(result_b.outcome, CallOutcome::NotApproved);
     assert!(!second.exists());
     assert!(approval::list_pending(&state_dir).unwrap().is_empty());

@@ -205,19 +205,39 @@ async fn the_gateway_asks_through_elicitation_when_the_client_declares_it() {
             "{message}"
         );
         assert!(message.contains("local-change"), "{message}");
+        // A 3 KB `content` sorts before `path`; `path` is shown all the same.
+        assert!(message.contains("\n    path: \""), "{message}");
+        assert!(
+            message.contains("\n    content: \"\\u{202e}yyy")
+                && message.contains("(3003 characters, the first 512 shown)"),
+            "{message}"
+        );
+        assert!(!message.contains('\u{202E}'), "{message}");
         json!({ "action": "accept", "content": { "approve": true } })
     };
     let approved_file = fixture.root().join("elicited.txt");
+    let content = format!("\u{202E}{}", "y".repeat(3000));
     let approved = client
         .request(
             "tools/call",
             json!({ "name": "fs__write_file",
-                    "arguments": { "path": approved_file, "content": "yes" } }),
+                    "arguments": { "path": approved_file, "content": content } }),
             &approve,
         )
         .await;
     assert_ne!(approved["result"]["isError"], true, "{approved}");
-    assert_eq!(std::fs::read_to_string(&approved_file).unwrap(), "yes");
+    assert_eq!(std::fs::read_to_string(&approved_file).unwrap(), content);
+    // The answer is on the record as the principal's, through elicitation.
+    let answered: Vec<Json> = std::fs::read_to_string(&fixture.audit_path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Json>(line).unwrap())
+        .filter(|record| record["kind"] == "approval-answered")
+        .collect();
+    assert_eq!(
+        answered[0]["answered_by"],
+        json!({ "channel": "elicitation", "answerer": "tester" })
+    );
 
     let decline = |_: &Json| json!({ "action": "decline" });
     let declined_file = fixture.root().join("declined.txt");

@@ -7,6 +7,7 @@
     reason = "test helpers fail the test by panicking"
 )]
 
+mod approvals;
 mod call;
 mod component;
 mod gateway;
