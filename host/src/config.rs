@@ -986,10 +986,9 @@ impl Reader<'_> {
             } else {
                 "a count"
             };
-            let number = value
-                .as_u64()
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| expected(&key_path, &format!("a positive integer ({unit})"), value))?;
+            let number = value.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+                expected(&key_path, &format!("a positive integer ({unit})"), value)
+            })?;
             if key.ends_with("_ms") && number > MAX_TIMEOUT_MS {
                 return Err(key_path.invalid(format!(
                     "`{number}` milliseconds is more than the limit of {MAX_TIMEOUT_MS} milliseconds"
@@ -1951,13 +1950,19 @@ mod tests {
     fn listen_bounds_are_read_and_default_to_their_constants() {
         let mut value = with_servers(json!({ "fs": { "command": "npx" } }));
         let listen = load(value.clone()).unwrap().listen;
-        assert_eq!(listen.header_read_timeout_ms, DEFAULT_HEADER_READ_TIMEOUT_MS);
+        assert_eq!(
+            listen.header_read_timeout_ms,
+            DEFAULT_HEADER_READ_TIMEOUT_MS
+        );
         assert_eq!(listen.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert_eq!(
             listen.max_sessions_per_principal,
             DEFAULT_MAX_SESSIONS_PER_PRINCIPAL
         );
-        assert_eq!(listen.session_idle_timeout_ms, DEFAULT_SESSION_IDLE_TIMEOUT_MS);
+        assert_eq!(
+            listen.session_idle_timeout_ms,
+            DEFAULT_SESSION_IDLE_TIMEOUT_MS
+        );
         value["listen"] = json!({
             "header_read_timeout_ms": 2500,
             "max_connections": 32,

@@ -448,10 +448,7 @@ struct Reservation<'a> {
 impl Reservation<'_> {
     fn bind(mut self, session: SessionId) {
         if let Some(principal) = self.principal.take() {
-            self.sessions
-                .owners()
-                .by_session
-                .insert(session, principal);
+            self.sessions.owners().by_session.insert(session, principal);
         }
     }
 }

@@ -50,8 +50,7 @@ async fn write_config(dir: &std::path::Path, listen: Value, limits: Value) -> Co
         r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}, "write": {"effect": "local-change"}}}}}"#,
     )
     .unwrap();
-    let mut listen_section =
-        json!({"tokens": {"alice": ALICE, "bob": BOB}, "allowed_origins": ["http://localhost:6274"]});
+    let mut listen_section = json!({"tokens": {"alice": ALICE, "bob": BOB}, "allowed_origins": ["http://localhost:6274"]});
     for (key, value) in listen.as_object().unwrap() {
         listen_section[key] = value.clone();
     }
@@ -213,7 +212,10 @@ async fn open_session(addr: SocketAddr, token: &str, elicitation: bool) -> Strin
         .unwrap()
         .to_owned();
     let answer = Events::new(response).next().await;
-    assert_eq!(answer["result"]["serverInfo"]["name"], "toolward", "{answer}");
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "toolward",
+        "{answer}"
+    );
     let initialized = send(
         addr,
         "POST",
@@ -238,9 +240,11 @@ async fn initialize(addr: SocketAddr, token: &str, elicitation: bool) -> hyper::
         "POST",
         token,
         None,
-        Some(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        Some(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": PROTOCOL_VERSION, "capabilities": capabilities,
-            "clientInfo": {"name": "t", "version": "1"}}})),
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        ),
     )
     .await
 }

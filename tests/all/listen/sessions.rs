@@ -145,8 +145,12 @@ async fn another_principals_post_get_and_delete_of_a_session_get_404_and_leave_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_sessions_per_principal_initialize_gets_429_and_other_principals_are_unaffected() {
     let dir = tempfile::tempdir().unwrap();
-    let (toolward, listening) =
-        start_with(dir.path(), json!({"max_sessions_per_principal": 2}), json!({})).await;
+    let (toolward, listening) = start_with(
+        dir.path(),
+        json!({"max_sessions_per_principal": 2}),
+        json!({}),
+    )
+    .await;
     let addr = listening.addr;
     let first = open_session(addr, ALICE, false).await;
     let _second = open_session(addr, ALICE, false).await;
