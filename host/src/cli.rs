@@ -582,6 +582,7 @@ async fn serve_http(
             allow_non_loopback,
             tokens,
             allowed_origins: config.listen.allowed_origins.clone(),
+            limits: toolward::listen::ListenLimits::from_config(&config.listen),
         },
     )
     .await;

@@ -85,6 +85,26 @@ pub const MAX_RESTART_BACKOFF_MS: u64 = 30_000;
 /// overflow and catches seconds typed where milliseconds were meant only in one direction;
 /// nothing the gateway waits for should take longer.
 pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+/// Default time a `serve --listen` client has to send a request's head (request line and
+/// headers), in milliseconds: 10 000. A client writes its head at once; the clock also runs
+/// while a kept-alive connection waits for its next request, so a socket that sends nothing
+/// holds a connection slot (and a descriptor) this long at most.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default bound on open `serve --listen` connections: 256. A client holds two or three
+/// (its posts and its event stream); past the bound, new connections wait in the kernel's
+/// queue until one closes. Well below the usual 1024 descriptors a process may open, so
+/// the servers' pipes and the audit log still get theirs.
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 256;
+/// Default bound on live HTTP sessions (`Mcp-Session-Id`) of one principal: 64. A client
+/// opens one per connection to the gateway; 64 leaves room for reconnections that never
+/// closed theirs until they expire, and bounds what one token can make the gateway keep.
+pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: u64 = 64;
+/// Default time after which an HTTP session with no message in either direction is closed,
+/// in milliseconds: 600 000 (ten minutes). Clients that vanish without `DELETE` leave
+/// sessions behind; this returns their place under `max_sessions_per_principal`. The
+/// gateway never uses less than the longest a call can take (`approval_timeout_ms` plus
+/// `call_timeout_ms`), so a session is not closed under a call in flight.
+pub const DEFAULT_SESSION_IDLE_TIMEOUT_MS: u64 = 600_000;
 /// Largest config file read, in bytes: 1 MiB. A real config is a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// Longest separator, in characters: 8. The separator is part of every exposed tool name,
@@ -169,7 +189,14 @@ const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
 const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings"];
 const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
-const LISTEN_KEYS: &[&str] = &["tokens", "allowed_origins"];
+const LISTEN_KEYS: &[&str] = &[
+    "tokens",
+    "allowed_origins",
+    "header_read_timeout_ms",
+    "max_connections",
+    "max_sessions_per_principal",
+    "session_idle_timeout_ms",
+];
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
 const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "launcher"];
 /// Keys of a server's `confine`.
@@ -414,8 +441,10 @@ impl fmt::Debug for ServerTransport {
     }
 }
 
-/// `listen`: who may use the gateway over streamable HTTP (`toolward serve --listen`).
-#[derive(Clone, Default, PartialEq, Eq)]
+/// `listen`: who may use the gateway over streamable HTTP (`toolward serve --listen`), and
+/// the bounds that keep it serving under abuse. Defaults: no tokens, no origins, and the
+/// `DEFAULT_` constants of this module for the rest.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ListenConfig {
     /// Bearer tokens by name (`listen.tokens`, `${NAME}` expanded); a call made with one has
     /// the token's name as its principal. Empty: `serve --listen` generates one token into
@@ -426,6 +455,32 @@ pub struct ListenConfig {
     /// security warning: DNS rebinding). A request without `Origin` (not from a browser)
     /// passes this check.
     pub allowed_origins: Vec<String>,
+    /// Time a client has to send a request's head, in milliseconds
+    /// (`listen.header_read_timeout_ms`, [`DEFAULT_HEADER_READ_TIMEOUT_MS`]); past it the
+    /// connection is closed.
+    pub header_read_timeout_ms: u64,
+    /// Open connections at once (`listen.max_connections`, [`DEFAULT_MAX_CONNECTIONS`]);
+    /// past it, new connections wait to be accepted.
+    pub max_connections: u64,
+    /// Live sessions of one principal (`listen.max_sessions_per_principal`,
+    /// [`DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`]); past it, `initialize` gets 429.
+    pub max_sessions_per_principal: u64,
+    /// Time without a message after which a session is closed, in milliseconds
+    /// (`listen.session_idle_timeout_ms`, [`DEFAULT_SESSION_IDLE_TIMEOUT_MS`]).
+    pub session_idle_timeout_ms: u64,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            tokens: BTreeMap::new(),
+            allowed_origins: Vec::new(),
+            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            session_idle_timeout_ms: DEFAULT_SESSION_IDLE_TIMEOUT_MS,
+        }
+    }
 }
 
 impl std::fmt::Debug for ListenConfig {
@@ -434,6 +489,13 @@ impl std::fmt::Debug for ListenConfig {
         f.debug_struct("ListenConfig")
             .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
             .field("allowed_origins", &self.allowed_origins)
+            .field("header_read_timeout_ms", &self.header_read_timeout_ms)
+            .field("max_connections", &self.max_connections)
+            .field(
+                "max_sessions_per_principal",
+                &self.max_sessions_per_principal,
+            )
+            .field("session_idle_timeout_ms", &self.session_idle_timeout_ms)
             .finish()
     }
 }
@@ -1088,10 +1150,42 @@ impl Reader<'_> {
                 allowed_origins.push(lower);
             }
         }
-        Ok(ListenConfig {
+        let mut listen = ListenConfig {
             tokens,
             allowed_origins,
-        })
+            ..ListenConfig::default()
+        };
+        for key in [
+            "header_read_timeout_ms",
+            "max_connections",
+            "max_sessions_per_principal",
+            "session_idle_timeout_ms",
+        ] {
+            let Some(value) = map.get(key) else {
+                continue;
+            };
+            let key_path = path.key(key);
+            let unit = if key.ends_with("_ms") {
+                "milliseconds"
+            } else {
+                "a count"
+            };
+            let number = value.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+                expected(&key_path, &format!("a positive integer ({unit})"), value)
+            })?;
+            if key.ends_with("_ms") && number > MAX_TIMEOUT_MS {
+                return Err(key_path.invalid(format!(
+                    "`{number}` milliseconds is more than the limit of {MAX_TIMEOUT_MS} milliseconds"
+                )));
+            }
+            match key {
+                "header_read_timeout_ms" => listen.header_read_timeout_ms = number,
+                "max_connections" => listen.max_connections = number,
+                "max_sessions_per_principal" => listen.max_sessions_per_principal = number,
+                _ => listen.session_idle_timeout_ms = number,
+            }
+        }
+        Ok(listen)
     }
 
     fn audit(&self, value: &Value, path: &JsonPath) -> Result<AuditConfig, ConfigError> {
@@ -2143,6 +2237,46 @@ mod tests {
     }
 
     #[test]
+    fn listen_bounds_are_read_and_default_to_their_constants() {
+        let mut value = with_servers(json!({ "fs": { "command": "npx" } }));
+        let listen = load(value.clone()).unwrap().listen;
+        assert_eq!(
+            listen.header_read_timeout_ms,
+            DEFAULT_HEADER_READ_TIMEOUT_MS
+        );
+        assert_eq!(listen.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(
+            listen.max_sessions_per_principal,
+            DEFAULT_MAX_SESSIONS_PER_PRINCIPAL
+        );
+        assert_eq!(
+            listen.session_idle_timeout_ms,
+            DEFAULT_SESSION_IDLE_TIMEOUT_MS
+        );
+        value["listen"] = json!({
+            "header_read_timeout_ms": 2500,
+            "max_connections": 32,
+            "max_sessions_per_principal": 4,
+            "session_idle_timeout_ms": 60000,
+        });
+        let listen = load(value.clone()).unwrap().listen;
+        assert_eq!(listen.header_read_timeout_ms, 2500);
+        assert_eq!(listen.max_connections, 32);
+        assert_eq!(listen.max_sessions_per_principal, 4);
+        assert_eq!(listen.session_idle_timeout_ms, 60000);
+        value["listen"] = json!({ "max_connections": 0 });
+        assert_eq!(
+            err_text(value.clone()),
+            "listen.max_connections: expected a positive integer (a count), found a number"
+        );
+        value["listen"] = json!({ "header_read_timeout_ms": MAX_TIMEOUT_MS + 1 });
+        assert!(
+            err_text(value).contains("more than the limit of 86400000 milliseconds"),
+            "a timeout past a day is refused"
+        );
+    }
+
+    #[test]
     fn guest_limits_are_read_and_default_to_the_component_constants() {
         let mut value = with_servers(json!({ "fs": { "command": "npx" } }));
         assert_eq!(load(value.clone()).unwrap().guest, GuestLimits::default());
@@ -2382,6 +2516,20 @@ mod tests {
         both.extend(keys(&server_confine[1]));
         both.sort();
         assert_eq!(both, sorted(SERVER_CONFINE_KEYS));
+        let listen = &schema["$defs"]["listen"];
+        assert_eq!(keys(listen), sorted(LISTEN_KEYS));
+        let defaults = ListenConfig::default();
+        for (key, value) in [
+            ("header_read_timeout_ms", defaults.header_read_timeout_ms),
+            ("max_connections", defaults.max_connections),
+            (
+                "max_sessions_per_principal",
+                defaults.max_sessions_per_principal,
+            ),
+            ("session_idle_timeout_ms", defaults.session_idle_timeout_ms),
+        ] {
+            assert_eq!(listen["properties"][key]["default"], value, "{key}");
+        }
         let guest = &schema["properties"]["guest"];
         assert_eq!(keys(guest), sorted(GUEST_KEYS));
         let defaults = GuestLimits::default();

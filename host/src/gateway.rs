@@ -275,7 +275,19 @@ impl Gateway {
         load_messages: Arc<Vec<String>>,
         settings: GatewaySettings,
     ) -> Gateway {
-        let tools = call_path.registry().tools().map(mcp_tool).collect();
+        let tools = tool_list(&call_path);
+        Gateway::with_tools(call_path, load_messages, settings, tools)
+    }
+
+    /// A handler for one new session that answers `tools/list` with `tools`, built once by
+    /// [`tool_list`] and shared: over HTTP every session has a handler, and rebuilding the
+    /// list for each made a session cost as much memory as the whole listing.
+    pub(crate) fn with_tools(
+        call_path: Arc<CallPath>,
+        load_messages: Arc<Vec<String>>,
+        settings: GatewaySettings,
+        tools: Arc<Vec<Tool>>,
+    ) -> Gateway {
         Gateway {
             queue: Arc::new(
                 QueueApprover::new(settings.state_dir.clone())
@@ -285,9 +297,15 @@ impl Gateway {
             load_messages,
             session: new_ulid(),
             settings,
-            tools: Arc::new(tools),
+            tools,
         }
     }
+}
+
+/// The registered tools of `call_path` as MCP `Tool`s, in the registry's order. The tool set
+/// is fixed at load, so one list serves every session.
+pub(crate) fn tool_list(call_path: &CallPath) -> Arc<Vec<Tool>> {
+    Arc::new(call_path.registry().tools().map(mcp_tool).collect())
 }
 
 impl ServerHandler for Gateway {

@@ -19,24 +19,57 @@
 //!    SHA-256, in time independent of where they differ.
 //!
 //! The token's name is the principal of every call made with it ([`Principal`]); a session
-//! is one HTTP session (`Mcp-Session-Id`), each with its own gateway handler.
+//! is one HTTP session (`Mcp-Session-Id`), each with its own gateway handler, all sharing
+//! one tool list built at start.
+//!
+//! **A session belongs to the principal that opened it.** rmcp's session manager is wrapped
+//! so that each session it creates is bound to the principal of the `initialize` that
+//! created it, and a request naming a session (`Mcp-Session-Id`) is answered 404 before
+//! rmcp sees it unless its token's principal is the session's: another token cannot call
+//! in the session, open its event stream, close it, or answer the elicitations it carries
+//! (rmcp numbers the gateway's requests from 0, so their ids are no secret). A session
+//! that is not one's own is indistinguishable from one that does not exist.
+//!
+//! **The listener keeps serving under abuse** ([`ListenLimits`]):
+//!
+//! - a client has `listen.header_read_timeout_ms` to send each request's head, also while
+//!   a kept-alive connection waits for its next request: an idle socket does not hold a
+//!   connection forever;
+//! - at most `listen.max_connections` connections are open; past it new ones wait in the
+//!   kernel's queue (the accept loop waits for one to close) instead of taking descriptors;
+//! - at most `listen.max_sessions_per_principal` live sessions per principal (429 past it),
+//!   and a session with no message for `listen.session_idle_timeout_ms` is closed;
+//! - a failed `accept` (out of descriptors: `EMFILE`, `ENFILE`) is retried after a wait
+//!   that doubles from [`ACCEPT_BACKOFF_FIRST`] to [`ACCEPT_BACKOFF_MAX`], with one warning
+//!   per run of failures, instead of a loop that spins and floods the log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::Stream;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::WorkerTransport;
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
+};
+use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+use rmcp::transport::streamable_http_server::{
+    SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
@@ -51,10 +84,66 @@ pub const TOKEN_FILE: &str = "listen-token";
 /// The path the MCP endpoint is served at: `/mcp`.
 pub const ENDPOINT_PATH: &str = "/mcp";
 
+/// The header that names a session: `Mcp-Session-Id` (MCP specification 2025-11-25,
+/// "Transports", session management).
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// First wait after a failed `accept`: 10 ms. Out of descriptors, `accept` fails at once
+/// for as long as the condition lasts; retrying without a wait spins a core.
+pub const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
+
+/// Longest wait between two `accept` attempts while they fail: 1 s. The wait doubles from
+/// [`ACCEPT_BACKOFF_FIRST`]; a connection that frees a descriptor is taken within this.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Time added to the longest a call can take (approval timeout plus call timeout) for the
+/// shortest idle timeout a session gets: 5 s, for the policy decision (fuel-bounded), the
+/// audit records and the result around the two waits, which take milliseconds.
+pub const CALL_IN_FLIGHT_MARGIN: Duration = Duration::from_secs(5);
+
 /// The principal of a request: the name of the token it carried. `listen` puts it in the
 /// request's extensions; the gateway reads it from there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
+
+/// The bounds that keep `serve --listen` serving under abuse. Defaults (from
+/// [`ListenConfig::default`]): header read timeout
+/// [`DEFAULT_HEADER_READ_TIMEOUT_MS`](crate::config::DEFAULT_HEADER_READ_TIMEOUT_MS),
+/// [`DEFAULT_MAX_CONNECTIONS`](crate::config::DEFAULT_MAX_CONNECTIONS) connections,
+/// [`DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`](crate::config::DEFAULT_MAX_SESSIONS_PER_PRINCIPAL)
+/// sessions a principal, session idle timeout
+/// [`DEFAULT_SESSION_IDLE_TIMEOUT_MS`](crate::config::DEFAULT_SESSION_IDLE_TIMEOUT_MS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenLimits {
+    /// Time a client has to send a request's head; past it the connection is closed.
+    pub header_read_timeout: Duration,
+    /// Connections open at once; past it new connections wait to be accepted.
+    pub max_connections: usize,
+    /// Live sessions of one principal; past it `initialize` gets 429.
+    pub max_sessions_per_principal: usize,
+    /// Time without a message after which a session is closed. [`serve_http`] raises it to
+    /// the longest a call can take plus [`CALL_IN_FLIGHT_MARGIN`].
+    pub session_idle_timeout: Duration,
+}
+
+impl ListenLimits {
+    /// The bounds a config's `listen` section gives.
+    pub fn from_config(listen: &ListenConfig) -> ListenLimits {
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        ListenLimits {
+            header_read_timeout: Duration::from_millis(listen.header_read_timeout_ms),
+            max_connections: count(listen.max_connections),
+            max_sessions_per_principal: count(listen.max_sessions_per_principal),
+            session_idle_timeout: Duration::from_millis(listen.session_idle_timeout_ms),
+        }
+    }
+}
+
+impl Default for ListenLimits {
+    fn default() -> Self {
+        ListenLimits::from_config(&ListenConfig::default())
+    }
+}
 
 /// What `serve --listen` needs besides the call path.
 #[derive(Clone)]
@@ -68,6 +157,8 @@ pub struct ListenSettings {
     pub tokens: BTreeMap<String, String>,
     /// Allowed `Origin` values, lowercase.
     pub allowed_origins: Vec<String>,
+    /// The bounds on connections and sessions.
+    pub limits: ListenLimits,
 }
 
 impl std::fmt::Debug for ListenSettings {
@@ -77,6 +168,7 @@ impl std::fmt::Debug for ListenSettings {
             .field("allow_non_loopback", &self.allow_non_loopback)
             .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
             .field("allowed_origins", &self.allowed_origins)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -108,6 +200,37 @@ pub enum ListenError {
         path: PathBuf,
         /// What failed.
         reason: String,
+    },
+    /// A principal asked for a session past `listen.max_sessions_per_principal`.
+    #[error(
+        "principal `{principal}` has {limit} live sessions, the limit: close one (HTTP DELETE with its Mcp-Session-Id) or let an idle one expire, or raise `listen.max_sessions_per_principal`"
+    )]
+    TooManySessions {
+        /// The principal.
+        principal: String,
+        /// `listen.max_sessions_per_principal`.
+        limit: usize,
+    },
+    /// A session was used by a principal it does not belong to, or does not exist. The
+    /// listener answers such a request 404 before rmcp sees it; this is the same check
+    /// inside the session manager.
+    #[error("principal `{principal}` has no session `{session}`")]
+    NotYourSession {
+        /// The principal of the request.
+        principal: String,
+        /// The session named.
+        session: String,
+    },
+    /// rmcp asked for a session outside a request the listener let through (no principal
+    /// to bind it to): refused.
+    #[error("a session was asked for outside an authorized request")]
+    NoPrincipal,
+    /// rmcp's session manager failed.
+    #[error("the http session failed")]
+    Session {
+        /// rmcp's error.
+        #[source]
+        source: LocalSessionManagerError,
     },
 }
 
@@ -259,6 +382,345 @@ impl Guard {
     }
 }
 
+tokio::task_local! {
+    /// The request rmcp is handling, as the listener let it through: rmcp's session manager
+    /// is called inside it, so [`BoundSessions`] knows whose session it creates or touches.
+    static REQUEST: RequestScope;
+}
+
+/// What [`BoundSessions`] needs to know about the request it is called for.
+#[derive(Debug)]
+struct RequestScope {
+    principal: String,
+    /// Set when a session was refused for [`ListenError::TooManySessions`], so the listener
+    /// answers 429 in place of rmcp's 500.
+    too_many_sessions: Arc<AtomicBool>,
+}
+
+/// Which principal each live session belongs to, and how many each principal has.
+#[derive(Debug, Default)]
+struct Owners {
+    by_session: HashMap<SessionId, String>,
+    /// Live and reserved sessions by principal; a principal with none has no entry.
+    per_principal: HashMap<String, usize>,
+}
+
+impl Owners {
+    fn release(&mut self, principal: &str) {
+        if let Some(count) = self.per_principal.get_mut(principal) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.per_principal.remove(principal);
+            }
+        }
+    }
+}
+
+/// rmcp's in-memory session manager, with every session bound to the principal whose
+/// request created it. Every call that names a session checks that the request's principal
+/// owns it, except `close_session`: rmcp calls that itself when a session's worker ends
+/// (no request), and the listener checks a `DELETE` before rmcp sees it.
+#[derive(Debug)]
+struct BoundSessions {
+    inner: LocalSessionManager,
+    owners: Mutex<Owners>,
+    max_per_principal: usize,
+}
+
+/// A place under the principal's session bound, given back on drop unless a session took
+/// it (a request dropped half-way does not leak it).
+struct Reservation<'a> {
+    sessions: &'a BoundSessions,
+    principal: Option<String>,
+}
+
+impl Reservation<'_> {
+    fn bind(mut self, session: SessionId) {
+        if let Some(principal) = self.principal.take() {
+            self.sessions.owners().by_session.insert(session, principal);
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(principal) = self.principal.take() {
+            self.sessions.owners().release(&principal);
+        }
+    }
+}
+
+impl BoundSessions {
+    fn new(max_per_principal: usize, idle_timeout: Duration) -> BoundSessions {
+        let mut inner = LocalSessionManager::default();
+        inner.session_config.keep_alive = Some(idle_timeout);
+        BoundSessions {
+            inner,
+            owners: Mutex::new(Owners::default()),
+            max_per_principal,
+        }
+    }
+
+    fn owners(&self) -> MutexGuard<'_, Owners> {
+        // Every critical section leaves the maps consistent: a panic cannot poison them
+        // half-updated.
+        self.owners.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `session` is a live session of `principal`.
+    fn belongs_to(&self, session: &str, principal: &str) -> bool {
+        self.owners()
+            .by_session
+            .get(session)
+            .is_some_and(|owner| owner == principal)
+    }
+
+    /// The principal of the request being handled.
+    fn principal() -> Result<String, ListenError> {
+        REQUEST
+            .try_with(|request| request.principal.clone())
+            .map_err(|_| ListenError::NoPrincipal)
+    }
+
+    /// Refuses unless the request's principal owns `session`.
+    fn check(&self, session: &SessionId) -> Result<(), ListenError> {
+        let principal = Self::principal()?;
+        if self.belongs_to(session, &principal) {
+            Ok(())
+        } else {
+            Err(ListenError::NotYourSession {
+                principal,
+                session: session.to_string(),
+            })
+        }
+    }
+
+    fn reserve(&self, principal: String) -> Result<Reservation<'_>, ListenError> {
+        let mut owners = self.owners();
+        let count = owners.per_principal.entry(principal.clone()).or_insert(0);
+        if *count >= self.max_per_principal {
+            // Tell the listener, which answers 429 (rmcp would answer 500).
+            let _ = REQUEST.try_with(|request| {
+                request.too_many_sessions.store(true, Ordering::Relaxed);
+            });
+            return Err(ListenError::TooManySessions {
+                principal,
+                limit: self.max_per_principal,
+            });
+        }
+        *count += 1;
+        Ok(Reservation {
+            sessions: self,
+            principal: Some(principal),
+        })
+    }
+}
+
+fn session_error(source: LocalSessionManagerError) -> ListenError {
+    ListenError::Session { source }
+}
+
+impl SessionManager for BoundSessions {
+    type Error = ListenError;
+    type Transport = WorkerTransport<LocalSessionWorker>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), ListenError> {
+        let reservation = self.reserve(Self::principal()?)?;
+        let (session, transport) = self.inner.create_session().await.map_err(session_error)?;
+        reservation.bind(session.clone());
+        Ok((session, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, ListenError> {
+        self.check(id)?;
+        self.inner
+            .initialize_session(id, message)
+            .await
+            .map_err(session_error)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, ListenError> {
+        if self.check(id).is_err() {
+            return Ok(false);
+        }
+        self.inner.has_session(id).await.map_err(session_error)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), ListenError> {
+        {
+            let mut owners = self.owners();
+            if let Some(owner) = owners.by_session.remove(id) {
+                owners.release(&owner);
+            }
+        }
+        self.inner.close_session(id).await.map_err(session_error)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, ListenError> {
+        self.check(id)?;
+        self.inner
+            .create_stream(id, message)
+            .await
+            .map_err(session_error)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), ListenError> {
+        self.check(id)?;
+        self.inner
+            .accept_message(id, message)
+            .await
+            .map_err(session_error)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, ListenError> {
+        self.check(id)?;
+        self.inner
+            .create_standalone_stream(id)
+            .await
+            .map_err(session_error)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, ListenError> {
+        self.check(id)?;
+        self.inner
+            .resume(id, last_event_id)
+            .await
+            .map_err(session_error)
+    }
+}
+
+/// Waits between failed `accept`s, doubling from [`ACCEPT_BACKOFF_FIRST`] to
+/// [`ACCEPT_BACKOFF_MAX`]; warns once when a run of failures starts and once when it ends.
+#[derive(Debug, Default)]
+struct AcceptBackoff {
+    failures: u64,
+    since: Option<Instant>,
+    wait: Duration,
+}
+
+impl AcceptBackoff {
+    /// How long to wait after `error` before the next `accept`.
+    fn failed(&mut self, error: &std::io::Error, limits: &ListenLimits) -> Duration {
+        if self.failures == 0 {
+            let out_of_descriptors = matches!(
+                error.raw_os_error(),
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+            );
+            let hint = if out_of_descriptors {
+                format!(
+                    ": out of file descriptors or memory; lower `listen.max_connections` (now {}) or raise the process's descriptor limit (`ulimit -n`)",
+                    limits.max_connections
+                )
+            } else {
+                String::new()
+            };
+            tracing::warn!(
+                "accepting a connection failed: {error}{hint}; retrying with waits of up to {} ms, quietly until it succeeds",
+                ACCEPT_BACKOFF_MAX.as_millis()
+            );
+            self.since = Some(Instant::now());
+            self.wait = ACCEPT_BACKOFF_FIRST;
+        }
+        self.failures = self.failures.saturating_add(1);
+        let wait = self.wait;
+        self.wait = (self.wait * 2).min(ACCEPT_BACKOFF_MAX);
+        wait
+    }
+
+    fn succeeded(&mut self) {
+        if self.failures > 0 {
+            let millis = self.since.map_or(0, |since| since.elapsed().as_millis());
+            tracing::warn!(
+                "accepting connections again, after {} failed attempts over {millis} ms",
+                self.failures
+            );
+            *self = AcceptBackoff::default();
+        }
+    }
+}
+
+/// What every connection's requests share.
+struct Shared {
+    service: StreamableHttpService<Gateway, BoundSessions>,
+    sessions: Arc<BoundSessions>,
+    guard: Guard,
+    limits: ListenLimits,
+}
+
+/// One request: the path, then the guard, then the session's owner, then rmcp.
+async fn handle(shared: Arc<Shared>, mut request: Request<Incoming>) -> Response<Body> {
+    if request.uri().path() != ENDPOINT_PATH {
+        return plain(StatusCode::NOT_FOUND, "the MCP endpoint is /mcp");
+    }
+    let principal = match shared.guard.check(&request) {
+        Ok(principal) => principal,
+        Err(refusal) => return *refusal,
+    };
+    if let Some(session) = request.headers().get(SESSION_HEADER) {
+        let session = session.to_str().unwrap_or_default();
+        if !shared.sessions.belongs_to(session, &principal.0) {
+            let someone_elses = shared.sessions.owners().by_session.contains_key(session);
+            if someone_elses {
+                tracing::warn!(
+                    "refused a {} from principal `{}` naming a session of another principal",
+                    request.method(),
+                    principal.0
+                );
+            } else {
+                tracing::debug!(
+                    "refused a {} from principal `{}` naming an unknown or expired session",
+                    request.method(),
+                    principal.0
+                );
+            }
+            // The same answer either way: whether a session exists is nobody else's business.
+            return plain(
+                StatusCode::NOT_FOUND,
+                "no such session: it expired, was closed, or was never yours; send `initialize` without `Mcp-Session-Id` for a new one",
+            );
+        }
+    }
+    let too_many_sessions = Arc::new(AtomicBool::new(false));
+    let scope = RequestScope {
+        principal: principal.0.clone(),
+        too_many_sessions: Arc::clone(&too_many_sessions),
+    };
+    request.extensions_mut().insert(principal.clone());
+    let mut service = shared.service.clone();
+    let response = REQUEST.scope(scope, service.call(request)).await;
+    if too_many_sessions.load(Ordering::Relaxed) {
+        let error = ListenError::TooManySessions {
+            principal: principal.0,
+            limit: shared.limits.max_sessions_per_principal,
+        };
+        tracing::warn!("{error}");
+        return plain(StatusCode::TOO_MANY_REQUESTS, &error.to_string());
+    }
+    match response {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
 /// A running `--listen` server: its address, and how to stop it.
 #[derive(Debug)]
 pub struct Listening {
@@ -282,7 +744,9 @@ impl Listening {
 }
 
 /// Binds `listen.addr` and serves the gateway over streamable HTTP at [`ENDPOINT_PATH`]
-/// until [`Listening::stop`].
+/// until [`Listening::stop`], within `listen.limits`. A session's idle timeout is raised to
+/// at least the longest a call on `call_path` can take (its approval timeout plus its call
+/// timeout) plus [`CALL_IN_FLIGHT_MARGIN`].
 ///
 /// # Errors
 /// [`ListenError::NotLoopback`], [`ListenError::Bind`].
@@ -314,71 +778,113 @@ pub async fn serve_http(
     if listen.allow_non_loopback {
         config.allowed_hosts = Vec::new();
     }
+    let limits = listen.limits;
+    let longest_call = call_path.settings().approval_timeout
+        + call_path.settings().call_timeout
+        + CALL_IN_FLIGHT_MARGIN;
+    let sessions = Arc::new(BoundSessions::new(
+        limits.max_sessions_per_principal,
+        limits.session_idle_timeout.max(longest_call),
+    ));
     let load_messages = Arc::new(load_messages);
+    let tools = crate::gateway::tool_list(&call_path);
     let service = StreamableHttpService::new(
         move || {
-            Ok(Gateway::new(
+            Ok(Gateway::with_tools(
                 Arc::clone(&call_path),
                 Arc::clone(&load_messages),
                 settings.clone(),
+                Arc::clone(&tools),
             ))
         },
-        Arc::new(LocalSessionManager::default()),
+        Arc::clone(&sessions),
         config,
     );
-    let guard = Arc::new(Guard::new(&listen.tokens, &listen.allowed_origins));
-    let accepting = stop.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        tracing::warn!("accepting a connection failed: {error}");
-                        continue;
-                    }
-                },
-                () = accepting.cancelled() => return,
-            };
-            let service = service.clone();
-            let guard = Arc::clone(&guard);
-            let connection_stop = accepting.clone();
-            tokio::spawn(async move {
-                let handler = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-                    let mut service = service.clone();
-                    let checked = guard.check(&request);
-                    async move {
-                        if request.uri().path() != ENDPOINT_PATH {
-                            return Ok::<_, Infallible>(plain(
-                                StatusCode::NOT_FOUND,
-                                "the MCP endpoint is /mcp",
-                            ));
-                        }
-                        match checked {
-                            Ok(principal) => {
-                                request.extensions_mut().insert(principal);
-                                service.call(request).await
-                            }
-                            Err(refusal) => Ok(*refusal),
-                        }
-                    }
-                });
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), handler);
-                tokio::pin!(connection);
+    let shared = Arc::new(Shared {
+        service,
+        sessions,
+        guard: Guard::new(&listen.tokens, &listen.allowed_origins),
+        limits,
+    });
+    let task = tokio::spawn(accept_loop(listener, shared, stop.clone()));
+    Ok(Listening { addr, stop, task })
+}
+
+/// Accepts connections while fewer than `max_connections` are open, and serves each with
+/// the header read timeout, until `stop`.
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
+    let limits = shared.limits;
+    let slots = Arc::new(Semaphore::new(
+        limits.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
+    let mut backoff = AcceptBackoff::default();
+    let mut full = false;
+    loop {
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => {
+                full = false;
+                slot
+            }
+            Err(_) => {
+                if !full {
+                    tracing::warn!(
+                        "{} connections are open, the limit (`listen.max_connections`): new connections wait until one closes",
+                        limits.max_connections
+                    );
+                    full = true;
+                }
                 tokio::select! {
-                    served = connection.as_mut() => {
-                        if let Err(error) = served {
-                            tracing::debug!("connection from {peer} ended: {error}");
-                        }
+                    slot = Arc::clone(&slots).acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => return,
+                    },
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => {
+                    backoff.succeeded();
+                    accepted
+                }
+                Err(error) => {
+                    let wait = backoff.failed(&error, &limits);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.cancelled() => return,
                     }
-                    () = connection_stop.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = connection.await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let shared = Arc::clone(&shared);
+        let connection_stop = stop.clone();
+        tokio::spawn(async move {
+            // Held until the connection ends: one slot under `max_connections`.
+            let _slot = slot;
+            let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(handle(shared, request).await) }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let connection = builder.serve_connection(TokioIo::new(stream), handler);
+            tokio::pin!(connection);
+            tokio::select! {
+                served = connection.as_mut() => {
+                    if let Err(error) = served {
+                        tracing::debug!("connection from {peer} ended: {error}");
                     }
                 }
-            });
-        }
-    });
-    Ok(Listening { addr, stop, task })
+                () = connection_stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
 }

@@ -40,6 +40,9 @@ impl Bench {
             "inputSchema": {"type": "object", "properties": {
                 "path": {"type": "string"}, "content": {"type": "string"}}},
         }]});
+        // Made before the server starts: a confined server cannot create files directly in
+        // the folder of the config it is withheld.
+        std::fs::write(bench.path().join("calls.jsonl"), "").unwrap();
         let scenario = json!({
             "pages": [listing.to_string()],
             "calls_log": bench.path().join("calls.jsonl"),

@@ -3,50 +3,76 @@
 //! bearer token → 401), and a client with a token gets the tools, with the token's name as
 //! the principal of its calls. The positive path is spoken by toolward's own streamable HTTP
 //! client (`Upstream::connect_http`), the refusals by hand-written HTTP requests.
+//! `sessions` holds each session to the principal that opened it; `abuse` keeps the listener
+//! serving under idle sockets, too many connections or sessions, and no descriptors left.
+
+mod abuse;
+mod sessions;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
-use serde_json::json;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
 use toolward::Toolward;
 use toolward::config::Config;
 use toolward::gateway::GatewaySettings;
-use toolward::listen::{ListenError, ListenSettings, Listening, serve_http, tokens};
+use toolward::listen::{ListenError, ListenLimits, ListenSettings, Listening, serve_http, tokens};
 use toolward::transport::{HttpSpec, TransportLimits, Upstream};
 
 const FAKE_SERVER: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
 const ALICE: &str = "alice-0123456789abcdef0123456789abcdef";
 const BOB: &str = "bob-0123456789abcdef0123456789abcdef0";
+/// The revision the hand-written clients speak.
+const PROTOCOL_VERSION: &str = "2025-11-25";
 
-/// toolward in front of a fake server `s` with tool `echo`, listening on a free loopback
-/// port with tokens for `alice` and `bob`; origin `http://localhost:6274` allowed.
-async fn start(dir: &std::path::Path) -> (Toolward, Listening) {
+/// Writes, in `dir`, a fake server `s` with tools `echo` (read-only) and `write`
+/// (local-change: the default policy holds it for approval) that logs every call it receives
+/// to `calls.jsonl`, its rules, and a config with tokens for `alice` and `bob`, origin
+/// `http://localhost:6274` allowed, and `listen` and `limits` laid over; pins it. Returns the
+/// config.
+async fn write_config(dir: &std::path::Path, listen: Value, limits: Value) -> Config {
     std::fs::write(
         dir.join("s.json"),
-        json!({"pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}]}"#]})
-            .to_string(),
+        json!({
+            "pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}, {"name": "write", "description": "Writes.", "inputSchema": {"type": "object"}}]}"#],
+            "calls_log": dir.join("calls.jsonl"),
+        })
+        .to_string(),
     )
     .unwrap();
     std::fs::write(
         dir.join("rules.json"),
-        r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}}}}}"#,
+        r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}, "write": {"effect": "local-change"}}}}}"#,
     )
     .unwrap();
-    let config = Config::from_value(
-        json!({
-            "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
-            "rules": {"file": "rules.json"}, "manifest": "manifest.json", "state_dir": "state",
-            "audit": {"file": "state/audit.jsonl", "sync": "none"},
-            "listen": {"tokens": {"alice": ALICE, "bob": BOB}, "allowed_origins": ["http://localhost:6274"]}
-        }),
-        dir,
-    )
-    .unwrap();
+    let mut listen_section = json!({"tokens": {"alice": ALICE, "bob": BOB}, "allowed_origins": ["http://localhost:6274"]});
+    for (key, value) in listen.as_object().unwrap() {
+        listen_section[key] = value.clone();
+    }
+    let document = json!({
+        "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+        "rules": {"file": "rules.json"}, "manifest": "manifest.json", "state_dir": "state",
+        "audit": {"file": "state/audit.jsonl", "sync": "none"},
+        "listen": listen_section,
+        "limits": limits,
+    });
+    std::fs::write(dir.join("toolward.json"), document.to_string()).unwrap();
+    let config = Config::from_value(document, dir).unwrap();
     let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
         .await
         .unwrap();
     pinned.manifest.write(&config.manifest).unwrap();
+    config
+}
+
+/// toolward as [`write_config`] sets it up, listening on a free loopback port.
+async fn start_with(dir: &std::path::Path, listen: Value, limits: Value) -> (Toolward, Listening) {
+    let config = write_config(dir, listen, limits).await;
     let toolward = Toolward::start(config).await.unwrap();
     let config = toolward.config();
     let (tokens, file) = tokens(&config.listen, toolward.state(), &config.principal).unwrap();
@@ -60,11 +86,176 @@ async fn start(dir: &std::path::Path) -> (Toolward, Listening) {
             allow_non_loopback: false,
             tokens,
             allowed_origins: config.listen.allowed_origins.clone(),
+            limits: ListenLimits::from_config(&config.listen),
         },
     )
     .await
     .unwrap();
     (toolward, listening)
+}
+
+/// toolward with the default bounds.
+async fn start(dir: &std::path::Path) -> (Toolward, Listening) {
+    start_with(dir, json!({}), json!({})).await
+}
+
+/// Sends one request on a connection of its own, as a client of `token` would: `method` to
+/// `/mcp`, in `session` when given, with `message` as the JSON body when given.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    token: &str,
+    session: Option<&str>,
+    message: Option<Value>,
+) -> hyper::Response<Incoming> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri("/mcp")
+        .header("host", format!("127.0.0.1:{}", addr.port()))
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"));
+    if let Some(session) = session {
+        request = request
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", PROTOCOL_VERSION);
+    }
+    let body = match message {
+        Some(message) => {
+            request = request.header("content-type", "application/json");
+            Full::new(Bytes::from(message.to_string()))
+        }
+        None => Full::new(Bytes::new()),
+    };
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        sender.send_request(request.body(body).unwrap()),
+    )
+    .await
+    .expect("no answer within 20 s")
+    .unwrap()
+}
+
+/// The whole body of a response that is not an event stream, as text.
+async fn text(response: hyper::Response<Incoming>) -> String {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The JSON-RPC messages of a server-sent event stream, one at a time.
+struct Events {
+    body: Incoming,
+    buffer: String,
+}
+
+impl Events {
+    fn new(response: hyper::Response<Incoming>) -> Events {
+        Events {
+            body: response.into_body(),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next message (events without data, as rmcp's priming event, are skipped).
+    async fn next(&mut self) -> Value {
+        let read = async {
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let event: String = self.buffer.drain(..end + 2).collect();
+                    let data: Vec<&str> = event
+                        .lines()
+                        .filter_map(|line| line.strip_prefix("data:"))
+                        .map(str::trim_start)
+                        .collect();
+                    let data = data.join("\n");
+                    if data.trim().is_empty() {
+                        continue;
+                    }
+                    return serde_json::from_str::<Value>(&data).unwrap();
+                }
+                let frame = self.body.frame().await.expect("the stream ended").unwrap();
+                if let Ok(data) = frame.into_data() {
+                    self.buffer
+                        .push_str(&String::from_utf8_lossy(&data).replace("\r\n", "\n"));
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("no message within 20 s")
+    }
+
+    /// The next message that answers request `id`, or asks `method` when `id` is null.
+    async fn until(&mut self, id: &Value, method: &str) -> Value {
+        loop {
+            let message = self.next().await;
+            if (!id.is_null() && message["id"] == *id && message.get("method").is_none())
+                || (id.is_null() && message["method"] == method)
+            {
+                return message;
+            }
+        }
+    }
+}
+
+/// Opens a session for `token` (`initialize`, then `notifications/initialized`), declaring
+/// elicitation when `elicitation`; the session's id.
+async fn open_session(addr: SocketAddr, token: &str, elicitation: bool) -> String {
+    let response = initialize(addr, token, elicitation).await;
+    assert_eq!(response.status(), 200, "initialize");
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let answer = Events::new(response).next().await;
+    assert_eq!(
+        answer["result"]["serverInfo"]["name"], "toolward",
+        "{answer}"
+    );
+    let initialized = send(
+        addr,
+        "POST",
+        token,
+        Some(&session),
+        Some(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+    )
+    .await;
+    assert_eq!(initialized.status(), 202, "notifications/initialized");
+    session
+}
+
+/// An `initialize` for `token`, declaring elicitation when `elicitation`.
+async fn initialize(addr: SocketAddr, token: &str, elicitation: bool) -> hyper::Response<Incoming> {
+    let capabilities = if elicitation {
+        json!({"elicitation": {}})
+    } else {
+        json!({})
+    };
+    send(
+        addr,
+        "POST",
+        token,
+        None,
+        Some(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL_VERSION, "capabilities": capabilities,
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        ),
+    )
+    .await
+}
+
+/// The audit log's records.
+fn audit_records(dir: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("state/audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
 }
 
 /// POSTs an `initialize` with `headers` by hand; the status code and the whole response.
@@ -214,6 +405,7 @@ async fn an_address_that_is_not_loopback_is_refused_unless_allowed() {
             allow_non_loopback: false,
             tokens: BTreeMap::from([(String::from("a"), ALICE.to_owned())]),
             allowed_origins: Vec::new(),
+            limits: ListenLimits::default(),
         },
     )
     .await;

@@ -69,6 +69,18 @@ fn fill_state(state: &Path) -> (PathBuf, PathBuf, PathBuf) {
     std::fs::create_dir_all(&answers).unwrap();
     let token = state.join("listen-token");
     std::fs::write(&token, "0123456789abcdef0123456789abcdef").unwrap();
+    // Owner-only, as toolward makes them: it refuses a state folder others can reach.
+    use std::os::unix::fs::PermissionsExt;
+    for (path, mode) in [
+        (state.to_path_buf(), 0o700),
+        (state.join("approvals"), 0o700),
+        (state.join("approvals/pending"), 0o700),
+        (answers.clone(), 0o700),
+        (pending.clone(), 0o600),
+        (token.clone(), 0o600),
+    ] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
     (pending, answers.join("01JCALL.json"), token)
 }
 
