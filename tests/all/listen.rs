@@ -36,6 +36,9 @@ const PROTOCOL_VERSION: &str = "2025-11-25";
 /// `http://localhost:6274` allowed, and `listen` and `limits` laid over; pins it. Returns the
 /// config.
 async fn write_config(dir: &std::path::Path, listen: Value, limits: Value) -> Config {
+    // Made before the server starts: a confined server cannot create files directly in the
+    // folder of the config it is withheld.
+    std::fs::write(dir.join("calls.jsonl"), "").unwrap();
     std::fs::write(
         dir.join("s.json"),
         json!({

@@ -219,19 +219,29 @@ impl StateDir {
     pub fn key(&self, name: &str) -> Result<Key, StateError> {
         let full = self.path.join(name);
         let mut bytes = [0u8; KEY_BYTES];
-        let mut create = OpenOptions::new();
-        create.write(true).create_new(true).mode(FILE_MODE);
-        match self.dir.open_with(name, &create) {
-            Ok(mut file) => {
-                getrandom::fill(&mut bytes)
-                    .map_err(|e| self.io(Path::new(name), std::io::Error::other(e.to_string())))?;
-                file.write_all(&bytes)
-                    .and_then(|()| file.sync_all())
-                    .map_err(|source| self.io(Path::new(name), source))?;
-                return Ok(Key(bytes));
+        if self.dir.symlink_metadata(name).is_err() {
+            // Written whole under a name of its own, then linked into place: another process
+            // never reads a key that is still being written, and of two made at once the
+            // first link wins and both use it.
+            getrandom::fill(&mut bytes)
+                .map_err(|e| self.io(Path::new(name), std::io::Error::other(e.to_string())))?;
+            let mut suffix = [0u8; 8];
+            getrandom::fill(&mut suffix)
+                .map_err(|e| self.io(Path::new(name), std::io::Error::other(e.to_string())))?;
+            let temp = format!(".{name}.{}.tmp", hex::encode(suffix));
+            let mut create = OpenOptions::new();
+            create.write(true).create_new(true).mode(FILE_MODE);
+            let written = self
+                .dir
+                .open_with(&temp, &create)
+                .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_all()));
+            let linked = written.and_then(|()| self.dir.hard_link(&temp, &self.dir, name));
+            let _ = self.dir.remove_file(&temp);
+            match linked {
+                Ok(()) => return Ok(Key(bytes)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(self.io(Path::new(name), e)),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(self.io(Path::new(name), e)),
         }
         let mut file = self.open_private_file(name)?;
         let mut read = Vec::with_capacity(KEY_BYTES + 1);

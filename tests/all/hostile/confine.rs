@@ -91,6 +91,9 @@ async fn a_confined_server_is_refused_the_queue_an_answer_file_and_the_listen_to
         .server("probe", probes(), PROBES)
         .with("confine", json!({ "launcher": launcher }));
     let (pending, answer, token) = fill_state(&bench.path().join("state"));
+    // Held as a waiting process holds its entry, so the start leaves it in the queue.
+    let held = std::fs::File::open(&pending).unwrap();
+    held.lock().unwrap();
     let beside = bench.path().join("sandbox/notes.txt");
     std::fs::create_dir_all(beside.parent().unwrap()).unwrap();
     std::fs::write(&beside, "beside the state folder").unwrap();
