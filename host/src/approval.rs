@@ -740,14 +740,14 @@ impl Queue {
         let file = match open_entry(&self.answers, &name, &path) {
             Ok(None) => return None,
             Ok(Some(file)) => file,
-            Err(error) => return Some(Err((with_causes(&error), None))),
+            Err(error) => return Some(Err((crate::load::error_chain(&error), None))),
         };
         let identity = file.metadata().ok().map(|meta| {
             use std::os::unix::fs::MetadataExt as _;
             (meta.dev(), meta.ino())
         });
         let answer = read_all(&file, &path)
-            .map_err(|error| with_causes(&error))
+            .map_err(|error| crate::load::error_chain(&error))
             .and_then(|bytes| verify_answer(&bytes, request, &self.key));
         Some(answer.map_err(|why| (why, identity)))
     }
@@ -793,18 +793,6 @@ type FileId = (u64, u64);
 
 /// Why an answer file is a forgery, and which file it was (to remove that one and no other).
 type Forgery = (String, Option<FileId>);
-
-/// `error` and its causes, as one line.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
 
 /// Keeps a pending entry's lock for as long as its call waits; removes the entry and its
 /// answer, then releases the lock, when dropped.
@@ -1032,7 +1020,7 @@ impl Approver for QueueApprover {
                         "the approval request for tool `{}` on server `{}` could not be queued: {}",
                         escape_for_display(&request.exposed_tool),
                         escape_for_display(&request.server),
-                        with_causes(&error)
+                        crate::load::error_chain(&error)
                     ));
                 }
             };

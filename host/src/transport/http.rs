@@ -351,7 +351,7 @@ async fn send_other(shared: &Shared, endpoint: &Endpoint, message: Vec<u8>, meth
         Ok(Ok(())) => {}
         Ok(Err(Fault::Server(reason))) => shared.fail(reason),
         Ok(Err(Fault::Request(error))) => {
-            tracing::warn!(server = %shared.server, "{}", error_chain(&error));
+            tracing::warn!(server = %shared.server, "{}", crate::load::error_chain(&error));
         }
         Err(_) => tracing::warn!(
             server = %shared.server,
@@ -598,16 +598,4 @@ async fn supervise(
         }
     }
     done.send_replace(true);
-}
-
-/// `error` and its causes on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
