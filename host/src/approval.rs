@@ -1335,7 +1335,7 @@ pub fn display_request(request: &ApprovalRequest) -> String {
 
 /// The canonical arguments text `arguments` as lines for a person, one per top-level
 /// argument (`    name: value`), in the canonical order (by name): every name is shown; each
-/// value (its canonical JSON text) is cut at [`MAX_DISPLAYED_VALUE_CHARS`] and each name at
+/// value (its canonical JSON text) is cut to [`MAX_DISPLAYED_VALUE_CHARS`] (its beginning and its end) and each name to
 /// [`MAX_DISPLAYED_NAME_CHARS`], with the full length stated; everything is escaped with
 /// [`escape_for_display`]. Text that is not a JSON object is shown as one cut value. The one
 /// format of arguments in every place a person approves (terminal, `approvals list`,
@@ -1366,24 +1366,31 @@ pub fn display_arguments(arguments: &str) -> String {
         .join("\n")
 }
 
-/// `text` escaped, cut at `limit` characters with its full length stated when longer.
+/// `text` escaped; when longer than `limit` characters, its first three quarters of `limit`
+/// and its last quarter, with its full length stated. The end is always shown: a path's last
+/// component, or what follows padding meant to push it out of sight, is what an approver must
+/// see.
 fn cut(text: &str, limit: usize) -> String {
     let total = text.chars().count();
     if total <= limit {
         return escape_for_display(text);
     }
-    let shown: String = text.chars().take(limit).collect();
+    let tail = limit / 4;
+    let head = limit - tail;
+    let first: String = text.chars().take(head).collect();
+    let last: String = text.chars().skip(total - tail).collect();
     format!(
-        "{}… ({total} characters, the first {limit} shown)",
-        escape_for_display(&shown)
+        "{}…{} ({total} characters, the first {head} and the last {tail} shown)",
+        escape_for_display(&first),
+        escape_for_display(&last)
     )
 }
 
 /// `text` with every character a person could not see, or that changes how the rest reads,
 /// escaped as `\u{…}`: control characters (line breaks included), bidirectional embeddings,
 /// overrides and isolates (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), zero-width
-/// and invisible characters (U+200B–U+200D, U+2060–U+2064, U+FEFF, U+00AD, U+180E, U+034F),
-/// and tag characters (U+E0000–U+E007F).
+/// and invisible characters, variation selectors, line and paragraph separators and tag
+/// characters: every kind [`crate::listing::hidden_character`] names.
 pub fn escape_for_display(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -1397,20 +1404,9 @@ pub fn escape_for_display(text: &str) -> String {
 }
 
 fn is_hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{00AD}'
-                | '\u{034F}'
-                | '\u{061C}'
-                | '\u{180E}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{FEFF}'
-                | '\u{E0000}'..='\u{E007F}'
-        )
+    // Everything review output escapes (listing::hidden_character), line breaks and every
+    // other control, and presentation selectors too: an approver reads arguments, not emoji.
+    c.is_control() || crate::listing::hidden_character(c).is_some()
 }
 
 fn check_call_id(call_id: &str) -> Result<(), ApprovalError> {

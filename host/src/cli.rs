@@ -255,6 +255,17 @@ pub fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    // Not dumpable: processes of the same user (the servers toolward starts among them)
+    // cannot read `/proc/<toolward>/environ`, `mem` or `maps`. The environment holds what
+    // `${VAR}` expands into (listen tokens, HTTP servers' headers, other servers' secrets),
+    // and Landlock does not withhold another process's `environ` (a security tester read it
+    // from a confined server).
+    #[cfg(target_os = "linux")]
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!(error = %e, "cannot make toolward non-dumpable; its servers may read its environment under /proc");
+    }
     #[cfg(target_os = "linux")]
     if let Err(e) = toolward::transport::become_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; a server's descendant that leaves its process group may outlive it");

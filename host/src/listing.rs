@@ -465,7 +465,18 @@ pub fn parse_page(
 ///   callers of this function, which reports every control;
 /// - `"zero-width character"`: U+200B–U+200F, U+2060–U+2064, U+FEFF;
 /// - `"bidirectional control"`: U+061C, U+202A–U+202E, U+2066–U+2069;
-/// - `"tag character"`: U+E0000–U+E007F.
+/// - `"tag character"`: U+E0000–U+E007F;
+/// - `"line or paragraph separator"`: U+2028, U+2029 (a line break to some readers, none to
+///   others);
+/// - `"variation selector"`: U+FE00–U+FE0F, U+E0100–U+E01EF (one selector can stand for any
+///   byte, so a run of them carries text nobody sees); U+FE0E and U+FE0F right after a
+///   visible character choose how it is drawn (emoji or text) and are allowed there, see
+///   [`presentation_selector`];
+/// - `"invisible character"`: the rest of Unicode's default-ignorable code points (U+00AD,
+///   U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180B–U+180F, U+2065, U+206A–U+206F, U+3164,
+///   U+FFA0, U+FFF0–U+FFF8, U+1BCA0–U+1BCA3, U+1D173–U+1D17A, U+E0080–U+E0FFF), the format
+///   controls U+110BD, U+110CD, U+13430–U+1343F, U+FFF9–U+FFFB, and the blanks U+2800 and
+///   U+1D159 that draw as nothing.
 pub fn hidden_character(c: char) -> Option<&'static str> {
     match c {
         '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Some("control character"),
@@ -476,8 +487,39 @@ pub fn hidden_character(c: char) -> Option<&'static str> {
             Some("bidirectional control")
         }
         '\u{e0000}'..='\u{e007f}' => Some("tag character"),
+        '\u{2028}' | '\u{2029}' => Some("line or paragraph separator"),
+        '\u{fe00}'..='\u{fe0f}' | '\u{e0100}'..='\u{e01ef}' => Some("variation selector"),
+        '\u{ad}'
+        | '\u{34f}'
+        | '\u{115f}'
+        | '\u{1160}'
+        | '\u{17b4}'
+        | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}'
+        | '\u{2065}'
+        | '\u{206a}'..='\u{206f}'
+        | '\u{2800}'
+        | '\u{3164}'
+        | '\u{ffa0}'
+        | '\u{fff0}'..='\u{fffb}'
+        | '\u{110bd}'
+        | '\u{110cd}'
+        | '\u{13430}'..='\u{1343f}'
+        | '\u{1bca0}'..='\u{1bca3}'
+        | '\u{1d159}'
+        | '\u{1d173}'..='\u{1d17a}'
+        | '\u{e0080}'..='\u{e0fff}' => Some("invisible character"),
         _ => None,
     }
+}
+
+/// Whether `c`, right after `previous`, is a presentation selector: U+FE0E (text) or U+FE0F
+/// (emoji) following a character that is itself visible (not hidden, not white space), as in
+/// `⚠️`. Such a selector only chooses how that character is drawn; a second selector in a row,
+/// or one after nothing visible, is hidden text.
+pub fn presentation_selector(c: char, previous: Option<char>) -> bool {
+    matches!(c, '\u{fe0e}' | '\u{fe0f}')
+        && previous.is_some_and(|p| !p.is_whitespace() && hidden_character(p).is_none())
 }
 
 /// `text` with every character a reviewer would not see (see [`hidden_character`]) written
@@ -488,13 +530,15 @@ pub fn hidden_character(c: char) -> Option<&'static str> {
 pub fn visible(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
+    let mut previous = None;
     while let Some(c) = chars.next() {
         let layout = c == '\t' || c == '\n' || (c == '\r' && chars.peek() == Some(&'\n'));
-        if !layout && hidden_character(c).is_some() {
+        if !layout && hidden_character(c).is_some() && !presentation_selector(c, previous) {
             out.push_str(&format!("\\u{{{:04X}}}", u32::from(c)));
         } else {
             out.push(c);
         }
+        previous = Some(c);
     }
     out
 }
@@ -507,10 +551,15 @@ fn find_hidden(text: &str, layout: bool) -> Option<(char, &'static str)> {
         return None;
     }
     let mut chars = text.chars().peekable();
+    let mut previous = None;
     while let Some(c) = chars.next() {
+        let before = previous.replace(c);
         let Some(kind) = hidden_character(c) else {
             continue;
         };
+        if presentation_selector(c, before) {
+            continue;
+        }
         let is_layout = c == '\t' || c == '\n' || (c == '\r' && chars.peek() == Some(&'\n'));
         if !(layout && is_layout) {
             return Some((c, kind));

@@ -209,7 +209,7 @@ async fn the_gateway_asks_through_elicitation_when_the_client_declares_it() {
         assert!(message.contains("\n    path: \""), "{message}");
         assert!(
             message.contains("\n    content: \"\\u{202e}yyy")
-                && message.contains("(3003 characters, the first 512 shown)"),
+                && message.contains("(3003 characters, the first 384 and the last 128 shown)"),
             "{message}"
         );
         assert!(!message.contains('\u{202E}'), "{message}");

@@ -64,9 +64,7 @@ fn a_long_content_never_hides_the_path_beside_it() {
             "{shown}"
         );
         assert!(
-            shown.contains(&format!(
-                "(3074 characters, the first {MAX_DISPLAYED_VALUE_CHARS} shown)"
-            )),
+            shown.contains("(3074 characters, the first 384 and the last 128 shown)"),
             "{shown}"
         );
         assert!(
@@ -119,9 +117,7 @@ fn hidden_characters_in_argument_names_and_values_are_escaped() {
     let long_name = format!("{}\u{202E}", "n".repeat(200));
     let shown = display_arguments(&format!(r#"{{"{long_name}":1}}"#));
     assert!(
-        shown.contains(&format!(
-            "(201 characters, the first {MAX_DISPLAYED_NAME_CHARS} shown)"
-        )),
+        shown.contains("(201 characters, the first 96 and the last 32 shown)"),
         "{shown}"
     );
     let shown = display_arguments("[\"not\u{202E}an object\"]");
@@ -353,4 +349,23 @@ fn a_start_removes_only_entries_whose_process_ended() {
     assert!(!dead_path.exists());
     assert!(state.join(PENDING_DIR).join("LIVE1.json").exists());
     assert_eq!(list_pending(&state).unwrap(), [live]);
+}
+
+/// The padding attack a security tester used on the first version: a `path` of a harmless
+/// start, 520 Hangul fillers (blank on screen) and a destination at its end. The fillers are
+/// escaped and the end of the value is shown.
+#[test]
+fn padding_of_invisible_characters_cannot_push_the_end_of_a_value_out_of_sight() {
+    let path = format!(
+        "/work/sandbox/notes.txt{}/../../../../etc/cron.d/evil",
+        "\u{3164}".repeat(520)
+    );
+    let arguments = serde_json::json!({"path": path, "content": "x\u{2028}y\u{fe0f}"}).to_string();
+    let shown = display_arguments(&arguments);
+    assert!(shown.contains("/etc/cron.d/evil\""), "{shown}");
+    assert!(shown.contains("\\u{3164}"), "{shown}");
+    assert!(
+        !shown.contains('\u{3164}') && !shown.contains('\u{2028}') && !shown.contains('\u{fe0f}'),
+        "{shown}"
+    );
 }

@@ -617,18 +617,99 @@ fn hidden_character_classifies_the_ranges_at_their_edges() {
     for c in ['\u{e0000}', '\u{e007f}'] {
         assert_eq!(hidden_character(c), Some("tag character"), "{c:?}");
     }
+    for c in ['\u{fe00}', '\u{fe0f}', '\u{e0100}', '\u{e01ef}'] {
+        assert_eq!(hidden_character(c), Some("variation selector"), "{c:?}");
+    }
+    for c in ['\u{2028}', '\u{2029}'] {
+        assert_eq!(
+            hidden_character(c),
+            Some("line or paragraph separator"),
+            "{c:?}"
+        );
+    }
+    for c in [
+        '\u{ad}',
+        '\u{2065}',
+        '\u{206a}',
+        '\u{206f}',
+        '\u{e0080}',
+        '\u{e0fff}',
+    ] {
+        assert_eq!(hidden_character(c), Some("invisible character"), "{c:?}");
+    }
     for c in [
         ' ',
         '~',
         '\u{a0}',
         '\u{200a}',
         '\u{2010}',
-        '\u{2065}',
-        '\u{206a}',
-        '\u{e0080}',
+        '\u{2027}',
+        '\u{202f}',
+        '\u{fdff}',
+        '\u{fe10}',
+        '\u{f0000}',
+        '\u{e1000}',
     ] {
         assert_eq!(hidden_character(c), None, "{c:?}");
     }
+}
+
+/// Every invisible code point a security tester pinned through the first version of the
+/// check (which knew zero-width, bidirectional, tag and control characters only), and the
+/// variation selectors that can carry one byte each, refuse the tool; an emoji's presentation
+/// selector does not.
+#[test]
+fn invisible_characters_and_variation_selectors_refuse_the_tool_but_an_emoji_selector_does_not() {
+    let hidden = [
+        '\u{ad}',
+        '\u{34f}',
+        '\u{115f}',
+        '\u{1160}',
+        '\u{17b4}',
+        '\u{180e}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{2065}',
+        '\u{206a}',
+        '\u{3164}',
+        '\u{ffa0}',
+        '\u{fff9}',
+        '\u{fffb}',
+        '\u{2800}',
+        '\u{1d159}',
+        '\u{1d173}',
+        '\u{13430}',
+        '\u{110bd}',
+        '\u{fe00}',
+        '\u{e0080}',
+        '\u{e0100}',
+        '\u{e01ef}',
+    ];
+    for c in hidden {
+        assert!(hidden_character(c).is_some(), "{c:?}");
+        let description = format!("Read a file.{c}");
+        let entry = serde_json::json!({"name": "t", "description": description, "inputSchema": {}});
+        let reason = reason(&entry.to_string());
+        assert!(
+            reason.contains(&format!("U+{:04X}", u32::from(c))),
+            "{c:?}: {reason}"
+        );
+    }
+    // A run of selectors after a visible character, or one after a space, is hidden text.
+    for description in [
+        "warn \u{26a0}\u{fe0f}\u{fe0f}",
+        "a \u{fe0f}b",
+        "\u{fe0f}start",
+    ] {
+        let entry = serde_json::json!({"name": "t", "description": description, "inputSchema": {}});
+        assert!(
+            reason(&entry.to_string()).contains("variation selector U+FE0F"),
+            "{description:?}"
+        );
+    }
+    let entry = serde_json::json!({"name": "t", "description": "careful \u{26a0}\u{fe0f} 1\u{fe0f}\u{20e3}", "inputSchema": {}});
+    let tool = single(&entry.to_string()).tool.unwrap();
+    assert_eq!(visible(&tool.description), tool.description);
 }
 
 #[test]
