@@ -51,6 +51,7 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 mod stdio;
 
@@ -195,6 +196,11 @@ pub(crate) struct Gateway {
     settings: GatewaySettings,
     queue: Arc<QueueApprover>,
     tools: Arc<Vec<Tool>>,
+    /// Cancelled when the session ends, that is when its last handler is dropped: what the
+    /// session started for its client (the forwarding of later messages) ends with it, and
+    /// a closed session keeps no task, channel or peer.
+    ended: CancellationToken,
+    _cancel_when_dropped: Arc<DropGuard>,
 }
 
 /// A registered tool as an MCP `Tool`.
@@ -288,7 +294,10 @@ impl Gateway {
         settings: GatewaySettings,
         tools: Arc<Vec<Tool>>,
     ) -> Gateway {
+        let ended = CancellationToken::new();
         Gateway {
+            _cancel_when_dropped: Arc::new(ended.clone().drop_guard()),
+            ended,
             queue: Arc::new(
                 QueueApprover::new(settings.state_dir.clone())
                     .with_audit(call_path.audit().cloned()),
@@ -372,10 +381,17 @@ impl ServerHandler for Gateway {
             }
         }
         // What happens after the load (a server failed, restarted, changed its tool list)
-        // goes to the client while it is connected.
+        // goes to the client while it is connected, and no longer: the task ends with the
+        // session (closed by the client, expired, or the process stopping), not at the next
+        // message, which may never come.
+        let ended = self.ended.clone();
         tokio::spawn(async move {
             loop {
-                let message = match later.recv().await {
+                let received = tokio::select! {
+                    () = ended.cancelled() => return,
+                    received = later.recv() => received,
+                };
+                let message = match received {
                     Ok(message) => message,
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         format!(

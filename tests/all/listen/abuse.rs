@@ -2,7 +2,9 @@
 //! complete request head is closed after `listen.header_read_timeout_ms`; past
 //! `listen.max_connections` a new connection waits for one to close; out of descriptors the
 //! accept loop backs off instead of spinning, and serves again once idle sockets time out;
-//! every session shares one tool list, so a session costs no copy of it.
+//! every session shares one tool list, so a session costs no copy of it; a closed session
+//! gives back its memory, so opening and closing sessions in a loop does not grow the
+//! gateway.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -395,6 +397,95 @@ async fn every_session_shares_one_tool_list_so_sessions_cost_no_copy_of_it() {
         assert!(
             per_session < 512,
             "{per_session} KiB a session: {before} KiB before {sessions} sessions, {after} KiB after"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// The `Mcp-Session-Id` an answer gives, if any.
+fn session_header(answer: &str) -> Option<String> {
+    answer
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+}
+
+/// Opens a session with `initialize` and `notifications/initialized`, then closes it with
+/// `DELETE`; the DELETE's answer.
+fn open_and_close_session(addr: SocketAddr) -> String {
+    let answer = exchange(
+        addr,
+        &initialize_request(addr),
+        "serverInfo",
+        Duration::from_secs(30),
+    );
+    let session = session_header(&answer).unwrap_or_else(|| panic!("no session: {answer}"));
+    // `initialized`, as every client sends: the session then runs what a client gets
+    // while connected.
+    let body = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let initialized = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {ALICE}\r\nMcp-Session-Id: {session}\r\nMcp-Protocol-Version: {PROTOCOL_VERSION}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        addr.port(),
+        body.len()
+    );
+    let accepted = exchange(addr, &initialized, "\r\n\r\n", Duration::from_secs(30));
+    assert!(status_line(&accepted).contains(" 202"), "{accepted}");
+    let delete = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {ALICE}\r\nMcp-Session-Id: {session}\r\nMcp-Protocol-Version: {PROTOCOL_VERSION}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        addr.port()
+    );
+    exchange(addr, &delete, "\r\n\r\n", Duration::from_secs(30))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_session_gives_back_its_memory_so_create_and_delete_loops_do_not_grow_the_gateway()
+{
+    let Some(bin) = toolward_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), json!({}), json!({})).await;
+    let bin = bin.to_path_buf();
+    let dir_path = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let (child, addr, log, _) = serve(&bin, &dir_path, None);
+        let pid = child.id();
+        // A first round, so what every process has once (buffers, the allocator's arenas)
+        // is in the baseline.
+        for _ in 0..200 {
+            let closed = open_and_close_session(addr);
+            assert!(
+                status_line(&closed).contains(" 2"),
+                "{closed}\n{}",
+                log.lock().unwrap()
+            );
+        }
+        let before = resident_kib(pid);
+        let sessions = 2000;
+        for _ in 0..sessions {
+            let closed = open_and_close_session(addr);
+            assert!(
+                status_line(&closed).contains(" 2"),
+                "{closed}\n{}",
+                log.lock().unwrap()
+            );
+        }
+        // Whatever a closed session's worker still does, it has had time to finish.
+        std::thread::sleep(Duration::from_secs(1));
+        let after = resident_kib(pid);
+        stop(child);
+        let grown = after.saturating_sub(before);
+        eprintln!(
+            "resident memory: {before} KiB before {sessions} sessions opened and closed, {after} KiB after ({grown} KiB more)"
+        );
+        // Kept, a closed session costs about 10 KiB: 20 MiB for these.
+        assert!(
+            grown < 4 * 1024,
+            "{grown} KiB more after {sessions} sessions opened and closed: {before} KiB before, {after} KiB after"
         );
     })
     .await
