@@ -694,17 +694,24 @@ fn verify_inner(
     Ok((report, found))
 }
 
-/// Walks the chain, telling `seen` each intact record's `seq` and hash.
-fn verify_lines(path: &Path, mut seen: impl FnMut(u64, &str)) -> Result<VerifyReport, AuditError> {
-    let read_err = |action: &'static str| {
+impl AuditError {
+    /// [`AuditError::Io`] for `action` on the log at `path`, as the argument of a `map_err`.
+    pub(crate) fn io(
+        action: &'static str,
+        path: &Path,
+    ) -> impl FnOnce(io::Error) -> AuditError + use<> {
         let path = path.to_path_buf();
         move |source| AuditError::Io {
             action,
             path,
             source,
         }
-    };
-    let file = File::open(path).map_err(read_err("open"))?;
+    }
+}
+
+/// Walks the chain, telling `seen` each intact record's `seq` and hash.
+fn verify_lines(path: &Path, mut seen: impl FnMut(u64, &str)) -> Result<VerifyReport, AuditError> {
+    let file = File::open(path).map_err(AuditError::io("open", path))?;
     // One byte over the limit, so an over-long line is seen as such, not as torn.
     let line_cap = MAX_RECORD_BYTES as u64 + 2;
     let mut reader = BufReader::new(file);
@@ -724,7 +731,7 @@ fn verify_lines(path: &Path, mut seen: impl FnMut(u64, &str)) -> Result<VerifyRe
         let n = (&mut reader)
             .take(line_cap)
             .read_until(b'\n', &mut buf)
-            .map_err(read_err("read"))?;
+            .map_err(AuditError::io("read", path))?;
         if n == 0 {
             return Ok(VerifyReport {
                 records: expected_seq,

@@ -239,22 +239,14 @@ impl AuditLog {
         state: Option<&StateDir>,
         mismatch: Mismatch,
     ) -> Result<(Self, Option<HeadProblem>), AuditError> {
-        let io_err = |action: &'static str| {
-            let path = path.to_path_buf();
-            move |source| AuditError::Io {
-                action,
-                path,
-                source,
-            }
-        };
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .mode(LOG_MODE)
             .open(path)
-            .map_err(io_err("open"))?;
-        let meta = file.metadata().map_err(io_err("read"))?;
+            .map_err(AuditError::io("open", path))?;
+        let meta = file.metadata().map_err(AuditError::io("read", path))?;
         check_private(&meta, path)?;
         let (head_file, stored) = match state {
             Some(state) => {
@@ -264,7 +256,7 @@ impl AuditLog {
             None => (None, None),
         };
         // Other processes write under the same lock: while it is held, the end is stable.
-        file.lock().map_err(io_err("lock"))?;
+        file.lock().map_err(AuditError::io("lock", path))?;
         let opened = Self::open_locked(
             path,
             sync,
@@ -275,7 +267,10 @@ impl AuditLog {
             mismatch,
         );
         let (log, problem) = opened?;
-        log.shared.file.unlock().map_err(io_err("unlock"))?;
+        log.shared
+            .file
+            .unlock()
+            .map_err(AuditError::io("unlock", path))?;
         Ok((log, problem))
     }
 
@@ -751,26 +746,24 @@ impl Shared {
         components: Option<&ComponentHashes>,
         locking: Locking,
     ) -> Result<Turn, TurnError> {
-        let io = |action: &'static str| {
-            let path = self.path.clone();
-            move |source| AuditError::Io {
-                action,
-                path,
-                source,
-            }
-        };
         match locking {
-            Locking::Block => self.file.lock().map_err(io("lock"))?,
+            Locking::Block => self
+                .file
+                .lock()
+                .map_err(AuditError::io("lock", &self.path))?,
             Locking::Try => match self.file.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => return Err(TurnError::Busy(groups)),
                 Err(std::fs::TryLockError::Error(source)) => {
-                    return Err(io("lock")(source).into());
+                    return Err(AuditError::io("lock", &self.path)(source).into());
                 }
             },
         }
         let turn = self.turn_locked(groups, flush, components, false);
-        let unlocked = self.file.unlock().map_err(io("unlock"));
+        let unlocked = self
+            .file
+            .unlock()
+            .map_err(AuditError::io("unlock", &self.path));
         let turn = turn?;
         unlocked?;
         Ok(turn)
@@ -1035,21 +1028,15 @@ fn chain_after(tail: &Tail, path: &Path) -> Result<Chain, AuditError> {
 /// Truncates the torn bytes in `from..len` (a process died while writing them) and returns
 /// the `recovered` record that says so.
 fn cut_torn(file: &File, from: u64, len: u64, path: &Path) -> Result<AuditEvent, AuditError> {
-    let io_err = |action: &'static str| {
-        let path = path.to_path_buf();
-        move |source| AuditError::Io {
-            action,
-            path,
-            source,
-        }
-    };
     let mut torn = Vec::new();
     let mut reader = file;
-    reader.seek(SeekFrom::Start(from)).map_err(io_err("read"))?;
+    reader
+        .seek(SeekFrom::Start(from))
+        .map_err(AuditError::io("read", path))?;
     reader
         .take(MAX_RECORD_BYTES as u64 + 1)
         .read_to_end(&mut torn)
-        .map_err(io_err("read"))?;
+        .map_err(AuditError::io("read", path))?;
     // Every line a writer starts begins with `{"seq":`; bytes that do not are not a torn
     // record (a wrong `audit.file`?), and are not toolward's to cut.
     let ours = torn.len() <= MAX_RECORD_BYTES
@@ -1060,7 +1047,8 @@ fn cut_torn(file: &File, from: u64, len: u64, path: &Path) -> Result<AuditEvent,
             bytes: len - from,
         });
     }
-    file.set_len(from).map_err(io_err("truncate"))?;
+    file.set_len(from)
+        .map_err(AuditError::io("truncate", path))?;
     tracing::warn!(
         path = %path.display(),
         bytes = len - from,
