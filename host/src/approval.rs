@@ -505,60 +505,63 @@ struct AnswerFile {
     mac: Option<String>,
 }
 
-/// The parts a pending entry's MAC covers: every field of the request, in declaration
-/// order.
-fn request_mac_parts(request: &ApprovalRequest) -> Vec<Vec<u8>> {
-    vec![
-        REQUEST_MAC_DOMAIN.to_vec(),
-        request.call_id.as_bytes().to_vec(),
-        request.exposed_tool.as_bytes().to_vec(),
-        request.server.as_bytes().to_vec(),
-        request.tool.as_bytes().to_vec(),
-        request.effect.as_bytes().to_vec(),
-        request.arguments.as_bytes().to_vec(),
-        request.arguments_sha256.as_bytes().to_vec(),
-        request.reason.as_bytes().to_vec(),
-        request.description_sha256.as_bytes().to_vec(),
-        request.input_schema_sha256.as_bytes().to_vec(),
-        request.principal.as_bytes().to_vec(),
-        request.session.as_bytes().to_vec(),
-        request.time_ms.to_string().into_bytes(),
-    ]
+/// Hands `f` the parts a pending entry's MAC covers: every field of the request, in
+/// declaration order (borrowed, so the arguments are not copied to be MAC'd).
+fn with_request_mac_parts<R>(request: &ApprovalRequest, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    let time_ms = request.time_ms.to_string();
+    f(&[
+        REQUEST_MAC_DOMAIN,
+        request.call_id.as_bytes(),
+        request.exposed_tool.as_bytes(),
+        request.server.as_bytes(),
+        request.tool.as_bytes(),
+        request.effect.as_bytes(),
+        request.arguments.as_bytes(),
+        request.arguments_sha256.as_bytes(),
+        request.reason.as_bytes(),
+        request.description_sha256.as_bytes(),
+        request.input_schema_sha256.as_bytes(),
+        request.principal.as_bytes(),
+        request.session.as_bytes(),
+        time_ms.as_bytes(),
+    ])
 }
 
-fn slices(parts: &[Vec<u8>]) -> Vec<&[u8]> {
-    parts.iter().map(Vec::as_slice).collect()
-}
-
-/// The parts an answer's MAC covers: the request's binding (taken from the request the
-/// verifier holds, not from the file), the verdict, the reason and the answerer.
-fn answer_mac_parts(
+/// Hands `f` the parts an answer's MAC covers: the request's binding (taken from the request
+/// the verifier holds, not from the file), the verdict, the reason and the answerer.
+fn with_answer_mac_parts<R>(
     request: &ApprovalRequest,
     approve: bool,
     reason: Option<&str>,
     by: &AnsweredBy,
-) -> Vec<Vec<u8>> {
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
     let optional = |text: Option<&str>| match text {
         Some(text) => [b"1".as_slice(), text.as_bytes()].concat(),
         None => b"0".to_vec(),
     };
     let uid = by.uid.map(|uid| uid.to_string());
-    vec![
-        ANSWER_MAC_DOMAIN.to_vec(),
-        request.call_id.as_bytes().to_vec(),
-        request.arguments_sha256.as_bytes().to_vec(),
-        request.description_sha256.as_bytes().to_vec(),
-        request.input_schema_sha256.as_bytes().to_vec(),
-        if approve {
-            b"approve".to_vec()
-        } else {
-            b"deny".to_vec()
-        },
+    let (reason, answerer, uid) = (
         optional(reason),
-        by.channel.as_str().as_bytes().to_vec(),
         optional(by.answerer.as_deref()),
         optional(uid.as_deref()),
-    ]
+    );
+    f(&[
+        ANSWER_MAC_DOMAIN,
+        request.call_id.as_bytes(),
+        request.arguments_sha256.as_bytes(),
+        request.description_sha256.as_bytes(),
+        request.input_schema_sha256.as_bytes(),
+        if approve {
+            b"approve".as_slice()
+        } else {
+            b"deny".as_slice()
+        },
+        &reason,
+        by.channel.as_str().as_bytes(),
+        &answerer,
+        &uid,
+    ])
 }
 
 fn answer_mac(
@@ -568,7 +571,7 @@ fn answer_mac(
     reason: Option<&str>,
     by: &AnsweredBy,
 ) -> String {
-    key.mac_hex(&slices(&answer_mac_parts(request, approve, reason, by)))
+    with_answer_mac_parts(request, approve, reason, by, |parts| key.mac_hex(parts))
 }
 
 /// The answer in `bytes`, when it is an authenticated answer to exactly `request`; otherwise
@@ -596,8 +599,14 @@ fn verify_answer(bytes: &[u8], request: &ApprovalRequest, key: &Key) -> Result<A
     let Some(by) = file.answered_by else {
         return Err(String::from("it names no answerer"));
     };
-    let parts = answer_mac_parts(request, file.approve, file.reason.as_deref(), &by);
-    if !key.verify_hex(&slices(&parts), mac) {
+    let verifies = with_answer_mac_parts(
+        request,
+        file.approve,
+        file.reason.as_deref(),
+        &by,
+        |parts| key.verify_hex(parts, mac),
+    );
+    if !verifies {
         return Err(String::from(
             "its MAC does not verify under the state folder's approval key",
         ));
@@ -630,7 +639,7 @@ fn entry_problem(entry: &PendingFile, stem: &str, key: &Key) -> Option<String> {
     let Some(mac) = &entry.request_mac else {
         return Some(String::from("it carries no MAC"));
     };
-    if !key.verify_hex(&slices(&request_mac_parts(request)), mac) {
+    if !with_request_mac_parts(request, |parts| key.verify_hex(parts, mac)) {
         return Some(String::from(
             "its MAC does not verify under the state folder's approval key (a field was changed)",
         ));
@@ -676,7 +685,9 @@ impl Queue {
         let name = entry_name(&request.call_id);
         let entry = PendingFile {
             request: request.clone(),
-            request_mac: Some(self.key.mac_hex(&slices(&request_mac_parts(request)))),
+            request_mac: Some(with_request_mac_parts(request, |parts| {
+                self.key.mac_hex(parts)
+            })),
         };
         let bytes =
             serde_json::to_vec_pretty(&entry).map_err(|source| ApprovalError::Malformed {
