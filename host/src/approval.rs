@@ -117,11 +117,6 @@ const REQUEST_MAC_DOMAIN: &[u8] = b"toolward approval request v1";
 /// What an answer's MAC starts with.
 const ANSWER_MAC_DOMAIN: &[u8] = b"toolward approval answer v1";
 
-/// How often, and how long apart, a key file another process is still writing is read
-/// again (it is created empty, then filled).
-const KEY_READ_ATTEMPTS: u32 = 20;
-const KEY_READ_PAUSE: Duration = Duration::from_millis(10);
-
 /// Errors of the approval queue. Each names the call or the file it is about.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -660,7 +655,7 @@ impl Queue {
     /// approval key (created on first use).
     fn open(state_dir: &Path) -> Result<Queue, ApprovalError> {
         let state = StateDir::open(state_dir)?;
-        let key = approval_key(&state)?;
+        let key = state.key(APPROVAL_KEY)?;
         let pending = state.subdir(PENDING_DIR)?;
         let answers = state.subdir(ANSWERS_DIR)?;
         Ok(Queue {
@@ -820,21 +815,6 @@ impl Drop for PendingGuard {
     fn drop(&mut self) {
         let _ = self.pending.remove_file(&self.name);
         let _ = self.answers.remove_file(&self.name);
-    }
-}
-
-/// The approval key of `state`: another process may have created it a moment ago and be
-/// still writing it, so a short key is read again a few times.
-fn approval_key(state: &StateDir) -> Result<Key, ApprovalError> {
-    let mut attempt = 0;
-    loop {
-        match state.key(APPROVAL_KEY) {
-            Err(StateError::KeyLength { .. }) if attempt + 1 < KEY_READ_ATTEMPTS => {
-                attempt += 1;
-                std::thread::sleep(KEY_READ_PAUSE);
-            }
-            result => return result.map_err(ApprovalError::from),
-        }
     }
 }
 
