@@ -558,6 +558,17 @@ impl Drop for AuditLog {
 }
 
 impl Shared {
+    /// Waits, counted in `waiting`, until a leader signals `done`.
+    fn wait_done<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        state.waiting += 1;
+        state = self
+            .done
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner);
+        state.waiting -= 1;
+        state
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -622,12 +633,7 @@ impl Shared {
                 state = self.lead(state, Flush::Nothing, Locking::Block);
                 continue;
             }
-            state.waiting += 1;
-            state = self
-                .done
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-            state.waiting -= 1;
+            state = self.wait_done(state);
         }
     }
 
@@ -937,12 +943,7 @@ impl Shared {
     fn flush_all(&self) -> Result<(), AuditError> {
         let mut state = self.lock_state();
         while state.leading {
-            state.waiting += 1;
-            state = self
-                .done
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-            state.waiting -= 1;
+            state = self.wait_done(state);
         }
         if let Some(reason) = &state.failed {
             return Err(self.failed(reason));
