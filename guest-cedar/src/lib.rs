@@ -1,0 +1,1 @@
+//! The built-in Cedar policy component (issue 16). Work in progress.
