@@ -82,6 +82,8 @@ use serde::{Deserialize, Serialize};
 use crate::canonical::sha256_hex;
 
 pub mod head;
+pub mod read;
+pub mod replay;
 pub mod writer;
 
 pub use head::{AuditHead, HeadProblem, read_head};
@@ -686,8 +688,8 @@ fn verify_inner(
     want: Option<u64>,
 ) -> Result<(VerifyReport, Option<String>), AuditError> {
     let mut found = None;
-    let report = verify_lines(path, |seq, hash| {
-        if Some(seq) == want {
+    let report = verify_lines(path, |record, _, hash| {
+        if Some(record.seq) == want {
             found = Some(hash.to_owned());
         }
     })?;
@@ -709,97 +711,141 @@ impl AuditError {
     }
 }
 
-/// Walks the chain, telling `seen` each intact record's `seq` and hash.
-fn verify_lines(path: &Path, mut seen: impl FnMut(u64, &str)) -> Result<VerifyReport, AuditError> {
+/// The chain check of [`verify`], one line at a time, for readers that go on where they
+/// stopped (`toolward audit tail -f`): each line must be a record whose `seq` is the next
+/// and whose `prev` is the hash of the line before.
+#[derive(Debug, Clone)]
+pub struct ChainCheck {
+    prev: String,
+    next_seq: u64,
+    line_no: u64,
+}
+
+impl Default for ChainCheck {
+    fn default() -> Self {
+        Self {
+            prev: GENESIS_PREV.to_owned(),
+            next_seq: 0,
+            line_no: 0,
+        }
+    }
+}
+
+impl ChainCheck {
+    /// Records that chained so far.
+    #[must_use]
+    pub fn records(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The hash of the last line that chained ([`GENESIS_PREV`] before the first).
+    #[must_use]
+    pub fn last_hash(&self) -> &str {
+        &self.prev
+    }
+
+    /// Checks the next complete `line` (without its newline) and returns its record.
+    ///
+    /// # Errors
+    ///
+    /// The [`ChainBreak`] at this line; the check does not advance past it.
+    pub fn check(&mut self, line: &[u8]) -> Result<AuditRecord, ChainBreak> {
+        let line_no = self.line_no + 1;
+        let brk = |seq, problem| ChainBreak {
+            line: line_no,
+            seq,
+            problem,
+        };
+        if line.len() > MAX_RECORD_BYTES {
+            return Err(brk(None, BreakProblem::TooLong));
+        }
+        let record: AuditRecord = serde_json::from_slice(line)
+            .map_err(|err| brk(None, BreakProblem::NotARecord(err.to_string())))?;
+        if record.seq != self.next_seq {
+            return Err(brk(
+                Some(record.seq),
+                BreakProblem::Seq {
+                    expected: self.next_seq,
+                    found: record.seq,
+                },
+            ));
+        }
+        if record.prev != self.prev {
+            return Err(brk(
+                Some(record.seq),
+                BreakProblem::Prev {
+                    expected: self.prev.clone(),
+                    found: record.prev.clone(),
+                },
+            ));
+        }
+        self.prev = sha256_hex(line);
+        self.next_seq = self.next_seq.saturating_add(1);
+        self.line_no = line_no;
+        Ok(record)
+    }
+
+    /// The break of a last line without its newline (`too_long` when it passed the limit).
+    #[must_use]
+    pub fn torn(&self, too_long: bool) -> ChainBreak {
+        ChainBreak {
+            line: self.line_no + 1,
+            seq: None,
+            problem: if too_long {
+                BreakProblem::TooLong
+            } else {
+                BreakProblem::Torn
+            },
+        }
+    }
+}
+
+/// Walks the chain of the log at `path` as [`verify`] does, handing each intact record and
+/// its line to `visit`; the report says where the chain breaks, if it does.
+///
+/// # Errors
+///
+/// As [`verify`].
+pub fn read_chain(
+    path: &Path,
+    mut visit: impl FnMut(&AuditRecord, &[u8]),
+) -> Result<VerifyReport, AuditError> {
+    verify_lines(path, |record, line, _| visit(record, line))
+}
+
+/// Walks the chain, telling `seen` each intact record, its line and its hash.
+fn verify_lines(
+    path: &Path,
+    mut seen: impl FnMut(&AuditRecord, &[u8], &str),
+) -> Result<VerifyReport, AuditError> {
     let file = File::open(path).map_err(AuditError::io("open", path))?;
     // One byte over the limit, so an over-long line is seen as such, not as torn.
     let line_cap = MAX_RECORD_BYTES as u64 + 2;
     let mut reader = BufReader::new(file);
-    let mut prev = GENESIS_PREV.to_owned();
-    let mut expected_seq: u64 = 0;
-    let mut line_no: u64 = 0;
+    let mut chain = ChainCheck::default();
     let mut buf = Vec::new();
-    let broken = |records, last_hash, brk| {
-        Ok(VerifyReport {
-            records,
-            last_hash,
-            first_break: Some(brk),
-        })
-    };
     loop {
         buf.clear();
         let n = (&mut reader)
             .take(line_cap)
             .read_until(b'\n', &mut buf)
             .map_err(AuditError::io("read", path))?;
+        let report = |chain: &ChainCheck, first_break| VerifyReport {
+            records: chain.records(),
+            last_hash: chain.last_hash().to_owned(),
+            first_break,
+        };
         if n == 0 {
-            return Ok(VerifyReport {
-                records: expected_seq,
-                last_hash: prev,
-                first_break: None,
-            });
+            return Ok(report(&chain, None));
         }
-        line_no += 1;
         let Some(line) = buf.strip_suffix(b"\n") else {
-            let problem = if n as u64 >= line_cap {
-                BreakProblem::TooLong
-            } else {
-                BreakProblem::Torn
-            };
-            return broken(
-                expected_seq,
-                prev,
-                ChainBreak {
-                    line: line_no,
-                    seq: None,
-                    problem,
-                },
-            );
+            let brk = chain.torn(n as u64 >= line_cap);
+            return Ok(report(&chain, Some(brk)));
         };
-        if line.len() > MAX_RECORD_BYTES {
-            let brk = ChainBreak {
-                line: line_no,
-                seq: None,
-                problem: BreakProblem::TooLong,
-            };
-            return broken(expected_seq, prev, brk);
+        match chain.check(line) {
+            Ok(record) => seen(&record, line, chain.last_hash()),
+            Err(brk) => return Ok(report(&chain, Some(brk))),
         }
-        let record: AuditRecord = match serde_json::from_slice(line) {
-            Ok(record) => record,
-            Err(err) => {
-                let brk = ChainBreak {
-                    line: line_no,
-                    seq: None,
-                    problem: BreakProblem::NotARecord(err.to_string()),
-                };
-                return broken(expected_seq, prev, brk);
-            }
-        };
-        if record.seq != expected_seq {
-            let brk = ChainBreak {
-                line: line_no,
-                seq: Some(record.seq),
-                problem: BreakProblem::Seq {
-                    expected: expected_seq,
-                    found: record.seq,
-                },
-            };
-            return broken(expected_seq, prev, brk);
-        }
-        if record.prev != prev {
-            let brk = ChainBreak {
-                line: line_no,
-                seq: Some(record.seq),
-                problem: BreakProblem::Prev {
-                    expected: prev.clone(),
-                    found: record.prev,
-                },
-            };
-            return broken(expected_seq, prev, brk);
-        }
-        prev = sha256_hex(line);
-        seen(expected_seq, &prev);
-        expected_seq = expected_seq.saturating_add(1);
     }
 }
 

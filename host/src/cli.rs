@@ -17,6 +17,10 @@ use toolward::load;
 use toolward::manifest::Manifest;
 use toolward::store::StateDir;
 
+mod first_hour;
+
+use first_hour::{audit_replay, audit_show, audit_tail, client, init, pin_tool};
+
 /// Exit code: the command ran and found something refused, broken or failing.
 const EXIT_FOUND: u8 = 1;
 /// Exit code: a usage or config error.
@@ -44,13 +48,23 @@ enum Command {
     /// Connect to each server, list its tools and write the manifest the operator reviews.
     ///
     /// When a manifest exists, shows what changes before writing it.
+    ///
+    /// Example: `toolward pin --config toolward.json --tool fs/read_file` accepts the
+    /// changed description of one tool after showing its diff.
     Pin {
         /// The config file.
         #[arg(long, short, default_value = "toolward.json")]
         config: PathBuf,
         /// Re-pin only this server; the others keep their pins.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "tool")]
         server: Option<String>,
+        /// Re-pin only this tool (`SERVER/TOOL`) after showing its diff: what `check` prints
+        /// for a tool refused because it changed. Every other pin stays as it was.
+        #[arg(long, value_name = "SERVER/TOOL")]
+        tool: Option<String>,
+        /// With `--tool`: accept without asking (needed without a terminal).
+        #[arg(long, short, requires = "tool")]
+        yes: bool,
         /// Show what would change, write nothing.
         #[arg(long)]
         dry_run: bool,
@@ -121,6 +135,44 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Find the MCP client configs on this machine, import their servers into a new
+    /// `toolward.json`, pin them, and write `rules.json` listing every tool unclassified.
+    ///
+    /// Secret `env` values stay in the client's config (`toolward.json` names them
+    /// `${VAR}`); nothing of a client is edited (that is `client connect`). Without a
+    /// terminal, give `--yes` (with `--client`/`--server` to choose).
+    ///
+    /// Example: `toolward init --client claude-desktop --server fs --yes`
+    Init {
+        /// The folder to write `toolward.json`, `rules.json`, `manifest.json` and `state/` in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Import from this client only (repeatable): claude-desktop, claude-code, project,
+        /// cursor, vscode, windsurf, zed, codex, gemini. A project's `.mcp.json` is read only
+        /// when named.
+        #[arg(long, value_name = "CLIENT")]
+        client: Vec<String>,
+        /// Import only this server (repeatable), by its name in the client.
+        #[arg(long, value_name = "NAME")]
+        server: Vec<String>,
+        /// Import every server chosen by `--client` and `--server` without asking.
+        #[arg(long, short)]
+        yes: bool,
+        /// List the clients and their servers, write nothing.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Point an MCP client at toolward: `connect` rewrites its config to start `toolward
+    /// serve` in place of the servers toolward imported; `disconnect` undoes that.
+    ///
+    /// Example: `toolward client connect claude-desktop --config toolward.json`
+    Client {
+        /// The toolward config.
+        #[arg(long, short, global = true, default_value = "toolward.json")]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: ClientCommand,
+    },
     /// Internal: how toolward starts a stdio server confined by Landlock. Restricts this
     /// process (every `--deny` withheld, TCP denied with `--deny-tcp`), then executes
     /// PROGRAM; exit 126 when it cannot. `--probe` only restricts and prints the ABI.
@@ -168,6 +220,57 @@ enum ApprovalsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum ClientCommand {
+    /// Rewrite CLIENT's config to start toolward in place of the servers it manages; every
+    /// other key, comment and server stays. A backup goes to `<state_dir>/clients/`; running
+    /// it again changes nothing.
+    ///
+    /// Tool names change to `server__tool`: a client's per-tool allow-lists must follow.
+    ///
+    /// Example: `toolward client connect vscode --config ~/toolward/toolward.json`
+    Connect {
+        /// The client (claude-desktop, claude-code, project, cursor, vscode, windsurf, zed,
+        /// codex, gemini).
+        client: String,
+    },
+    /// Undo `connect`: restores CLIENT's file byte for byte when nothing changed it since,
+    /// otherwise removes the toolward entry and puts the replaced servers back.
+    ///
+    /// Example: `toolward client disconnect claude-desktop --config toolward.json`
+    Disconnect {
+        /// The client.
+        client: String,
+    },
+}
+
+/// The filters of `audit show` and `audit tail`.
+#[derive(Debug, clap::Args)]
+struct AuditFilterArgs {
+    /// Records at or after: `2026-12-01`, `2026-12-01T09:30:00Z` (UTC), an age (`90m`,
+    /// `12h`, `7d`) or ms since the epoch.
+    #[arg(long)]
+    since: Option<String>,
+    /// Records before (same forms as `--since`).
+    #[arg(long)]
+    until: Option<String>,
+    /// Only this server.
+    #[arg(long)]
+    server: Option<String>,
+    /// Only this tool: exposed name (`fs__read_file`) or the server's name for it.
+    #[arg(long)]
+    tool: Option<String>,
+    /// Only this principal.
+    #[arg(long)]
+    principal: Option<String>,
+    /// Only this decision: allow, deny, hold.
+    #[arg(long)]
+    decision: Option<String>,
+    /// Only the records of this call.
+    #[arg(long = "call")]
+    call_id: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
 enum AuditCommand {
     /// Check the chain of FILE, or of the config's log and against its head (exit 1 naming
     /// the missing records when the log was cut short).
@@ -179,6 +282,60 @@ enum AuditCommand {
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the records of the config's log that match the filters, checking the chain as it
+    /// reads (exit 1 at a break, saying where).
+    ///
+    /// Example: `toolward audit show --config toolward.json --since 1h --decision hold`
+    Show {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// One JSON record a line, as on record.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the last records of the config's log; with `-f`, keep showing new ones as they
+    /// are written. The chain is checked from the first record (exit 1 at a break).
+    ///
+    /// Example: `toolward audit tail -f --config toolward.json --server fs`
+    Tail {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// Keep following the log.
+        #[arg(long, short)]
+        follow: bool,
+        /// How many of the last matching records to show first.
+        #[arg(long, short = 'n', default_value_t = 10)]
+        lines: usize,
+        #[command(flatten)]
+        filter: AuditFilterArgs,
+        /// One JSON record a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-decide every call on record under another policy and print the calls whose
+    /// decision would change, with counts by tool and decision. Needs
+    /// `audit.record_arguments`; calls recorded without arguments are counted and skipped.
+    ///
+    /// Example: `toolward audit replay --config toolward.json --policy built-in --settings stricter-rules.json`
+    Replay {
+        /// The config file (its `audit.file` is read).
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// The other policy component (`.wasm`), or `built-in`.
+        #[arg(long)]
+        policy: String,
+        /// Settings for its `configure` (for `built-in`, a rules file); default: what the
+        /// config gives its policy (`policy.settings`, else the rules file).
+        #[arg(long)]
+        settings: Option<PathBuf>,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -342,9 +499,52 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
     match command {
         Command::Pin {
             config,
+            tool: Some(tool),
+            yes,
+            dry_run,
+            ..
+        } => pin_tool(&config, &tool, yes, dry_run).await,
+        Command::Pin {
+            config,
             server,
             dry_run,
+            ..
         } => pin(&config, server.as_deref(), dry_run).await,
+        Command::Init {
+            dir,
+            client,
+            server,
+            yes,
+            list,
+        } => init(&dir, &client, &server, yes, list).await,
+        Command::Client { config, command } => client(&config, command),
+        Command::Audit {
+            command:
+                AuditCommand::Show {
+                    config,
+                    filter,
+                    json,
+                },
+        } => audit_show(&config, &filter, json),
+        Command::Audit {
+            command:
+                AuditCommand::Tail {
+                    config,
+                    follow,
+                    lines,
+                    filter,
+                    json,
+                },
+        } => audit_tail(&config, follow, lines, &filter, json),
+        Command::Audit {
+            command:
+                AuditCommand::Replay {
+                    config,
+                    policy,
+                    settings,
+                    json,
+                },
+        } => audit_replay(&config, &policy, settings.as_deref(), json),
         Command::Check {
             config,
             json,
@@ -519,6 +719,7 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
         println!("{text}");
     } else {
         print!("{}", report.render());
+        print!("{}", first_hour::accept_commands(&report, config_path));
     }
     Ok(if report.refused_anything() {
         ExitCode::from(EXIT_FOUND)

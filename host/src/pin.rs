@@ -27,6 +27,8 @@
 //! still fails: the CLI exits non-zero when [`PinOutcome::check`] is an error, after writing
 //! the manifest and printing the report.
 
+pub mod tool;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};

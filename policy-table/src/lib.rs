@@ -264,6 +264,30 @@ fn verdict_of(value: &Value, path: &str) -> Result<Verdict, RulesError> {
     })
 }
 
+/// The effect that says "not classified yet" (`{"effect": "unclassified"}`): the tool is
+/// listed for the operator, who has not chosen its effect, and it is not registered, exactly
+/// as a tool with no rule. `toolward init` writes every tool in this form, with its
+/// description and hints beside it in `_`-prefixed comment keys.
+pub const UNCLASSIFIED: &str = "unclassified";
+
+/// Whether `value` is the unclassified form; it takes no key beside `effect` except
+/// `_`-prefixed comments, so a rule half-filled (a `fix` with no effect) is an error rather
+/// than silently ignored.
+fn is_unclassified(value: &Value, path: &str) -> Result<bool, RulesError> {
+    let map = object(value, path)?;
+    if map.get("effect").and_then(Value::as_str) != Some(UNCLASSIFIED) {
+        return Ok(false);
+    }
+    only_keys(map, path, &["effect"]).map_err(|e| RulesError {
+        message: format!(
+            "{} (an unclassified tool takes only `effect` and `_` comments)",
+            e.message
+        ),
+        ..e
+    })?;
+    Ok(true)
+}
+
 fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
     let map = object(value, path)?;
     only_keys(
@@ -397,7 +421,11 @@ impl Rules {
                 if let Some(value) = server_map.get("tools") {
                     let tools_path = join(&path, "tools");
                     for (tool, rule) in object(value, &tools_path)? {
-                        tools.insert(tool.clone(), tool_rule(rule, &join(&tools_path, tool))?);
+                        let here = join(&tools_path, tool);
+                        if is_unclassified(rule, &here)? {
+                            continue;
+                        }
+                        tools.insert(tool.clone(), tool_rule(rule, &here)?);
                     }
                 }
                 servers.insert(server.clone(), ServerRules { tools, decisions });
@@ -481,6 +509,20 @@ mod tests {
             rules.decide("s", "t", Effect::Destructive),
             Decision::Deny(_)
         ));
+    }
+
+    #[test]
+    fn unclassified_form_leaves_the_tool_without_a_rule_and_refuses_extra_keys() {
+        let text = r#"{"servers": {"fs": {"tools": {
+            "read": {"effect": "read-only"},
+            "write": {"effect": "unclassified", "_description": "Writes a file", "_annotations": {}}
+        }}}}"#;
+        let rules = Rules::parse(text).unwrap();
+        assert!(rules.tool_rule("fs", "read").is_some());
+        assert!(rules.tool_rule("fs", "write").is_none());
+        let half = r#"{"servers": {"fs": {"tools": {"write": {"effect": "unclassified", "fix": {"a": 1}}}}}}"#;
+        let error = Rules::parse(half).unwrap_err();
+        assert_eq!(error.path, "servers.fs.tools.write.fix");
     }
 
     #[test]

@@ -1,0 +1,472 @@
+//! The operator's first hour on the command line: `init`, `client connect`/`disconnect`,
+//! `pin --tool`, `audit show`/`tail`/`replay`, and the accept command `check` prints. The
+//! work is in the library (`init`, `client_config`, `pin::tool`, `audit::read`,
+//! `audit::replay`); here are the terminal and the exit codes.
+
+use std::io::IsTerminal as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, anyhow};
+use serde_json::Value;
+
+use toolward::audit::read::{self as audit_read, Filter};
+use toolward::client_config::{self, Outcome};
+use toolward::component::{ComponentHost, GuestLimits};
+use toolward::manifest::Manifest;
+
+use super::{
+    AuditFilterArgs, ClientCommand, EXIT_FAILURE, EXIT_FOUND, Failure, failure, open_state,
+    read_component, read_config, read_manifest, usage,
+};
+
+/// The config at `path` for commands that start no server (`client`, `audit show`,
+/// `tail`, `replay`): a `${VAR}` that is not set reads as empty, since only the servers'
+/// `env` and `headers` use them and the secrets may live in the client's config alone.
+fn read_config_for_files(path: &Path) -> Result<toolward::config::Config, Failure> {
+    let text = std::fs::read(path)
+        .with_context(|| format!("config `{}`", path.display()))
+        .map_err(usage)?;
+    let value: Value = serde_json::from_slice(toolward::config::operator_file::without_bom(&text))
+        .with_context(|| format!("config `{}`", path.display()))
+        .map_err(usage)?;
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let base = std::path::absolute(folder).map_err(failure)?;
+    toolward::config::Config::from_value_with_env(value, &base, &|name| {
+        Ok(std::env::var(name).unwrap_or_default())
+    })
+    .with_context(|| format!("config `{}`", path.display()))
+    .map_err(usage)
+}
+
+/// The user's home folder (`HOME`): where the clients keep their configs.
+fn home() -> Result<std::path::PathBuf, Failure> {
+    std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .ok_or_else(|| {
+            usage(anyhow!(
+                "`HOME` is not set: cannot find the clients' configs"
+            ))
+        })
+}
+
+/// `toolward init`.
+pub(super) async fn init(
+    dir: &Path,
+    clients: &[String],
+    servers: &[String],
+    yes: bool,
+    list: bool,
+) -> Result<ExitCode, Failure> {
+    for id in clients {
+        if client_config::client_by_id(id).is_none() {
+            return Err(usage(anyhow!(
+                "unknown client `{id}` (expected one of {})",
+                ids()
+            )));
+        }
+    }
+    let project = std::env::current_dir().map_err(failure)?;
+    let survey = toolward::init::survey(&home()?, &project, clients, servers).map_err(usage)?;
+    print!("{}", survey.render());
+    if list {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if survey.candidates.is_empty() {
+        return Err(usage(anyhow!(
+            "nothing to import{}",
+            if clients.is_empty() && servers.is_empty() {
+                ""
+            } else {
+                " with these `--client`/`--server`"
+            }
+        )));
+    }
+    let chosen = if yes {
+        survey.candidates
+    } else if std::io::stdin().is_terminal() {
+        toolward::init::ask(survey.candidates).map_err(failure)?
+    } else {
+        return Err(usage(anyhow!(
+            "no terminal to ask on: pass `--yes` to import the servers listed (choose with `--client` and `--server`)"
+        )));
+    };
+    let report = toolward::init::write(dir, &chosen).await.map_err(usage)?;
+    for (client, names) in toolward::init::by_client(&report) {
+        println!("imported from {client}: {}", names.join(", "));
+    }
+    if !report.variables.is_empty() {
+        println!(
+            "secrets stay in the client's config: `{}` refers to {} (moved into the toolward entry by `client connect`)",
+            report.config.display(),
+            report
+                .variables
+                .iter()
+                .map(|v| format!("${{{v}}}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for failure in &report.failures {
+        eprintln!("toolward: not pinned: {failure}");
+    }
+    let config = report.config.display();
+    println!(
+        "wrote `{config}`, `{}` ({} tools pinned) and `{}` (every tool unclassified)",
+        report.manifest.display(),
+        report.tools,
+        report.rules.display()
+    );
+    println!(
+        "audit arguments are recorded (`audit.record_arguments`) so `toolward audit replay` can re-decide calls; set it to false to keep them out of the log"
+    );
+    println!("next:");
+    println!(
+        "  1. classify each tool in `{}`: replace \"unclassified\" with read-only | local-change | remote-change | destructive",
+        report.rules.display()
+    );
+    println!("  2. toolward check --config {config}");
+    let first = report.servers.first().map_or("CLIENT", |(_, c)| *c);
+    println!("  3. toolward client connect {first} --config {config}");
+    Ok(if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILURE)
+    })
+}
+
+fn ids() -> String {
+    client_config::KNOWN_CLIENTS
+        .iter()
+        .map(|c| c.id)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `toolward client connect|disconnect`.
+pub(super) fn client(config_path: &Path, command: ClientCommand) -> Result<ExitCode, Failure> {
+    let config = read_config_for_files(config_path)?;
+    let id = match &command {
+        ClientCommand::Connect { client } | ClientCommand::Disconnect { client } => client,
+    };
+    let spec = client_config::client_by_id(id)
+        .ok_or_else(|| usage(anyhow!("unknown client `{id}` (expected one of {})", ids())))?;
+    match command {
+        ClientCommand::Connect { .. } => {
+            let project = std::env::current_dir().map_err(failure)?;
+            let path = client_config::client_path(spec, &home()?, &project);
+            if !path.is_file() {
+                return Err(usage(anyhow!(
+                    "no config of `{id}` at `{}`",
+                    path.display()
+                )));
+            }
+            let absolute = std::fs::canonicalize(config_path).map_err(failure)?;
+            let raw: Value = serde_json::from_slice(
+                &std::fs::read(config_path)
+                    .with_context(|| format!("config `{}`", config_path.display()))
+                    .map_err(usage)?,
+            )
+            .map_err(usage)?;
+            let servers = raw
+                .get("mcpServers")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let toolward = client_config::Toolward {
+                program: std::env::current_exe().map_err(failure)?,
+                config: absolute,
+                servers,
+                state_dir: config.state_dir.clone(),
+            };
+            match client_config::connect(spec, &path, &toolward).map_err(usage)? {
+                Outcome::Changed(replaced) => {
+                    println!(
+                        "`{}` now starts toolward in place of: {}",
+                        path.display(),
+                        replaced.join(", ")
+                    );
+                    println!(
+                        "its tools are now named `server__tool` (`{}__…`): per-tool allow-lists the client keeps must use the new names; restart {} to pick it up",
+                        replaced.first().map_or("server", String::as_str),
+                        spec.name
+                    );
+                    println!(
+                        "undo with: toolward client disconnect {id} --config {}",
+                        config_path.display()
+                    );
+                }
+                _ => println!(
+                    "`{}` already starts toolward: nothing changed",
+                    path.display()
+                ),
+            }
+        }
+        ClientCommand::Disconnect { .. } => {
+            match client_config::disconnect(spec, &config.state_dir).map_err(usage)? {
+                Outcome::Restored => println!("restored `{id}`'s config as it was before connect"),
+                Outcome::Undone(names) => println!(
+                    "`{id}`'s config changed since connect: removed the toolward entry and put back {}; the rest is as the client left it",
+                    names.join(", ")
+                ),
+                _ => println!("nothing to undo"),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// For each tool `check` refused because it changed since the pin, the command that
+/// accepts it (after showing its diff).
+pub(super) fn accept_commands(report: &toolward::load::LoadReport, config: &Path) -> String {
+    let mut out = String::new();
+    for server in &report.servers {
+        let mut seen = Vec::new();
+        for refusal in &server.refused {
+            if refusal.reason.contains("changed since the pin") && !seen.contains(&&refusal.tool) {
+                seen.push(&refusal.tool);
+                out.push_str(&format!(
+                    "  accept `{}/{}`: toolward pin --config {} --tool {}/{}\n",
+                    server.server,
+                    toolward::listing::visible(&refusal.tool),
+                    config.display(),
+                    server.server,
+                    toolward::listing::visible(&refusal.tool)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `toolward pin --tool SERVER/TOOL`.
+pub(super) async fn pin_tool(
+    config_path: &Path,
+    given: &str,
+    yes: bool,
+    dry_run: bool,
+) -> Result<ExitCode, Failure> {
+    let (server, tool) = toolward::pin::tool::parse_server_tool(given).map_err(usage)?;
+    let config = read_config(config_path)?;
+    let existing = read_manifest(&config)?;
+    if !config.servers.contains_key(server) {
+        return Err(usage(anyhow!("server `{server}` is not in the config")));
+    }
+    let state = open_state(&config)?;
+    let components =
+        toolward::load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
+    let outcome = toolward::pin::pin(
+        &config,
+        Some(server),
+        Some(&existing),
+        components.digests.clone(),
+    )
+    .await
+    .map_err(failure)?;
+    if let Some(error) = outcome.failures.get(server) {
+        return Err(failure(anyhow!(
+            "server `{server}` could not be listed: {}",
+            toolward::load::error_chain(error)
+        )));
+    }
+    let updated = toolward::pin::tool::repin_tool(&existing, &outcome.manifest, server, tool)
+        .map_err(usage)?;
+    let diff = toolward::manifest::diff(&existing, &updated);
+    if diff.is_empty() {
+        println!("tool `{tool}` of server `{server}` matches its pin: nothing to accept");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{diff}");
+    if dry_run {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(usage(anyhow!(
+                "no terminal to ask on: pass `--yes` to accept this change"
+            )));
+        }
+        eprint!("accept this change of `{server}/{tool}`? [y/N] ");
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map_err(failure)?;
+        if !line.trim().eq_ignore_ascii_case("y") {
+            println!("not accepted; the pins are unchanged");
+            return Ok(ExitCode::from(EXIT_FOUND));
+        }
+    }
+    write_manifest(&updated, &config.manifest)?;
+    println!(
+        "re-pinned `{server}/{tool}` in `{}`; every other pin is unchanged",
+        config.manifest.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_manifest(manifest: &Manifest, path: &Path) -> Result<(), Failure> {
+    manifest.write(path).map_err(failure)
+}
+
+fn filter_of(args: &AuditFilterArgs) -> Result<Filter, Failure> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    let time = |t: &Option<String>| {
+        t.as_deref()
+            .map(|t| audit_read::parse_time(t, now))
+            .transpose()
+            .map_err(usage)
+    };
+    let decision = match args.decision.as_deref() {
+        None => None,
+        Some("allow") => Some(toolward::audit::AuditDecision::Allow),
+        Some("deny") => Some(toolward::audit::AuditDecision::Deny),
+        Some("hold") => Some(toolward::audit::AuditDecision::Hold),
+        Some(other) => {
+            return Err(usage(anyhow!(
+                "`--decision {other}`: expected allow, deny or hold"
+            )));
+        }
+    };
+    Ok(Filter {
+        since_ms: time(&args.since)?,
+        until_ms: time(&args.until)?,
+        server: args.server.clone(),
+        tool: args.tool.clone(),
+        principal: args.principal.clone(),
+        decision,
+        call_id: args.call_id.clone(),
+    })
+}
+
+fn print_record(record: &toolward::audit::AuditRecord, raw: &Value, json: bool) {
+    if json {
+        println!("{raw}");
+    } else {
+        println!("{}", audit_read::render_row(record));
+    }
+}
+
+/// `toolward audit show`.
+pub(super) fn audit_show(
+    config_path: &Path,
+    args: &AuditFilterArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = read_config_for_files(config_path)?;
+    let filter = filter_of(args)?;
+    let shown = audit_read::show(&config.audit.file, &filter).map_err(failure)?;
+    if !json {
+        println!("{}", audit_read::TABLE_HEADER);
+    }
+    for (record, raw) in &shown.records {
+        print_record(record, raw, json);
+    }
+    if !json {
+        println!("{} of {} records match", shown.records.len(), shown.read);
+    }
+    match &shown.first_break {
+        None => Ok(ExitCode::SUCCESS),
+        Some(brk) => {
+            eprintln!(
+                "toolward: `{}`: chain broken at {brk}; nothing past it is shown (`toolward audit verify --config {}`)",
+                config.audit.file.display(),
+                config_path.display()
+            );
+            Ok(ExitCode::from(EXIT_FOUND))
+        }
+    }
+}
+
+/// `toolward audit tail [-f]`.
+pub(super) fn audit_tail(
+    config_path: &Path,
+    follow: bool,
+    lines: usize,
+    args: &AuditFilterArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = read_config_for_files(config_path)?;
+    let filter = filter_of(args)?;
+    let path = &config.audit.file;
+    let mut follower = audit_read::Follower::new(path);
+    let broken = |e: audit_read::ReadError| {
+        eprintln!("toolward: `{}`: {e}", path.display());
+        Ok(ExitCode::from(EXIT_FOUND))
+    };
+    let first = match follower.poll() {
+        Ok(records) => records,
+        Err(e @ audit_read::ReadError::Audit(_)) => return Err(failure(e)),
+        Err(e) => return broken(e),
+    };
+    if !json {
+        println!("{}", audit_read::TABLE_HEADER);
+    }
+    for (record, raw) in audit_read::last_matching(first, &filter, lines) {
+        print_record(&record, &raw, json);
+    }
+    if !follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(audit_read::FOLLOW_POLL_MS));
+        match follower.poll() {
+            Ok(records) => {
+                for (record, raw) in records.iter().filter(|(r, _)| filter.matches(r)) {
+                    print_record(record, raw, json);
+                }
+            }
+            Err(e @ audit_read::ReadError::Audit(_)) => return Err(failure(e)),
+            Err(e) => return broken(e),
+        }
+    }
+}
+
+/// `toolward audit replay`.
+pub(super) fn audit_replay(
+    config_path: &Path,
+    policy: &str,
+    settings: Option<&Path>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let config = read_config_for_files(config_path)?;
+    let settings_path = settings
+        .map(Path::to_path_buf)
+        .or_else(|| config.policy.settings.clone())
+        .unwrap_or_else(|| config.rules.file.clone());
+    let settings_text = toolward::policy_test::read_text(
+        &settings_path,
+        "policy settings",
+        toolward::config::operator_file::MAX_SETTINGS_BYTES,
+    )
+    .map_err(usage)?;
+    let bytes = read_component(policy)?;
+    let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
+    let loaded = host.load(&bytes, policy).map_err(usage)?;
+    let configured = host
+        .configure_policy(&loaded, &settings_text)
+        .with_context(|| format!("settings `{}`", settings_path.display()))
+        .map_err(usage)?;
+    let report =
+        toolward::audit::replay::replay(&config.audit.file, &configured).map_err(failure)?;
+    if json {
+        let text = serde_json::to_string_pretty(&report).map_err(failure)?;
+        println!("{text}");
+    } else {
+        println!(
+            "replaying `{}` under `{policy}` (sha256 {}) with settings `{}`",
+            config.audit.file.display(),
+            loaded.sha256(),
+            settings_path.display()
+        );
+        print!("{}", report.render());
+    }
+    Ok(if report.first_break.is_some() {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

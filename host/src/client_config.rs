@@ -1,0 +1,497 @@
+//! MCP clients' own config files: where each client keeps its servers on this machine, reading
+//! them, and rewriting one so the client starts `toolward serve` in place of the servers
+//! toolward imported (`toolward client connect`), then undoing that (`disconnect`).
+//!
+//! # Contract
+//!
+//! - [`KNOWN_CLIENTS`] names every client, its file's place and shape (sources in
+//!   `docs/operators.md`): Linux paths under `HOME`, the macOS ones when built for macOS;
+//!   Windows paths are documented only.
+//! - Reading never changes a file. A file that is missing is not an error (the client is not
+//!   installed); one that does not parse is, naming the file.
+//! - [`connect`] changes only the client's server map: it removes the entries toolward
+//!   manages (same name as a server of `toolward.json` and the same `command`, `args` and
+//!   `url`), moves their `env` values into the entry it adds (`toolward`), and keeps every
+//!   other byte: comments, key order, unknown keys, servers toolward does not manage. JSON and
+//!   JSONC go through `jsonc-parser`'s CST, TOML through `toml_edit`. It keeps the file's
+//!   bytes as they were (`<state_dir>/clients/CLIENT.backup`), writes atomically (a temporary
+//!   file renamed over the old, its permissions kept), and does nothing when the file is
+//!   already connected.
+//! - [`disconnect`] writes the backup back byte for byte when the file is still exactly what
+//!   `connect` wrote; otherwise (the client rewrote its file since) it undoes only toolward's
+//!   edit: removes the `toolward` entry and puts back the entries it replaced, from the
+//!   backup.
+
+mod clients;
+mod edit;
+
+pub use clients::{ClientSpec, FileFormat, KNOWN_CLIENTS, client_by_id, flatten_entry};
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::canonical::sha256_hex;
+
+/// Largest client config file read, in bytes: 16 MiB. Claude Code's `~/.claude.json` keeps
+/// its history and grows to a few MiB; a settings file past this is not one a person edits.
+pub const MAX_CLIENT_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The name of the entry [`connect`] adds to the client's server map. Tools then reach the
+/// model as `toolward`'s, named `server__tool`.
+pub const TOOLWARD_ENTRY: &str = "toolward";
+
+/// Errors reading or rewriting a client's config.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientConfigError {
+    /// The file could not be read or written.
+    #[error("cannot {action} `{path}`: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CLIENT_FILE_BYTES`].
+    #[error("client config `{path}` is {bytes} bytes, over the limit of {limit} bytes ({client})")]
+    TooLarge {
+        /// The client.
+        client: String,
+        /// The file.
+        path: PathBuf,
+        /// Its size, in bytes.
+        bytes: u64,
+        /// [`MAX_CLIENT_FILE_BYTES`].
+        limit: u64,
+    },
+    /// The file does not parse in its client's format.
+    #[error(
+        "client config `{path}` of `{client}` does not parse: {message}; fix it in the client first"
+    )]
+    Parse {
+        /// The client.
+        client: String,
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// The client has a server named `toolward` that toolward did not add.
+    #[error(
+        "client config `{path}` already has a server `{TOOLWARD_ENTRY}` that does not start this config; rename it in `{client}` first"
+    )]
+    EntryTaken {
+        /// The client.
+        client: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// No server of the client is one toolward manages.
+    #[error(
+        "no server of `{client}` (`{path}`) is managed by `{config}`: run `toolward init --client {client}` first"
+    )]
+    NothingToConnect {
+        /// The client.
+        client: String,
+        /// The file.
+        path: PathBuf,
+        /// The toolward config.
+        config: PathBuf,
+    },
+    /// `disconnect` without an earlier `connect`.
+    #[error("`{client}` was not connected by this config (no `{record}`)")]
+    NotConnected {
+        /// The client.
+        client: String,
+        /// The record `connect` writes.
+        record: PathBuf,
+    },
+    /// The record `connect` wrote is unreadable.
+    #[error("connection record `{path}` is damaged: {message}")]
+    Record {
+        /// The record.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One server as a client's config has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientServer {
+    /// Its name in the client's map.
+    pub name: String,
+    /// The entry, as JSON (TOML converted), unchanged.
+    pub entry: Map<String, Value>,
+}
+
+/// A client config found on this machine.
+#[derive(Debug, Clone)]
+pub struct FoundClient {
+    /// Which client.
+    pub spec: &'static ClientSpec,
+    /// The file.
+    pub path: PathBuf,
+    /// Its servers, in file order for JSON and name order for TOML.
+    pub servers: Vec<ClientServer>,
+}
+
+/// The file of `spec` on this machine: under `home`, or under `project` for project files.
+#[must_use]
+pub fn client_path(spec: &ClientSpec, home: &Path, project: &Path) -> PathBuf {
+    if spec.project {
+        project.join(spec.path())
+    } else {
+        home.join(spec.path())
+    }
+}
+
+/// Reads the client configs that exist, in [`KNOWN_CLIENTS`] order.
+///
+/// # Errors
+///
+/// A file that exists but cannot be read or parsed.
+pub fn discover(home: &Path, project: &Path) -> Result<Vec<FoundClient>, ClientConfigError> {
+    let mut found = Vec::new();
+    for spec in KNOWN_CLIENTS {
+        let path = client_path(spec, home, project);
+        if !path.is_file() {
+            continue;
+        }
+        let text = read_text(spec, &path)?;
+        let servers = edit::servers(spec, &path, &text)?;
+        found.push(FoundClient {
+            spec,
+            path,
+            servers,
+        });
+    }
+    Ok(found)
+}
+
+fn read_text(spec: &ClientSpec, path: &Path) -> Result<String, ClientConfigError> {
+    let io = |action| {
+        move |source| ClientConfigError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let bytes = std::fs::metadata(path).map_err(io("read"))?.len();
+    if bytes > MAX_CLIENT_FILE_BYTES {
+        return Err(ClientConfigError::TooLarge {
+            client: spec.id.to_owned(),
+            path: path.to_path_buf(),
+            bytes,
+            limit: MAX_CLIENT_FILE_BYTES,
+        });
+    }
+    std::fs::read_to_string(path).map_err(io("read"))
+}
+
+/// What [`connect`] and [`disconnect`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The file was written; the names of the servers replaced (connect) or put back
+    /// (disconnect).
+    Changed(Vec<String>),
+    /// The file was already in the wanted state: nothing written.
+    Unchanged,
+    /// `disconnect` wrote the backup back byte for byte.
+    Restored,
+    /// `disconnect` found the file changed since `connect` and undid only toolward's edit;
+    /// the servers put back.
+    Undone(Vec<String>),
+}
+
+/// What `connect` keeps in `<state_dir>/clients/CLIENT.json` for `disconnect`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    client: String,
+    path: PathBuf,
+    /// SHA-256 of the bytes `connect` wrote.
+    written_sha256: String,
+    /// The servers it replaced, by name.
+    replaced: Vec<String>,
+}
+
+/// What `connect` needs to know of the toolward side.
+#[derive(Debug, Clone)]
+pub struct Toolward {
+    /// The `toolward` program the client should start (absolute).
+    pub program: PathBuf,
+    /// The config (absolute).
+    pub config: PathBuf,
+    /// The config's `mcpServers` as written (before `${VAR}` expansion), by name.
+    pub servers: Map<String, Value>,
+    /// The config's state folder, where the backup and the record go.
+    pub state_dir: PathBuf,
+}
+
+impl Toolward {
+    fn args(&self) -> Vec<String> {
+        vec![
+            "serve".to_owned(),
+            "--config".to_owned(),
+            self.config.display().to_string(),
+        ]
+    }
+
+    /// Whether the client's `entry` for `name` is the server toolward manages under that
+    /// name: same `command`, `args` and `url` (the `env` moved, so it may differ).
+    fn manages(&self, name: &str, entry: &Map<String, Value>) -> bool {
+        let Some(Value::Object(ours)) = self.servers.get(name) else {
+            return false;
+        };
+        let entry = clients::flatten_entry(entry);
+        ["command", "args", "url"]
+            .iter()
+            .all(|key| ours.get(*key) == entry.get(*key))
+    }
+}
+
+fn clients_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("clients")
+}
+
+/// Rewrites the config of `spec` at `path` to start toolward in place of the servers it
+/// manages (see the module documentation).
+///
+/// # Errors
+///
+/// [`ClientConfigError`]: the file unreadable or unparsable, no managed server, a foreign
+/// `toolward` entry, a write that failed (the old file then stays as it was).
+pub fn connect(
+    spec: &ClientSpec,
+    path: &Path,
+    toolward: &Toolward,
+) -> Result<Outcome, ClientConfigError> {
+    let text = read_text(spec, path)?;
+    let servers = edit::servers(spec, path, &text)?;
+    let mut replaced = Vec::new();
+    let mut env = BTreeMap::new();
+    let mut already = false;
+    for server in &servers {
+        if server.name == TOOLWARD_ENTRY {
+            let args = server.entry.get("args").cloned().unwrap_or(Value::Null);
+            if args != Value::from(toolward.args()) {
+                return Err(ClientConfigError::EntryTaken {
+                    client: spec.id.to_owned(),
+                    path: path.to_path_buf(),
+                });
+            }
+            already = true;
+            // Connecting again after the client gained a managed server keeps what the
+            // earlier connect moved.
+            if let Some(Value::Object(values)) = server.entry.get("env") {
+                for (name, value) in values {
+                    if let Value::String(value) = value {
+                        env.insert(name.clone(), value.clone());
+                    }
+                }
+            }
+            continue;
+        }
+        if toolward.manages(&server.name, &server.entry) {
+            replaced.push(server.name.clone());
+            moved_env(&toolward.servers, server, &mut env);
+        }
+    }
+    if replaced.is_empty() {
+        if already {
+            return Ok(Outcome::Unchanged);
+        }
+        return Err(ClientConfigError::NothingToConnect {
+            client: spec.id.to_owned(),
+            path: path.to_path_buf(),
+            config: toolward.config.clone(),
+        });
+    }
+    let entry = edit::ToolwardEntry {
+        command: toolward.program.display().to_string(),
+        args: toolward.args(),
+        env,
+    };
+    let new_text = edit::connect(spec, path, &text, &replaced, &entry)?;
+    if new_text == text {
+        return Ok(Outcome::Unchanged);
+    }
+    let dir = clients_dir(&toolward.state_dir);
+    create_private_dir(&dir)?;
+    let record_path = dir.join(format!("{}.json", spec.id));
+    let backup_path = dir.join(format!("{}.backup", spec.id));
+    // A second connect after the client changed the file keeps the first backup: it is the
+    // file as it was before toolward.
+    if !record_path.exists() {
+        write_atomic(&backup_path, text.as_bytes(), Some(0o600))?;
+    }
+    let record = Record {
+        client: spec.id.to_owned(),
+        path: path.to_path_buf(),
+        written_sha256: sha256_hex(new_text.as_bytes()),
+        replaced: replaced.clone(),
+    };
+    let record_text =
+        serde_json::to_string_pretty(&record).map_err(|e| ClientConfigError::Record {
+            path: record_path.clone(),
+            message: e.to_string(),
+        })?;
+    write_atomic(&record_path, record_text.as_bytes(), Some(0o600))?;
+    write_atomic(path, new_text.as_bytes(), None)?;
+    Ok(Outcome::Changed(replaced))
+}
+
+/// The `env` values of the client's `server` that `toolward.json` refers to as `${VAR}`,
+/// keyed by `VAR`, into `env`. Headers are treated the same way.
+fn moved_env(ours: &Map<String, Value>, server: &ClientServer, env: &mut BTreeMap<String, String>) {
+    let Some(Value::Object(entry)) = ours.get(&server.name) else {
+        return;
+    };
+    let theirs = clients::flatten_entry(&server.entry);
+    for key in ["env", "headers"] {
+        let (Some(Value::Object(refs)), Some(Value::Object(values))) =
+            (entry.get(key), theirs.get(key))
+        else {
+            continue;
+        };
+        for (name, reference) in refs {
+            let (Some(var), Some(Value::String(value))) =
+                (reference.as_str().and_then(variable_of), values.get(name))
+            else {
+                continue;
+            };
+            env.insert(var.to_owned(), value.clone());
+        }
+    }
+}
+
+/// `NAME` of a value that is exactly `${NAME}`.
+#[must_use]
+pub fn variable_of(text: &str) -> Option<&str> {
+    let name = text.strip_prefix("${")?.strip_suffix('}')?;
+    let valid = name
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+    (valid && !name.is_empty()).then_some(name)
+}
+
+/// Undoes [`connect`] for `spec` (see the module documentation).
+///
+/// # Errors
+///
+/// [`ClientConfigError::NotConnected`] without a record; otherwise as [`connect`].
+pub fn disconnect(spec: &ClientSpec, state_dir: &Path) -> Result<Outcome, ClientConfigError> {
+    let dir = clients_dir(state_dir);
+    let record_path = dir.join(format!("{}.json", spec.id));
+    let backup_path = dir.join(format!("{}.backup", spec.id));
+    let record_text = match std::fs::read_to_string(&record_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ClientConfigError::NotConnected {
+                client: spec.id.to_owned(),
+                record: record_path,
+            });
+        }
+        Err(source) => {
+            return Err(ClientConfigError::Io {
+                action: "read",
+                path: record_path,
+                source,
+            });
+        }
+    };
+    let record: Record =
+        serde_json::from_str(&record_text).map_err(|e| ClientConfigError::Record {
+            path: record_path.clone(),
+            message: e.to_string(),
+        })?;
+    let backup = std::fs::read_to_string(&backup_path).map_err(|source| ClientConfigError::Io {
+        action: "read",
+        path: backup_path.clone(),
+        source,
+    })?;
+    let current = read_text(spec, &record.path)?;
+    let outcome = if sha256_hex(current.as_bytes()) == record.written_sha256 {
+        write_atomic(&record.path, backup.as_bytes(), None)?;
+        Outcome::Restored
+    } else {
+        let new_text = edit::disconnect(spec, &record.path, &current, &backup, &record.replaced)?;
+        if new_text != current {
+            write_atomic(&record.path, new_text.as_bytes(), None)?;
+        }
+        Outcome::Undone(record.replaced.clone())
+    };
+    for path in [&record_path, &backup_path] {
+        std::fs::remove_file(path).map_err(|source| ClientConfigError::Io {
+            action: "remove",
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(outcome)
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), ClientConfigError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| ClientConfigError::Io {
+            action: "create",
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it, synced and renamed over it,
+/// so a reader sees the old file or the new, never a part. A symbolic link is followed (a
+/// config kept in a dotfiles folder stays linked). Keeps the old file's permissions, or
+/// `mode` for a new file.
+fn write_atomic(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), ClientConfigError> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ClientConfigError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let permissions = std::fs::metadata(&target)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .ok()
+        .or(mode)
+        .unwrap_or(0o600);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = target.with_file_name(format!(".{name}.toolward-{}", std::process::id()));
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(permissions)
+        .open(&temp)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.set_permissions(std::fs::Permissions::from_mode(permissions))?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temp, &target));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.map_err(io("write", &target))
+}
+
+#[cfg(test)]
+mod tests;
