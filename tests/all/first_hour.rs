@@ -108,7 +108,6 @@ fn calls_through_client_entry(entry: &Value, home: &Path, calls: &[(&str, Value)
         );
         results.push(answer());
     }
-    drop(send);
     drop(stdin);
     child.wait().unwrap();
     results

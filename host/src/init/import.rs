@@ -56,7 +56,7 @@ pub fn candidates(
     let mut clashing: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
     for client in found {
         let named = clients.iter().any(|c| c == client.spec.id);
-        if (!clients.is_empty() && !named) || (client.spec.project && !named) {
+        if (client.spec.project || !clients.is_empty()) && !named {
             continue;
         }
         for server in &client.servers {
@@ -204,9 +204,8 @@ pub fn toolward_servers(chosen: &[Candidate]) -> (Map<String, Value>, BTreeMap<S
                 ("env" | "headers", Value::Object(values)) => {
                     let mut refs = Map::new();
                     for (name, secret) in values {
-                        let var = if *key == "headers" {
-                            variable_name(&format!("{}_{name}", candidate.name))
-                        } else if values_of.get(name.as_str()).is_some_and(|v| v.len() > 1) {
+                        let shared = values_of.get(name.as_str()).is_some_and(|v| v.len() > 1);
+                        let var = if *key == "headers" || shared {
                             variable_name(&format!("{}_{name}", candidate.name))
                         } else {
                             variable_name(name)
