@@ -262,6 +262,29 @@ fn first_hour_from_client_config_to_connected_client_and_back() {
     let entry = &client["mcpServers"]["toolward"];
     assert_eq!(entry["env"]["API_TOKEN"], "s3cret-value-42");
 
+    // `audit tail -f` follows the log while the calls are made.
+    let mut tail = Command::new(toolward_binary().unwrap())
+        .args([
+            "audit", "tail", "-f", "-n", "0", "--json", "--config", config_arg,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tailed_sender, tailed) = mpsc::channel::<Value>();
+    let tail_out = tail.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(tail_out).lines() {
+            let Ok(line) = line else { return };
+            if tailed_sender
+                .send(serde_json::from_str(&line).unwrap())
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+
     // Calls through the client-shaped entry reach the real filesystem server.
     let results = calls_through_client_entry(
         entry,
@@ -291,6 +314,21 @@ fn first_hour_from_client_config_to_connected_client_and_back() {
     );
     assert!(text(&results[1]).contains("hello.txt"), "{}", results[1]);
     assert!(text(&results[2]).contains("groceries"), "{}", results[2]);
+    let mut followed = Vec::new();
+    while followed.len() < 3 {
+        let record = tailed
+            .recv_timeout(Duration::from_secs(30))
+            .expect("audit tail -f shows each decision as it is written");
+        if record["kind"] == "decision" {
+            followed.push(record["tool"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(
+        followed,
+        ["fs__read_text_file", "fs__list_directory", "notes__lookup"]
+    );
+    tail.kill().unwrap();
+    tail.wait().unwrap();
 
     // The notes server changes one description: check shows the diff and the command.
     std::fs::write(

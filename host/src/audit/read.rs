@@ -157,7 +157,14 @@ impl Follower {
     /// [`ReadError::Audit`] when it cannot be read.
     pub fn poll(&mut self) -> Result<Vec<(AuditRecord, Value)>, ReadError> {
         let io = |action| AuditError::io(action, &self.path);
-        let mut file = File::open(&self.path).map_err(io("open"))?;
+        let mut file = match File::open(&self.path) {
+            Ok(file) => file,
+            // A log not written yet: `tail -f` waits for its first record.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.offset == 0 => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(io("open")(e).into()),
+        };
         let len = file.metadata().map_err(io("read"))?.len();
         let read = self.offset + self.partial.len() as u64;
         if len < read {
