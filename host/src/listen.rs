@@ -788,6 +788,7 @@ pub async fn serve_http(
     ));
     let load_messages = Arc::new(load_messages);
     let tools = crate::gateway::tool_list(&call_path);
+    let states = Arc::new(crate::gateway::input_required::RequestStates::default());
     let service = StreamableHttpService::new(
         move || {
             Ok(Gateway::with_tools(
@@ -795,6 +796,7 @@ pub async fn serve_http(
                 Arc::clone(&load_messages),
                 settings.clone(),
                 Arc::clone(&tools),
+                Arc::clone(&states),
             ))
         },
         Arc::clone(&sessions),
