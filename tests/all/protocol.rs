@@ -187,8 +187,7 @@ async fn held_call_from_an_rmcp_client(
     let answered = audit
         .lines()
         .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-        .filter(|record| record["kind"] == "approval-answered")
-        .last()
+        .rfind(|record| record["kind"] == "approval-answered")
         .unwrap();
     (version, answered)
 }

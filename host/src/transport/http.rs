@@ -376,15 +376,14 @@ fn standard_headers(message: &[u8]) -> Vec<(&'static str, HeaderValue)> {
         _ => None,
     });
     if let Some(name) = name {
-        let plain = !name.is_empty()
-            && !name.starts_with([' ', '\t'])
-            && !name.ends_with([' ', '\t'])
-            && name.bytes().all(|b| (0x20..0x7f).contains(&b))
-            && !(name.starts_with("=?base64?") && name.ends_with("?="));
-        let text = if plain || name.is_empty() {
-            name
-        } else {
+        let wrap = name.starts_with([' ', '\t'])
+            || name.ends_with([' ', '\t'])
+            || !name.bytes().all(|b| (0x20..0x7f).contains(&b))
+            || (name.starts_with("=?base64?") && name.ends_with("?="));
+        let text = if wrap {
             format!("=?base64?{}?=", base64(name.as_bytes()))
+        } else {
+            name
         };
         if let Ok(value) = HeaderValue::from_str(&text) {
             headers.push((MCP_NAME, value));

@@ -281,7 +281,8 @@ async fn a_2026_07_28_client_discovers_lists_and_calls_through_either_of_two_gat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_method_or_mcp_name_headers_that_contradict_the_body_are_refused_with_32020() {
+async fn mcp_method_or_mcp_name_headers_that_contradict_the_body_are_refused_with_32020_and_a_request_without_its_meta_with_32602()
+ {
     let dir = tempfile::tempdir().unwrap();
     let gateways = two_gateways(dir.path(), json!({})).await;
     let a = gateways.0.1.addr;
@@ -303,6 +304,27 @@ async fn mcp_method_or_mcp_name_headers_that_contradict_the_body_are_refused_wit
         assert_eq!(answer["error"]["code"], -32020, "{headers:?}: {answer}");
         assert_eq!(answer["id"], 1, "{headers:?}: {answer}");
     }
+    // The revision wants the client's context in every request's `_meta`.
+    let mut without_capabilities = echo.clone();
+    without_capabilities["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    let (_, _, answer) = post(
+        a,
+        ALICE,
+        &[("mcp-method", "tools/call"), ("mcp-name", "s__echo")],
+        &without_capabilities,
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("clientCapabilities"),
+        "{answer}"
+    );
     // Matching headers pass.
     let answer = call(a, ALICE, &echo).await;
     assert_eq!(answer["result"]["isError"], false, "{answer}");
