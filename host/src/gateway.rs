@@ -23,6 +23,18 @@
 //! - After `notifications/initialized`, each load message (why a tool is missing) goes to the
 //!   client as a `notifications/message` at level `warning`.
 //!
+//! Clients of the 2026-07-28 revision have no `initialize` and no session (SEP-2567): they
+//! ask `server/discover`, and every request carries its protocol version, client info and
+//! capabilities in `_meta`; rmcp's streamable HTTP service serves each such request on its
+//! own handler, so any gateway with the same config answers any request. For them:
+//!
+//! - `server/discover` answers the revisions 2024-11-05 to 2026-07-28 and, in its `_meta`
+//!   under [`STATUS_META_KEY`], what older clients hear as log messages: the load report's
+//!   warnings, each server's connection, and the latest warnings since the load (see
+//!   `docs/protocol.md`);
+//! - a held call is asked through `input_required` when the request's `_meta` declares
+//!   elicitation ([`input_required`]), through the queue otherwise.
+//!
 //! Requests from servers to the client (sampling, roots, elicitation) are never proxied:
 //! toolward's upstream client declares no capability (see [`crate::transport`]). Logs go to
 //! standard error through `tracing`; standard output carries only the protocol.
@@ -37,8 +49,9 @@ use std::sync::Arc;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-    ElicitRequestParams, ElicitationAction, Implementation, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities, Tool,
+    DiscoverResult, ElicitRequestParams, ElicitationAction, Implementation, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ProtocolVersion, ServerCapabilities, Tool,
 };
 #[expect(
     deprecated,
@@ -53,6 +66,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+pub mod input_required;
 mod stdio;
 
 use crate::approval::{
@@ -63,9 +77,14 @@ use crate::call::{CallContext, CallPath, new_ulid};
 use crate::config::{self, Config};
 use crate::registry::Connection;
 use crate::registry::RegisteredTool;
+use input_required::{InputRequiredApprover, RequestStates, Retry};
 
 /// The `serverInfo.name` the gateway gives clients.
 pub const SERVER_NAME: &str = "toolward";
+
+/// The `_meta` key of `server/discover`'s result that carries toolward's status for clients
+/// of 2026-07-28, which receive no log messages: `dev.toolward/status`.
+pub const STATUS_META_KEY: &str = "dev.toolward/status";
 
 /// Errors of the gateway. The call path has none: its failures are tool errors.
 #[derive(Debug, thiserror::Error)]
@@ -196,6 +215,8 @@ pub(crate) struct Gateway {
     settings: GatewaySettings,
     queue: Arc<QueueApprover>,
     tools: Arc<Vec<Tool>>,
+    /// The `requestState` key and ledger, shared by every request's handler.
+    states: Arc<RequestStates>,
     /// Cancelled when the session ends, that is when its last handler is dropped: what the
     /// session started for its client (the forwarding of later messages) ends with it, and
     /// a closed session keeps no task, channel or peer.
@@ -282,17 +303,25 @@ impl Gateway {
         settings: GatewaySettings,
     ) -> Gateway {
         let tools = tool_list(&call_path);
-        Gateway::with_tools(call_path, load_messages, settings, tools)
+        Gateway::with_tools(
+            call_path,
+            load_messages,
+            settings,
+            tools,
+            Arc::new(RequestStates::default()),
+        )
     }
 
     /// A handler for one new session that answers `tools/list` with `tools`, built once by
     /// [`tool_list`] and shared: over HTTP every session has a handler, and rebuilding the
-    /// list for each made a session cost as much memory as the whole listing.
+    /// list for each made a session cost as much memory as the whole listing. `states` is
+    /// shared the same way: a 2026-07-28 request has a handler of its own.
     pub(crate) fn with_tools(
         call_path: Arc<CallPath>,
         load_messages: Arc<Vec<String>>,
         settings: GatewaySettings,
         tools: Arc<Vec<Tool>>,
+        states: Arc<RequestStates>,
     ) -> Gateway {
         let ended = CancellationToken::new();
         Gateway {
@@ -307,8 +336,65 @@ impl Gateway {
             session: new_ulid(),
             settings,
             tools,
+            states,
         }
     }
+
+    /// What clients of 2026-07-28 read instead of log messages (`docs/protocol.md`): the
+    /// load report's warnings, each server's connection, and the latest warnings since.
+    fn status(&self) -> Json {
+        let registry = self.call_path.registry();
+        let servers: Vec<Json> = registry
+            .servers()
+            .map(|server| {
+                let (state, reason) = match registry.connection(server) {
+                    Some(Connection::Up(_)) => ("up", None),
+                    Some(Connection::Restarting { reason }) => ("restarting", Some(reason)),
+                    Some(Connection::Down { reason }) => ("down", Some(reason)),
+                    None => ("down", None),
+                };
+                let mut entry = json!({ "name": server, "state": state });
+                if let Some(reason) = reason {
+                    entry["reason"] = Json::String(reason);
+                }
+                entry
+            })
+            .collect();
+        let recent: Vec<Json> = registry
+            .recent_client_messages()
+            .into_iter()
+            .map(|(time_ms, message)| json!({ "time_ms": time_ms, "message": message }))
+            .collect();
+        json!({
+            "load": self.load_messages.as_ref(),
+            "servers": servers,
+            "recent": recent,
+        })
+    }
+}
+
+/// Whether a request speaks the 2026-07-28 revision or later (its `_meta`, or the version
+/// its stdio connection opened with), so it has no session and no server-to-client requests.
+fn stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// The form an approval is asked with: one boolean, `approve`, default `false`.
+pub(crate) fn approval_schema() -> Json {
+    json!({
+        "type": "object",
+        "properties": {
+            "approve": {
+                "type": "boolean",
+                "title": "Approve this call",
+                "description": "Let this one call with these exact arguments go ahead",
+                "default": false,
+            }
+        },
+        "required": ["approve"],
+    })
 }
 
 /// The registered tools of `call_path` as MCP `Tool`s, in the registry's order. The tool set
@@ -325,16 +411,25 @@ impl ServerHandler for Gateway {
             .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
     }
 
-    fn supported_protocol_versions(&self) -> Cow<'static, [rmcp::model::ProtocolVersion]> {
-        // Elicitation and log notifications need the session model of the versions with an
-        // `initialize` handshake.
-        Cow::Owned(
-            rmcp::model::ProtocolVersion::KNOWN_VERSIONS
-                .iter()
-                .filter(|v| v.as_str() <= crate::transport::PROTOCOL_VERSION)
-                .cloned()
-                .collect(),
-        )
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        // 2026-07-28 without sessions: approvals through `input_required`, status through
+        // `server/discover` (see the module documentation).
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, McpError> {
+        let mut result = DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        );
+        result
+            .meta
+            .get_or_insert_default()
+            .insert(String::from(STATUS_META_KEY), self.status());
+        Ok(result)
     }
 
     async fn list_tools(
@@ -455,11 +550,44 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let elicitation = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form);
-        let approver: Arc<dyn Approver> = if elicitation {
+        let stateless = stateless(&context);
+        // A 2026-07-28 client declares elicitation in each request's `_meta`, and is asked
+        // through `input_required`; a retry carries its answer and the `requestState`.
+        let retry = request
+            .request_state
+            .clone()
+            .filter(|_| stateless)
+            .map(|state| Retry {
+                state,
+                response: request
+                    .input_responses
+                    .as_ref()
+                    .and_then(|responses| responses.get(input_required::APPROVAL_INPUT))
+                    .cloned(),
+            });
+        let declares_form = |capabilities: Option<rmcp::model::ClientCapabilities>| {
+            capabilities
+                .and_then(|c| c.elicitation)
+                .is_some_and(|e| e.form.is_some() || e.url.is_none())
+        };
+        let input_required = (stateless
+            && (retry.is_some() || declares_form(context.client_capabilities())))
+        .then(|| {
+            Arc::new(InputRequiredApprover::new(
+                Arc::clone(&self.states),
+                self.settings.state_dir.clone(),
+                self.call_path.settings().approval_timeout,
+                retry,
+            ))
+        });
+        let elicitation = !stateless
+            && context
+                .peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form);
+        let approver: Arc<dyn Approver> = if let Some(approver) = &input_required {
+            approver.clone()
+        } else if elicitation {
             Arc::new(ElicitationApprover {
                 peer: context.peer.clone(),
             })
@@ -497,6 +625,12 @@ impl ServerHandler for Gateway {
         drop(ctx);
         if let Some(forwarder) = forwarder {
             let _ = forwarder.await;
+        }
+        if let Some(asked) = input_required
+            .as_ref()
+            .and_then(|approver| approver.input_required(elicitation_message))
+        {
+            return Ok(CallToolResponse::InputRequired(asked));
         }
         let result = match outcome {
             Some(result) => result.result,
@@ -581,18 +715,7 @@ impl Approver for ElicitationApprover {
             let params: ElicitRequestParams = match serde_json::from_value(json!({
                 "mode": "form",
                 "message": elicitation_message(&request),
-                "requestedSchema": {
-                    "type": "object",
-                    "properties": {
-                        "approve": {
-                            "type": "boolean",
-                            "title": "Approve this call",
-                            "description": "Let this one call with these exact arguments go ahead",
-                            "default": false,
-                        }
-                    },
-                    "required": ["approve"],
-                },
+                "requestedSchema": approval_schema(),
             })) {
                 Ok(params) => params,
                 Err(error) => {

@@ -30,6 +30,13 @@
 //! (rmcp numbers the gateway's requests from 0, so their ids are no secret). A session
 //! that is not one's own is indistinguishable from one that does not exist.
 //!
+//! **A 2026-07-28 request has no session** (MCP 2026-07-28, SEP-2567): rmcp serves a
+//! request that carries the revision's `_meta` and no `Mcp-Session-Id` on a handler made
+//! for it alone, after checking its `Mcp-Method` and `Mcp-Name` headers against its body
+//! (JSON-RPC -32020 on a mismatch); its principal is its own token's, and nothing it leaves
+//! behind ties its client to this gateway (see [`crate::gateway`] and `docs/protocol.md`).
+//! The session bounds below do not apply to it; the connection bounds do.
+//!
 //! **The listener keeps serving under abuse** ([`ListenLimits`]):
 //!
 //! - a client has `listen.header_read_timeout_ms` to send each request's head, also while
@@ -788,6 +795,7 @@ pub async fn serve_http(
     ));
     let load_messages = Arc::new(load_messages);
     let tools = crate::gateway::tool_list(&call_path);
+    let states = Arc::new(crate::gateway::input_required::RequestStates::default());
     let service = StreamableHttpService::new(
         move || {
             Ok(Gateway::with_tools(
@@ -795,6 +803,7 @@ pub async fn serve_http(
                 Arc::clone(&load_messages),
                 settings.clone(),
                 Arc::clone(&tools),
+                Arc::clone(&states),
             ))
         },
         Arc::clone(&sessions),

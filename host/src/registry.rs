@@ -4,8 +4,9 @@
 //! gets its connection replaced, and a tool whose pin it no longer matches is withdrawn,
 //! never added or changed.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
 
@@ -80,6 +81,10 @@ pub struct Registry {
     /// What the client should hear about after the load (a server failed, restarted,
     /// changed its tool list), as one-line warnings.
     client_messages: broadcast::Sender<String>,
+    /// The latest [`CLIENT_MESSAGES`] of them with their time (milliseconds since the Unix
+    /// epoch), for clients that are not connected when they are said (2026-07-28 clients
+    /// read them in `server/discover`).
+    recent: Mutex<VecDeque<(u64, String)>>,
     /// Why a tool the load kept out is absent, by the name it would have been exposed as.
     absent: BTreeMap<String, String>,
     /// Why a server has no tools, by the prefix of its exposed names (`server` + separator).
@@ -93,6 +98,7 @@ impl Default for Registry {
             upstreams: BTreeMap::new(),
             withdrawn: RwLock::new(BTreeMap::new()),
             client_messages: broadcast::Sender::new(CLIENT_MESSAGES),
+            recent: Mutex::new(VecDeque::with_capacity(CLIENT_MESSAGES)),
             absent: BTreeMap::new(),
             unavailable: BTreeMap::new(),
         }
@@ -222,14 +228,37 @@ impl Registry {
     /// [`Registry::client_messages`]), and to the log.
     pub fn tell_clients(&self, message: String) {
         tracing::warn!("{message}");
-        // No receiver is fine: nobody is connected to hear it.
-        let _ = self.client_messages.send(message);
+        self.tell_clients_only(message);
     }
 
     /// Sends a one-line warning to every client listening, without logging it (the caller
     /// logged it already).
     pub fn tell_clients_only(&self, message: String) {
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.len() >= CLIENT_MESSAGES {
+                recent.pop_front();
+            }
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0);
+            recent.push_back((now, message.clone()));
+        }
+        // No receiver is fine: nobody is connected to hear it.
         let _ = self.client_messages.send(message);
+    }
+
+    /// The latest warnings for clients (at most 64, oldest first), each with when it was
+    /// said in milliseconds since the Unix epoch: what a client that was not connected to
+    /// hear them reads (`server/discover` for 2026-07-28 clients).
+    pub fn recent_client_messages(&self) -> Vec<(u64, String)> {
+        self.recent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Warnings for the client after the load: a server failed, was restarted, gave up,

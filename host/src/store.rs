@@ -7,8 +7,10 @@
 //! Owner and mode are checked on the way in ([`StateDir::open`], [`StateDir::subdir`],
 //! [`check_private`]); what toolward creates is `0700` (folders) or `0600` (files).
 
+pub mod request_states;
 pub mod state_dir;
 
+pub use request_states::{LedgerError, Redemption, RequestStateLedger, StateDirLedger};
 pub use state_dir::{
     Key, StateDir, StateError, check_private, open_private_in, replace_private_in,
 };

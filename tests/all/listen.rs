@@ -4,10 +4,12 @@
 //! the principal of its calls. The positive path is spoken by toolward's own streamable HTTP
 //! client (`Upstream::connect_http`), the refusals by hand-written HTTP requests.
 //! `sessions` holds each session to the principal that opened it; `abuse` keeps the listener
-//! serving under idle sockets, too many connections or sessions, and no descriptors left.
+//! serving under idle sockets, too many connections or sessions, and no descriptors left;
+//! `stateless` serves 2026-07-28 clients without sessions.
 
 mod abuse;
 mod sessions;
+mod stateless;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -90,3 +90,134 @@ async fn a_server_of_2026_07_28_without_initialize_is_discovered_loaded_and_call
 async fn a_server_of_both_eras_is_spoken_to_in_the_newest() {
     assert_eq!(round_trip("2025-11-25,2026-07-28").await, "2026-07-28");
 }
+
+/// An rmcp client that declares form elicitation and approves every approval it is asked.
+struct Approving {
+    info: rmcp::model::ClientConfig,
+}
+
+impl rmcp::ClientHandler for Approving {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        self.info.clone()
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        let asked = serde_json::to_value(&request).unwrap();
+        assert!(
+            asked["message"]
+                .as_str()
+                .unwrap()
+                .contains("approve tool `r__echo` on server `r`"),
+            "{asked}"
+        );
+        Ok(
+            serde_json::from_value(json!({"action": "accept", "content": {"approve": true}}))
+                .unwrap(),
+        )
+    }
+}
+
+/// toolward (as `gateway::serve` runs it for `toolward serve`) in front of the rmcp server of
+/// 2025-11-25, its `echo` held for approval, spoken to by rmcp's own client in `lifecycle`;
+/// calls `echo` through it, approving through elicitation. Returns the version the client
+/// agreed and the audit's `approval-answered` record.
+async fn held_call_from_an_rmcp_client(
+    lifecycle: rmcp::service::ClientLifecycleMode,
+) -> (String, serde_json::Value) {
+    use rmcp::service::ClientServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.json"),
+        r#"{"servers": {"r": {"tools": {"echo": {"effect": "local-change"}}}}}"#,
+    )
+    .unwrap();
+    let config = Config::from_value(
+        json!({
+            "mcpServers": {"r": {"command": RMCP_SERVER, "args": ["2025-11-25"]}},
+            "rules": {"file": "rules.json"}, "manifest": "manifest.json", "state_dir": "state",
+            "audit": {"file": "state/audit.jsonl", "sync": "none"}, "principal": "tester"
+        }),
+        dir.path(),
+    )
+    .unwrap();
+    let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
+        .await
+        .unwrap();
+    pinned.manifest.write(&config.manifest).unwrap();
+    let toolward = Toolward::start(config).await.unwrap();
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let served = tokio::spawn(toolward::gateway::serve(
+        toolward.call_path().clone(),
+        Vec::new(),
+        toolward::gateway::GatewaySettings::from_config(toolward.config()),
+        server_end,
+    ));
+    let info = serde_json::from_value(json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"form": {}}},
+        "clientInfo": {"name": "rmcp-test-client", "version": "1"},
+    }))
+    .unwrap();
+    let client = Approving { info }
+        .serve_with_lifecycle(tokio::io::split(client_end), lifecycle)
+        .await
+        .unwrap();
+    let version = client
+        .peer_info()
+        .map(|info| info.protocol_version.to_string())
+        .unwrap_or_default();
+    let result = client
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("r__echo")
+                .with_arguments(json!({"text": "hi"}).as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    let result = serde_json::to_value(&result).unwrap();
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["content"][0]["text"], r#"{"text":"hi"}"#, "{result}");
+    client.cancel().await.unwrap();
+    let _ = served.await;
+    toolward.shutdown().await;
+    let audit = std::fs::read_to_string(dir.path().join("state/audit.jsonl")).unwrap();
+    let answered = audit
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .rfind(|record| record["kind"] == "approval-answered")
+        .unwrap();
+    (version, answered)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmcp_client_of_2026_07_28_discovers_and_approves_a_held_call_through_input_required() {
+    let (version, answered) =
+        held_call_from_an_rmcp_client(rmcp::service::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        })
+        .await;
+    assert_eq!(version, "2026-07-28");
+    assert_eq!(answered["decision"], "allow", "{answered}");
+    assert_eq!(
+        answered["answered_by"],
+        json!({"channel": "elicitation", "answerer": "tester"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmcp_client_of_2025_11_25_is_still_asked_through_elicitation_in_its_session() {
+    let (version, answered) =
+        held_call_from_an_rmcp_client(rmcp::service::ClientLifecycleMode::Initialize).await;
+    assert_eq!(version, "2025-11-25");
+    assert_eq!(answered["decision"], "allow", "{answered}");
+    assert!(
+        !answered["reason"]
+            .as_str()
+            .unwrap()
+            .contains("input_required"),
+        "{answered}"
+    );
+}

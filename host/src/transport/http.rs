@@ -27,6 +27,16 @@ const SESSION_ID: &str = "mcp-session-id";
 /// The header that carries the agreed protocol version.
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 
+/// The header that names a request's method, from 2026-07-28 (SEP-2243).
+const MCP_METHOD: &str = "mcp-method";
+
+/// The header that names the tool of a `tools/call` (or the prompt or resource), from
+/// 2026-07-28 (SEP-2243).
+const MCP_NAME: &str = "mcp-name";
+
+/// The first protocol version whose requests carry [`MCP_METHOD`] and [`MCP_NAME`].
+const STANDARD_HEADERS_VERSION: &str = "2026-07-28";
+
 /// The media type of a JSON answer.
 const JSON: &str = "application/json";
 
@@ -47,6 +57,8 @@ const RESERVED_HEADERS: &[&str] = &[
     "last-event-id",
     SESSION_ID,
     PROTOCOL_VERSION,
+    MCP_METHOD,
+    MCP_NAME,
     "transfer-encoding",
 ];
 
@@ -152,10 +164,23 @@ impl Endpoint {
         let mut builder = self.with_headers(self.client.post(self.url.clone()));
         // Before a version is agreed, the `server/discover` probe names its version in
         // `_meta`, and the 2026-07-28 revision wants the header to say the same.
-        if lock(&self.protocol_version).is_none()
-            && let Some(version) = probe_version(&message)
-        {
-            builder = builder.header(PROTOCOL_VERSION, version);
+        let agreed = lock(&self.protocol_version).clone();
+        let version = match agreed {
+            Some(version) => Some(version),
+            None => {
+                let probe = probe_version(&message);
+                if let Some(version) = &probe {
+                    builder = builder.header(PROTOCOL_VERSION, version.clone());
+                }
+                probe
+            }
+        };
+        // 2026-07-28 asks for the method and name in headers too, so that a load balancer
+        // can route without reading the body; the server checks they match it.
+        if version.is_some_and(|v| v.as_bytes() >= STANDARD_HEADERS_VERSION.as_bytes()) {
+            for (name, value) in standard_headers(&message) {
+                builder = builder.header(name, value);
+            }
         }
         builder
             .header(header::CONTENT_TYPE, JSON)
@@ -317,6 +342,77 @@ fn probe_version(message: &[u8]) -> Option<HeaderValue> {
         .get(super::META_PROTOCOL_VERSION)?
         .as_str()?;
     HeaderValue::from_str(version).ok()
+}
+
+/// The `Mcp-Method` and `Mcp-Name` headers of a request (SEP-2243): the method, and for
+/// `tools/call` and `prompts/get` the `name` (`uri` for resources), Base64-wrapped
+/// (`=?base64?…?=`) when it is not plain printable ASCII. None for a response or a
+/// notification without a method.
+fn standard_headers(message: &[u8]) -> Vec<(&'static str, HeaderValue)> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        name: Option<String>,
+        uri: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message {
+        method: Option<String>,
+        params: Option<Params>,
+    }
+    let Ok(Message {
+        method: Some(method),
+        params,
+    }) = serde_json::from_slice::<Message>(message)
+    else {
+        return Vec::new();
+    };
+    let mut headers = Vec::new();
+    if let Ok(value) = HeaderValue::from_str(&method) {
+        headers.push((MCP_METHOD, value));
+    }
+    let name = params.and_then(|params| match method.as_str() {
+        "tools/call" | "prompts/get" => params.name,
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => params.uri,
+        _ => None,
+    });
+    if let Some(name) = name {
+        let wrap = name.starts_with([' ', '\t'])
+            || name.ends_with([' ', '\t'])
+            || !name.bytes().all(|b| (0x20..0x7f).contains(&b))
+            || (name.starts_with("=?base64?") && name.ends_with("?="));
+        let text = if wrap {
+            format!("=?base64?{}?=", base64(name.as_bytes()))
+        } else {
+            name
+        };
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            headers.push((MCP_NAME, value));
+        }
+    }
+    headers
+}
+
+/// Standard Base64 with padding (RFC 4648, section 4), for [`standard_headers`].
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (index, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if index <= chunk.len() {
+                let digit = usize::try_from((n >> shift) & 63).unwrap_or(0);
+                out.push(char::from(ALPHABET.get(digit).copied().unwrap_or(b'=')));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 async fn exchange_request(

@@ -655,3 +655,46 @@ async fn a_header_toolward_sets_itself_is_refused_before_anything_is_sent() {
     assert!(!error.to_string().contains("forged"), "{error}");
     assert!(fixture.seen().is_empty());
 }
+
+#[test]
+fn standard_headers_name_the_method_and_the_tool_and_wrap_what_a_header_cannot_hold() {
+    let headers = |message: Value| {
+        super::standard_headers(message.to_string().as_bytes())
+            .into_iter()
+            .map(|(name, value)| (name, value.to_str().unwrap().to_owned()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        headers(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"name": "not this"}}})),
+        [
+            ("mcp-method", String::from("tools/call")),
+            ("mcp-name", String::from("echo"))
+        ]
+    );
+    assert_eq!(
+        headers(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})),
+        [("mcp-method", String::from("tools/list"))]
+    );
+    // RFC 4648's test vectors, and a name no header can hold as it is.
+    for (plain, encoded) in [
+        ("", ""),
+        ("f", "Zg=="),
+        ("fo", "Zm8="),
+        ("foo", "Zm9v"),
+        ("foob", "Zm9vYg=="),
+        ("fooba", "Zm9vYmE="),
+        ("foobar", "Zm9vYmFy"),
+    ] {
+        assert_eq!(super::base64(plain.as_bytes()), encoded);
+    }
+    assert_eq!(
+        headers(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "café", "arguments": {}}})),
+        [
+            ("mcp-method", String::from("tools/call")),
+            ("mcp-name", String::from("=?base64?Y2Fmw6k=?="))
+        ]
+    );
+    assert!(headers(json!({"jsonrpc": "2.0", "id": 4, "result": {}})).is_empty());
+}
