@@ -676,7 +676,7 @@ mod facts_agree {
     use proptest::prelude::*;
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig::with_cases(16))]
 
         /// The default component and the native table (`Rules::decide_with_facts`) decide alike
         /// on any limits and any facts, missing and malformed ones included.

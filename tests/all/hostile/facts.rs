@@ -67,7 +67,6 @@ fn serve_calls(bin: &Path, config: &Path, who: &str, calls: u64) -> Vec<Value> {
                     "params": {"name": "s__work", "arguments": {"who": who, "n": id}}}));
         results.push(answer(id)["result"].clone());
     }
-    drop(send);
     // End of input ends the gateway.
     drop(stdin);
     gateway.wait().unwrap();
