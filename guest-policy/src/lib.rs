@@ -92,7 +92,12 @@ impl PolicyGuest for Component {
         let Some(rules) = DECIDE_RULES.get() else {
             return Decision::Deny("the policy was not configured".to_owned());
         };
-        match rules.decide(&call.server, &call.tool, from_wit(call.effect)) {
+        let facts: Vec<(&str, &str)> = call
+            .facts
+            .iter()
+            .map(|fact| (fact.name.as_str(), fact.value.as_str()))
+            .collect();
+        match rules.decide_with_facts(&call.server, &call.tool, from_wit(call.effect), &facts) {
             TableDecision::Allow => Decision::Allow,
             TableDecision::Deny(reason) => Decision::Deny(reason),
             TableDecision::Hold(reason) => Decision::Hold(reason),

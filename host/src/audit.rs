@@ -388,6 +388,14 @@ pub struct AuditEvent {
     /// that leaves it `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub components: Option<ComponentHashes>,
+    /// `decision` only: the `time-ms` the policy saw (milliseconds since the Unix epoch), so
+    /// that the decision can be replayed exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_time_ms: Option<u64>,
+    /// `decision` only: the facts the policy saw (`docs/facts.md`), fact name to count,
+    /// such as `{"tool.forwarded.minute": 3, ...}`; `{}` when it was given none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<std::collections::BTreeMap<String, u64>>,
     /// The decision (policy verdict or approval answer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<AuditDecision>,
@@ -443,6 +451,8 @@ impl AuditEvent {
             arguments_sha256: None,
             arguments: None,
             components: None,
+            policy_time_ms: None,
+            facts: None,
             decision: None,
             reason: None,
             answered_by: None,

@@ -63,6 +63,7 @@ use crate::component::{CallView, Decision, Policy};
 use crate::config::{self, Config};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
+use crate::store::facts::{Change, FactKeys, FactStore, Facts};
 use crate::transport::Upstream;
 
 /// How often a held call sends a progress notification while it waits for an approval, when
@@ -308,6 +309,19 @@ pub enum CallError {
         /// The audit log's message.
         reason: String,
     },
+    /// The fact counters the decision needs could not be read (`docs/facts.md`): no
+    /// decision is made without its facts.
+    #[error(
+        "the call of tool `{tool}` on server `{server}` was refused because its facts could not be read: {reason}"
+    )]
+    Facts {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The store's message.
+        reason: String,
+    },
     /// The server of the tool has no live connection.
     #[error("server `{server}` of tool `{tool}` is not connected: {reason}")]
     NotConnected {
@@ -391,6 +405,7 @@ pub struct CallPath {
     settings: CallSettings,
     components: ComponentHashes,
     validators: HashMap<String, OnceLock<ToolValidators>>,
+    facts: Option<Arc<dyn FactStore>>,
 }
 
 impl fmt::Debug for CallPath {
@@ -429,7 +444,17 @@ impl CallPath {
             settings,
             components,
             validators,
+            facts: None,
         }
+    }
+
+    /// Counts calls in `store` and gives every decision its facts (`docs/facts.md`).
+    /// Without a store, decisions get no facts: a policy limit then cannot be checked and
+    /// denies.
+    #[must_use]
+    pub fn with_facts(mut self, store: Arc<dyn FactStore>) -> Self {
+        self.facts = Some(store);
+        self
     }
 
     /// The registry the path calls into.
@@ -765,7 +790,24 @@ impl Run<'_> {
             canonical::to_canonical(&Value::from_serde_json(&Json::Object(arguments.clone())));
         let arguments_sha256 = canonical::sha256_hex(canonical_arguments.as_bytes());
 
-        // Step 4: the decision.
+        // Step 4: the decision, on the facts read (and this call reserved) at its time.
+        let time_ms = now_ms();
+        let keys = FactKeys::of(
+            &tool.server,
+            &tool.upstream_name,
+            &self.ctx.principal,
+            &self.ctx.session,
+        );
+        let facts = match &self.path.facts {
+            Some(store) => store.reserve(&keys, time_ms).await.map_err(|error| {
+                refused(CallError::Facts {
+                    tool: name(),
+                    server: server(),
+                    reason: error.to_string(),
+                })
+            })?,
+            None => Facts::default(),
+        };
         let view = CallView {
             id: self.call_id.clone(),
             server: server(),
@@ -775,8 +817,8 @@ impl Run<'_> {
             arguments_sha256: arguments_sha256.clone(),
             principal: self.ctx.principal.clone(),
             session: self.ctx.session.clone(),
-            time_ms: now_ms(),
-            facts: Vec::new(),
+            time_ms,
+            facts: facts.to_pairs(),
         };
         // Inline, not on the blocking pool: a decision takes microseconds
         // (`benches/decide.rs`), less than the hop to another thread and back, and fuel
@@ -797,6 +839,15 @@ impl Run<'_> {
         };
         event.decision = Some(verdict);
         event.reason = reason;
+        event.policy_time_ms = Some(time_ms);
+        event.facts = Some(facts.as_map().clone());
+        // The reservation stands for an allowed call; a held one counts as held, a denied
+        // one not at all.
+        match &decision {
+            Decision::Allow => {}
+            Decision::Deny(_) => self.count(&keys, time_ms, Change::Release).await,
+            Decision::Hold(_) => self.count(&keys, time_ms, Change::Hold).await,
+        }
         // Written (and synced) with what follows it: `forwarded`, `approval-asked` or the
         // refusal, before that action.
         self.stage(event);
@@ -842,6 +893,7 @@ impl Run<'_> {
                     ApprovalAnswer::Approved => {
                         event.decision = Some(AuditDecision::Allow);
                         event.reason = Some(format!("approved ({})", answer.by));
+                        self.count(&keys, now_ms(), Change::Forward).await;
                         None
                     }
                     ApprovalAnswer::Denied(reason) => {
@@ -917,6 +969,17 @@ impl Run<'_> {
         }
         self.finished = true;
         Ok((result, outcome))
+    }
+
+    /// Settles this call's counts; a store that fails leaves them off by this call (the
+    /// decision stands), which is logged.
+    async fn count(&self, keys: &FactKeys, at_ms: u64, change: Change) {
+        let Some(store) = &self.path.facts else {
+            return;
+        };
+        if let Err(error) = store.record(keys, at_ms, change).await {
+            tracing::warn!(call_id = %self.call_id, "cannot count call `{}` ({change:?}): {error}", self.call_id);
+        }
     }
 
     /// Asks the approver, bounded by the approval timeout, sending progress meanwhile.

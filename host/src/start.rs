@@ -59,6 +59,9 @@ pub enum StartFailure {
     /// The state folder cannot be opened or trusted (another owner, access for others).
     #[error(transparent)]
     State(#[from] crate::store::StateError),
+    /// The fact counters in the state folder cannot be opened (`docs/facts.md`).
+    #[error(transparent)]
+    Facts(#[from] crate::store::facts::FactError),
 }
 
 /// A started toolward: the registered tools of every configured server behind the
@@ -152,7 +155,8 @@ impl Toolward {
             Some(Arc::clone(&audit)),
             CallSettings::from_config(&config),
             hashes,
-        );
+        )
+        .with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?));
         Ok(Toolward {
             audit,
             session: crate::call::new_ulid(),

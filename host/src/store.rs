@@ -6,8 +6,12 @@
 //! once: a `cap_std::fs::Dir`, so no path component and no symlink inside it leads outside.
 //! Owner and mode are checked on the way in ([`StateDir::open`], [`StateDir::subdir`],
 //! [`check_private`]); what toolward creates is `0700` (folders) or `0600` (files).
+//!
+//! The fact counters ([`facts`]) live behind the [`facts::FactStore`] interface, with the
+//! state folder's implementation in [`facts::state_dir`].
 
 pub mod request_states;
+pub mod facts;
 pub mod state_dir;
 
 pub use request_states::{LedgerError, Redemption, RequestStateLedger, StateDirLedger};

@@ -16,7 +16,7 @@
 //!       "tools": {
 //!         "read_file": { "effect": "read-only" },
 //!         "write_file": { "effect": "local-change", "allow_hint_mismatch": true,
-//!                         "decision": "hold" },
+//!                         "decision": "hold", "limits": { "forwarded_per_minute": 30 } },
 //!         "edit_file": { "effect": "local-change", "fix": { "dryRun": true } }
 //!       }
 //!     }
@@ -28,6 +28,15 @@
 //! for the effect, the file's `decisions` entry for the effect, and the built-in default
 //! ([`DEFAULT_TABLE`]: read-only allow, local-change hold, remote-change hold, destructive
 //! deny).
+//!
+//! **Limits.** A tool rule and a server may carry `limits`: at most so many calls
+//! `forwarded_per_minute`, `forwarded_per_hour`, `held_per_minute`, `held_per_hour`, counted
+//! over the tool (`tool.*` facts) or over every tool of the server (`server.*` facts) from the
+//! facts the host puts in the call (`docs/facts.md`). A call whose verdict is `allow` or
+//! `hold` (so it may be forwarded) is denied when a `forwarded_*` count has reached its limit;
+//! a call whose verdict is `hold` is denied when a `held_*` count has reached its limit. A
+//! limit whose fact is missing or is not a non-negative integer denies (fail closed). See
+//! [`Rules::decide_with_facts`].
 #![deny(missing_docs)]
 
 use serde_json::{Map, Value};
@@ -142,12 +151,98 @@ pub struct ToolRule {
     pub allow_hint_mismatch: bool,
     /// The verdict for this tool, overriding the tables.
     pub decision: Option<Verdict>,
+    /// Limits on the calls of this tool, counted by the host's `tool.*` facts.
+    pub limits: Limits,
 }
+
+/// Which calls a [`Limit`] counts (the `{outcome}` part of a fact's name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Counted {
+    /// Calls forwarded to the server (allowed, or held and then approved).
+    Forwarded,
+    /// Calls the policy held for approval.
+    Held,
+}
+
+impl Counted {
+    /// The spelling in fact names and limit keys: `forwarded`, `held`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Counted::Forwarded => "forwarded",
+            Counted::Held => "held",
+        }
+    }
+}
+
+/// Over how long a [`Limit`] counts (the `{window}` part of a fact's name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Per {
+    /// The last minute (sliding, `docs/facts.md`).
+    Minute,
+    /// The last hour (sliding).
+    Hour,
+}
+
+impl Per {
+    /// The spelling in fact names and limit keys: `minute`, `hour`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Per::Minute => "minute",
+            Per::Hour => "hour",
+        }
+    }
+}
+
+/// One limit: at most `max` calls that are `counted` per `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// Which calls count.
+    pub counted: Counted,
+    /// The window.
+    pub per: Per,
+    /// The most calls allowed in the window; a call is denied once the count is `max`.
+    pub max: u64,
+}
+
+impl Limit {
+    /// The rules file's key for this limit (`forwarded_per_minute`, ...).
+    pub fn key(&self) -> String {
+        format!("{}_per_{}", self.counted.as_str(), self.per.as_str())
+    }
+}
+
+impl fmt::Display for Limit {
+    /// `30 forwarded calls per minute`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let calls = if self.max == 1 { "call" } else { "calls" };
+        write!(
+            f,
+            "{} {} {calls} per {}",
+            self.max,
+            self.counted.as_str(),
+            self.per.as_str()
+        )
+    }
+}
+
+/// The limits of a tool or a server (`limits` in the rules file), in the order of
+/// [`LIMIT_KEYS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Limits(pub Vec<Limit>);
+
+/// The keys of a `limits` object, with what each counts.
+pub const LIMIT_KEYS: [(&str, Counted, Per); 4] = [
+    ("forwarded_per_minute", Counted::Forwarded, Per::Minute),
+    ("forwarded_per_hour", Counted::Forwarded, Per::Hour),
+    ("held_per_minute", Counted::Held, Per::Minute),
+    ("held_per_hour", Counted::Held, Per::Hour),
+];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct ServerRules {
     tools: BTreeMap<String, ToolRule>,
     decisions: [Option<Verdict>; 4],
+    limits: Limits,
 }
 
 /// A parsed rules file.
@@ -288,6 +383,30 @@ fn is_unclassified(value: &Value, path: &str) -> Result<bool, RulesError> {
     Ok(true)
 }
 
+fn limits_of(value: &Value, path: &str) -> Result<Limits, RulesError> {
+    let map = object(value, path)?;
+    let keys: Vec<&str> = LIMIT_KEYS.iter().map(|(key, _, _)| *key).collect();
+    only_keys(map, path, &keys)?;
+    let mut limits = Vec::new();
+    for (key, counted, per) in LIMIT_KEYS {
+        let Some(value) = map.get(key) else { continue };
+        let max = value.as_u64().ok_or_else(|| {
+            fault(
+                &join(path, key),
+                format!(
+                    "expected a non-negative integer (a count of calls), found {}",
+                    match value {
+                        Value::Number(n) => format!("{n}"),
+                        other => type_name(other).to_owned(),
+                    }
+                ),
+            )
+        })?;
+        limits.push(Limit { counted, per, max });
+    }
+    Ok(Limits(limits))
+}
+
 fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
     let map = object(value, path)?;
     only_keys(
@@ -300,6 +419,7 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
             "description",
             "allow_hint_mismatch",
             "decision",
+            "limits",
         ],
     )?;
     let effect_path = join(path, "effect");
@@ -381,6 +501,10 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         .get("decision")
         .map(|v| verdict_of(v, &join(path, "decision")))
         .transpose()?;
+    let limits = match map.get("limits") {
+        Some(value) => limits_of(value, &join(path, "limits"))?,
+        None => Limits::default(),
+    };
     Ok(ToolRule {
         effect,
         deny,
@@ -388,6 +512,7 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         description,
         allow_hint_mismatch,
         decision,
+        limits,
     })
 }
 
@@ -412,10 +537,14 @@ impl Rules {
             for (server, rules) in object(value, "servers")? {
                 let path = join("servers", server);
                 let server_map = object(rules, &path)?;
-                only_keys(server_map, &path, &["tools", "decisions"])?;
+                only_keys(server_map, &path, &["tools", "decisions", "limits"])?;
                 let decisions = match server_map.get("decisions") {
                     Some(value) => table(value, &join(&path, "decisions"))?,
                     None => [None; 4],
+                };
+                let limits = match server_map.get("limits") {
+                    Some(value) => limits_of(value, &join(&path, "limits"))?,
+                    None => Limits::default(),
                 };
                 let mut tools = BTreeMap::new();
                 if let Some(value) = server_map.get("tools") {
@@ -428,7 +557,14 @@ impl Rules {
                         tools.insert(tool.clone(), tool_rule(rule, &here)?);
                     }
                 }
-                servers.insert(server.clone(), ServerRules { tools, decisions });
+                servers.insert(
+                    server.clone(),
+                    ServerRules {
+                        tools,
+                        decisions,
+                        limits,
+                    },
+                );
             }
         }
         Ok(Rules { servers, decisions })
@@ -475,18 +611,93 @@ impl Rules {
         )
     }
 
-    /// The decision on a call, with a reason that names the effect and the source of the
-    /// verdict.
+    /// The decision on a call without facts: [`Rules::decide_with_facts`] with none, so a
+    /// call that a limit applies to is denied (its count cannot be checked).
     pub fn decide(&self, server: &str, tool: &str, effect: Effect) -> Decision {
+        self.decide_with_facts(server, tool, effect, &[])
+    }
+
+    /// The decision on a call, with a reason that names the effect and the source of the
+    /// verdict, or the limit that denied it and the count.
+    ///
+    /// `facts` are the call's facts (WIT `call.facts`, `docs/facts.md`): a dotted name such
+    /// as `tool.forwarded.minute` and its value as JSON text. The verdict of the tables
+    /// comes first: `deny` denies whatever the counts. Then, for an `allow` or `hold`
+    /// verdict, the tool's limits (against the `tool.*` facts) and then the server's (against
+    /// the `server.*` facts), each in the order of [`LIMIT_KEYS`]: a `forwarded_*` limit
+    /// denies once its count has reached the limit; a `held_*` limit does so only for a call
+    /// that would be held. A limit whose fact is absent, or whose value is not a
+    /// non-negative integer in JSON's spelling, denies (fail closed).
+    pub fn decide_with_facts(
+        &self,
+        server: &str,
+        tool: &str,
+        effect: Effect,
+        facts: &[(&str, &str)],
+    ) -> Decision {
         let (verdict, source) = self.verdict(server, tool, effect);
+        if verdict == Verdict::Deny {
+            return Decision::Deny(format!("effect `{effect}` is denied by {source}"));
+        }
+        let server_rules = self.servers.get(server);
+        let tool_limits = server_rules.and_then(|s| s.tools.get(tool)).map(|rule| {
+            (
+                &rule.limits,
+                "tool",
+                format!("tool `{tool}` of server `{server}`"),
+            )
+        });
+        let server_limits =
+            server_rules.map(|s| (&s.limits, "server", format!("server `{server}`")));
+        for (limits, scope, what) in tool_limits.into_iter().chain(server_limits) {
+            for limit in &limits.0 {
+                if limit.counted == Counted::Held && verdict != Verdict::Hold {
+                    continue;
+                }
+                let name = format!("{scope}.{}.{}", limit.counted.as_str(), limit.per.as_str());
+                let count = facts
+                    .iter()
+                    .find(|(fact, _)| *fact == name)
+                    .map(|(_, value)| parse_count(value));
+                match count {
+                    Some(Some(count)) if count < limit.max => {}
+                    Some(Some(count)) => {
+                        return Decision::Deny(format!(
+                            "limit `{limit}` on {what} reached: {count} in the last {}",
+                            limit.per.as_str()
+                        ));
+                    }
+                    Some(None) => {
+                        return Decision::Deny(format!(
+                            "limit `{limit}` on {what} cannot be checked: fact `{name}` is not a non-negative integer"
+                        ));
+                    }
+                    None => {
+                        return Decision::Deny(format!(
+                            "limit `{limit}` on {what} cannot be checked: the host gave no fact `{name}`"
+                        ));
+                    }
+                }
+            }
+        }
         match verdict {
             Verdict::Allow => Decision::Allow,
-            Verdict::Deny => Decision::Deny(format!("effect `{effect}` is denied by {source}")),
             Verdict::Hold => {
                 Decision::Hold(format!("effect `{effect}` needs approval by {source}"))
             }
+            Verdict::Deny => Decision::Deny(format!("effect `{effect}` is denied by {source}")),
         }
     }
+}
+
+/// A count as a fact's JSON text spells it: a non-negative integer in JSON's grammar (no
+/// sign, no leading zero, no fraction or exponent) that fits `u64`.
+pub fn parse_count(text: &str) -> Option<u64> {
+    let digits = text.as_bytes();
+    let canonical = !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits.len() == 1 || digits.first() != Some(&b'0'));
+    if canonical { text.parse().ok() } else { None }
 }
 
 #[cfg(test)]
@@ -647,5 +858,145 @@ mod tests {
         assert!(rule.allow_hint_mismatch);
         assert!(rules.tool_rule("fs", "read_file").is_none());
         assert!(rules.tool_rule("other", "edit_file").is_none());
+    }
+
+    const LIMITED: &str = r#"{"servers": {"fs": {
+        "limits": {"forwarded_per_hour": 100},
+        "tools": {
+          "write_file": {"effect": "local-change", "decision": "allow",
+                         "limits": {"forwarded_per_minute": 30}},
+          "move_file": {"effect": "local-change", "limits": {"held_per_minute": 2}},
+          "delete": {"effect": "destructive", "limits": {"forwarded_per_minute": 1}}}}}}"#;
+
+    fn facts(tool_minute: &str, server_hour: &str) -> Vec<(String, String)> {
+        vec![
+            ("tool.forwarded.minute".into(), tool_minute.into()),
+            ("tool.held.minute".into(), "0".into()),
+            ("server.forwarded.hour".into(), server_hour.into()),
+        ]
+    }
+
+    fn decide(rules: &Rules, tool: &str, effect: Effect, facts: &[(String, String)]) -> Decision {
+        let pairs: Vec<(&str, &str)> = facts
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        rules.decide_with_facts("fs", tool, effect, &pairs)
+    }
+
+    #[test]
+    fn a_tool_limit_denies_once_its_count_is_reached_naming_the_limit_and_the_count() {
+        let rules = Rules::parse(LIMITED).unwrap();
+        assert_eq!(
+            decide(&rules, "write_file", Effect::LocalChange, &facts("29", "5")),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&rules, "write_file", Effect::LocalChange, &facts("30", "5")),
+            Decision::Deny(
+                "limit `30 forwarded calls per minute` on tool `write_file` of server `fs` reached: 30 in the last minute"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_server_limit_counts_every_tool_of_the_server() {
+        let rules = Rules::parse(LIMITED).unwrap();
+        assert_eq!(
+            decide(
+                &rules,
+                "write_file",
+                Effect::LocalChange,
+                &facts("0", "100")
+            ),
+            Decision::Deny(
+                "limit `100 forwarded calls per hour` on server `fs` reached: 100 in the last hour"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_held_limit_applies_only_to_calls_that_would_be_held() {
+        let rules = Rules::parse(LIMITED).unwrap();
+        let mut held = facts("0", "0");
+        held[1].1 = "2".into();
+        assert!(matches!(
+            decide(&rules, "move_file", Effect::LocalChange, &held),
+            Decision::Deny(reason) if reason.contains("`2 held calls per minute`")
+        ));
+        // The same count does not deny a call the table allows.
+        let allowing = Rules::parse(&LIMITED.replace(
+            r#""move_file": {"effect": "local-change","#,
+            r#""move_file": {"effect": "local-change", "decision": "allow","#,
+        ))
+        .unwrap();
+        assert_eq!(
+            decide(&allowing, "move_file", Effect::LocalChange, &held),
+            Decision::Allow
+        );
+    }
+
+    #[test]
+    fn a_denied_effect_is_denied_by_the_table_whatever_the_counts() {
+        let rules = Rules::parse(LIMITED).unwrap();
+        assert_eq!(
+            decide(&rules, "delete", Effect::Destructive, &facts("0", "0")),
+            Decision::Deny("effect `destructive` is denied by the default decision table".into())
+        );
+    }
+
+    #[test]
+    fn a_limit_without_its_fact_or_with_a_malformed_one_denies() {
+        let rules = Rules::parse(LIMITED).unwrap();
+        assert!(matches!(
+            rules.decide("fs", "write_file", Effect::LocalChange),
+            Decision::Deny(reason) if reason.contains("the host gave no fact `tool.forwarded.minute`")
+        ));
+        for bad in ["-1", "1.0", "01", "+1", "\"1\"", "", "18446744073709551616"] {
+            assert!(
+                matches!(
+                    decide(&rules, "write_file", Effect::LocalChange, &facts(bad, "0")),
+                    Decision::Deny(reason) if reason.contains("is not a non-negative integer")
+                ),
+                "{bad}"
+            );
+        }
+        // Tools and servers without limits need no facts.
+        let plain =
+            Rules::parse(r#"{"servers": {"fs": {"tools": {"t": {"effect": "read-only"}}}}}"#)
+                .unwrap();
+        assert_eq!(plain.decide("fs", "t", Effect::ReadOnly), Decision::Allow);
+    }
+
+    #[test]
+    fn limits_take_only_known_keys_and_counts() {
+        let cases = [
+            (
+                r#"{"servers": {"fs": {"limits": {"forwarded_per_day": 1}}}}"#,
+                "servers.fs.limits.forwarded_per_day: unknown key",
+            ),
+            (
+                r#"{"servers": {"fs": {"tools": {"t": {"effect": "read-only", "limits": {"held_per_hour": -1}}}}}}"#,
+                "servers.fs.tools.t.limits.held_per_hour: expected a non-negative integer (a count of calls), found -1",
+            ),
+            (
+                r#"{"servers": {"fs": {"tools": {"t": {"effect": "read-only", "limits": {"held_per_hour": 1.5}}}}}}"#,
+                "servers.fs.tools.t.limits.held_per_hour: expected a non-negative integer",
+            ),
+            (
+                r#"{"servers": {"fs": {"limits": []}}}"#,
+                "servers.fs.limits: expected an object",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = Rules::parse(text).unwrap_err().to_string();
+            assert!(err.starts_with(expected), "{text}: got {err:?}");
+        }
+        let rules = Rules::parse(LIMITED).unwrap();
+        let limit = rules.tool_rule("fs", "write_file").unwrap().limits.0[0];
+        assert_eq!(limit.to_string(), "30 forwarded calls per minute");
+        assert_eq!(limit.key(), "forwarded_per_minute");
     }
 }

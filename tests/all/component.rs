@@ -659,3 +659,59 @@ async fn the_config_guest_section_bounds_the_components_and_a_refusal_names_the_
     let toolward = toolward::Toolward::start(roomy).await.unwrap();
     assert!(toolward.call_path().registry().get("s__echo").is_some());
 }
+
+/// Rules with a limit of each kind on `fs`'s `write_file` and on the server, the tool's
+/// verdict and the limits' counts from the test.
+fn limited_rules(verdict: &str, limits: [u64; 4]) -> String {
+    let [fm, fh, hm, hh] = limits;
+    serde_json::json!({"servers": {"fs": {
+        "limits": {"forwarded_per_hour": fh, "held_per_minute": hm},
+        "tools": {"write_file": {"effect": "local-change", "decision": verdict,
+            "limits": {"forwarded_per_minute": fm, "held_per_hour": hh}}}}}})
+    .to_string()
+}
+
+mod facts_agree {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+
+        /// The default component and the native table (`Rules::decide_with_facts`) decide alike
+        /// on any limits and any facts, missing and malformed ones included.
+        #[test]
+        fn the_guest_and_the_native_table_decide_identically_on_any_facts(
+            verdict in proptest::sample::select(vec!["allow", "hold", "deny"]),
+            limits in proptest::array::uniform4(0u64..6),
+            counts in proptest::collection::vec(
+                proptest::option::of(proptest::prop_oneof![
+                    (0u64..8).prop_map(|n| n.to_string()),
+                    proptest::sample::select(vec!["-1".to_owned(), "01".to_owned(), "1.5".to_owned()]),
+                ]),
+                8,
+            ),
+        ) {
+            let rules = limited_rules(verdict, limits);
+            let policy = host().configure_policy(&default_component(), &rules).unwrap();
+            let native = toolward_policy_table::Rules::parse(&rules).unwrap();
+            let names = [
+                "tool.forwarded.minute", "tool.forwarded.hour", "tool.held.minute", "tool.held.hour",
+                "server.forwarded.minute", "server.forwarded.hour", "server.held.minute", "server.held.hour",
+            ];
+            let facts: Vec<(String, String)> = names
+                .iter()
+                .zip(&counts)
+                .filter_map(|(name, count)| count.clone().map(|count| ((*name).to_owned(), count)))
+                .collect();
+            let mut view = call("fs", "write_file", Effect::LocalChange);
+            view.facts = facts.clone();
+            let pairs: Vec<(&str, &str)> =
+                facts.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            proptest::prop_assert_eq!(
+                policy.decide(&view),
+                native.decide_with_facts("fs", "write_file", Effect::LocalChange, &pairs)
+            );
+        }
+    }
+}

@@ -7,6 +7,7 @@
 mod confine;
 mod drift;
 mod durability;
+mod facts;
 mod hidden_text;
 mod listings;
 mod policy_faults;

@@ -128,9 +128,17 @@ impl PolicyGuest for Component {
         let Some(settings) = SETTINGS.get() else {
             return Decision::Deny("the policy was not configured".to_owned());
         };
-        let table = settings
-            .rules
-            .decide(&call.server, &call.tool, from_wit(call.effect));
+        let facts: Vec<(&str, &str)> = call
+            .facts
+            .iter()
+            .map(|fact| (fact.name.as_str(), fact.value.as_str()))
+            .collect();
+        let table = settings.rules.decide_with_facts(
+            &call.server,
+            &call.tool,
+            from_wit(call.effect),
+            &facts,
+        );
         let own = match call.effect {
             Effect::LocalChange | Effect::Destructive => check_paths(settings, &call),
             Effect::RemoteChange => check_urls(settings, &call),
