@@ -194,7 +194,7 @@ pub(crate) struct Gateway {
     load_messages: Arc<Vec<String>>,
     session: String,
     settings: GatewaySettings,
-    queue: Arc<QueueApprover>,
+    queue: Arc<dyn Approver>,
     tools: Arc<Vec<Tool>>,
     /// Cancelled when the session ends, that is when its last handler is dropped: what the
     /// session started for its client (the forwarding of later messages) ends with it, and
@@ -298,10 +298,13 @@ impl Gateway {
         Gateway {
             _cancel_when_dropped: Arc::new(ended.clone().drop_guard()),
             ended,
-            queue: Arc::new(
-                QueueApprover::new(settings.state_dir.clone())
-                    .with_audit(call_path.audit().cloned()),
-            ),
+            // The start's approvals store (PostgreSQL for a fleet), else the state folder's.
+            queue: call_path.queue().cloned().unwrap_or_else(|| {
+                Arc::new(
+                    QueueApprover::new(settings.state_dir.clone())
+                        .with_audit(call_path.audit().cloned()),
+                )
+            }),
             call_path,
             load_messages,
             session: new_ulid(),

@@ -7,8 +7,13 @@
 //! Owner and mode are checked on the way in ([`StateDir::open`], [`StateDir::subdir`],
 //! [`check_private`]); what toolward creates is `0700` (folders) or `0600` (files).
 
+pub mod approvals;
+pub mod audit;
+pub mod postgres;
 pub mod state_dir;
 
+pub use approvals::{ApprovalStore, StateDirApprovals};
+pub use audit::AuditStore;
 pub use state_dir::{
     Key, StateDir, StateError, check_private, open_private_in, replace_private_in,
 };
