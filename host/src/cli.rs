@@ -888,7 +888,11 @@ async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode,
                 .await
                 .map_err(failure)?;
             drop(out);
-            audit_verify(&file, Some((head, PathBuf::from(store.name()))), json)
+            audit_verify(
+                &file,
+                Some((head, PathBuf::from(store.name().trim_matches('`')))),
+                json,
+            )
         }
         .await;
         let _ = std::fs::remove_dir_all(&dir);

@@ -22,4 +22,5 @@ mod real;
 mod real_load;
 mod restart;
 mod state;
+mod store_contract;
 mod support;

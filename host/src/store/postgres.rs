@@ -253,20 +253,40 @@ impl PgStore {
             .map_err(|e| self.query_error("commit the schema", e))
     }
 
-    pub(crate) fn connect_error(&self, error: impl fmt::Display) -> PgError {
+    pub(crate) fn connect_error(&self, error: impl std::error::Error) -> PgError {
         PgError::Connect {
             store: self.name.to_string(),
-            reason: error.to_string(),
+            reason: with_causes(&error),
         }
     }
 
-    pub(crate) fn query_error(&self, action: &'static str, error: impl fmt::Display) -> PgError {
+    pub(crate) fn query_error(
+        &self,
+        action: &'static str,
+        error: impl std::error::Error,
+    ) -> PgError {
         PgError::Query {
             store: self.name.to_string(),
             action,
-            reason: error.to_string(),
+            reason: with_causes(&error),
         }
     }
+}
+
+/// `error` and its causes, `: `-separated (the driver's own message often leaves out why,
+/// such as `connection refused`).
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let more = next.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = next.source();
+    }
+    text
 }
 
 /// `postgres://HOST:PORT/DATABASE`, in backticks: no user, no password.

@@ -25,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use deadpool_postgres::Pool;
 use tokio::sync::mpsc;
 
-use super::{PgError, PgStore, STATEMENT_TIMEOUT};
+use super::{PgError, PgStore, STATEMENT_TIMEOUT, with_causes};
 use crate::audit::{
     AuditError, AuditEvent, AuditHead, AuditRecord, ComponentHashes, MAX_RECORD_BYTES,
 };
@@ -108,7 +108,9 @@ impl PgAudit {
             })
             .map_err(|e| store.connect_error(e))?;
         let ready = ready_rx.await.unwrap_or_else(|_| {
-            Err(store.connect_error("the audit writer thread ended before connecting"))
+            Err(PgError::Stopped {
+                store: store.name().to_owned(),
+            })
         });
         let audit = PgAudit {
             store: store.clone(),
@@ -309,14 +311,14 @@ async fn commit(
         .get()
         .await
         .map_err(|e| store.connect_error(e).to_string())?;
-    let tx = client.transaction().await.map_err(|e| e.to_string())?;
+    let tx = client.transaction().await.map_err(|e| with_causes(&e))?;
     let row = tx
         .query_one(
             "SELECT next_seq, last_hash FROM toolward_audit_head WHERE id = 1 FOR UPDATE",
             &[],
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| with_causes(&e))?;
     let mut next: i64 = row.get(0);
     let mut prev: String = row.get(1);
     let mut seqs: Vec<i64> = Vec::new();
@@ -341,14 +343,14 @@ async fn commit(
         &[&seqs, &lines],
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| with_causes(&e))?;
     tx.execute(
         "UPDATE toolward_audit_head SET next_seq = $1, last_hash = $2 WHERE id = 1",
         &[&next, &prev],
     )
     .await
-    .map_err(|e| e.to_string())?;
-    tx.commit().await.map_err(|e| e.to_string())?;
+    .map_err(|e| with_causes(&e))?;
+    tx.commit().await.map_err(|e| with_causes(&e))?;
     Ok((
         replies,
         AuditHead {
