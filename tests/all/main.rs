@@ -10,6 +10,7 @@
 mod approvals;
 mod call;
 mod component;
+mod fleet;
 mod gateway;
 mod hostile;
 mod http;

@@ -1,0 +1,376 @@
+//! A fleet end to end, through the `toolward` binary: two `serve --listen` gateways on one
+//! PostgreSQL database (`TOOLWARD_TEST_DATABASE_URL`; see `store_contract` for when the test
+//! fails or skips without it).
+//!
+//! - a call held on one gateway is listed and approved through the other's config;
+//! - many calls alternated between the two by a client that does not care which answers
+//!   (one 2025-11-25 session per gateway; a call that fails on one is made on the other),
+//!   with `kill -9` of one gateway mid-run; afterwards `toolward audit verify --config`
+//!   passes on the database, and every call the server received has its `decision` and
+//!   `forwarded` records, in that order;
+//! - the database stopped while a gateway serves: calls fail closed with a tool error naming
+//!   the store, the server receives nothing, and calls go through again once it is back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolward::config::Config;
+use toolward::transport::{HttpSpec, TransportLimits, Upstream};
+
+use crate::store_contract::test_database_url;
+use crate::support::{FAKE_SERVER, toolward_binary};
+
+const TOKEN: &str = "fleet-0123456789abcdef0123456789abcdef";
+
+/// Calls of the full run; `TOOLWARD_FLEET_CALLS` sets fewer while developing.
+fn calls_in_run() -> usize {
+    std::env::var("TOOLWARD_FLEET_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// A folder with the fake server `s` (`echo` read-only, `write` local-change: held), its
+/// rules, a manifest, and configs `gw1.json`, `gw2.json` on the database `url`, each with its
+/// own state folder.
+struct Fleet {
+    dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    async fn new(url: &str) -> Fleet {
+        let fleet = Fleet {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let dir = fleet.dir.path();
+        std::fs::write(dir.join("calls.jsonl"), "").unwrap();
+        std::fs::write(
+            dir.join("s.json"),
+            json!({
+                "pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}, {"name": "write", "description": "Writes.", "inputSchema": {"type": "object"}}]}"#],
+                "calls_log": dir.join("calls.jsonl"),
+            })
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("rules.json"),
+            r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}, "write": {"effect": "local-change"}}}}}"#,
+        )
+        .unwrap();
+        for n in 1..=2 {
+            let document = json!({
+                "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+                "rules": {"file": "rules.json"}, "manifest": "manifest.json",
+                "state_dir": format!("state{n}"),
+                "servers_dir": format!("servers{n}"),
+                "audit": {"file": format!("state{n}/audit.jsonl"), "record_arguments": true},
+                "store": {"postgres": url},
+                "listen": {"tokens": {"fleet": TOKEN}},
+                "limits": {"approval_timeout_ms": 30000, "call_timeout_ms": 20000},
+            });
+            std::fs::write(dir.join(format!("gw{n}.json")), document.to_string()).unwrap();
+        }
+        let config = Config::from_path(&dir.join("gw1.json")).unwrap();
+        let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
+            .await
+            .unwrap();
+        assert!(pinned.failures.is_empty(), "{:?}", pinned.failures);
+        pinned.manifest.write(&config.manifest).unwrap();
+        fleet
+    }
+
+    fn config(&self, n: usize) -> PathBuf {
+        self.dir.path().join(format!("gw{n}.json"))
+    }
+
+    /// Runs `toolward ARGS --config gwN.json`; its exit status and standard output.
+    fn toolward(&self, n: usize, args: &[&str]) -> (bool, String) {
+        let output = Command::new(toolward_binary().unwrap())
+            .args(args)
+            .arg("--config")
+            .arg(self.config(n))
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned()
+                + &String::from_utf8_lossy(&output.stderr),
+        )
+    }
+
+    /// The arguments of every call the server received.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Every record in the database (`toolward audit export`).
+    fn records(&self) -> Vec<Value> {
+        let out = self.dir.path().join("export.jsonl");
+        let (ok, text) = self.toolward(1, &["audit", "export", "--out", out.to_str().unwrap()]);
+        assert!(ok, "audit export failed: {text}");
+        std::fs::read_to_string(out)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+}
+
+/// A `toolward serve --listen` process, killed when dropped.
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Gateway {
+    fn start(config: &Path) -> Gateway {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(toolward_binary().unwrap())
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--config",
+            ])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (ready, wait) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("toolward serves") {
+                    let _ = ready.send(());
+                }
+            }
+        });
+        wait.recv_timeout(Duration::from_secs(60))
+            .expect("the gateway did not start serving");
+        Gateway {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    async fn client(&self) -> Upstream {
+        let spec = HttpSpec {
+            url: self.url.clone(),
+            headers: BTreeMap::from([(String::from("Authorization"), format!("Bearer {TOKEN}"))]),
+        };
+        Upstream::connect_http("gateway", &spec, &TransportLimits::default())
+            .await
+            .unwrap()
+    }
+
+    fn kill(&mut self) {
+        // SIGKILL: no shutdown, nothing flushed that was not already committed.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn call(client: &Upstream, tool: &str, arguments: Value) -> Result<Value, String> {
+    client
+        .call_tool(
+            tool,
+            arguments.as_object().cloned().unwrap(),
+            Duration::from_secs(40),
+            None,
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateways_on_one_database_keep_one_chain_through_a_kill_and_share_approvals() {
+    let Some(url) = test_database_url("fleet") else {
+        return;
+    };
+    let fleet = Fleet::new(&url).await;
+    let gw1 = Gateway::start(&fleet.config(1));
+    let mut gw2 = Gateway::start(&fleet.config(2));
+    let c1 = Arc::new(gw1.client().await);
+    let c2 = Arc::new(gw2.client().await);
+    let run = toolward::call::new_ulid();
+
+    // A call held on gateway 1, approved through gateway 2's config.
+    let held = tokio::spawn({
+        let c1 = Arc::clone(&c1);
+        let run = run.clone();
+        async move { call(&c1, "s__write", json!({"run": run, "held": true})).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let call_id = loop {
+        let (ok, text) = fleet.toolward(2, &["approvals", "list", "--json"]);
+        assert!(ok, "approvals list failed: {text}");
+        let listed: Vec<Value> =
+            serde_json::from_str(&text[..text.rfind(']').unwrap() + 1]).unwrap();
+        if let Some(entry) = listed
+            .iter()
+            .find(|e| e["arguments"].as_str().is_some_and(|a| a.contains(&run)))
+        {
+            break entry["call_id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the held call was never listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (ok, text) = fleet.toolward(2, &["approvals", "approve", &call_id]);
+    assert!(ok, "approve failed: {text}");
+    let (ok, _) = fleet.toolward(1, &["approvals", "approve", &call_id]);
+    assert!(!ok, "a second answer was accepted");
+    let result = held.await.unwrap().unwrap();
+    assert_eq!(result["isError"], json!(false), "{result}");
+
+    // Many calls, alternated, one gateway killed halfway.
+    let total = calls_in_run();
+    let done = Arc::new(AtomicUsize::new(0));
+    let workers = 8;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (c1, c2, done, run) = (
+            Arc::clone(&c1),
+            Arc::clone(&c2),
+            Arc::clone(&done),
+            run.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut served = [0usize; 2];
+            for i in (w..total).step_by(workers) {
+                let arguments = json!({"run": run, "n": i});
+                let first = i % 2;
+                let order = [first, 1 - first];
+                let mut answered = false;
+                for g in order {
+                    let client = if g == 0 { &c1 } else { &c2 };
+                    if let Ok(result) = call(client, "s__echo", arguments.clone()).await
+                        && result["isError"] == json!(false)
+                    {
+                        served[g] += 1;
+                        answered = true;
+                        break;
+                    }
+                }
+                assert!(answered, "call {i} was answered by neither gateway");
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+            served
+        }));
+    }
+    while done.load(Ordering::SeqCst) < total / 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    gw2.kill();
+    let mut served = [0usize; 2];
+    for task in tasks {
+        let s = task.await.unwrap();
+        served[0] += s[0];
+        served[1] += s[1];
+    }
+    assert_eq!(served[0] + served[1], total);
+    assert!(served[1] > 0 && served[0] > served[1], "served: {served:?}");
+
+    // The chain verifies, from either gateway's config.
+    let (ok, text) = fleet.toolward(1, &["audit", "verify"]);
+    assert!(ok, "audit verify --config failed: {text}");
+    assert!(
+        text.contains("chain intact") && text.contains(": matches"),
+        "{text}"
+    );
+
+    // Every call the server received has its decision and its forwarded record, in order.
+    let records = fleet.records();
+    let mut seen: HashMap<String, Vec<(u64, String)>> = HashMap::new();
+    let mut by_arguments: HashMap<String, Vec<String>> = HashMap::new();
+    for record in &records {
+        let Some(id) = record["call_id"].as_str() else {
+            continue;
+        };
+        seen.entry(id.to_owned()).or_default().push((
+            record["seq"].as_u64().unwrap(),
+            record["kind"].as_str().unwrap().to_owned(),
+        ));
+        if record["kind"] == "call-received"
+            && let Some(arguments) = record["arguments"].as_str()
+            && arguments.contains(&run)
+        {
+            by_arguments
+                .entry(arguments.to_owned())
+                .or_default()
+                .push(id.to_owned());
+        }
+    }
+    // Nothing forwarded without its decision before it.
+    for (id, kinds) in &seen {
+        let at = |kind: &str| kinds.iter().find(|(_, k)| k == kind).map(|(seq, _)| *seq);
+        if let Some(forwarded) = at("forwarded") {
+            let decision = at("decision")
+                .unwrap_or_else(|| panic!("call {id} was forwarded without a decision"));
+            assert!(
+                decision < forwarded,
+                "call {id}: forwarded before its decision"
+            );
+        }
+    }
+    // Every call the server received (a call retried after the kill may arrive twice, each
+    // time from its own call) has a forwarded record.
+    let mut received: HashMap<String, usize> = HashMap::new();
+    for arguments in fleet.received().iter().filter(|a| a["run"] == json!(run)) {
+        let text = toolward::canonical::to_canonical(&toolward::canonical::Value::from_serde_json(
+            arguments,
+        ));
+        *received.entry(text).or_default() += 1;
+    }
+    assert_eq!(
+        received.len(),
+        total + 1,
+        "the server received every call of the run, and the held one"
+    );
+    for (text, count) in &received {
+        let ids = by_arguments
+            .get(text)
+            .unwrap_or_else(|| panic!("the server received {text} without a call-received record"));
+        let forwarded = ids
+            .iter()
+            .filter(|id| seen[*id].iter().any(|(_, k)| k == "forwarded"))
+            .count();
+        assert!(
+            forwarded >= *count,
+            "the server received {text} {count} times, {forwarded} forwarded records"
+        );
+    }
+    let answered = records
+        .iter()
+        .find(|r| r["kind"] == "approval-answered" && r["call_id"] == json!(call_id))
+        .expect("no approval-answered record");
+    assert_eq!(
+        answered["answered_by"]["answerer"],
+        json!(toolward::approval::current_os_user().name)
+    );
+    drop(c1);
+    drop(gw1);
+}
