@@ -4,6 +4,7 @@
 #
 #   eval "$(bash scripts/postgres.sh start)"   # exports TOOLWARD_TEST_DATABASE_URL
 #   bash scripts/postgres.sh stop              # stops it and removes the folder
+#   bash scripts/postgres.sh pause|resume      # stops it / starts it again, same port
 #
 # The folder is $TOOLWARD_PG_DIR (default: $TMPDIR or /tmp, `toolward-pg`). PostgreSQL
 # refuses to run as root, so as root (CI) the server runs as the `postgres` system user
@@ -36,6 +37,12 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+start_server() {
+  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+    -o "-p $1 -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" \
+    start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+}
+
 case "${1:-}" in
   start)
     if [ -f "$dir/url" ] && as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
@@ -51,9 +58,8 @@ case "${1:-}" in
     port="$(free_port)"
     as_owner "$bin/initdb" -D "$dir/data" -U toolward -A trust --no-sync >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
-    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on" \
-      start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    echo "$port" >"$dir/port"
+    start_server "$port"
     as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U toolward toolward
     url="postgres://toolward@127.0.0.1:$port/toolward"
     echo "$url" >"$dir/url.tmp" && mv "$dir/url.tmp" "$dir/url"
@@ -68,8 +74,14 @@ case "${1:-}" in
   url)
     cat "$dir/url"
     ;;
+  pause)
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+    ;;
+  resume)
+    start_server "$(cat "$dir/port")"
+    ;;
   *)
-    echo "usage: $0 start|stop|url" >&2
+    echo "usage: $0 start|stop|url|pause|resume" >&2
     exit 2
     ;;
 esac

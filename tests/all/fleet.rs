@@ -374,3 +374,151 @@ async fn two_gateways_on_one_database_keep_one_chain_through_a_kill_and_share_ap
     drop(c1);
     drop(gw1);
 }
+
+/// A PostgreSQL of the test's own (`scripts/postgres.sh` in a folder of its own), so that
+/// stopping it does not stop the other tests' database. Stopped and removed when dropped.
+struct OwnDatabase {
+    dir: PathBuf,
+    url: String,
+}
+
+impl OwnDatabase {
+    fn start() -> OwnDatabase {
+        // Directly under /tmp: as root the server runs as `postgres`, which must reach it.
+        let dir = std::env::temp_dir().join(format!("toolward-pg-{}", toolward::call::new_ulid()));
+        let output = Self::script(&dir, "start");
+        let url = output
+            .split('\'')
+            .nth(1)
+            .unwrap_or_else(|| panic!("scripts/postgres.sh start printed no URL: {output}"))
+            .to_owned();
+        OwnDatabase { dir, url }
+    }
+
+    fn script(dir: &Path, command: &str) -> String {
+        let output = Command::new("bash")
+            .arg(crate::support::repo().join("scripts/postgres.sh"))
+            .arg(command)
+            .env("TOOLWARD_PG_DIR", dir)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "scripts/postgres.sh {command} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn pause(&self) {
+        Self::script(&self.dir, "pause");
+    }
+
+    fn resume(&self) {
+        Self::script(&self.dir, "resume");
+    }
+}
+
+impl Drop for OwnDatabase {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(crate::support::repo().join("scripts/postgres.sh"))
+            .arg("stop")
+            .env("TOOLWARD_PG_DIR", &self.dir)
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_closed_naming_the_store_while_the_database_is_down_and_resume_after() {
+    if test_database_url("database down").is_none() {
+        return;
+    }
+    let db = OwnDatabase::start();
+    let fleet = Fleet::new(&db.url).await;
+    let gw = Gateway::start(&fleet.config(1));
+    let client = gw.client().await;
+    let ok = call(&client, "s__echo", json!({"step": "before"}))
+        .await
+        .unwrap();
+    assert_eq!(ok["isError"], json!(false), "{ok}");
+
+    db.pause();
+    let received = fleet.received().len();
+    let port = db
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let store = format!("PostgreSQL store `postgres://127.0.0.1:{port}/toolward`");
+    for step in 0..3 {
+        let refused = call(&client, "s__echo", json!({"step": "down", "n": step}))
+            .await
+            .unwrap();
+        assert_eq!(refused["isError"], json!(true), "{refused}");
+        let text = refused["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains(&store),
+            "the refusal does not name the store: {text}"
+        );
+    }
+    assert_eq!(
+        fleet.received().len(),
+        received,
+        "a call went through without its record"
+    );
+
+    db.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let result = call(&client, "s__echo", json!({"step": "after"}))
+            .await
+            .unwrap();
+        if result["isError"] == json!(false) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "calls did not resume: {result}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (ok, text) = fleet.toolward(1, &["audit", "verify"]);
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn start_refuses_an_unreachable_database_naming_it_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.json"),
+        r#"{"servers": {"s": {"tools": {}}}}"#,
+    )
+    .unwrap();
+    let config = json!({
+        "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+        "rules": {"file": "rules.json"}, "manifest": "manifest.json", "state_dir": "state",
+        "store": {"postgres": "${FLEET_TEST_URL}"},
+    });
+    std::fs::write(dir.path().join("toolward.json"), config.to_string()).unwrap();
+    let output = Command::new(toolward_binary().unwrap())
+        .args(["serve", "--config"])
+        .arg(dir.path().join("toolward.json"))
+        .env(
+            "FLEET_TEST_URL",
+            "postgres://fleet:s3cret-pass@127.0.0.1:1/audit_db",
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("PostgreSQL store `postgres://127.0.0.1:1/audit_db`: cannot connect"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("s3cret-pass"),
+        "the password was printed: {stderr}"
+    );
+}
