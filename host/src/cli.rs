@@ -193,6 +193,15 @@ enum AuditCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Start the config's PostgreSQL audit chain (empty) from a state folder's log FILE: every
+    /// record kept as it is, so the chain and its hashes continue (docs/fleet.md).
+    Import {
+        /// The config file (its `store.postgres`).
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// The state folder's audit log (JSONL).
+        file: PathBuf,
+    },
     /// Continue the config's log as it is when it no longer matches its head (`serve` refuses
     /// to start on it): appends a `recovered` record saying how it differed, and makes its
     /// end the head. Run `audit verify --config` first to see what is missing.
@@ -389,6 +398,9 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Audit {
             command: AuditCommand::Export { config, out },
         } => audit_export(&config, out.as_deref()).await,
+        Command::Audit {
+            command: AuditCommand::Import { config, file },
+        } => audit_import(&config, &file).await,
         Command::Policy {
             command:
                 PolicyCommand::Inspect {
@@ -952,6 +964,27 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
     };
     sink.flush().map_err(failure)?;
     eprintln!("exported {} records, last hash {}", head.records, head.hash);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit import --config FILE`.
+async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+        return Err(usage(anyhow!(
+            "`{}` names no `store.postgres`: `audit import` moves a log into a PostgreSQL store",
+            config_path.display()
+        )));
+    };
+    let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+    let head = toolward::store::postgres::audit::import(&store, file)
+        .await
+        .map_err(failure)?;
+    println!(
+        "imported `{}` into PostgreSQL store {}: head {head}",
+        file.display(),
+        store.name()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

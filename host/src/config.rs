@@ -1981,6 +1981,40 @@ mod tests {
     }
 
     #[test]
+    fn store_postgres_url_is_expanded_from_the_environment_and_kept_out_of_debug_output() {
+        let mut value = with_servers(json!({ "gh": { "command": "gh-mcp" } }));
+        value["store"] = json!({ "postgres": "${DATABASE_URL}" });
+        let env = |name: &str| match name {
+            "DATABASE_URL" => Ok("postgres://tw:s3cret@db.internal/toolward".to_owned()),
+            _ => Err(VarError::NotPresent),
+        };
+        let config = Config::from_value_with_env(value.clone(), &base(), &env).unwrap();
+        assert_eq!(
+            config.store,
+            StoreConfig::Postgres {
+                url: "postgres://tw:s3cret@db.internal/toolward".to_owned()
+            }
+        );
+        assert!(!format!("{config:?}").contains("s3cret"));
+        // Without the variable: an error naming it.
+        let err = Config::from_value_with_env(value.clone(), &base(), &no_env).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::MissingEnvVar { variable, .. } if variable == "DATABASE_URL"),
+            "{err}"
+        );
+        // A store that names nothing, or a key it does not know.
+        value["store"] = json!({ "postgress": "x" });
+        let err = Config::from_value_with_env(value, &base(), &env).unwrap_err();
+        assert!(
+            err.to_string().starts_with("store.postgress: unknown key"),
+            "{err}"
+        );
+        // Absent: the state folder.
+        let config = load(with_servers(json!({ "gh": { "command": "gh-mcp" } }))).unwrap();
+        assert_eq!(config.store, StoreConfig::StateDir);
+    }
+
+    #[test]
     fn missing_env_var_names_server_key_and_variable() {
         let err = load(with_servers(json!({
             "github": { "command": "gh", "env": { "GITHUB_TOKEN": "${TOOLWARD_TEST_UNSET_VARIABLE}" } }
@@ -2559,6 +2593,7 @@ mod tests {
         assert_eq!(keys(&schema), sorted(TOP_KEYS));
         assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
         assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+        assert_eq!(keys(&schema["$defs"]["store"]), sorted(STORE_KEYS));
         assert_eq!(keys(&schema["properties"]["confine"]), sorted(CONFINE_KEYS));
         let server_confine = &schema["$defs"]["server"]["properties"]["confine"]["oneOf"];
         let mut both = keys(&server_confine[0]);

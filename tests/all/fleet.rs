@@ -522,3 +522,128 @@ fn start_refuses_an_unreachable_database_naming_it_without_the_password() {
         "the password was printed: {stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_folder_log_imported_into_an_empty_database_continues_as_one_chain() {
+    if test_database_url("audit import").is_none() {
+        return;
+    }
+    let db = OwnDatabase::start();
+    let fleet = Fleet::new(&db.url).await;
+    // A state folder's log of five records.
+    let state = fleet.dir.path().join("old-state");
+    let log = state.join("audit.jsonl");
+    {
+        let dir = toolward::store::StateDir::open(&state).unwrap();
+        let old = toolward::audit::AuditLog::open_with_head(
+            &log,
+            toolward::audit::AuditSync::Always,
+            &dir,
+        )
+        .unwrap();
+        for _ in 0..5 {
+            old.append(toolward::audit::AuditEvent::new(
+                toolward::audit::AuditKind::Load,
+            ))
+            .unwrap();
+        }
+    }
+    let before = toolward::audit::verify(&log).unwrap();
+    let (ok, text) = fleet.toolward(1, &["audit", "import", log.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let (ok, text) = fleet.toolward(1, &["audit", "verify"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "5 records, chain intact, last hash {}",
+            before.last_hash
+        )),
+        "{text}"
+    );
+    // The database's chain is no longer empty: a second import is refused.
+    let (ok, text) = fleet.toolward(1, &["audit", "import", log.to_str().unwrap()]);
+    assert!(!ok && text.contains("already holds 5 records"), "{text}");
+    // Records written after the import continue the imported chain.
+    let store = toolward::store::postgres::PgStore::new(&db.url).unwrap();
+    {
+        use toolward::store::AuditStore as _;
+        let audit = toolward::store::postgres::PgAudit::open(&store)
+            .await
+            .unwrap();
+        let seq = audit
+            .append(toolward::audit::AuditEvent::new(
+                toolward::audit::AuditKind::Load,
+            ))
+            .unwrap();
+        assert_eq!(seq, 5);
+    }
+    let out = fleet.dir.path().join("after.jsonl");
+    let (ok, text) = fleet.toolward(1, &["audit", "export", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let report = toolward::audit::verify(&out).unwrap();
+    assert!(report.is_intact() && report.records == 6, "{report:?}");
+    assert!(
+        std::fs::read(&out)
+            .unwrap()
+            .starts_with(&std::fs::read(&log).unwrap())
+    );
+}
+
+/// Calls per second of `clients` (a call goes to `clients[i % len]`), `workers` at once.
+async fn calls_per_second(clients: &[Arc<Upstream>], total: usize, workers: usize) -> f64 {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let clients = clients.to_vec();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..total).step_by(workers) {
+                let client = &clients[i % clients.len()];
+                let result = call(client, "s__echo", json!({"n": i})).await.unwrap();
+                assert_eq!(result["isError"], json!(false), "{result}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The measurement the fleet's note reports: run with
+/// `cargo test --test all calls_per_second -- --ignored --nocapture` (and
+/// `TOOLWARD_FLEET_CALLS`, default 1000, `TOOLWARD_FLEET_WORKERS`, default 16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement, not a check: run it with --ignored --nocapture"]
+async fn calls_per_second_of_two_gateways_on_one_database_against_one_on_its_state_folder() {
+    let Some(url) = test_database_url("calls per second") else {
+        return;
+    };
+    let fleet = Fleet::new(&url).await;
+    let mut single: Value =
+        serde_json::from_str(&std::fs::read_to_string(fleet.config(1)).unwrap()).unwrap();
+    single.as_object_mut().unwrap().remove("store");
+    single["state_dir"] = json!("state0");
+    single["servers_dir"] = json!("servers0");
+    single["audit"] = json!({"file": "state0/audit.jsonl", "sync": "always"});
+    std::fs::write(fleet.dir.path().join("gw0.json"), single.to_string()).unwrap();
+    let total = calls_in_run();
+    let workers = std::env::var("TOOLWARD_FLEET_WORKERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(16);
+
+    let gw0 = Gateway::start(&fleet.dir.path().join("gw0.json"));
+    let c0 = Arc::new(gw0.client().await);
+    calls_per_second(&[Arc::clone(&c0)], workers, workers).await; // warm up
+    let state_folder = calls_per_second(&[c0], total, workers).await;
+    drop(gw0);
+
+    let gw1 = Gateway::start(&fleet.config(1));
+    let gw2 = Gateway::start(&fleet.config(2));
+    let clients = [Arc::new(gw1.client().await), Arc::new(gw2.client().await)];
+    calls_per_second(&clients, workers, workers).await; // warm up
+    let database = calls_per_second(&clients, total, workers).await;
+    println!(
+        "{total} calls, {workers} at once: one gateway on its state folder (audit.sync always): {state_folder:.0} calls/s; two gateways on one PostgreSQL: {database:.0} calls/s"
+    );
+}

@@ -92,6 +92,26 @@ pub enum PgError {
         /// The store.
         store: String,
     },
+    /// `audit import` into a database whose chain already has records.
+    #[error(
+        "PostgreSQL store {store}: its audit chain already holds {records} records; `audit import` only starts an empty chain: import into a new database"
+    )]
+    NotEmpty {
+        /// The store.
+        store: String,
+        /// Records already there.
+        records: u64,
+    },
+    /// `audit import` of a log that is not an intact chain.
+    #[error(
+        "audit log `{path}` cannot be imported: {reason}; check it with `toolward audit verify`"
+    )]
+    Import {
+        /// The log.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The database holds a newer schema than this toolward knows.
     #[error(
         "PostgreSQL store {store}: schema version {found} is newer than this toolward's {SCHEMA_VERSION}: upgrade toolward"

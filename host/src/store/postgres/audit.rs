@@ -446,3 +446,77 @@ pub async fn export(
         .map_err(|e| store.query_error("write the export", e))?;
     Ok(head)
 }
+
+/// Starts the database's empty chain from the state folder's log at `log`: every line
+/// inserted as it is (same `seq`, same bytes, so the same hashes) and the head row set to
+/// the log's end, in one transaction. Returns the new head.
+///
+/// # Errors
+///
+/// [`PgError::Import`] when the log cannot be read or its chain is broken;
+/// [`PgError::NotEmpty`] when the database's chain has records; [`PgError`] naming the store
+/// otherwise.
+pub async fn import(store: &PgStore, log: &std::path::Path) -> Result<AuditHead, PgError> {
+    let import_error = |reason: String| PgError::Import {
+        path: log.to_path_buf(),
+        reason,
+    };
+    let report = crate::audit::verify(log).map_err(|e| import_error(e.to_string()))?;
+    if let Some(brk) = &report.first_break {
+        return Err(import_error(format!("its chain is broken: {brk}")));
+    }
+    let bytes = std::fs::read(log).map_err(|e| import_error(e.to_string()))?;
+    let lines: Vec<&[u8]> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .collect();
+    let pool = store.pool()?;
+    store.prepare(&pool).await?;
+    let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| store.query_error("begin the import", e))?;
+    let row = tx
+        .query_one(
+            "SELECT next_seq FROM toolward_audit_head WHERE id = 1 FOR UPDATE",
+            &[],
+        )
+        .await
+        .map_err(|e| store.query_error("lock the audit head", e))?;
+    let next: i64 = row.get(0);
+    if next != 0 {
+        return Err(PgError::NotEmpty {
+            store: store.name().to_owned(),
+            records: u64::try_from(next).unwrap_or_default(),
+        });
+    }
+    let page = usize::try_from(EXPORT_PAGE_ROWS).unwrap_or(10_000);
+    for (chunk_index, chunk) in lines.chunks(page).enumerate() {
+        let first = i64::try_from(chunk_index * page).unwrap_or(i64::MAX);
+        let seqs: Vec<i64> = (0..chunk.len())
+            .map(|i| first + i64::try_from(i).unwrap_or(i64::MAX))
+            .collect();
+        let rows: Vec<&[u8]> = chunk.to_vec();
+        tx.execute(
+            "INSERT INTO toolward_audit (seq, line) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
+            &[&seqs, &rows],
+        )
+        .await
+        .map_err(|e| store.query_error("insert imported records", e))?;
+    }
+    let records = i64::try_from(report.records).unwrap_or(i64::MAX);
+    tx.execute(
+        "UPDATE toolward_audit_head SET next_seq = $1, last_hash = $2 WHERE id = 1",
+        &[&records, &report.last_hash],
+    )
+    .await
+    .map_err(|e| store.query_error("move the audit head", e))?;
+    tx.commit()
+        .await
+        .map_err(|e| store.query_error("commit the import", e))?;
+    Ok(AuditHead {
+        records: report.records,
+        hash: report.last_hash,
+    })
+}
