@@ -363,9 +363,9 @@ async fn commit(
 /// The lines of `events` chained after `seq` and `prev`, each within [`MAX_RECORD_BYTES`].
 fn encode(events: &[AuditEvent], seq: i64, prev: &str, time: u64) -> Result<Vec<Vec<u8>>, String> {
     let mut lines = Vec::with_capacity(events.len());
-    let mut seq = u64::try_from(seq).map_err(|e| e.to_string())?;
+    let first = u64::try_from(seq).map_err(|e| e.to_string())?;
     let mut prev = prev.to_owned();
-    for event in events {
+    for (seq, event) in (first..).zip(events) {
         let record = AuditRecord {
             seq,
             time,
@@ -381,7 +381,6 @@ fn encode(events: &[AuditEvent], seq: i64, prev: &str, time: u64) -> Result<Vec<
             ));
         }
         prev = sha256_hex(&line);
-        seq += 1;
         lines.push(line);
     }
     Ok(lines)
