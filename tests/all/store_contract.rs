@@ -41,7 +41,7 @@ pub enum Stores {
     /// A state folder (and its audit log) in a temporary folder.
     StateDir(tempfile::TempDir),
     /// A PostgreSQL database.
-    Postgres(PgStore),
+    Postgres(Box<PgStore>),
 }
 
 impl Stores {
@@ -50,7 +50,7 @@ impl Stores {
     }
 
     fn postgres(test: &str) -> Option<Stores> {
-        test_database_url(test).map(|url| Stores::Postgres(PgStore::new(&url).unwrap()))
+        test_database_url(test).map(|url| Stores::Postgres(Box::new(PgStore::new(&url).unwrap())))
     }
 
     fn state(&self) -> PathBuf {
