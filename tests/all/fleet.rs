@@ -49,16 +49,20 @@ impl Fleet {
             dir: tempfile::tempdir().unwrap(),
         };
         let dir = fleet.dir.path();
-        std::fs::write(dir.join("calls.jsonl"), "").unwrap();
-        std::fs::write(
-            dir.join("s.json"),
-            json!({
-                "pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}, {"name": "write", "description": "Writes.", "inputSchema": {"type": "object"}}]}"#],
-                "calls_log": dir.join("calls.jsonl"),
-            })
-            .to_string(),
-        )
-        .unwrap();
+        // One scenario and one calls log per gateway: two servers appending to one file
+        // could interleave their lines.
+        for n in 1..=2 {
+            std::fs::write(dir.join(format!("calls{n}.jsonl")), "").unwrap();
+            std::fs::write(
+                dir.join(format!("s{n}.json")),
+                json!({
+                    "pages": [r#"{"tools": [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "object"}}, {"name": "write", "description": "Writes.", "inputSchema": {"type": "object"}}]}"#],
+                    "calls_log": dir.join(format!("calls{n}.jsonl")),
+                })
+                .to_string(),
+            )
+            .unwrap();
+        }
         std::fs::write(
             dir.join("rules.json"),
             r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}, "write": {"effect": "local-change"}}}}}"#,
@@ -66,7 +70,7 @@ impl Fleet {
         .unwrap();
         for n in 1..=2 {
             let document = json!({
-                "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+                "mcpServers": {"s": {"command": FAKE_SERVER, "args": [format!("s{n}.json")]}},
                 "rules": {"file": "rules.json"}, "manifest": "manifest.json",
                 "state_dir": format!("state{n}"),
                 "servers_dir": format!("servers{n}"),
@@ -90,7 +94,21 @@ impl Fleet {
         self.dir.path().join(format!("gw{n}.json"))
     }
 
-    /// Runs `toolward ARGS --config gwN.json`; its exit status and standard output.
+    /// Runs `toolward ARGS --config gwN.json`; its exit status and standard output alone.
+    fn toolward_stdout(&self, n: usize, args: &[&str]) -> (bool, String) {
+        let output = Command::new(toolward_binary().unwrap())
+            .args(args)
+            .arg("--config")
+            .arg(self.config(n))
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    }
+
+    /// Runs `toolward ARGS --config gwN.json`; its exit status, standard output and error.
     fn toolward(&self, n: usize, args: &[&str]) -> (bool, String) {
         let output = Command::new(toolward_binary().unwrap())
             .args(args)
@@ -107,10 +125,14 @@ impl Fleet {
 
     /// The arguments of every call the server received.
     fn received(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.path().join("calls.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
+        (1..=2)
+            .flat_map(|n| {
+                std::fs::read_to_string(self.dir.path().join(format!("calls{n}.jsonl")))
+                    .unwrap()
+                    .lines()
+                    .map(|line| serde_json::from_str(line).unwrap())
+                    .collect::<Vec<Value>>()
+            })
             .collect()
     }
 
@@ -226,10 +248,9 @@ async fn two_gateways_on_one_database_keep_one_chain_through_a_kill_and_share_ap
     });
     let deadline = Instant::now() + Duration::from_secs(20);
     let call_id = loop {
-        let (ok, text) = fleet.toolward(2, &["approvals", "list", "--json"]);
+        let (ok, text) = fleet.toolward_stdout(2, &["approvals", "list", "--json"]);
         assert!(ok, "approvals list failed: {text}");
-        let listed: Vec<Value> =
-            serde_json::from_str(&text[..text.rfind(']').unwrap() + 1]).unwrap();
+        let listed: Vec<Value> = serde_json::from_str(&text).unwrap();
         if let Some(entry) = listed
             .iter()
             .find(|e| e["arguments"].as_str().is_some_and(|a| a.contains(&run)))
