@@ -8,6 +8,13 @@ cd "$(dirname "$0")/.."
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 bash tests/real-servers/install.sh
 export TOOLWARD_REAL_SERVERS="$PWD/tests/real-servers/.installed"
+# The PostgreSQL store's tests (tests/all/store_contract.rs, tests/all/fleet.rs) use
+# TOOLWARD_TEST_DATABASE_URL; without one, a throwaway server is started when PostgreSQL's
+# binaries are installed (`.ci/run` installs Debian's `postgresql`).
+if [ -z "${TOOLWARD_TEST_DATABASE_URL:-}" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  eval "$(bash scripts/postgres.sh start)"
+  trap 'bash scripts/postgres.sh stop' EXIT
+fi
 # The binary first: the CLI tests (tests/all/policy_kit.rs) and the client tests run it.
 # Built in one invocation with the tests, so its dependencies are built once with the
 # features the tests' dev-dependencies unify (`cargo build -p toolward` alone would build

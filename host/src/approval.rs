@@ -70,8 +70,9 @@ use std::time::Duration;
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{AuditEvent, AuditKind, AuditLog};
+use crate::audit::{AuditEvent, AuditKind};
 use crate::canonical;
+use crate::store::AuditStore;
 use crate::store::{Key, StateDir, StateError, check_private};
 
 /// How often a [`QueueApprover`] looks for an answer file.
@@ -914,17 +915,14 @@ fn is_held(file: &std::fs::File) -> bool {
 #[derive(Clone)]
 pub struct QueueApprover {
     state_dir: PathBuf,
-    audit: Option<Arc<AuditLog>>,
+    audit: Option<Arc<dyn AuditStore>>,
 }
 
 impl fmt::Debug for QueueApprover {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QueueApprover")
             .field("state_dir", &self.state_dir)
-            .field(
-                "audit",
-                &self.audit.as_ref().map(|log| log.path().to_path_buf()),
-            )
+            .field("audit", &self.audit.as_ref().map(|store| store.name()))
             .finish()
     }
 }
@@ -942,7 +940,7 @@ impl QueueApprover {
     /// The same queue, recording each forged answer to `audit` as an `approval-forged`
     /// record.
     #[must_use]
-    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+    pub fn with_audit(mut self, audit: Option<Arc<dyn AuditStore>>) -> Self {
         self.audit = audit;
         self
     }
@@ -1400,7 +1398,7 @@ fn is_hidden(c: char) -> bool {
     c.is_control() || crate::listing::hidden_character(c).is_some()
 }
 
-fn check_call_id(call_id: &str) -> Result<(), ApprovalError> {
+pub(crate) fn check_call_id(call_id: &str) -> Result<(), ApprovalError> {
     let valid = !call_id.is_empty()
         && call_id.chars().count() <= MAX_CALL_ID_CHARS
         && call_id.chars().all(|c| c.is_ascii_alphanumeric());

@@ -135,6 +135,9 @@ pub enum AuditError {
         /// Its permission bits.
         mode: u32,
     },
+    /// The PostgreSQL store could not take or return records.
+    #[error(transparent)]
+    Postgres(#[from] crate::store::postgres::PgError),
     /// The state folder, or the head file in it, cannot be used.
     #[error(transparent)]
     State(#[from] crate::store::StateError),

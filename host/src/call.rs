@@ -57,13 +57,14 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, escape_for_display,
 };
-use crate::audit::{AuditDecision, AuditEvent, AuditKind, AuditLog, AuditSync, ComponentHashes};
+use crate::audit::{AuditDecision, AuditEvent, AuditKind, ComponentHashes};
 use crate::canonical::{self, Value};
 use crate::component::{CallView, Decision, Policy};
 use crate::config::{self, Config};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
 use crate::store::facts::{Change, FactKeys, FactStore, Facts};
+use crate::store::AuditStore;
 use crate::transport::Upstream;
 
 /// How often a held call sends a progress notification while it waits for an approval, when
@@ -401,9 +402,12 @@ struct ToolValidators {
 pub struct CallPath {
     registry: Arc<Registry>,
     policy: Arc<Policy>,
-    audit: Option<Arc<AuditLog>>,
+    audit: Option<Arc<dyn AuditStore>>,
     settings: CallSettings,
     components: ComponentHashes,
+    /// The approvals store's approver, when the start named one (the gateway asks it when
+    /// the client cannot be asked through elicitation).
+    queue: Option<Arc<dyn Approver>>,
     validators: HashMap<String, OnceLock<ToolValidators>>,
     facts: Option<Arc<dyn FactStore>>,
 }
@@ -413,10 +417,7 @@ impl fmt::Debug for CallPath {
         f.debug_struct("CallPath")
             .field("tools", &self.validators.len())
             .field("policy", &self.policy)
-            .field(
-                "audit",
-                &self.audit.as_ref().map(|log| log.path().to_path_buf()),
-            )
+            .field("audit", &self.audit.as_ref().map(|store| store.name()))
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
@@ -429,7 +430,7 @@ impl CallPath {
     pub fn new(
         registry: Arc<Registry>,
         policy: Arc<Policy>,
-        audit: Option<Arc<AuditLog>>,
+        audit: Option<Arc<dyn AuditStore>>,
         settings: CallSettings,
         components: ComponentHashes,
     ) -> Self {
@@ -443,6 +444,7 @@ impl CallPath {
             audit,
             settings,
             components,
+            queue: None,
             validators,
             facts: None,
         }
@@ -457,6 +459,19 @@ impl CallPath {
         self
     }
 
+    /// The same path, whose gateways ask `queue` (the approvals store's approver) when the
+    /// client cannot be asked through elicitation.
+    #[must_use]
+    pub fn with_queue(mut self, queue: Arc<dyn Approver>) -> Self {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// The approvals store's approver, when the start set one.
+    pub fn queue(&self) -> Option<&Arc<dyn Approver>> {
+        self.queue.as_ref()
+    }
+
     /// The registry the path calls into.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
@@ -469,7 +484,7 @@ impl CallPath {
 
     /// The audit log the path records to, if any (the approvals queue records forged
     /// answers there).
-    pub fn audit(&self) -> Option<&Arc<AuditLog>> {
+    pub fn audit(&self) -> Option<&Arc<dyn AuditStore>> {
         self.audit.as_ref()
     }
 
@@ -633,7 +648,7 @@ impl Run<'_> {
         };
         // Without a sync an append is one buffered write: cheaper here than the hop to a
         // blocking thread and back.
-        if audit.sync_mode() == AuditSync::None {
+        if !audit.waits() {
             return audit
                 .append_batch(group)
                 .map(|_| ())

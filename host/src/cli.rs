@@ -1,6 +1,7 @@
 //! Command-line interface of the `toolward` binary.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -339,6 +340,25 @@ enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write the config's audit records (the PostgreSQL store's, or the state folder's log)
+    /// as JSONL, each line the exact bytes hashed: `audit verify FILE` accepts the result.
+    Export {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// Where to write (standard output when absent).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Start the config's PostgreSQL audit chain (empty) from a state folder's log FILE: every
+    /// record kept as it is, so the chain and its hashes continue (docs/fleet.md).
+    Import {
+        /// The config file (its `store.postgres`).
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// The state folder's audit log (JSONL).
+        file: PathBuf,
+    },
     /// Continue the config's log as it is when it no longer matches its head (`serve` refuses
     /// to start on it): appends a `recovered` record saying how it differed, and makes its
     /// end the head. Run `audit verify --config` first to see what is missing.
@@ -564,17 +584,23 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             args,
             json,
         } => call(&config, &tool, &args, json).await,
-        Command::Approvals { config, command } => approvals(&config, command),
+        Command::Approvals { config, command } => approvals(&config, command).await,
         Command::Audit {
             command: AuditCommand::Verify { file, config, json },
         } => match (file, config) {
             (Some(file), _) => audit_verify(&file, None, json),
-            (None, Some(config)) => audit_verify_config(&config, json),
+            (None, Some(config)) => audit_verify_config(&config, json).await,
             (None, None) => Err(usage(anyhow!("give an audit log or `--config`"))),
         },
         Command::Audit {
             command: AuditCommand::Accept { config },
         } => audit_accept(&config),
+        Command::Audit {
+            command: AuditCommand::Export { config, out },
+        } => audit_export(&config, out.as_deref()).await,
+        Command::Audit {
+            command: AuditCommand::Import { config, file },
+        } => audit_import(&config, &file).await,
         Command::Policy {
             command:
                 PolicyCommand::Inspect {
@@ -912,12 +938,31 @@ async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
     }
 }
 
-fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, Failure> {
+/// The approvals store `config` names: its PostgreSQL database, else its state folder.
+fn approvals_store(config: &Config) -> Result<Box<dyn toolward::store::ApprovalStore>, Failure> {
+    Ok(match &config.store {
+        toolward::config::StoreConfig::StateDir => Box::new(
+            toolward::store::StateDirApprovals::new(config.state_dir.clone()),
+        ),
+        toolward::config::StoreConfig::Postgres { url } => {
+            let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+            Box::new(
+                toolward::store::postgres::PgApprovals::new(
+                    &store,
+                    config.limits.approval_timeout(),
+                )
+                .map_err(failure)?,
+            )
+        }
+    })
+}
+
+async fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let state_dir = &config.state_dir;
+    let store = approvals_store(&config)?;
     match command {
         ApprovalsCommand::List { json } => {
-            let entries = toolward::approval::list_queue(state_dir).map_err(failure)?;
+            let entries = store.list().await.map_err(failure)?;
             if json {
                 let entries: Vec<serde_json::Value> = entries
                     .iter()
@@ -951,11 +996,11 @@ fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, 
             }
         }
         ApprovalsCommand::Approve { id } => {
-            let by = toolward::approval::answer(state_dir, &id, true, None).map_err(usage)?;
+            let by = store.answer(&id, true, None).await.map_err(usage)?;
             println!("approved call `{id}` (once, for its arguments) as {by}");
         }
         ApprovalsCommand::Deny { id, reason } => {
-            let by = toolward::approval::answer(state_dir, &id, false, reason).map_err(usage)?;
+            let by = store.answer(&id, false, reason).await.map_err(usage)?;
             println!("denied call `{id}` as {by}");
         }
     }
@@ -1037,9 +1082,35 @@ fn audit_verify(
     })
 }
 
-/// `audit verify --config`: the config's log, against its head.
-fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
+/// `audit verify --config`: the config's log, against its head; with a PostgreSQL store,
+/// its records exported (one snapshot) to a private temporary file, against the head row.
+async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
+    if let toolward::config::StoreConfig::Postgres { url } = &config.store {
+        let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+        let dir = std::env::temp_dir().join(format!(
+            "toolward-verify-{}-{}",
+            std::process::id(),
+            toolward::call::new_ulid()
+        ));
+        std::fs::create_dir(&dir).map_err(failure)?;
+        let file = dir.join("audit.jsonl");
+        let verified = async {
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&file).map_err(failure)?);
+            let head = toolward::store::postgres::audit::export(&store, &mut out)
+                .await
+                .map_err(failure)?;
+            drop(out);
+            audit_verify(
+                &file,
+                Some((head, PathBuf::from(store.name().trim_matches('`')))),
+                json,
+            )
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        return verified;
+    }
     let state = toolward::store::StateDir::open(&config.state_dir).map_err(usage)?;
     let file = &config.audit.file;
     if !file.exists() {
@@ -1058,6 +1129,64 @@ fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failu
     }
     let (head, head_path) = toolward::audit::read_head(&state, file).map_err(failure)?;
     audit_verify(file, head.map(|head| (head, head_path)), json)
+}
+
+/// `audit export --config [--out FILE]`.
+async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let mut sink: Box<dyn std::io::Write + Send> = match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| usage(anyhow!("cannot create `{}`: {e}", path.display())))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    };
+    let head = match &config.store {
+        toolward::config::StoreConfig::Postgres { url } => {
+            let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+            toolward::store::postgres::audit::export(&store, &mut *sink)
+                .await
+                .map_err(failure)?
+        }
+        toolward::config::StoreConfig::StateDir => {
+            let mut file = std::fs::File::open(&config.audit.file).map_err(|e| {
+                usage(anyhow!(
+                    "cannot open `{}`: {e}",
+                    config.audit.file.display()
+                ))
+            })?;
+            std::io::copy(&mut file, &mut sink).map_err(failure)?;
+            let report = toolward::audit::verify(&config.audit.file).map_err(failure)?;
+            toolward::audit::AuditHead {
+                records: report.records,
+                hash: report.last_hash,
+            }
+        }
+    };
+    sink.flush().map_err(failure)?;
+    eprintln!("exported {} records, last hash {}", head.records, head.hash);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit import --config FILE`.
+async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+        return Err(usage(anyhow!(
+            "`{}` names no `store.postgres`: `audit import` moves a log into a PostgreSQL store",
+            config_path.display()
+        )));
+    };
+    let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+    let head = toolward::store::postgres::audit::import(&store, file)
+        .await
+        .map_err(failure)?;
+    println!(
+        "imported `{}` into PostgreSQL store {}: head {head}",
+        file.display(),
+        store.name()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `audit accept --config`.
@@ -1088,10 +1217,7 @@ fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
 /// Prints the audit log's head at start, so the operator can keep it elsewhere.
 fn print_audit_head(toolward: &toolward::Toolward) {
     if let Some(head) = toolward.audit_head() {
-        eprintln!(
-            "toolward: audit log `{}`: head {head}",
-            toolward.audit_path().display()
-        );
+        eprintln!("toolward: {}: head {head}", toolward.audit_store());
     }
 }
 

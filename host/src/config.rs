@@ -158,6 +158,7 @@ const TOP_KEYS: &[&str] = &[
     "guest",
     "confine",
     "servers_dir",
+    "store",
 ];
 /// Keys of `guest`, each a field of [`GuestLimits`].
 const GUEST_KEYS: &[&str] = &[
@@ -189,6 +190,8 @@ const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
 const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings"];
 const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
+/// Keys of `store` (see [`StoreConfig`]).
+const STORE_KEYS: &[&str] = &["postgres"];
 const LISTEN_KEYS: &[&str] = &[
     "tokens",
     "allowed_origins",
@@ -335,6 +338,9 @@ pub struct Config {
     /// [`DEFAULT_SERVERS_DIR`]): `<servers_dir>/<server>/home` and `.../tmp`. Never inside
     /// the state folder.
     pub servers_dir: PathBuf,
+    /// Where the audit log and the approvals queue live (`store`, default the state folder
+    /// and `audit.file`).
+    pub store: StoreConfig,
     /// The config file itself, when it was read from one ([`Config::from_path`]): withheld
     /// from confined servers.
     pub file: Option<PathBuf>,
@@ -517,6 +523,30 @@ pub struct PolicyConfig {
     /// A settings file given to the policy's `configure` (`policy.settings`); `None` gives
     /// it empty settings.
     pub settings: Option<PathBuf>,
+}
+
+/// `store`: where the audit log and the approvals queue live, for every gateway sharing them.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum StoreConfig {
+    /// No `store`: the audit log at `audit.file` and the queue in `state_dir` (one machine).
+    #[default]
+    StateDir,
+    /// `{"postgres": URL}`: one PostgreSQL database for a fleet (see
+    /// [`crate::store::postgres`]); `URL` is a libpq URL or key-value string, `${NAME}`
+    /// expanded (keep the password in a variable, not in the file).
+    Postgres {
+        /// The connection string, variables expanded. Never printed: it may hold a password.
+        url: String,
+    },
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StateDir => f.write_str("StateDir"),
+            Self::Postgres { .. } => f.write_str("Postgres { url: <redacted> }"),
+        }
+    }
 }
 
 /// `audit`.
@@ -901,6 +931,10 @@ impl Reader<'_> {
             Some(value) => self.confine(value, &root.key("confine"))?,
         };
         let servers_dir = self.path_or(map, &root, "servers_dir", DEFAULT_SERVERS_DIR)?;
+        let store = match map.get("store") {
+            None => StoreConfig::StateDir,
+            Some(value) => self.store(value, &root.key("store"))?,
+        };
         if lexical(&servers_dir).starts_with(lexical(&state_dir)) {
             return Err(root.key("servers_dir").invalid(format!(
                 "`{}` is inside the state folder `{}`: servers are denied the state folder, so their `HOME` and `TMPDIR` must be elsewhere: set `servers_dir` to a folder outside it",
@@ -947,6 +981,7 @@ impl Reader<'_> {
             guest,
             confine,
             servers_dir,
+            store,
             file: None,
             base_dir: self.base_dir.to_path_buf(),
         })
@@ -1186,6 +1221,20 @@ impl Reader<'_> {
             }
         }
         Ok(listen)
+    }
+
+    fn store(&self, value: &Value, path: &JsonPath) -> Result<StoreConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, STORE_KEYS)?;
+        let Some(url) = map.get("postgres") else {
+            return Err(path.invalid(
+                "names no store: write `{\"postgres\": \"${TOOLWARD_DATABASE_URL}\"}`, or leave `store` out for the state folder",
+            ));
+        };
+        let url_path = path.key("postgres");
+        let raw = non_empty_str(url, &url_path)?;
+        let url = expand(raw, &url_path, "(store)", "postgres", self.env)?;
+        Ok(StoreConfig::Postgres { url })
     }
 
     fn audit(&self, value: &Value, path: &JsonPath) -> Result<AuditConfig, ConfigError> {
@@ -1932,6 +1981,40 @@ mod tests {
     }
 
     #[test]
+    fn store_postgres_url_is_expanded_from_the_environment_and_kept_out_of_debug_output() {
+        let mut value = with_servers(json!({ "gh": { "command": "gh-mcp" } }));
+        value["store"] = json!({ "postgres": "${DATABASE_URL}" });
+        let env = |name: &str| match name {
+            "DATABASE_URL" => Ok("postgres://tw:s3cret@db.internal/toolward".to_owned()),
+            _ => Err(VarError::NotPresent),
+        };
+        let config = Config::from_value_with_env(value.clone(), &base(), &env).unwrap();
+        assert_eq!(
+            config.store,
+            StoreConfig::Postgres {
+                url: "postgres://tw:s3cret@db.internal/toolward".to_owned()
+            }
+        );
+        assert!(!format!("{config:?}").contains("s3cret"));
+        // Without the variable: an error naming it.
+        let err = Config::from_value_with_env(value.clone(), &base(), &no_env).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::MissingEnvVar { variable, .. } if variable == "DATABASE_URL"),
+            "{err}"
+        );
+        // A store that names nothing, or a key it does not know.
+        value["store"] = json!({ "postgress": "x" });
+        let err = Config::from_value_with_env(value, &base(), &env).unwrap_err();
+        assert!(
+            err.to_string().starts_with("store.postgress: unknown key"),
+            "{err}"
+        );
+        // Absent: the state folder.
+        let config = load(with_servers(json!({ "gh": { "command": "gh-mcp" } }))).unwrap();
+        assert_eq!(config.store, StoreConfig::StateDir);
+    }
+
+    #[test]
     fn missing_env_var_names_server_key_and_variable() {
         let err = load(with_servers(json!({
             "github": { "command": "gh", "env": { "GITHUB_TOKEN": "${TOOLWARD_TEST_UNSET_VARIABLE}" } }
@@ -2510,6 +2593,7 @@ mod tests {
         assert_eq!(keys(&schema), sorted(TOP_KEYS));
         assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
         assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+        assert_eq!(keys(&schema["$defs"]["store"]), sorted(STORE_KEYS));
         assert_eq!(keys(&schema["properties"]["confine"]), sorted(CONFINE_KEYS));
         let server_confine = &schema["$defs"]["server"]["properties"]["confine"]["oneOf"];
         let mut both = keys(&server_confine[0]);

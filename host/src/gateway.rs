@@ -213,7 +213,7 @@ pub(crate) struct Gateway {
     load_messages: Arc<Vec<String>>,
     session: String,
     settings: GatewaySettings,
-    queue: Arc<QueueApprover>,
+    queue: Arc<dyn Approver>,
     tools: Arc<Vec<Tool>>,
     /// The `requestState` key and ledger, shared by every request's handler.
     states: Arc<RequestStates>,
@@ -327,10 +327,13 @@ impl Gateway {
         Gateway {
             _cancel_when_dropped: Arc::new(ended.clone().drop_guard()),
             ended,
-            queue: Arc::new(
-                QueueApprover::new(settings.state_dir.clone())
-                    .with_audit(call_path.audit().cloned()),
-            ),
+            // The start's approvals store (PostgreSQL for a fleet), else the state folder's.
+            queue: call_path.queue().cloned().unwrap_or_else(|| {
+                Arc::new(
+                    QueueApprover::new(settings.state_dir.clone())
+                        .with_audit(call_path.audit().cloned()),
+                )
+            }),
             call_path,
             load_messages,
             session: new_ulid(),

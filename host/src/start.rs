@@ -28,11 +28,12 @@ use std::sync::Arc;
 use crate::approval::Approver;
 use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes};
 use crate::call::{CallContext, CallPath, CallResult, CallSettings};
-use crate::config::Config;
+use crate::config::{Config, StoreConfig};
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
-use crate::store::StateDir;
+use crate::store::postgres::{PgApprovals, PgAudit, PgStore};
+use crate::store::{ApprovalStore, AuditStore, StateDir, StateDirApprovals};
 use crate::supervise::Supervisors;
 
 /// Errors that stop a start: the config's files, the components, the manifest, the audit
@@ -56,6 +57,9 @@ pub enum StartFailure {
     /// The audit log cannot be opened (for example, another process writes it).
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
+    /// The PostgreSQL store (`store.postgres`) cannot be reached or used.
+    #[error(transparent)]
+    Store(#[from] crate::store::postgres::PgError),
     /// The state folder cannot be opened or trusted (another owner, access for others).
     #[error(transparent)]
     State(#[from] crate::store::StateError),
@@ -69,7 +73,8 @@ pub enum StartFailure {
 #[derive(Debug)]
 pub struct Toolward {
     config: Config,
-    audit: Arc<AuditLog>,
+    audit: Arc<dyn AuditStore>,
+    approvals: Arc<dyn ApprovalStore>,
     call_path: Arc<CallPath>,
     report: LoadReport,
     session: String,
@@ -90,6 +95,18 @@ impl Toolward {
         // The one place the state folder is opened; everything in it is reached through
         // this value from here on.
         let state = Arc::new(StateDir::open(&config.state_dir)?);
+        // The shared store first: an unreachable database stops the start before any server
+        // is started, with an error naming it.
+        let shared = match &config.store {
+            StoreConfig::StateDir => None,
+            StoreConfig::Postgres { url } => {
+                let store = PgStore::new(url)?;
+                let audit: Arc<dyn AuditStore> = Arc::new(PgAudit::open(&store).await?);
+                let approvals: Arc<dyn ApprovalStore> =
+                    Arc::new(PgApprovals::new(&store, config.limits.approval_timeout())?);
+                Some((audit, approvals))
+            }
+        };
         let manifest = if config.manifest.exists() {
             Manifest::read(&config.manifest).map_err(|e| StartFailure::Manifest {
                 path: config.manifest.display().to_string(),
@@ -112,14 +129,22 @@ impl Toolward {
         // The head lives in the state folder (opened above, first: it is created 0700, and
         // the log is often inside it); other processes on this config write the same log,
         // each under the file's lock.
-        if let Some(parent) = config.audit.file.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        let audit = Arc::new(AuditLog::open_with_head(
-            &config.audit.file,
-            config.audit.sync,
-            &state,
-        )?);
+        let (audit, approvals) = match shared {
+            Some(shared) => shared,
+            None => {
+                if let Some(parent) = config.audit.file.parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+                let audit: Arc<dyn AuditStore> = Arc::new(AuditLog::open_with_head(
+                    &config.audit.file,
+                    config.audit.sync,
+                    &state,
+                )?);
+                let approvals: Arc<dyn ApprovalStore> =
+                    Arc::new(StateDirApprovals::new(config.state_dir.clone()));
+                (audit, approvals)
+            }
+        };
         let hashes = ComponentHashes {
             rules_sha256: components.digests.get("rules").cloned(),
             policy_sha256: components.digests.get("policy").cloned(),
@@ -133,7 +158,7 @@ impl Toolward {
         // config or another sharing the state folder); the call was never forwarded. Record
         // that, and take it out of the queue so nobody approves it. Entries of calls other
         // processes still hold are left alone.
-        let abandoned = crate::approval::abandon_pending(&config.state_dir).unwrap_or_default();
+        let abandoned = approvals.abandon_ended().await.unwrap_or_default();
         for request in abandoned {
             audit.append(AuditEvent {
                 call_id: Some(request.call_id.clone()),
@@ -157,8 +182,10 @@ impl Toolward {
             hashes,
         )
         .with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?));
+        let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));
         Ok(Toolward {
             audit,
+            approvals,
             session: crate::call::new_ulid(),
             supervisors,
             config,
@@ -175,9 +202,15 @@ impl Toolward {
         self.audit.head()
     }
 
-    /// The audit log's path.
-    pub fn audit_path(&self) -> &std::path::Path {
-        self.audit.path()
+    /// The audit store as messages name it (`` audit log `PATH` `` or
+    /// `` PostgreSQL store `postgres://HOST:PORT/DB` ``).
+    pub fn audit_store(&self) -> String {
+        self.audit.name()
+    }
+
+    /// The approvals store (the state folder's queue, or PostgreSQL's).
+    pub fn approvals(&self) -> &Arc<dyn ApprovalStore> {
+        &self.approvals
     }
 
     /// The state folder (`state_dir` of the config), opened once at start.
@@ -207,11 +240,8 @@ impl Toolward {
 
     /// An approver asking through the state folder's queue (answered with `toolward
     /// approvals`), recording forged answers to this toolward's audit log.
-    pub fn queue_approver(&self) -> Arc<crate::approval::QueueApprover> {
-        Arc::new(
-            crate::approval::QueueApprover::new(self.config.state_dir.clone())
-                .with_audit(self.call_path.audit().cloned()),
-        )
+    pub fn queue_approver(&self) -> Arc<dyn Approver> {
+        self.approvals.approver(self.call_path.audit().cloned())
     }
 
     /// One call through the whole path (validation, policy, approval by `approver`,

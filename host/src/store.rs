@@ -10,10 +10,15 @@
 //! The fact counters ([`facts`]) live behind the [`facts::FactStore`] interface, with the
 //! state folder's implementation in [`facts::state_dir`].
 
-pub mod request_states;
+pub mod approvals;
+pub mod audit;
 pub mod facts;
+pub mod postgres;
+pub mod request_states;
 pub mod state_dir;
 
+pub use approvals::{ApprovalStore, StateDirApprovals};
+pub use audit::AuditStore;
 pub use request_states::{LedgerError, Redemption, RequestStateLedger, StateDirLedger};
 pub use state_dir::{
     Key, StateDir, StateError, check_private, open_private_in, replace_private_in,

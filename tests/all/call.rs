@@ -159,7 +159,7 @@ impl Fixture {
         CallPath::new(
             Arc::clone(&self.registry),
             policy,
-            Some(Arc::clone(&self.audit)),
+            Some(Arc::clone(&self.audit) as Arc<dyn toolward::store::AuditStore>),
             settings,
             components,
         )
@@ -388,8 +388,9 @@ async fn a_queue_approval_covers_only_its_own_call_and_arguments() {
     };
     let path = Arc::new(fixture.call_path(settings));
     let state_dir = fixture.state.path().to_path_buf();
-    let queue: Arc<dyn Approver> =
-        Arc::new(QueueApprover::new(&state_dir).with_audit(Some(Arc::clone(&fixture.audit))));
+    let queue: Arc<dyn Approver> = Arc::new(QueueApprover::new(&state_dir).with_audit(Some(
+        Arc::clone(&fixture.audit) as Arc<dyn toolward::store::AuditStore>,
+    )));
     let first = fixture.root().join("first.txt");
     let second = fixture.root().join("second.txt");
 
