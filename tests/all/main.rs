@@ -9,6 +9,7 @@
 
 mod approvals;
 mod call;
+mod cedar;
 mod component;
 mod gateway;
 mod hostile;
