@@ -114,17 +114,14 @@ fn parse(text: &str) -> Result<PolicySet, String> {
         let name = policy
             .annotation(ID_ANNOTATION)
             .map_or_else(|| policy.id().to_string(), str::to_owned);
-        if policy.effect() == CedarEffect::Forbid && policy.annotation(HOLD_ANNOTATION).is_some()
-        {
+        if policy.effect() == CedarEffect::Forbid && policy.annotation(HOLD_ANNOTATION).is_some() {
             return Err(format!(
                 "policy `{name}` is a forbid with `@hold`: only a permit can hold a call; drop `@hold` or make it a permit"
             ));
         }
         renamed
             .add(policy.new_id(PolicyId::new(&name)))
-            .map_err(|_| {
-                format!("two policies have the id `{name}`: give each its own `@id`")
-            })?;
+            .map_err(|_| format!("two policies have the id `{name}`: give each its own `@id`"))?;
     }
     Ok(renamed)
 }
@@ -149,8 +146,7 @@ fn decide(set: &PolicySet, call: &Call) -> Verdict {
         Ok(request) => request,
         Err(reason) => return deny(format!("{reason}; the call is denied"), Vec::new()),
     };
-    let response =
-        Authorizer::new().is_authorized(&request.request, set, &request.entities);
+    let response = Authorizer::new().is_authorized(&request.request, set, &request.entities);
     let diagnostics = response.diagnostics();
 
     let mut forbids = Vec::new();
@@ -187,9 +183,8 @@ fn decide(set: &PolicySet, call: &Call) -> Verdict {
         .collect();
     if let Some((first, message)) = errors.first() {
         let ids: BTreeSet<String> = errors.iter().map(|(id, _)| id.clone()).collect();
-        let mut reason = format!(
-            "policy `{first}` could not be evaluated ({message}); the call is denied"
-        );
+        let mut reason =
+            format!("policy `{first}` could not be evaluated ({message}); the call is denied");
         if !request.unrepresentable.is_empty() {
             reason.push_str(&format!(
                 "; arguments Cedar cannot represent exactly were left out of `context.arguments`: {}",

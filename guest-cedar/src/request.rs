@@ -136,8 +136,7 @@ impl Request {
                     .map(|p| RestrictedExpression::new_string(p.clone())),
             ),
         ));
-        let context =
-            Context::from_pairs(pairs).map_err(|e| format!("the call's context: {e}"))?;
+        let context = Context::from_pairs(pairs).map_err(|e| format!("the call's context: {e}"))?;
         let request = cedar_policy::Request::new(principal, action, resource, context, None)
             .map_err(|e| format!("the call's request: {e}"))?;
         Ok(Request {
@@ -218,7 +217,9 @@ fn number(text: &str) -> Option<RestrictedExpression> {
     let negative = whole.starts_with('-');
     let digits = whole.trim_start_matches('-');
     // `decimal` is an i64 count of ten-thousandths: check the range exactly.
-    let scaled: i128 = format!("{digits}{fraction:0<DECIMAL_DIGITS$}").parse().ok()?;
+    let scaled: i128 = format!("{digits}{fraction:0<DECIMAL_DIGITS$}")
+        .parse()
+        .ok()?;
     let scaled = if negative { -scaled } else { scaled };
     if i64::try_from(scaled).is_err() {
         return None;
@@ -274,12 +275,10 @@ fn facts(
     let mut root = Node::Branch(BTreeMap::new());
     for fact in facts {
         let path: Vec<&str> = fact.name.split('.').collect();
-        let inserted = fact
-            .value
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .is_some_and(|value| !path.iter().any(|p| p.is_empty()) && root.insert(&path, value));
+        let inserted =
+            fact.value.trim().parse::<i64>().ok().is_some_and(|value| {
+                !path.iter().any(|p| p.is_empty()) && root.insert(&path, value)
+            });
         if !inserted {
             unrepresentable.push(format!("/facts/{}", pointer_token(&fact.name)));
         }

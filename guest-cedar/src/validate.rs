@@ -178,8 +178,7 @@ fn cedar_type(schema: &Value, depth: usize) -> Option<CedarType> {
         return None;
     }
     let schema = schema.as_object()?;
-    if schema.contains_key("$ref") || schema.contains_key("anyOf") || schema.contains_key("oneOf")
-    {
+    if schema.contains_key("$ref") || schema.contains_key("anyOf") || schema.contains_key("oneOf") {
         return None;
     }
     let (type_name, nullable) = match schema.get("type")? {

@@ -1289,10 +1289,16 @@ impl Policy {
         let limits = &shared.host.inner.limits;
         let mut store = shared.host.store(limits.configure_fuel);
         let instance = shared.pre.instantiate(&mut store).map_err(|e| {
-            format!("policy component `{}` could not be instantiated: {e}", short(&shared.sha256))
+            format!(
+                "policy component `{}` could not be instantiated: {e}",
+                short(&shared.sha256)
+            )
         })?;
         let guest = indices.load(&mut store, &instance).map_err(|e| {
-            format!("policy component `{}` has an unusable `validate` export: {e}", short(&shared.sha256))
+            format!(
+                "policy component `{}` has an unusable `validate` export: {e}",
+                short(&shared.sha256)
+            )
         })?;
         let wit_tools: Vec<wit2::RegisteredTool<'_>> = tools
             .iter()

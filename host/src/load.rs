@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    CEDAR_COMPONENT, Classification, ComponentCache, ComponentError, ComponentHost, DEFAULT_COMPONENT, Effect,
-    GuestLimits, LoadedComponent, Policy, Rules, ToolView,
+    CEDAR_COMPONENT, Classification, ComponentCache, ComponentError, ComponentHost,
+    DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent, Policy, Rules, ToolView,
 };
 use crate::config::Config;
 use crate::config::operator_file::{
@@ -1071,7 +1071,12 @@ pub fn prepare_components(
     } else {
         load_component(&config.policy.component, "policy component")?
     };
-    let policy_text = match config.policy.cedar.as_ref().or(config.policy.settings.as_ref()) {
+    let policy_text = match config
+        .policy
+        .cedar
+        .as_ref()
+        .or(config.policy.settings.as_ref())
+    {
         Some(path) => {
             let what = if config.policy.cedar.is_some() {
                 "Cedar policy"

