@@ -140,7 +140,12 @@ fn demo_folder() -> Option<tempfile::TempDir> {
         );
         return None;
     }
-    let dir = tempfile::tempdir().unwrap();
+    // Not `tempfile::tempdir()`: its `.tmpXXXX` is a dotfolder, which the policy forbids
+    // writing into.
+    let dir = tempfile::Builder::new()
+        .prefix("toolward-cedar-demo-")
+        .tempdir()
+        .unwrap();
     let example = repo().join("examples/cedar");
     for file in ["rules.json", "policy.cedar"] {
         std::fs::copy(example.join(file), dir.path().join(file)).unwrap();
