@@ -60,6 +60,10 @@ struct Component;
 impl PolicyGuest for Component {
     fn configure(settings: String) -> Result<(), String> {
         let set = parse(&settings)?;
+        // One decision before the snapshot, so that what Cedar initialises lazily on first
+        // use (its extension functions, among others) is in the snapshot's memory instead
+        // of being built again in every fresh instance.
+        let _ = decide(&set, &warm_up_call());
         POLICIES
             .set(Policies {
                 set,
@@ -124,6 +128,25 @@ fn parse(text: &str) -> Result<PolicySet, String> {
             .map_err(|_| format!("two policies have the id `{name}`: give each its own `@id`"))?;
     }
     Ok(renamed)
+}
+
+/// A call that exercises the request mapping (arguments of each kind, facts).
+fn warm_up_call() -> Call {
+    Call {
+        id: "warm-up".to_owned(),
+        server: "warm-up".to_owned(),
+        tool: "warm-up".to_owned(),
+        effect: toolward::policy::types::Effect::ReadOnly,
+        arguments: r#"{"a":"b","n":1,"d":1.5,"s":["x"],"o":{"t":true}}"#.to_owned(),
+        arguments_sha256: String::new(),
+        principal: "warm-up".to_owned(),
+        session: String::new(),
+        time_ms: 0,
+        facts: vec![toolward::policy::types::Fact {
+            name: "tool.forwarded.minute".to_owned(),
+            value: "0".to_owned(),
+        }],
+    }
 }
 
 fn policy_number(id: &PolicyId) -> u64 {
