@@ -13,6 +13,12 @@
 //! - `fresh_instance_inline`: `ready_instances: 0`, every decision instantiates and drops
 //!   its own instance (the path before instances were kept ready).
 //!
+//! Cedar (`cedar_*`, issue 16): the built-in Cedar component deciding the same call with
+//! `examples/cedar/policy.cedar` plus generated policies, 10 and 200 in all, each decision
+//! a fresh instance instantiated inline (compare with `fresh_instance_inline`); the time to
+//! configure (parse and snapshot) 1,000 policies is printed. Run only these:
+//! `cargo bench --bench decide -- cedar`.
+//!
 //! Before the measurements, the CPU time per decision of the first and last case is
 //! printed, worker thread included (`CLOCK_PROCESS_CPUTIME_ID` less the benchmark thread's
 //! time outside `decide`), so that the latency of the first is not mistaken for its cost.
@@ -22,11 +28,48 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use toolward::component::{
-    CallView, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, Policy,
+    CEDAR_COMPONENT, CallView, ComponentHost, DEFAULT_COMPONENT, Decision, Effect, GuestLimits,
+    Policy,
 };
 use toolward_policy_table::Rules;
 
 const RULES: &str = include_str!("../examples/mcp/rules.json");
+const CEDAR_EXAMPLE: &str = include_str!("../examples/cedar/policy.cedar");
+/// Policies in the example: the rest of each Cedar case is generated.
+const CEDAR_EXAMPLE_POLICIES: usize = 5;
+
+/// The example's policies and generated ones, `total` in all: permits, forbids with
+/// argument conditions and holds, for other tools and servers, so that each is evaluated
+/// (its scope checked) and none changes the decision on `call()`.
+fn cedar_policies(total: usize) -> String {
+    let mut text = CEDAR_EXAMPLE.to_owned();
+    for i in 0..total.saturating_sub(CEDAR_EXAMPLE_POLICIES) {
+        text.push_str(&match i % 4 {
+            0 => format!(
+                "@id(\"g{i}\") permit(principal, action, resource == Toolward::Tool::\"s{i}/t{i}\") when {{ resource.effect == \"read-only\" }};\n"
+            ),
+            1 => format!(
+                "@id(\"g{i}\") forbid(principal, action, resource) when {{ context.arguments has path && context.arguments.path == \"/etc/secret{i}\" }};\n"
+            ),
+            2 => format!(
+                "@id(\"g{i}\") @hold(\"check {i}\") permit(principal, action, resource in Toolward::Server::\"s{i}\");\n"
+            ),
+            _ => format!(
+                "@id(\"g{i}\") forbid(principal == Toolward::Principal::\"p{i}\", action, resource);\n"
+            ),
+        });
+    }
+    text
+}
+
+fn cedar_configured(limits: GuestLimits, total: usize) -> (Policy, Duration) {
+    let host = ComponentHost::new(limits, None).unwrap();
+    let component = host.load(CEDAR_COMPONENT, "built-in-cedar").unwrap();
+    let policies = cedar_policies(total);
+    let began = Instant::now();
+    let policy = host.configure_policy(&component, &policies).unwrap();
+    (policy, began.elapsed())
+}
 
 fn call() -> CallView {
     CallView {
@@ -41,7 +84,7 @@ fn call() -> CallView {
         principal: "operator".into(),
         session: "bench".into(),
         time_ms: 1_700_000_000_000,
-        facts: Vec::new(),
+        facts: vec![("tool.forwarded.minute".into(), "3".into())],
     }
 }
 
@@ -169,6 +212,30 @@ fn decide(c: &mut Criterion) {
     });
     group.bench_function("baseline_live_instance", |b| {
         b.iter(|| live.decide(black_box(&call)))
+    });
+    let inline_limits = GuestLimits {
+        ready_instances: 0,
+        ..GuestLimits::default()
+    };
+    let (cedar_10, _) = cedar_configured(inline_limits.clone(), 10);
+    let (cedar_200, _) = cedar_configured(inline_limits.clone(), 200);
+    let (_, configure_1000) = cedar_configured(inline_limits, 1000);
+    println!(
+        "Cedar: configure (parse and snapshot) of 1000 policies {:.1} ms",
+        configure_1000.as_secs_f64() * 1e3
+    );
+    for cedar in [&cedar_10, &cedar_200] {
+        assert!(
+            matches!(cedar.decide(&call), Decision::Hold(_)),
+            "{:?}",
+            cedar.answer(&call)
+        );
+    }
+    group.bench_function("cedar_10_policies_inline", |b| {
+        b.iter(|| cedar_10.decide(black_box(&call)))
+    });
+    group.bench_function("cedar_200_policies_inline", |b| {
+        b.iter(|| cedar_200.decide(black_box(&call)))
     });
     group.bench_function("baseline_native_table", |b| {
         b.iter(|| {

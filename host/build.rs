@@ -11,11 +11,17 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (package, constant name) for each guest built here.
-const GUESTS: &[(&str, &str)] = &[
-    ("toolward-guest-policy", "DEFAULT_POLICY_WASM"),
-    ("toolward-fault-guest", "FAULT_GUEST_WASM"),
-    ("toolward-example-custom-policy", "CUSTOM_POLICY_WASM"),
+/// (package, constant name) for each guest built here, in groups: each group is one cargo
+/// run. Cedar builds alone because cargo unifies the features of the dependencies of one
+/// run: built with the others, its dependencies changed the default component's bytes, and
+/// so its SHA-256 pinned in manifests.
+const GUESTS: &[&[(&str, &str)]] = &[
+    &[
+        ("toolward-guest-policy", "DEFAULT_POLICY_WASM"),
+        ("toolward-fault-guest", "FAULT_GUEST_WASM"),
+        ("toolward-example-custom-policy", "CUSTOM_POLICY_WASM"),
+    ],
+    &[("toolward-guest-cedar", "CEDAR_POLICY_WASM")],
 ];
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
@@ -62,6 +68,8 @@ fn run() -> Result<(), String> {
     for watched in [
         "wit",
         "guest-policy",
+        "guest-cedar",
+        "docs/toolward.cedarschema",
         "policy-table",
         "tests/fault-guest",
         "examples/custom-policy",
@@ -74,41 +82,12 @@ fn run() -> Result<(), String> {
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
     let linker = component_linker(&rustc)?;
 
-    let mut cmd = Command::new(&cargo);
-    cmd.current_dir(&root)
-        .arg("build")
-        .arg("--release")
-        .arg("--target")
-        .arg(WASM_TARGET)
-        .arg("--manifest-path")
-        .arg(root.join("Cargo.toml"));
-    for (package, _) in GUESTS {
-        cmd.arg("-p").arg(package);
-    }
-    cmd.env("CARGO_TARGET_DIR", &target_dir)
-        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", &linker)
-        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
-        .env_remove("RUSTFLAGS")
-        .env("CARGO_ENCODED_RUSTFLAGS", remap_paths(&root))
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .env_remove("RUSTC_WRAPPER")
-        .env_remove("CARGO_BUILD_TARGET");
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run `{cargo}` to build the guest components: {e}"))?;
-    if !status.success() {
-        return Err(format!(
-            "building the guest components for `{WASM_TARGET}` failed ({status}); is the target \
-             installed? `rustup target add {WASM_TARGET}`"
-        ));
+    for group in GUESTS {
+        build_group(group, &root, &target_dir, &cargo, &linker)?;
     }
 
     let mut constants = String::new();
-    for (package, constant) in GUESTS {
+    for (package, constant) in GUESTS.iter().copied().flatten() {
         let file = target_dir
             .join(WASM_TARGET)
             .join("release")
@@ -125,6 +104,50 @@ fn run() -> Result<(), String> {
         ));
     }
     std::fs::write(out_dir.join("guests.rs"), constants).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// One nested cargo run building the guests of `group` for [`WASM_TARGET`].
+fn build_group(
+    group: &[(&str, &str)],
+    root: &Path,
+    target_dir: &Path,
+    cargo: &str,
+    linker: &Path,
+) -> Result<(), String> {
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .arg("build")
+        .arg("--release")
+        .arg("--target")
+        .arg(WASM_TARGET)
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"));
+    for (package, _) in group {
+        cmd.arg("-p").arg(package);
+    }
+    cmd.env("CARGO_TARGET_DIR", target_dir)
+        .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", linker)
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_ENCODED_RUSTFLAGS", remap_paths(root))
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("CARGO_BUILD_TARGET");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run `{cargo}` to build the guest components: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "building the guest components for `{WASM_TARGET}` failed ({status}); is the target \
+             installed? `rustup target add {WASM_TARGET}`"
+        ));
+    }
+
     Ok(())
 }
 

@@ -1,1 +1,244 @@
-//! The built-in Cedar policy component (issue 16). Work in progress.
+//! The built-in Cedar policy component (issue 16): decides calls with the operator's Cedar
+//! policies, exporting `policy` and `validation` of `toolward:policy@0.2.0` (world
+//! `validated-policy-component`).
+//!
+//! Built for `wasm32-unknown-unknown` and linked by `wasm-component-ld`, so it imports
+//! nothing; `host/build.rs` builds it and the host embeds it. Its settings text is the
+//! operator's `.cedar` file, parsed once in `configure`; the host snapshots the configured
+//! instance, so every decision starts from a parsed policy set in a fresh instance.
+//!
+//! The request each call becomes, the three outcomes and the JSON → Cedar mapping are
+//! specified in `docs/cedar.md`; the schema of the request is `docs/toolward.cedarschema`,
+//! compiled into this component.
+//!
+//! `cedar-policy` builds only for wasm32 (see `Cargo.toml`): on other targets this crate is
+//! empty, and its behaviour is tested through the host loading the built component
+//! (`host/src/cedar/tests.rs`, `tests/all/cedar.rs`).
+#![cfg(target_family = "wasm")]
+#![allow(
+    unsafe_code,
+    reason = "the exports wit-bindgen generates are unsafe extern functions"
+)]
+
+mod json;
+mod request;
+mod validate;
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use cedar_policy::{AuthorizationError, Authorizer, Effect as CedarEffect, PolicyId, PolicySet};
+
+wit_bindgen::generate!({
+    path: "../wit/v0.2.0",
+    world: "validated-policy-component",
+});
+
+use exports::toolward::policy::policy::{Call, Guest as PolicyGuest, Verdict};
+use exports::toolward::policy::validation::{Guest as ValidationGuest, RegisteredTool};
+use toolward::policy::types::Decision;
+
+/// The annotation naming a policy (`@id("…")`): its id in reasons and `determined_by`.
+const ID_ANNOTATION: &str = "id";
+/// The annotation giving a forbid's deny reason (`@reason("…")`).
+const REASON_ANNOTATION: &str = "reason";
+/// The annotation that makes a permit hold the call for approval (`@hold("reason")`).
+const HOLD_ANNOTATION: &str = "hold";
+
+/// The policies, parsed and renamed by `configure`.
+static POLICIES: OnceLock<Policies> = OnceLock::new();
+
+struct Policies {
+    set: PolicySet,
+    /// The settings text, for line and column of validation errors.
+    source: String,
+}
+
+struct Component;
+
+impl PolicyGuest for Component {
+    fn configure(settings: String) -> Result<(), String> {
+        let set = parse(&settings)?;
+        // One decision before the snapshot, so that what Cedar initialises lazily on first
+        // use (its extension functions, among others) is in the snapshot's memory instead
+        // of being built again in every fresh instance.
+        let _ = decide(&set, &warm_up_call());
+        POLICIES
+            .set(Policies {
+                set,
+                source: settings,
+            })
+            .map_err(|_| "configure was called twice".to_owned())
+    }
+
+    fn decide(call: Call) -> Verdict {
+        match POLICIES.get() {
+            Some(policies) => decide(&policies.set, &call),
+            None => deny(
+                "the Cedar component was not configured; the call is denied".to_owned(),
+                Vec::new(),
+            ),
+        }
+    }
+}
+
+impl ValidationGuest for Component {
+    fn validate(tools: Vec<RegisteredTool>) -> Vec<String> {
+        match POLICIES.get() {
+            Some(policies) => validate::validate(&policies.set, &policies.source, &tools),
+            None => vec!["the Cedar component was not configured".to_owned()],
+        }
+    }
+}
+
+export!(Component);
+
+/// The operator's policies, each under its `@id` (else Cedar's `policy0`, `policy1`, … in
+/// file order).
+fn parse(text: &str) -> Result<PolicySet, String> {
+    let parsed = PolicySet::from_str(text).map_err(|errors| {
+        let problems: Vec<String> = errors
+            .iter()
+            .map(|e| validate::diagnostic_at(e, text))
+            .collect();
+        format!("the Cedar policies do not parse: {}", problems.join("; "))
+    })?;
+    if parsed.templates().next().is_some() {
+        return Err(
+            "the Cedar policies hold a template: toolward links none, so write each policy out"
+                .to_owned(),
+        );
+    }
+    let mut renamed = PolicySet::new();
+    let mut policies: Vec<_> = parsed.policies().collect();
+    // Cedar numbers policies in file order (`policy0`, …); keep that order for ids.
+    policies.sort_by_key(|p| policy_number(p.id()));
+    for policy in policies {
+        let name = policy
+            .annotation(ID_ANNOTATION)
+            .map_or_else(|| policy.id().to_string(), str::to_owned);
+        if policy.effect() == CedarEffect::Forbid && policy.annotation(HOLD_ANNOTATION).is_some() {
+            return Err(format!(
+                "policy `{name}` is a forbid with `@hold`: only a permit can hold a call; drop `@hold` or make it a permit"
+            ));
+        }
+        renamed
+            .add(policy.new_id(PolicyId::new(&name)))
+            .map_err(|_| format!("two policies have the id `{name}`: give each its own `@id`"))?;
+    }
+    Ok(renamed)
+}
+
+/// A call that exercises the request mapping (arguments of each kind, facts).
+fn warm_up_call() -> Call {
+    Call {
+        id: "warm-up".to_owned(),
+        server: "warm-up".to_owned(),
+        tool: "warm-up".to_owned(),
+        effect: toolward::policy::types::Effect::ReadOnly,
+        arguments: r#"{"a":"b","n":1,"d":1.5,"s":["x"],"o":{"t":true}}"#.to_owned(),
+        arguments_sha256: String::new(),
+        principal: "warm-up".to_owned(),
+        session: String::new(),
+        time_ms: 0,
+        facts: vec![toolward::policy::types::Fact {
+            name: "tool.forwarded.minute".to_owned(),
+            value: "0".to_owned(),
+        }],
+    }
+}
+
+fn policy_number(id: &PolicyId) -> u64 {
+    id.to_string()
+        .strip_prefix("policy")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+fn deny(reason: String, determined_by: Vec<String>) -> Verdict {
+    Verdict {
+        decision: Decision::Deny(reason),
+        determined_by,
+    }
+}
+
+/// Three outcomes from Cedar's two effects (`docs/cedar.md`, "Outcomes").
+fn decide(set: &PolicySet, call: &Call) -> Verdict {
+    let request = match request::Request::of(call) {
+        Ok(request) => request,
+        Err(reason) => return deny(format!("{reason}; the call is denied"), Vec::new()),
+    };
+    let response = Authorizer::new().is_authorized(&request.request, set, &request.entities);
+    let diagnostics = response.diagnostics();
+
+    let mut forbids = Vec::new();
+    let mut holds = Vec::new();
+    let mut permits = Vec::new();
+    let satisfied: BTreeSet<&PolicyId> = diagnostics.reason().collect();
+    for id in satisfied {
+        let Some(policy) = set.policy(id) else {
+            continue;
+        };
+        match (policy.effect(), policy.annotation(HOLD_ANNOTATION)) {
+            (CedarEffect::Forbid, _) => forbids.push((
+                id.to_string(),
+                policy
+                    .annotation(REASON_ANNOTATION)
+                    .map_or_else(|| id.to_string(), str::to_owned),
+            )),
+            (CedarEffect::Permit, Some(reason)) => holds.push((id.to_string(), reason.to_owned())),
+            (CedarEffect::Permit, None) => permits.push(id.to_string()),
+        }
+    }
+    if let Some((_, reason)) = forbids.first() {
+        let reason = reason.clone();
+        return deny(reason, forbids.into_iter().map(|(id, _)| id).collect());
+    }
+    // Stricter than Cedar, which skips a policy whose evaluation errs: here it denies.
+    let errors: Vec<(String, String)> = diagnostics
+        .errors()
+        .map(|e| match e {
+            AuthorizationError::PolicyEvaluationError(e) => {
+                (e.policy_id().to_string(), e.inner().to_string())
+            }
+        })
+        .collect();
+    if let Some((first, message)) = errors.first() {
+        let ids: BTreeSet<String> = errors.iter().map(|(id, _)| id.clone()).collect();
+        let mut reason =
+            format!("policy `{first}` could not be evaluated ({message}); the call is denied");
+        if !request.unrepresentable.is_empty() {
+            reason.push_str(&format!(
+                "; arguments Cedar cannot represent exactly were left out of `context.arguments`: {}",
+                request
+                    .unrepresentable
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        return deny(reason, ids.into_iter().collect());
+    }
+
+    if let Some((_, reason)) = holds.first() {
+        return Verdict {
+            decision: Decision::Hold(reason.clone()),
+            determined_by: holds.into_iter().map(|(id, _)| id).collect(),
+        };
+    }
+    if !permits.is_empty() {
+        return Verdict {
+            decision: Decision::Allow,
+            determined_by: permits,
+        };
+    }
+    deny(
+        format!(
+            "no Cedar policy permits calling `{}` on server `{}`",
+            call.tool, call.server
+        ),
+        Vec::new(),
+    )
+}

@@ -434,6 +434,14 @@ pub struct AuditEvent {
     /// Anything else the step wants on record (a load summary, a manifest hash), as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<serde_json::Value>,
+    /// Of a `decision` by a `toolward:policy@0.2.0` component: the ids of the policies that
+    /// determined it (for the Cedar component, the Cedar policy ids: the forbids of a deny,
+    /// the `@hold` permits of a hold, the permits of an allow, the erring policies of a deny
+    /// for an evaluation error; empty when no policy applied). Absent for components that do
+    /// not say (`policy@0.1.0`). At most `MAX_DETERMINED_BY` (64) ids and a last
+    /// `… and N more`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub determined_by: Option<Vec<String>>,
 }
 
 impl AuditEvent {
@@ -467,6 +475,7 @@ impl AuditEvent {
             truncated_bytes: None,
             truncated_sha256: None,
             detail: None,
+            determined_by: None,
         }
     }
 }

@@ -838,7 +838,8 @@ impl Run<'_> {
         // Inline, not on the blocking pool: a decision takes microseconds
         // (`benches/decide.rs`), less than the hop to another thread and back, and fuel
         // bounds the worst (`DEFAULT_DECIDE_FUEL` ends an endless loop in tens of ms).
-        let decision = self.path.policy.decide(&view);
+        let answer = self.path.policy.answer(&view);
+        let decision = answer.decision;
         let with_arguments = |mut event: AuditEvent| {
             event.arguments_sha256 = Some(arguments_sha256.clone());
             if self.path.settings.record_arguments {
@@ -854,6 +855,7 @@ impl Run<'_> {
         };
         event.decision = Some(verdict);
         event.reason = reason;
+        event.determined_by = answer.determined_by;
         event.policy_time_ms = Some(time_ms);
         event.facts = Some(facts.as_map().clone());
         // The reservation stands for an allowed call; a held one counts as held, a denied

@@ -374,7 +374,8 @@ enum PolicyCommand {
     /// Print a component's SHA-256, size, worlds, exports and imports; refuse it (exit 1)
     /// when it imports anything beyond toolward's WIT.
     Inspect {
-        /// The component (`.wasm`), or `built-in` for the default component.
+        /// The component (`.wasm`), `built-in` for the default component, or
+        /// `built-in-cedar` for the Cedar component.
         component: String,
         /// Print as JSON.
         #[arg(long)]
@@ -391,7 +392,8 @@ enum PolicyCommand {
     Test {
         /// The cases file (JSON).
         cases: PathBuf,
-        /// The component (`.wasm`), or `built-in` for the default component.
+        /// The component (`.wasm`), `built-in` for the default component, or a Cedar
+        /// policy file (`.cedar`), decided by the built-in Cedar component.
         #[arg(long)]
         policy: String,
         /// A settings file for the component's `configure`, used instead of the cases
@@ -401,6 +403,15 @@ enum PolicyCommand {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Check the config's policy against the tools the servers register: for Cedar
+    /// policies (`policy.cedar`), type-check them against `docs/toolward.cedarschema` with
+    /// each tool's `inputSchema` as the type of its arguments, naming the policy, its line
+    /// and column and the tool of each error (exit 1 on any). `toolward check` runs it too.
+    Validate {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
     },
 }
 
@@ -618,6 +629,9 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                     json,
                 },
         } => policy_test(&cases, &policy, rules.as_deref(), json),
+        Command::Policy {
+            command: PolicyCommand::Validate { config },
+        } => policy_validate(&config).await,
         Command::Confine { .. } => Err(usage(anyhow!(
             "`{}` runs before the runtime starts",
             toolward::confine::LAUNCHER_SUBCOMMAND
@@ -737,7 +751,9 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
     )
     .await
     .map_err(usage)?;
+    let problems = toolward::cedar::validate(&components.policy, &registry).map_err(usage);
     registry.close().await;
+    let problems = problems?;
     if suggest_rules {
         println!("{}", suggested_rules(&report));
     } else if json {
@@ -747,11 +763,55 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
         print!("{}", report.render());
         print!("{}", first_hour::accept_commands(&report, config_path));
     }
-    Ok(if report.refused_anything() {
+    // On stderr with `--json`, so stdout stays the report's JSON.
+    for problem in &problems {
+        if json {
+            eprintln!("toolward: policy: {problem}");
+        } else {
+            println!("policy: {problem}");
+        }
+    }
+    Ok(if report.refused_anything() || !problems.is_empty() {
         ExitCode::from(EXIT_FOUND)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `policy validate`: loads the servers as `check` does and prints the policy's problems
+/// for the registered tools.
+async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let manifest = read_manifest(&config)?;
+    let state = open_state(&config)?;
+    let components =
+        load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
+    let (registry, _) = load::load(
+        &config,
+        &components.rules,
+        &manifest,
+        components.digests.clone(),
+    )
+    .await
+    .map_err(usage)?;
+    let tools = registry.tools().count();
+    let problems = toolward::cedar::validate(&components.policy, &registry).map_err(usage);
+    registry.close().await;
+    let problems = problems?;
+    if !components.policy.validates() {
+        println!("the policy component does not validate its settings: nothing to check");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for problem in &problems {
+        println!("policy: {problem}");
+    }
+    if problems.is_empty() {
+        println!("the policies type-check for all {tools} registered tools");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("{} problems", problems.len());
+        Ok(ExitCode::from(EXIT_FOUND))
+    }
 }
 
 async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
@@ -1226,6 +1286,9 @@ fn read_component(component: &str) -> Result<Vec<u8>, Failure> {
     if component == "built-in" {
         return Ok(toolward::component::DEFAULT_COMPONENT.to_vec());
     }
+    if component == toolward::cedar::BUILT_IN_CEDAR {
+        return Ok(toolward::component::CEDAR_COMPONENT.to_vec());
+    }
     toolward::config::operator_file::read(
         Path::new(component),
         "component",
@@ -1265,7 +1328,18 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
             "rules-and-policy",
         ),
         (loaded.exports_rules(), "rules-component"),
-        (loaded.exports_policy(), "policy-component"),
+        (
+            loaded.exports_policy() && !loaded.exports_policy_v2(),
+            "policy-component",
+        ),
+        (
+            loaded.exports_policy_v2() && !loaded.exports_validation(),
+            "policy-component@0.2.0",
+        ),
+        (
+            loaded.exports_policy_v2() && loaded.exports_validation(),
+            "validated-policy-component@0.2.0",
+        ),
     ]
     .into_iter()
     .filter_map(|(ok, world)| ok.then_some(world))
@@ -1330,7 +1404,24 @@ fn policy_test(
         .map_err(usage)?;
         cases.settings = Some(text);
     }
-    let bytes = read_component(component)?;
+    // A `.cedar` file is policies for the built-in Cedar component, its settings text.
+    let is_cedar = Path::new(component)
+        .extension()
+        .is_some_and(|e| e == toolward::cedar::CEDAR_EXTENSION);
+    if is_cedar {
+        let text = toolward::policy_test::read_text(
+            Path::new(component),
+            "Cedar policy",
+            toolward::config::operator_file::MAX_SETTINGS_BYTES,
+        )
+        .map_err(usage)?;
+        cases.settings = Some(text);
+    }
+    let bytes = if is_cedar {
+        toolward::component::CEDAR_COMPONENT.to_vec()
+    } else {
+        read_component(component)?
+    };
     let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
     let loaded = host.load(&bytes, component).map_err(usage)?;
     let report = toolward::policy_test::run_cases(&host, &loaded, &cases);

@@ -1,8 +1,12 @@
 //! Hosting policy components: one wasmtime [`Engine`], components compiled once and cached
 //! on disk, purity checked, every guest call bounded, every failure a deny.
 //!
-//! The contract is the WIT package `toolward:policy@0.1.0` in `wit/`. A component exports
-//! `rules` (classify tools), `policy` (decide calls), or both.
+//! The contract is the WIT package `toolward:policy` in `wit/`: version 0.1.0
+//! (`wit/policy.wit`) and 0.2.0 (`wit/v0.2.0/policy.wit`), both accepted. A component exports
+//! `rules@0.1.0` (classify tools), `policy` of either version (decide calls), or both; a
+//! 0.2.0 `policy` names the policies that determined each decision
+//! ([`PolicyAnswer::determined_by`]), and a component may export `validation@0.2.0` to check
+//! its settings against the registered tools ([`Policy::validate`]).
 //!
 //! # Configured once, fresh per decision
 //! `configure` runs once: the host instantiates the component (instrumented by
@@ -55,11 +59,34 @@ mod bindings {
 use bindings::exports::toolward::policy::{policy as wit_policy, rules as wit_rules};
 use bindings::toolward::policy::types as wit;
 
+mod bindings_v2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.2.0",
+        world: "validated-policy-component",
+        ownership: Borrowing {
+            duplicate_if_necessary: false
+        },
+    });
+}
+
+use bindings_v2::exports::toolward::policy::{
+    policy as wit2_policy, validation as wit2_validation,
+};
+use bindings_v2::toolward::policy::types as wit2;
+
 /// The default policy component (`guest-policy/`), built by `host/build.rs` and embedded in
 /// the library: it classifies from the operator's rules file and decides from its table.
 pub const DEFAULT_COMPONENT: &[u8] = include_bytes!(concat!(
     env!("OUT_DIR"),
     "/guests/wasm32-unknown-unknown/release/toolward_guest_policy.wasm"
+));
+
+/// The built-in Cedar component (`guest-cedar/`), built by `host/build.rs` and embedded in
+/// the library: it decides calls with the operator's Cedar policies (`policy.cedar` in the
+/// config, `docs/cedar.md`), exporting `policy` and `validation` of `toolward:policy@0.2.0`.
+pub const CEDAR_COMPONENT: &[u8] = include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/guests/wasm32-unknown-unknown/release/toolward_guest_cedar.wasm"
 ));
 
 /// The WIT package a component may import from; anything else is refused.
@@ -68,6 +95,13 @@ pub const WIT_PACKAGE: &str = "toolward:policy";
 pub const RULES_INTERFACE: &str = "toolward:policy/rules@0.1.0";
 /// The exported interface that decides calls.
 pub const POLICY_INTERFACE: &str = "toolward:policy/policy@0.1.0";
+/// The exported interface that decides calls and names what determined each decision.
+pub const POLICY_INTERFACE_V2: &str = "toolward:policy/policy@0.2.0";
+/// The exported interface that checks a policy's settings against the registered tools.
+pub const VALIDATION_INTERFACE: &str = "toolward:policy/validation@0.2.0";
+/// The most policy ids of one decision kept for its audit record (`determined_by`); past
+/// it the list ends with `… and N more`, so a component cannot make records unbounded.
+pub const MAX_DETERMINED_BY: usize = 64;
 
 /// Fuel for one `decide` call: about that many wasm instructions. The default table
 /// decides in a few thousand; 50 million is ample for a custom policy and ends an endless
@@ -333,9 +367,11 @@ impl ComponentHost {
         let mut linker = Linker::new(&engine);
         // The only imports a pure component can have: the type-only instance of our own
         // `types` interface, which wit-component adds for the types the exports use.
-        linker
-            .instance("toolward:policy/types@0.1.0")
-            .map_err(|e| ComponentError::Engine(e.to_string()))?;
+        for types in ["toolward:policy/types@0.1.0", "toolward:policy/types@0.2.0"] {
+            linker
+                .instance(types)
+                .map_err(|e| ComponentError::Engine(e.to_string()))?;
+        }
         Ok(ComponentHost {
             inner: Arc::new(HostInner {
                 engine,
@@ -390,7 +426,11 @@ impl ComponentHost {
             sha256,
             size_bytes: bytes.len(),
             exports_rules: exports.iter().any(|e| e == RULES_INTERFACE),
-            exports_policy: exports.iter().any(|e| e == POLICY_INTERFACE),
+            exports_policy: exports
+                .iter()
+                .any(|e| e == POLICY_INTERFACE || e == POLICY_INTERFACE_V2),
+            exports_policy_v2: exports.iter().any(|e| e == POLICY_INTERFACE_V2),
+            exports_validation: exports.iter().any(|e| e == VALIDATION_INTERFACE),
             exports,
             imports,
             cache,
@@ -416,24 +456,45 @@ impl ComponentHost {
                 interface: POLICY_INTERFACE,
             });
         }
+        let v2 = component.exports_policy_v2;
         let (pre, snapshot_cache) = self.snapshot(component, |store, instance, pre| {
-            let guest = wit_policy::GuestIndices::new(pre)
-                .and_then(|i| i.load(&mut *store, instance))
-                .map_err(|e| e.to_string())?;
-            guest
-                .call_configure(&mut *store, settings)
-                .map_err(|e| e.to_string())
+            if v2 {
+                let guest = wit2_policy::GuestIndices::new(pre)
+                    .and_then(|i| i.load(&mut *store, instance))
+                    .map_err(|e| e.to_string())?;
+                guest
+                    .call_configure(&mut *store, settings)
+                    .map_err(|e| e.to_string())
+            } else {
+                let guest = wit_policy::GuestIndices::new(pre)
+                    .and_then(|i| i.load(&mut *store, instance))
+                    .map_err(|e| e.to_string())?;
+                guest
+                    .call_configure(&mut *store, settings)
+                    .map_err(|e| e.to_string())
+            }
         })?;
-        let indices = wit_policy::GuestIndices::new(&pre).map_err(|e| ComponentError::Guest {
+        let snapshot_err = |e: wasmtime::Error| ComponentError::Guest {
             origin: component.origin.clone(),
             step: "snapshot",
             reason: e.to_string(),
-        })?;
+        };
+        let indices = if v2 {
+            PolicyIndices::V2(wit2_policy::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        } else {
+            PolicyIndices::V1(wit_policy::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        };
+        let validation = if component.exports_validation {
+            Some(wit2_validation::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        } else {
+            None
+        };
         Ok(Policy::new(
             PolicyShared {
                 host: self.clone(),
                 pre,
                 indices,
+                validation,
                 sha256: component.sha256.clone(),
                 queue: Mutex::new(ReadyQueue {
                     ready: Vec::new(),
@@ -640,6 +701,8 @@ pub struct LoadedComponent {
     imports: Vec<String>,
     exports_rules: bool,
     exports_policy: bool,
+    exports_policy_v2: bool,
+    exports_validation: bool,
     cache: CacheOutcome,
     bytes: Vec<u8>,
 }
@@ -680,9 +743,18 @@ impl LoadedComponent {
     pub fn exports_rules(&self) -> bool {
         self.exports_rules
     }
-    /// Whether it exports `policy`.
+    /// Whether it exports `policy` (of either version).
     pub fn exports_policy(&self) -> bool {
         self.exports_policy
+    }
+    /// Whether its `policy` is `toolward:policy/policy@0.2.0` (decisions name the policies
+    /// that determined them); a component exporting both versions is used as 0.2.0.
+    pub fn exports_policy_v2(&self) -> bool {
+        self.exports_policy_v2
+    }
+    /// Whether it exports `toolward:policy/validation@0.2.0`.
+    pub fn exports_validation(&self) -> bool {
+        self.exports_validation
     }
     /// Whether the compiled form came from the cache.
     pub fn cache(&self) -> CacheOutcome {
@@ -707,6 +779,19 @@ pub struct ToolView {
     pub description_sha256: String,
     /// SHA-256 of the canonical input schema, lowercase hex.
     pub input_schema_sha256: String,
+}
+
+/// A registered tool as `validation.validate` sees it (WIT 0.2.0 `types.registered-tool`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredToolView {
+    /// The server's name in the operator's config.
+    pub server: String,
+    /// The tool's name as the server knows it.
+    pub name: String,
+    /// The operator's effect.
+    pub effect: Effect,
+    /// The tool's `inputSchema` as the server sent it, canonical JSON.
+    pub input_schema: String,
 }
 
 /// A tool's annotations as received (MCP spec, "Tool annotations"); `None` when absent.
@@ -823,7 +908,9 @@ pub struct Policy {
 struct PolicyShared {
     host: ComponentHost,
     pre: InstancePre<GuestState>,
-    indices: wit_policy::GuestIndices,
+    indices: PolicyIndices,
+    /// The `validation@0.2.0` export, when the component has one.
+    validation: Option<wit2_validation::GuestIndices>,
     sha256: String,
     queue: Mutex<ReadyQueue>,
     /// Wakes the worker: no instance is left ready, the used ones reached the policy's
@@ -836,7 +923,72 @@ struct PolicyShared {
 /// A fresh instance of the snapshot that has run nothing yet, its fuel set for a decision.
 struct FreshInstance {
     store: Store<GuestState>,
-    guest: wit_policy::Guest,
+    guest: PolicyGuest,
+}
+
+/// The `policy` export of a configured snapshot, by its WIT version.
+enum PolicyIndices {
+    V1(wit_policy::GuestIndices),
+    V2(wit2_policy::GuestIndices),
+}
+
+/// The `policy` export of an instance, by its WIT version.
+enum PolicyGuest {
+    V1(wit_policy::Guest),
+    V2(wit2_policy::Guest),
+}
+
+impl PolicyGuest {
+    /// `decide` on `call`, as the host's [`PolicyAnswer`].
+    fn decide(
+        &self,
+        store: &mut Store<GuestState>,
+        call: &CallView,
+    ) -> wasmtime::Result<PolicyAnswer> {
+        match self {
+            PolicyGuest::V1(guest) => {
+                let facts = wit_facts(call);
+                let decision = guest.call_decide(store, to_wit_call(call, &facts))?;
+                Ok(PolicyAnswer {
+                    decision: from_wit(decision),
+                    determined_by: None,
+                })
+            }
+            PolicyGuest::V2(guest) => {
+                let facts: Vec<wit2::Fact<'_>> = call
+                    .facts
+                    .iter()
+                    .map(|(name, value)| wit2::Fact { name, value })
+                    .collect();
+                let verdict = guest.call_decide(store, to_wit2_call(call, &facts))?;
+                Ok(PolicyAnswer {
+                    decision: from_wit2(verdict.decision),
+                    determined_by: Some(bounded_ids(verdict.determined_by)),
+                })
+            }
+        }
+    }
+}
+
+/// A policy's answer on one call: the decision and, from a `policy@0.2.0` component, the
+/// ids of the policies that determined it (`determined_by` of the decision's audit record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyAnswer {
+    /// The decision.
+    pub decision: Decision,
+    /// What determined it, in the component's naming (for the Cedar component, the policy
+    /// ids); `None` from a `policy@0.1.0` component, which cannot say. At most
+    /// [`MAX_DETERMINED_BY`] ids and a last `… and N more`.
+    pub determined_by: Option<Vec<String>>,
+}
+
+fn bounded_ids(mut ids: Vec<String>) -> Vec<String> {
+    if ids.len() > MAX_DETERMINED_BY {
+        let more = ids.len() - MAX_DETERMINED_BY;
+        ids.truncate(MAX_DETERMINED_BY);
+        ids.push(format!("… and {more} more"));
+    }
+    ids
 }
 
 struct ReadyQueue {
@@ -895,10 +1047,11 @@ impl PolicyShared {
             .pre
             .instantiate(&mut store)
             .map_err(|e| format!("could not be instantiated: {e}"))?;
-        let guest = self
-            .indices
-            .load(&mut store, &instance)
-            .map_err(|e| format!("has an unusable `decide` export: {e}"))?;
+        let guest = match &self.indices {
+            PolicyIndices::V1(indices) => indices.load(&mut store, &instance).map(PolicyGuest::V1),
+            PolicyIndices::V2(indices) => indices.load(&mut store, &instance).map(PolicyGuest::V2),
+        }
+        .map_err(|e| format!("has an unusable `decide` export: {e}"))?;
         Ok(FreshInstance { store, guest })
     }
 
@@ -907,6 +1060,13 @@ impl PolicyShared {
             "policy component `{}` {reason}; the call is denied",
             short(&self.sha256)
         ))
+    }
+
+    fn deny_answer(&self, reason: String) -> PolicyAnswer {
+        PolicyAnswer {
+            decision: self.deny(reason),
+            determined_by: None,
+        }
     }
 
     /// The worker thread: keeps `depth` instances ready and drops used ones, until shutdown.
@@ -1068,6 +1228,12 @@ impl Policy {
     /// instantiated (no free slot), or answers something that is not a `decision`, the
     /// result is [`Decision::Deny`] whose reason names the component and the failure.
     pub fn decide(&self, call: &CallView) -> Decision {
+        self.answer(call).decision
+    }
+
+    /// As [`Policy::decide`], with what determined the decision when the component says
+    /// (`policy@0.2.0`). A failure is a deny whose `determined_by` is `None`.
+    pub fn answer(&self, call: &CallView) -> PolicyAnswer {
         let shared = &*self.shared;
         let limits = &shared.host.inner.limits;
         let ready = if self.depth > 0 {
@@ -1084,14 +1250,13 @@ impl Policy {
                 shared.inline.fetch_add(1, Ordering::Relaxed);
                 match shared.instantiate() {
                     Ok(fresh) => fresh,
-                    Err(reason) => return shared.deny(reason),
+                    Err(reason) => return shared.deny_answer(reason),
                 }
             }
         };
-        let facts = wit_facts(call);
-        let decision = match guest.call_decide(&mut store, to_wit_call(call, &facts)) {
-            Ok(decision) => from_wit(decision),
-            Err(e) => shared.deny(guest_failure(
+        let answer = match guest.decide(&mut store, call) {
+            Ok(answer) => answer,
+            Err(e) => shared.deny_answer(guest_failure(
                 &store,
                 &e,
                 limits.decide_fuel,
@@ -1099,7 +1264,58 @@ impl Policy {
             )),
         };
         self.retire(store);
-        decision
+        answer
+    }
+
+    /// Whether the component checks its settings against the registered tools
+    /// (`validation@0.2.0`; the Cedar component does).
+    pub fn validates(&self) -> bool {
+        self.shared.validation.is_some()
+    }
+
+    /// The problems of the configured settings for `tools`, from the component's
+    /// `validation` export in a fresh instance of the configured snapshot; empty when there
+    /// are none or the component has no such export ([`Policy::validates`]).
+    ///
+    /// # Errors
+    /// A reason naming the component when it cannot be instantiated, traps, or runs out of
+    /// fuel (the configure fuel: validation type-checks every policy for every tool) or
+    /// memory.
+    pub fn validate(&self, tools: &[RegisteredToolView]) -> Result<Vec<String>, String> {
+        let Some(indices) = &self.shared.validation else {
+            return Ok(Vec::new());
+        };
+        let shared = &*self.shared;
+        let limits = &shared.host.inner.limits;
+        let mut store = shared.host.store(limits.configure_fuel);
+        let instance = shared.pre.instantiate(&mut store).map_err(|e| {
+            format!(
+                "policy component `{}` could not be instantiated: {e}",
+                short(&shared.sha256)
+            )
+        })?;
+        let guest = indices.load(&mut store, &instance).map_err(|e| {
+            format!(
+                "policy component `{}` has an unusable `validate` export: {e}",
+                short(&shared.sha256)
+            )
+        })?;
+        let wit_tools: Vec<wit2::RegisteredTool<'_>> = tools
+            .iter()
+            .map(|tool| wit2::RegisteredTool {
+                server: &tool.server,
+                name: &tool.name,
+                effect: effect_to_wit2(tool.effect),
+                input_schema: &tool.input_schema,
+            })
+            .collect();
+        guest.call_validate(&mut store, &wit_tools).map_err(|e| {
+            format!(
+                "policy component `{}` {}",
+                short(&shared.sha256),
+                guest_failure(&store, &e, limits.configure_fuel, limits.memory_bytes)
+            )
+        })
     }
 
     /// Hands a used store to the worker to drop, or drops it here when the worker is
@@ -1142,7 +1358,7 @@ impl Drop for Policy {
 /// A live policy instance (see [`Policy::live_instance`]); benchmarks only.
 pub struct LivePolicy {
     store: Store<GuestState>,
-    guest: wit_policy::Guest,
+    guest: PolicyGuest,
 }
 
 impl fmt::Debug for LivePolicy {
@@ -1155,12 +1371,8 @@ impl LivePolicy {
     /// The decision on `call` in this instance; a guest failure is a deny.
     pub fn decide(&mut self, call: &CallView) -> Decision {
         let _ = self.store.set_fuel(u64::MAX);
-        let facts = wit_facts(call);
-        match self
-            .guest
-            .call_decide(&mut self.store, to_wit_call(call, &facts))
-        {
-            Ok(decision) => from_wit(decision),
+        match self.guest.decide(&mut self.store, call) {
+            Ok(answer) => answer.decision,
             Err(e) => Decision::Deny(e.to_string()),
         }
     }
@@ -1172,6 +1384,39 @@ fn from_wit(decision: wit::Decision) -> Decision {
         wit::Decision::Allow => Decision::Allow,
         wit::Decision::Deny(reason) => Decision::Deny(reason),
         wit::Decision::Hold(reason) => Decision::Hold(reason),
+    }
+}
+
+/// A 0.2.0 guest's `decision` as the host's.
+fn from_wit2(decision: wit2::Decision) -> Decision {
+    match decision {
+        wit2::Decision::Allow => Decision::Allow,
+        wit2::Decision::Deny(reason) => Decision::Deny(reason),
+        wit2::Decision::Hold(reason) => Decision::Hold(reason),
+    }
+}
+
+fn to_wit2_call<'a>(call: &'a CallView, facts: &'a [wit2::Fact<'a>]) -> wit2::Call<'a> {
+    wit2::Call {
+        id: &call.id,
+        server: &call.server,
+        tool: &call.tool,
+        effect: effect_to_wit2(call.effect),
+        arguments: &call.arguments,
+        arguments_sha256: &call.arguments_sha256,
+        principal: &call.principal,
+        session: &call.session,
+        time_ms: call.time_ms,
+        facts,
+    }
+}
+
+fn effect_to_wit2(effect: Effect) -> wit2::Effect {
+    match effect {
+        Effect::ReadOnly => wit2::Effect::ReadOnly,
+        Effect::LocalChange => wit2::Effect::LocalChange,
+        Effect::RemoteChange => wit2::Effect::RemoteChange,
+        Effect::Destructive => wit2::Effect::Destructive,
     }
 }
 

@@ -188,7 +188,7 @@ const SERVER_KEYS: &[&str] = &[
 /// rather than ignored.
 const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
 const RULES_KEYS: &[&str] = &["file", "component"];
-const POLICY_KEYS: &[&str] = &["component", "settings"];
+const POLICY_KEYS: &[&str] = &["component", "settings", "cedar"];
 const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
 /// Keys of `store` (see [`StoreConfig`]).
 const STORE_KEYS: &[&str] = &["postgres"];
@@ -523,6 +523,10 @@ pub struct PolicyConfig {
     /// A settings file given to the policy's `configure` (`policy.settings`); `None` gives
     /// it empty settings.
     pub settings: Option<PathBuf>,
+    /// A Cedar policy file (`policy.cedar`, `docs/cedar.md`): calls are decided by the
+    /// built-in Cedar component with this file's text as its settings. Excludes
+    /// `component` and `settings`.
+    pub cedar: Option<PathBuf>,
 }
 
 /// `store`: where the audit log and the approvals queue live, for every gateway sharing them.
@@ -1127,9 +1131,16 @@ impl Reader<'_> {
     fn policy(&self, value: &Value, path: &JsonPath) -> Result<PolicyConfig, ConfigError> {
         let map = as_object(value, path)?;
         check_keys(map, path, POLICY_KEYS)?;
+        let cedar = self.optional_path(map, path, "cedar")?;
+        if cedar.is_some() && (map.contains_key("component") || map.contains_key("settings")) {
+            return Err(path.invalid(
+                "`cedar` names the policy by itself: the built-in Cedar component decides with that file; drop `component` and `settings`, or `cedar`",
+            ));
+        }
         Ok(PolicyConfig {
             component: self.optional_path(map, path, "component")?,
             settings: self.optional_path(map, path, "settings")?,
+            cedar,
         })
     }
 

@@ -288,6 +288,7 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
     deny.extend(config.rules.component.iter().cloned());
     deny.extend(config.policy.component.iter().cloned());
     deny.extend(config.policy.settings.iter().cloned());
+    deny.extend(config.policy.cedar.iter().cloned());
     deny.push(config.manifest.clone());
     deny.push(config.audit.file.clone());
     if let (Some(folder), Some(name)) = (config.audit.file.parent(), config.audit.file.file_name())

@@ -11,6 +11,7 @@ pub mod approval;
 pub mod audit;
 pub mod call;
 pub mod canonical;
+pub mod cedar;
 pub mod client_config;
 pub mod component;
 pub mod config;

@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    Classification, ComponentCache, ComponentError, ComponentHost, DEFAULT_COMPONENT, Effect,
-    GuestLimits, LoadedComponent, Policy, Rules, ToolView,
+    CEDAR_COMPONENT, Classification, ComponentCache, ComponentError, ComponentHost,
+    DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent, Policy, Rules, ToolView,
 };
 use crate::config::Config;
 use crate::config::operator_file::{
@@ -1064,14 +1064,26 @@ pub fn prepare_components(
     })?;
     let rules_text = String::from_utf8_lossy(&rules_bytes).into_owned();
     let rules_component = load_component(&config.rules.component, "rules component")?;
-    let policy_component = if config.policy.component == config.rules.component {
+    let policy_component = if config.policy.cedar.is_some() {
+        host.load(CEDAR_COMPONENT, "built-in-cedar")?
+    } else if config.policy.component == config.rules.component {
         rules_component.clone()
     } else {
         load_component(&config.policy.component, "policy component")?
     };
-    let policy_text = match &config.policy.settings {
+    let policy_text = match config
+        .policy
+        .cedar
+        .as_ref()
+        .or(config.policy.settings.as_ref())
+    {
         Some(path) => {
-            let bytes = operator_file::read(path, "policy settings", MAX_SETTINGS_BYTES)?;
+            let what = if config.policy.cedar.is_some() {
+                "Cedar policy"
+            } else {
+                "policy settings"
+            };
+            let bytes = operator_file::read(path, what, MAX_SETTINGS_BYTES)?;
             String::from_utf8_lossy(operator_file::without_bom(&bytes)).into_owned()
         }
         None => rules_text.clone(),
@@ -1091,8 +1103,9 @@ pub fn prepare_components(
         .map_err(in_file(&config.rules.file))?;
     let policy_path = config
         .policy
-        .settings
+        .cedar
         .as_deref()
+        .or(config.policy.settings.as_deref())
         .unwrap_or(&config.rules.file);
     let policy = host
         .configure_policy(&policy_component, &policy_text)

@@ -23,8 +23,9 @@
 //!
 //! Each case becomes one call ([`CallView`]): its arguments in canonical JSON form with
 //! their SHA-256, the principal `operator` unless given, call id `case-N` (N from 1),
-//! session `policy-test`, time 0 and no facts, so a pure component answers every run the
-//! same. The component is configured once; each case is decided in a fresh instance of
+//! session `policy-test`, time 0 and the case's `facts` (an object of fact name →
+//! non-negative integer, such as `{"tool.forwarded.minute": 30}`; none when absent), so a
+//! pure component answers every run the same. The component is configured once; each case is decided in a fresh instance of
 //! the configured snapshot, exactly as `toolward serve` decides calls.
 
 use std::fmt::Write as _;
@@ -96,6 +97,8 @@ pub struct Case {
     pub expect: Verdict,
     /// Text the reason of a deny or hold must contain.
     pub reason_contains: Option<String>,
+    /// The facts the call carries (`call.facts`): name and JSON text, in name order.
+    pub facts: Vec<(String, String)>,
 }
 
 /// A parsed cases file.
@@ -130,6 +133,8 @@ struct RawCase {
     principal: Option<String>,
     expect: Verdict,
     reason_contains: Option<String>,
+    #[serde(default)]
+    facts: std::collections::BTreeMap<String, u64>,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -224,6 +229,11 @@ impl CasesFile {
                     .unwrap_or_else(|| DEFAULT_PRINCIPAL.to_owned()),
                 expect: case.expect,
                 reason_contains: case.reason_contains,
+                facts: case
+                    .facts
+                    .into_iter()
+                    .map(|(name, value)| (name, value.to_string()))
+                    .collect(),
             });
         }
         Ok(CasesFile { settings, cases })
@@ -241,7 +251,7 @@ impl CasesFile {
             principal: case.principal.clone(),
             session: CASE_SESSION.to_owned(),
             time_ms: 0,
-            facts: Vec::new(),
+            facts: case.facts.clone(),
         }
     }
 }
@@ -268,6 +278,10 @@ pub struct CaseResult {
     pub reason: Option<String>,
     /// Whether the verdict (and the reason, when asked) matched.
     pub passed: bool,
+    /// The policies that determined the decision, from a `policy@0.2.0` component (the
+    /// Cedar component's policy ids); absent from a 0.1.0 component.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub determined_by: Option<Vec<String>>,
 }
 
 /// The outcome of a cases file against one component.
@@ -326,6 +340,9 @@ impl CaseReport {
         for (case, call) in self.cases.iter().zip(&calls) {
             let mark = if case.passed { "PASS" } else { "FAIL" };
             let mut reason = case.reason.clone().unwrap_or_else(|| "-".to_owned());
+            if let Some(ids) = case.determined_by.as_ref().filter(|ids| !ids.is_empty()) {
+                let _ = write!(reason, " [{}]", ids.join(", "));
+            }
             if !case.passed
                 && let Some(want) = &case.reason_contains
                 && case.actual == case.expect
@@ -380,8 +397,8 @@ pub fn run_cases(
         }
     };
     for (index, case) in cases.cases.iter().enumerate() {
-        let decision = policy.decide(&CasesFile::call(index, case));
-        let (actual, reason) = verdict_of(&decision);
+        let answer = policy.answer(&CasesFile::call(index, case));
+        let (actual, reason) = verdict_of(&answer.decision);
         let reason_matches = match (&case.reason_contains, reason) {
             (None, _) => true,
             (Some(want), Some(got)) => got.contains(want.as_str()),
@@ -403,6 +420,7 @@ pub fn run_cases(
             actual,
             reason: reason.map(str::to_owned),
             passed,
+            determined_by: answer.determined_by.clone(),
         });
     }
     report

@@ -9,6 +9,7 @@
 
 mod approvals;
 mod call;
+mod cedar;
 mod component;
 mod first_hour;
 mod fleet;

@@ -1,0 +1,287 @@
+//! A call as a Cedar request (`docs/cedar.md`, "The request"): principal, action, resource
+//! with its server, and the context, with JSON arguments converted only where Cedar holds
+//! them exactly.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, RestrictedExpression,
+};
+
+use crate::exports::toolward::policy::policy::Call;
+use crate::json::{self, Json};
+use crate::toolward::policy::types::Effect;
+
+/// Entity type of the principal.
+pub const PRINCIPAL_TYPE: &str = "Toolward::Principal";
+/// Entity type of a server (the parent of its tools).
+pub const SERVER_TYPE: &str = "Toolward::Server";
+/// Entity type of a tool; its id is `server/tool` (server names hold no `/`).
+pub const TOOL_TYPE: &str = "Toolward::Tool";
+/// Entity type of actions.
+pub const ACTION_TYPE: &str = "Toolward::Action";
+/// The one action: calling a tool.
+pub const CALL_ACTION: &str = "call";
+
+/// Fraction digits Cedar's `decimal` holds.
+const DECIMAL_DIGITS: usize = 4;
+
+/// A call's Cedar request with its entities.
+pub struct Request {
+    pub request: cedar_policy::Request,
+    pub entities: Entities,
+    /// JSON pointers of the arguments (and `/facts/…` of facts) left out because Cedar
+    /// cannot hold them exactly.
+    pub unrepresentable: Vec<String>,
+}
+
+/// `effect` as the rules file spells it.
+pub fn effect_name(effect: Effect) -> &'static str {
+    match effect {
+        Effect::ReadOnly => "read-only",
+        Effect::LocalChange => "local-change",
+        Effect::RemoteChange => "remote-change",
+        Effect::Destructive => "destructive",
+    }
+}
+
+pub fn uid(type_name: &str, id: &str) -> Result<EntityUid, String> {
+    let type_name = EntityTypeName::from_str(type_name)
+        .map_err(|e| format!("entity type `{type_name}`: {e}"))?;
+    Ok(EntityUid::from_type_name_and_id(
+        type_name,
+        EntityId::new(id),
+    ))
+}
+
+/// The id of a tool's entity.
+pub fn tool_id(server: &str, tool: &str) -> String {
+    format!("{server}/{tool}")
+}
+
+impl Request {
+    /// The request for `call`.
+    ///
+    /// # Errors
+    /// A reason when the arguments are not JSON or Cedar refuses the request.
+    pub fn of(call: &Call) -> Result<Request, String> {
+        let principal = uid(PRINCIPAL_TYPE, &call.principal)?;
+        let action = uid(ACTION_TYPE, CALL_ACTION)?;
+        let server = uid(SERVER_TYPE, &call.server)?;
+        let resource = uid(TOOL_TYPE, &tool_id(&call.server, &call.tool))?;
+        let tool = Entity::new(
+            resource.clone(),
+            HashMap::from([
+                (
+                    "server".to_owned(),
+                    RestrictedExpression::new_string(call.server.clone()),
+                ),
+                (
+                    "name".to_owned(),
+                    RestrictedExpression::new_string(call.tool.clone()),
+                ),
+                (
+                    "effect".to_owned(),
+                    RestrictedExpression::new_string(effect_name(call.effect).to_owned()),
+                ),
+            ]),
+            HashSet::from([server.clone()]),
+        )
+        .map_err(|e| format!("the tool's entity: {e}"))?;
+        let entities = Entities::from_entities(
+            [
+                Entity::new_no_attrs(principal.clone(), HashSet::new()),
+                Entity::new_no_attrs(server, HashSet::new()),
+                Entity::new_no_attrs(action.clone(), HashSet::new()),
+                tool,
+            ],
+            None,
+        )
+        .map_err(|e| format!("the call's entities: {e}"))?;
+
+        let mut unrepresentable = Vec::new();
+        let arguments = json::parse(&call.arguments)?;
+        let arguments = match &arguments {
+            Json::Object(_) => to_cedar(&arguments, "", &mut unrepresentable),
+            _ => None,
+        }
+        .unwrap_or_else(empty_record);
+        let facts = facts(&call.facts, &mut unrepresentable);
+        let mut pairs = vec![
+            ("arguments".to_owned(), arguments),
+            (
+                "arguments_sha256".to_owned(),
+                RestrictedExpression::new_string(call.arguments_sha256.clone()),
+            ),
+            (
+                "call_id".to_owned(),
+                RestrictedExpression::new_string(call.id.clone()),
+            ),
+            (
+                "session".to_owned(),
+                RestrictedExpression::new_string(call.session.clone()),
+            ),
+            ("facts".to_owned(), facts),
+        ];
+        match i64::try_from(call.time_ms) {
+            Ok(ms) => pairs.push(("time_ms".to_owned(), RestrictedExpression::new_long(ms))),
+            Err(_) => unrepresentable.push("/time_ms".to_owned()),
+        }
+        pairs.push((
+            "unrepresentable".to_owned(),
+            RestrictedExpression::new_set(
+                unrepresentable
+                    .iter()
+                    .map(|p| RestrictedExpression::new_string(p.clone())),
+            ),
+        ));
+        let context = Context::from_pairs(pairs).map_err(|e| format!("the call's context: {e}"))?;
+        let request = cedar_policy::Request::new(principal, action, resource, context, None)
+            .map_err(|e| format!("the call's request: {e}"))?;
+        Ok(Request {
+            request,
+            entities,
+            unrepresentable,
+        })
+    }
+}
+
+fn empty_record() -> RestrictedExpression {
+    RestrictedExpression::new_record(Vec::new())
+        .unwrap_or_else(|_| RestrictedExpression::new_set([]))
+}
+
+/// A JSON pointer token (RFC 6901: `~` as `~0`, `/` as `~1`).
+fn pointer_token(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
+}
+
+/// `value` as a Cedar value, or `None` (its pointer added to `unrepresentable`) when Cedar
+/// cannot hold it exactly: `null`, an integer outside `i64`, a number with more than four
+/// fraction digits or outside `decimal`'s range, a number in exponent form, and an array
+/// holding any of these (a set without the element would answer `contains` wrongly).
+fn to_cedar(
+    value: &Json,
+    pointer: &str,
+    unrepresentable: &mut Vec<String>,
+) -> Option<RestrictedExpression> {
+    let converted = match value {
+        Json::Null => None,
+        Json::Bool(b) => Some(RestrictedExpression::new_bool(*b)),
+        Json::String(s) => Some(RestrictedExpression::new_string(s.clone())),
+        Json::Number(text) => number(text),
+        Json::Array(items) => {
+            let mut inner = Vec::new();
+            let mut elements = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                match to_cedar(item, &format!("{pointer}/{i}"), &mut inner) {
+                    Some(e) => elements.push(e),
+                    None => break,
+                }
+            }
+            if inner.is_empty() {
+                Some(RestrictedExpression::new_set(elements))
+            } else {
+                None
+            }
+        }
+        Json::Object(members) => {
+            let mut fields = Vec::with_capacity(members.len());
+            for (name, member) in members {
+                let at = format!("{pointer}/{}", pointer_token(name));
+                if let Some(e) = to_cedar(member, &at, unrepresentable) {
+                    fields.push((name.clone(), e));
+                }
+            }
+            RestrictedExpression::new_record(fields).ok()
+        }
+    };
+    if converted.is_none() {
+        unrepresentable.push(pointer.to_owned());
+    }
+    converted
+}
+
+/// A canonical JSON number as a Cedar `Long` or `decimal`, when it is one exactly.
+fn number(text: &str) -> Option<RestrictedExpression> {
+    if text.contains(['e', 'E']) {
+        return None;
+    }
+    let Some((whole, fraction)) = text.split_once('.') else {
+        return text.parse::<i64>().ok().map(RestrictedExpression::new_long);
+    };
+    if fraction.is_empty() || fraction.len() > DECIMAL_DIGITS {
+        return None;
+    }
+    let negative = whole.starts_with('-');
+    let digits = whole.trim_start_matches('-');
+    // `decimal` is an i64 count of ten-thousandths: check the range exactly.
+    let scaled: i128 = format!("{digits}{fraction:0<DECIMAL_DIGITS$}")
+        .parse()
+        .ok()?;
+    let scaled = if negative { -scaled } else { scaled };
+    if i64::try_from(scaled).is_err() {
+        return None;
+    }
+    Some(RestrictedExpression::new_decimal(text))
+}
+
+/// A facts tree: each dotted name a path of records, each value a `Long`.
+enum Node {
+    Leaf(i64),
+    Branch(BTreeMap<String, Node>),
+}
+
+impl Node {
+    fn insert(&mut self, path: &[&str], value: i64) -> bool {
+        let Node::Branch(children) = self else {
+            return false;
+        };
+        match path {
+            [] => false,
+            [last] => {
+                if children.contains_key(*last) {
+                    return false;
+                }
+                children.insert((*last).to_owned(), Node::Leaf(value));
+                true
+            }
+            [first, rest @ ..] => children
+                .entry((*first).to_owned())
+                .or_insert_with(|| Node::Branch(BTreeMap::new()))
+                .insert(rest, value),
+        }
+    }
+
+    fn to_cedar(&self) -> RestrictedExpression {
+        match self {
+            Node::Leaf(value) => RestrictedExpression::new_long(*value),
+            Node::Branch(children) => RestrictedExpression::new_record(
+                children.iter().map(|(k, v)| (k.clone(), v.to_cedar())),
+            )
+            // Keys of a map are unique, so the record always builds.
+            .unwrap_or_else(|_| empty_record()),
+        }
+    }
+}
+
+/// `context.facts`: `tool.forwarded.minute` = `3` becomes
+/// `context.facts.tool.forwarded.minute == 3`.
+fn facts(
+    facts: &[crate::toolward::policy::types::Fact],
+    unrepresentable: &mut Vec<String>,
+) -> RestrictedExpression {
+    let mut root = Node::Branch(BTreeMap::new());
+    for fact in facts {
+        let path: Vec<&str> = fact.name.split('.').collect();
+        let inserted =
+            fact.value.trim().parse::<i64>().ok().is_some_and(|value| {
+                !path.iter().any(|p| p.is_empty()) && root.insert(&path, value)
+            });
+        if !inserted {
+            unrepresentable.push(format!("/facts/{}", pointer_token(&fact.name)));
+        }
+    }
+    root.to_cedar()
+}

@@ -1,0 +1,457 @@
+//! The Cedar component through the host: each mapping rule and each outcome of
+//! `docs/cedar.md`, decided by the built component in fresh instances as calls are.
+//!
+//! Compiling the 4 MB component and each configured snapshot takes seconds in a debug
+//! build, so the tests share a few policy sets, configured once each: one of permits
+//! checking each mapping rule (`MAPPING`), one giving each outcome on its own tool
+//! (`OUTCOMES`), and two for validation.
+
+use std::sync::OnceLock;
+
+use crate::canonical::{parse, sha256_hex, to_canonical};
+use crate::component::{
+    CEDAR_COMPONENT, CallView, ComponentError, ComponentHost, DEFAULT_COMPONENT, Decision, Effect,
+    GuestLimits, LoadedComponent, Policy, PolicyAnswer, RegisteredToolView,
+};
+
+fn host() -> &'static ComponentHost {
+    static HOST: OnceLock<ComponentHost> = OnceLock::new();
+    HOST.get_or_init(|| {
+        // The instrumented component compiles once for every configure in this process.
+        let dir = std::env::temp_dir().join(format!("toolward-cedar-tests-{}", std::process::id()));
+        let state = crate::store::StateDir::open(&dir).unwrap();
+        let cache = crate::component::ComponentCache::open(&state).unwrap();
+        ComponentHost::new(
+            GuestLimits {
+                ready_instances: 0,
+                ..GuestLimits::default()
+            },
+            Some(cache),
+        )
+        .unwrap()
+    })
+}
+
+fn cedar() -> &'static LoadedComponent {
+    static LOADED: OnceLock<LoadedComponent> = OnceLock::new();
+    LOADED.get_or_init(|| host().load(CEDAR_COMPONENT, "built-in-cedar").unwrap())
+}
+
+fn configure(policies: &str) -> Result<Policy, ComponentError> {
+    host().configure_policy(cedar(), policies)
+}
+
+fn call(tool: &str, effect: Effect, arguments: &str) -> CallView {
+    let arguments = to_canonical(&parse(arguments.as_bytes()).unwrap());
+    CallView {
+        id: "call-1".to_owned(),
+        server: "fs".to_owned(),
+        tool: tool.to_owned(),
+        effect,
+        arguments_sha256: sha256_hex(arguments.as_bytes()),
+        arguments,
+        principal: "alice".to_owned(),
+        session: "session-1".to_owned(),
+        time_ms: 1_700_000_000_000,
+        facts: Vec::new(),
+    }
+}
+
+fn write(arguments: &str) -> CallView {
+    call("write_file", Effect::LocalChange, arguments)
+}
+
+fn ids(answer: &PolicyAnswer) -> Vec<&str> {
+    answer
+        .determined_by
+        .as_deref()
+        .unwrap()
+        .iter()
+        .map(String::as_str)
+        .collect()
+}
+
+fn deny_reason(answer: &PolicyAnswer) -> &str {
+    match &answer.decision {
+        Decision::Deny(reason) => reason,
+        other => panic!("expected a deny, got {other:?}"),
+    }
+}
+
+/// One policy set giving each outcome on a tool of its own.
+const OUTCOMES: &str = r#"
+@id("all") permit(principal, action, resource) when { resource.name != "unpermitted" };
+@id("no-writes") @reason("writes are off today")
+forbid(principal, action, resource == Toolward::Tool::"fs/forbidden");
+forbid(principal, action, resource == Toolward::Tool::"fs/unnamed");
+@id("ask") @hold("a person checks every write")
+permit(principal, action, resource == Toolward::Tool::"fs/held");
+@id("ask-too") @hold("check") permit(principal, action, resource == Toolward::Tool::"fs/held-and-forbidden");
+@id("never") @reason("never") forbid(principal, action, resource == Toolward::Tool::"fs/held-and-forbidden");
+@id("reads-missing") forbid(principal, action, resource == Toolward::Tool::"fs/erring")
+when { context.arguments.nope == 1 };
+@id("limit") forbid(principal, action, resource == Toolward::Tool::"fs/sized")
+when { context.arguments.size > 100 };
+@id("write-rate") @reason("at most 30 writes a minute")
+forbid(principal, action, resource == Toolward::Tool::"fs/rated")
+when { context.facts.tool.forwarded.minute >= 30 };
+"#;
+
+fn outcomes() -> &'static Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    POLICY.get_or_init(|| configure(OUTCOMES).unwrap())
+}
+
+fn decide(tool: &str, arguments: &str) -> PolicyAnswer {
+    outcomes().answer(&write_to(tool, arguments))
+}
+
+fn write_to(tool: &str, arguments: &str) -> CallView {
+    call(tool, Effect::LocalChange, arguments)
+}
+
+#[test]
+fn a_permit_that_applies_allows_and_is_named() {
+    let answer = decide("write_file", r#"{"path":"/a"}"#);
+    assert_eq!(answer.decision, Decision::Allow);
+    assert_eq!(ids(&answer), ["all"]);
+}
+
+#[test]
+fn nothing_applying_denies_saying_so() {
+    let answer = decide("unpermitted", "{}");
+    let reason = deny_reason(&answer);
+    assert!(reason.contains("no Cedar policy permits"), "{reason}");
+    assert!(reason.contains("`unpermitted` on server `fs`"), "{reason}");
+    assert!(ids(&answer).is_empty());
+}
+
+#[test]
+fn a_forbid_denies_with_its_reason_annotation() {
+    let answer = decide("forbidden", "{}");
+    assert_eq!(
+        answer.decision,
+        Decision::Deny("writes are off today".to_owned())
+    );
+    assert_eq!(ids(&answer), ["no-writes"]);
+}
+
+#[test]
+fn a_forbid_without_reason_denies_with_its_id_and_ids_follow_file_order() {
+    let answer = decide("unnamed", "{}");
+    assert_eq!(answer.decision, Decision::Deny("policy2".to_owned()));
+    assert_eq!(ids(&answer), ["policy2"]);
+}
+
+#[test]
+fn a_hold_permit_holds_even_when_a_plain_permit_applies_too() {
+    let answer = decide("held", "{}");
+    assert_eq!(
+        answer.decision,
+        Decision::Hold("a person checks every write".to_owned())
+    );
+    assert_eq!(ids(&answer), ["ask"]);
+}
+
+#[test]
+fn a_forbid_beats_a_hold() {
+    let answer = decide("held-and-forbidden", "{}");
+    assert_eq!(answer.decision, Decision::Deny("never".to_owned()));
+    assert_eq!(ids(&answer), ["never"]);
+}
+
+#[test]
+fn an_evaluation_error_denies_naming_the_policy_where_cedar_would_skip_it() {
+    // Cedar skips the erring forbid and allows through `all`; toolward denies.
+    let answer = decide("erring", r#"{"path":"/a"}"#);
+    let reason = deny_reason(&answer);
+    assert!(
+        reason.contains("policy `reads-missing` could not be evaluated"),
+        "{reason}"
+    );
+    assert_eq!(ids(&answer), ["reads-missing"]);
+}
+
+#[test]
+fn a_policy_reading_an_unrepresentable_argument_denies_naming_the_argument() {
+    let answer = decide("sized", r#"{"size":1e30}"#);
+    let reason = deny_reason(&answer);
+    assert!(reason.contains("policy `limit`"), "{reason}");
+    assert!(reason.contains("`/size`"), "{reason}");
+    assert_eq!(decide("sized", r#"{"size":100}"#).decision, Decision::Allow);
+}
+
+#[test]
+fn a_rate_limit_through_facts_forbids_past_the_limit() {
+    let mut c = write_to("rated", "{}");
+    c.facts = vec![("tool.forwarded.minute".to_owned(), "29".to_owned())];
+    assert_eq!(outcomes().answer(&c).decision, Decision::Allow);
+    c.facts = vec![("tool.forwarded.minute".to_owned(), "30".to_owned())];
+    assert_eq!(
+        outcomes().answer(&c).decision,
+        Decision::Deny("at most 30 writes a minute".to_owned())
+    );
+}
+
+/// One permit per mapping rule: a call satisfies exactly the permits whose rule holds for
+/// it, and `determined_by` names them.
+const MAPPING: &str = r#"
+@id("principal") permit(principal == Toolward::Principal::"alice", action, resource);
+@id("action") permit(principal, action == Toolward::Action::"call", resource);
+@id("tool") permit(principal, action, resource == Toolward::Tool::"fs/write_file");
+@id("in-server") permit(principal, action, resource in Toolward::Server::"fs");
+@id("in-other-server") permit(principal, action, resource in Toolward::Server::"web");
+@id("attributes") permit(principal, action, resource)
+when { resource.server == "fs" && resource.name == "write_file" && resource.effect == "local-change" };
+@id("context") permit(principal, action, resource)
+when { context.session == "session-1" && context.time_ms == 1700000000000 && context.call_id == "call-1" && context.arguments_sha256 == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a" };
+@id("scalars") permit(principal, action, resource)
+when { context.arguments has path && context.arguments has force && context.arguments has n && context.arguments has opts
+  && context.arguments.opts has depth && context.arguments.opts.depth has max
+  && context.arguments.path == "/a" && context.arguments.force && context.arguments.n == -9223372036854775808 && context.arguments.opts.depth.max == 3 };
+@id("nothing-left-out") permit(principal, action, resource) when { context.unrepresentable.isEmpty() };
+@id("big-integer") permit(principal, action, resource)
+when { !(context.arguments has big) && context.unrepresentable == ["/big"] };
+@id("decimals") permit(principal, action, resource)
+when { context.arguments has ratio && context.arguments has max
+  && context.arguments.ratio == decimal("0.1234") && context.arguments.max == decimal("922337203685477.5807") };
+@id("bad-decimals") permit(principal, action, resource)
+when { context.arguments == {} && context.unrepresentable.containsAll(["/fine", "/large", "/tiny", "/huge"]) };
+@id("null") permit(principal, action, resource) when { context.unrepresentable == ["/a~1b"] };
+@id("sets") permit(principal, action, resource)
+when { context.arguments has paths && context.arguments.paths == ["/b", "/a"] && context.arguments.paths.contains("/b") };
+@id("bad-array") permit(principal, action, resource)
+when { context.unrepresentable == ["/ids"] && !(context.arguments has ids) };
+@id("facts") permit(principal, action, resource)
+when { context.facts has tool && context.facts.tool has forwarded && context.facts.tool.forwarded has minute
+  && context.facts has server && context.facts.server has held && context.facts.server.held has hour
+  && context.facts.tool.forwarded.minute == 3 && context.facts.server.held.hour == 12 };
+"#;
+
+/// The mapping permits satisfied by a write with `arguments`.
+fn satisfied(arguments: &str, facts: &[(&str, &str)]) -> Vec<String> {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    let policy = POLICY.get_or_init(|| configure(MAPPING).unwrap());
+    let mut c = write(arguments);
+    c.facts = facts
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+        .collect();
+    let answer = policy.answer(&c);
+    assert_eq!(answer.decision, Decision::Allow, "{answer:?}");
+    answer.determined_by.unwrap()
+}
+
+fn has(ids: &[String], id: &str) -> bool {
+    ids.iter().any(|i| i == id)
+}
+
+#[test]
+fn the_request_names_principal_action_tool_inside_its_server_and_its_attributes() {
+    let ids = satisfied("{}", &[]);
+    for id in ["principal", "action", "tool", "in-server", "attributes"] {
+        assert!(has(&ids, id), "{id}: {ids:?}");
+    }
+    assert!(!has(&ids, "in-other-server"), "{ids:?}");
+}
+
+#[test]
+fn the_context_holds_the_sha256_session_time_and_call_id() {
+    assert!(has(&satisfied("{}", &[]), "context"));
+}
+
+#[test]
+fn strings_booleans_objects_and_integers_within_i64_convert() {
+    let ids = satisfied(
+        r#"{"path":"/a","force":true,"n":-9223372036854775808,"opts":{"depth":{"max":3}}}"#,
+        &[],
+    );
+    assert!(has(&ids, "scalars"), "{ids:?}");
+    assert!(has(&ids, "nothing-left-out"), "{ids:?}");
+    // One less than i64's least is not an i64.
+    let ids = satisfied(
+        r#"{"path":"/a","force":true,"n":-9223372036854775809,"opts":{"depth":{"max":3}}}"#,
+        &[],
+    );
+    assert!(
+        !has(&ids, "scalars") && !has(&ids, "nothing-left-out"),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn an_integer_outside_i64_is_left_out_and_named() {
+    assert!(has(
+        &satisfied(r#"{"big":9223372036854775808}"#, &[]),
+        "big-integer"
+    ));
+}
+
+#[test]
+fn decimals_of_up_to_four_fraction_digits_convert_exactly() {
+    let ids = satisfied(r#"{"ratio":0.1234,"max":922337203685477.5807}"#, &[]);
+    assert!(has(&ids, "decimals"), "{ids:?}");
+}
+
+#[test]
+fn decimals_cedar_cannot_hold_are_left_out_and_named() {
+    let ids = satisfied(
+        r#"{"fine":0.12345,"large":922337203685477.6,"tiny":1e-7,"huge":1e300}"#,
+        &[],
+    );
+    assert!(has(&ids, "bad-decimals"), "{ids:?}");
+}
+
+#[test]
+fn null_is_left_out_and_named() {
+    assert!(has(&satisfied(r#"{"a/b":null}"#, &[]), "null"));
+}
+
+#[test]
+fn arrays_become_sets() {
+    assert!(has(
+        &satisfied(r#"{"paths":["/a","/b","/a"]}"#, &[]),
+        "sets"
+    ));
+}
+
+#[test]
+fn an_array_holding_an_unrepresentable_value_is_left_out_whole() {
+    let ids = satisfied(r#"{"ids":[1,18446744073709551616]}"#, &[]);
+    assert!(has(&ids, "bad-array"), "{ids:?}");
+}
+
+#[test]
+fn facts_become_nested_records_of_longs() {
+    let ids = satisfied(
+        "{}",
+        &[("tool.forwarded.minute", "3"), ("server.held.hour", "12")],
+    );
+    assert!(has(&ids, "facts"), "{ids:?}");
+}
+
+#[test]
+fn configure_refuses_a_parse_error_naming_line_and_column() {
+    let error = configure("permit(principal, action, resource);\nforbid(principal action);")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("line 2, column"), "{error}");
+}
+
+#[test]
+fn configure_refuses_two_policies_with_one_id() {
+    let error = configure(
+        r#"@id("x") permit(principal, action, resource); @id("x") forbid(principal, action, resource);"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("two policies have the id `x`"), "{error}");
+}
+
+#[test]
+fn configure_refuses_a_forbid_with_hold() {
+    let error = configure(r#"@id("f") @hold("h") forbid(principal, action, resource);"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("policy `f` is a forbid with `@hold`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_0_1_0_component_names_nothing() {
+    let loaded = host().load(DEFAULT_COMPONENT, "built-in").unwrap();
+    assert!(!loaded.exports_policy_v2());
+    let policy = host()
+        .configure_policy(&loaded, r#"{"decisions":{"local-change":"allow"}}"#)
+        .unwrap();
+    let answer = policy.answer(&write("{}"));
+    assert_eq!(answer.decision, Decision::Allow);
+    assert_eq!(answer.determined_by, None);
+}
+
+fn tool(name: &str, schema: &str) -> RegisteredToolView {
+    RegisteredToolView {
+        server: "fs".to_owned(),
+        name: name.to_owned(),
+        effect: Effect::LocalChange,
+        input_schema: schema.to_owned(),
+    }
+}
+
+const WRITE_SCHEMA: &str = r#"{"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"},"mode":{"type":"integer"},"ratio":{"type":"number"}},"required":["path","content","mode"]}"#;
+const READ_SCHEMA: &str = r#"{"type":"object","properties":{"path":{"type":"string"}}}"#;
+
+#[test]
+fn validation_accepts_policies_typed_by_the_tools_input_schema() {
+    let policy = configure(
+        r#"@id("dotfiles") forbid(principal, action, resource == Toolward::Tool::"fs/write_file")
+           when { context.arguments.path like "*/.*" };
+           @id("modes") forbid(principal, action, resource == Toolward::Tool::"fs/write_file")
+           when { context.arguments has mode && context.arguments.mode > 0 };
+           @id("rate") forbid(principal, action, resource)
+           when { context.facts.tool.forwarded.minute > 30 };"#,
+    )
+    .unwrap();
+    assert!(policy.validates());
+    let problems = policy
+        .validate(&[
+            tool("write_file", WRITE_SCHEMA),
+            tool("read_file", READ_SCHEMA),
+        ])
+        .unwrap();
+    assert_eq!(problems, Vec::<String>::new());
+}
+
+/// Problems of one policy set with four faults, each named by its policy.
+fn invalid_problems() -> Vec<String> {
+    let policy = configure(
+        "permit(principal, action, resource);\n@id(\"wrong\") forbid(principal, action, resource == Toolward::Tool::\"fs/write_file\")\n  when { context.arguments.path > 3 };\n\
+         @id(\"ratio\") forbid(principal, action, resource == Toolward::Tool::\"fs/write_file\") when { context.arguments.ratio == 1 };\n\
+         @id(\"mode\") forbid(principal, action, resource == Toolward::Tool::\"fs/write_file\") when { context.arguments.mode == 1 };\n\
+         @id(\"typo\") forbid(principal, action, resource == Toolward::Tool::\"fs/write_fil\");",
+    )
+    .unwrap();
+    policy
+        .validate(&[
+            tool("write_file", WRITE_SCHEMA),
+            tool("read_file", READ_SCHEMA),
+        ])
+        .unwrap()
+}
+
+fn problem_of<'a>(problems: &'a [String], policy: &str) -> Vec<&'a String> {
+    let prefix = format!("policy `{policy}`: ");
+    problems.iter().filter(|p| p.starts_with(&prefix)).collect()
+}
+
+#[test]
+fn validation_names_the_policy_place_and_tool_of_each_error() {
+    static PROBLEMS: OnceLock<Vec<String>> = OnceLock::new();
+    let problems = PROBLEMS.get_or_init(invalid_problems);
+    assert_eq!(problems.len(), 4, "{problems:?}");
+
+    let wrong = problem_of(problems, "wrong");
+    assert_eq!(wrong.len(), 1, "{problems:?}");
+    assert!(
+        wrong[0].starts_with("policy `wrong`: line 3, column"),
+        "{}",
+        wrong[0]
+    );
+    assert!(
+        wrong[0].ends_with("(for tool `fs/write_file`)"),
+        "{}",
+        wrong[0]
+    );
+
+    // `ratio` (a JSON Schema number) is left out of the type; `mode` (an integer) is
+    // optional although `required` lists it, since an integer outside i64 is left out.
+    assert_eq!(problem_of(problems, "ratio").len(), 1, "{problems:?}");
+    assert_eq!(problem_of(problems, "mode").len(), 1, "{problems:?}");
+
+    assert_eq!(
+        problem_of(problems, "typo"),
+        [r#"policy `typo`: names `Toolward::Tool::"fs/write_fil"`, which no server registered"#]
+    );
+}
