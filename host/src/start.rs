@@ -59,6 +59,9 @@ pub enum StartFailure {
     /// The state folder cannot be opened or trusted (another owner, access for others).
     #[error(transparent)]
     State(#[from] crate::store::StateError),
+    /// The `telemetry` section's exporter cannot start.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// A started toolward: the registered tools of every configured server behind the
@@ -146,13 +149,26 @@ impl Toolward {
         }
         let registry = Arc::new(registry);
         let supervisors = Supervisors::start(&config, &registry);
+        let telemetry = match &config.telemetry {
+            None => None,
+            Some(settings) => {
+                let telemetry = crate::telemetry::Telemetry::start(settings)?;
+                for server in &report.servers {
+                    if !server.refused.is_empty() {
+                        telemetry.load_refused(&server.server, server.refused.len() as u64);
+                    }
+                }
+                Some(telemetry)
+            }
+        };
         let call_path = CallPath::new(
             registry,
             components.policy.clone(),
             Some(Arc::clone(&audit)),
             CallSettings::from_config(&config),
             hashes,
-        );
+        )
+        .with_telemetry(telemetry);
         Ok(Toolward {
             audit,
             session: crate::call::new_ulid(),
@@ -224,6 +240,7 @@ impl Toolward {
             session: self.session.clone(),
             approver,
             progress: None,
+            traceparent: None,
         };
         self.call_path.call(exposed_name, arguments, &ctx).await
     }

@@ -23,3 +23,4 @@ mod real_load;
 mod restart;
 mod state;
 mod support;
+mod telemetry;
