@@ -291,20 +291,52 @@ fn scenario(dir: &Path, name: &str, extra: Option<&[u8]>) -> PathBuf {
     path
 }
 
-/// A toolward config folder serving `servers` (name → scenario) with `rules`, pinned.
+/// The argv of the fake server playing `scenario`.
+fn fake(scenario: &Path) -> Vec<String> {
+    vec![FAKE.into(), scenario.display().to_string()]
+}
+
+/// The argv of the stdlib Python echo server (`benches/python/echo_server.py`).
+fn python_server() -> Vec<String> {
+    vec![
+        "python3".into(),
+        root()
+            .join("benches/python/echo_server.py")
+            .display()
+            .to_string(),
+    ]
+}
+
+/// A toolward config folder serving `servers` (name → fake server scenario) with `rules`,
+/// pinned.
 fn toolward_config(
     dir: &Path,
     servers: &[(String, PathBuf)],
     rules: &Value,
     sync: &str,
 ) -> PathBuf {
+    let servers: Vec<(String, Vec<String>)> = servers
+        .iter()
+        .map(|(name, scenario)| (name.clone(), fake(scenario)))
+        .collect();
+    toolward_config_argv(dir, &servers, rules, sync)
+}
+
+/// A toolward config folder serving `servers` (name → command and arguments) with `rules`,
+/// pinned.
+fn toolward_config_argv(
+    dir: &Path,
+    servers: &[(String, Vec<String>)],
+    rules: &Value,
+    sync: &str,
+) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let mcp: serde_json::Map<String, Value> = servers
         .iter()
-        .map(|(name, scenario)| {
+        .map(|(name, argv)| {
             (
                 name.clone(),
-                json!({ "command": FAKE, "args": [scenario.display().to_string()] }),
+                json!({ "command": argv[0], "args": argv[1..] }),
             )
         })
         .collect();
@@ -334,6 +366,11 @@ fn toolward_config(
 }
 
 fn peer_argv(peer: &Path, dir: &Path, scenario: &Path) -> Vec<String> {
+    peer_argv_server(peer, dir, &fake(scenario))
+}
+
+/// The peer in front of the server `server` (command and arguments).
+fn peer_argv_server(peer: &Path, dir: &Path, server: &[String]) -> Vec<String> {
     let policy = dir.join("peer-policy.json");
     std::fs::write(
         &policy,
@@ -356,10 +393,10 @@ fn peer_argv(peer: &Path, dir: &Path, scenario: &Path) -> Vec<String> {
         "--fail".into(),
         "closed".into(),
         "--".into(),
-        FAKE.into(),
-        scenario.display().to_string(),
     ]
-    .to_vec()
+    .into_iter()
+    .chain(server.iter().cloned())
+    .collect()
 }
 
 struct Case {
@@ -649,6 +686,190 @@ fn start() {
     );
 }
 
+/// The Python `mcp` SDK's interpreter: `PYTHON_MCP`, or the real-server test venv's.
+fn python_mcp() -> Option<PathBuf> {
+    let path = std::env::var_os("PYTHON_MCP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("tests/real-servers/.installed/venv/bin/python"));
+    path.is_file().then_some(path)
+}
+
+/// Which client drives a case of [`clients`].
+#[derive(Clone, Copy, PartialEq)]
+enum Client {
+    /// This file's [`Session`]: one thread, one `write` a message, nothing else.
+    Rust,
+    /// The Python `mcp` SDK's `stdio_client` and `ClientSession` (`benches/python/mcp_client.py`).
+    PythonMcp,
+}
+
+/// Sequential calls of `tool` through `argv` by `client`: the latency of each (sorted) and
+/// the CPU time per call of the process under test.
+fn client_calls(
+    client: Client,
+    argv: &[String],
+    tool: &str,
+    calls: usize,
+    dir: &Path,
+) -> (Vec<Duration>, f64) {
+    match client {
+        Client::Rust => {
+            let mut session = Session::spawn(argv, dir);
+            session.calls(tool, WARMUP, 1);
+            let ticks = session.cpu_ticks();
+            let (mut lat, _) = session.calls(tool, calls, 1);
+            let cpu_us = (session.cpu_ticks() - ticks) as f64 * TICK_US / calls as f64;
+            session.close();
+            lat.sort();
+            (lat, cpu_us)
+        }
+        Client::PythonMcp => {
+            let python = python_mcp().unwrap();
+            let out = Command::new(python)
+                .arg(root().join("benches/python/mcp_client.py"))
+                .args([WARMUP.to_string(), calls.to_string(), tool.to_owned()])
+                .arg("--")
+                .args(argv)
+                .current_dir(dir)
+                .env("TOOLWARD_LOG", "error")
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "the Python client failed for {argv:?}"
+            );
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let mut lat: Vec<Duration> = report["latencies_us"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| Duration::from_secs_f64(v.as_f64().unwrap() / 1e6))
+                .collect();
+            lat.sort();
+            (lat, report["cpu_us_per_call"].as_f64().unwrap())
+        }
+    }
+}
+
+/// Issue 15's harness gap: the same sequential call by two clients (this file's Rust client
+/// and the Python `mcp` SDK's) to two servers (the fake server and a stdlib Python echo
+/// server), each directly, through `toolward serve` (`audit.sync: none` and `always`) and
+/// through the peer, every case in every round, `PY_CALLS` calls (default 2,000) after
+/// `WARMUP`, one in flight. Added p50 is against the direct case of the same client and
+/// server in the same round.
+fn clients() {
+    let calls = env_usize("PY_CALLS", 2_000);
+    let rounds = env_usize("ROUNDS", 3);
+    let Some(_) = python_mcp() else {
+        eprintln!("clients: no Python with `mcp` (PYTHON_MCP); skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = scenario(dir.path(), "echo", None);
+    let peer = peer_bin();
+    let rules = json!({ "servers": { "s": { "tools": { "echo": { "effect": "read-only" } } } } });
+    // (client, server name, path name, argv, tool)
+    let mut cases: Vec<(Client, &str, &str, Vec<String>, &str)> = Vec::new();
+    for (server_name, server) in [("fake", fake(&echo)), ("python", python_server())] {
+        let servers = [("s".to_owned(), server.clone())];
+        let mut paths = vec![("direct", server.clone(), "echo")];
+        for sync in ["none", "always"] {
+            let config = toolward_config_argv(
+                &dir.path().join(format!("{server_name}-{sync}")),
+                &servers,
+                &rules,
+                sync,
+            );
+            let argv = vec![
+                toolward_bin().display().to_string(),
+                "serve".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ];
+            paths.push((
+                if sync == "none" {
+                    "toolward none"
+                } else {
+                    "toolward always"
+                },
+                argv,
+                "s__echo",
+            ));
+        }
+        if let Some(peer) = &peer {
+            paths.push(("peer", peer_argv_server(peer, dir.path(), &server), "echo"));
+        }
+        for client in [Client::Rust, Client::PythonMcp] {
+            for (path, argv, tool) in &paths {
+                cases.push((client, server_name, path, argv.clone(), tool));
+            }
+        }
+    }
+    println!(
+        "
+clients: {calls} sequential calls per case, {rounds} rounds, after {WARMUP} warm-up calls"
+    );
+    // Per case: p50 µs, p99 µs, CPU µs/call, added p50 µs, per round.
+    let mut figures: Vec<[Vec<f64>; 4]> = cases.iter().map(|_| Default::default()).collect();
+    for round in 0..rounds {
+        let mut direct_p50 = 0.0;
+        for (c, (client, server, path, argv, tool)) in cases.iter().enumerate() {
+            let (lat, cpu) = client_calls(*client, argv, tool, calls, dir.path());
+            let p50 = us(percentile(&lat, 50.0));
+            if *path == "direct" {
+                direct_p50 = p50;
+            }
+            let row = &mut figures[c];
+            row[0].push(p50);
+            row[1].push(us(percentile(&lat, 99.0)));
+            row[2].push(cpu);
+            row[3].push(p50 - direct_p50);
+            let client = if *client == Client::Rust {
+                "rust"
+            } else {
+                "python mcp"
+            };
+            eprintln!(
+                "round {round} {client:<10} {server:<6} {path:<15}: p50 {p50:8.1} µs  added {:8.1} µs  CPU {cpu:6.1} µs/call",
+                p50 - direct_p50
+            );
+        }
+    }
+    println!(
+        "
+{:<10} {:<6} {:<15} {:>9} {:>9} {:>10} {:>11} {:>9}",
+        "client", "server", "path (median)", "p50 µs", "p99 µs", "added p50", "÷ peer's", "CPU µs"
+    );
+    for (c, (client, server, path, _, _)) in cases.iter().enumerate() {
+        let peer_row = cases
+            .iter()
+            .position(|(cl, sv, pa, _, _)| cl == client && sv == server && *pa == "peer");
+        let ratio = peer_row.map(|p| {
+            let mut r: Vec<f64> = figures[c][3]
+                .iter()
+                .zip(&figures[p][3])
+                .map(|(a, b)| a / b)
+                .collect();
+            median(&mut r)
+        });
+        let client = if *client == Client::Rust {
+            "rust"
+        } else {
+            "python mcp"
+        };
+        let f = &figures[c];
+        println!(
+            "{client:<10} {server:<6} {path:<15} {:>9.1} {:>9.1} {:>10.1} {:>11} {:>9.1}",
+            median(&mut f[0].clone()),
+            median(&mut f[1].clone()),
+            median(&mut f[3].clone()),
+            ratio.map_or("—".to_owned(), |r| format!("{r:.3}")),
+            median(&mut f[2].clone()),
+        );
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; anything else names sections.
     let sections: Vec<String> = std::env::args()
@@ -661,6 +882,9 @@ fn main() {
     }
     if wants("memory") {
         memory();
+    }
+    if wants("clients") {
+        clients();
     }
     if wants("start") {
         start();

@@ -65,6 +65,7 @@ use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
 use crate::store::facts::{Change, FactKeys, FactStore, Facts};
 use crate::store::AuditStore;
+use crate::telemetry::{CallTrace, Telemetry};
 use crate::transport::Upstream;
 
 /// How often a held call sends a progress notification while it waits for an approval, when
@@ -146,6 +147,9 @@ pub struct CallContext {
     /// `total` and `message`; their `progressToken` is the sender's to replace), when the
     /// client asked for progress.
     pub progress: Option<UnboundedSender<Json>>,
+    /// The W3C `traceparent` of the request's `params._meta`, when it had one: the call's
+    /// span continues that trace (see [`crate::telemetry`]).
+    pub traceparent: Option<String>,
 }
 
 impl fmt::Debug for CallContext {
@@ -178,6 +182,18 @@ impl CallOutcome {
     /// Whether the call reached the server.
     pub fn forwarded(self) -> bool {
         matches!(self, CallOutcome::Allowed | CallOutcome::Approved)
+    }
+
+    /// The outcome's name in metrics and spans: `refused`, `denied`, `not-approved`,
+    /// `allowed`, `approved`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Refused => "refused",
+            CallOutcome::Denied => "denied",
+            CallOutcome::NotApproved => "not-approved",
+            CallOutcome::Allowed => "allowed",
+            CallOutcome::Approved => "approved",
+        }
     }
 }
 
@@ -410,6 +426,7 @@ pub struct CallPath {
     queue: Option<Arc<dyn Approver>>,
     validators: HashMap<String, OnceLock<ToolValidators>>,
     facts: Option<Arc<dyn FactStore>>,
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl fmt::Debug for CallPath {
@@ -447,6 +464,7 @@ impl CallPath {
             queue: None,
             validators,
             facts: None,
+            telemetry: None,
         }
     }
 
@@ -470,6 +488,13 @@ impl CallPath {
     /// The approvals store's approver, when the start set one.
     pub fn queue(&self) -> Option<&Arc<dyn Approver>> {
         self.queue.as_ref()
+    }
+
+    /// The path tracing every call to `telemetry` (see [`crate::telemetry`]); `None`: off.
+    #[must_use]
+    pub fn with_telemetry(mut self, telemetry: Option<Arc<Telemetry>>) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The registry the path calls into.
@@ -499,15 +524,24 @@ impl CallPath {
         ctx: &CallContext,
     ) -> CallResult {
         let call_id = new_ulid();
+        let tool = self.registry.get(exposed_name);
+        let trace = CallTrace::start(
+            self.telemetry.as_ref(),
+            ctx.traceparent.as_deref(),
+            exposed_name,
+            tool.map_or("", |tool| tool.server.as_str()),
+            &ctx.principal,
+        );
         let mut run = Run {
             path: self,
             staged: std::sync::Mutex::new(Vec::new()),
             call_id: call_id.clone(),
             ctx,
-            tool: self.registry.get(exposed_name),
+            tool,
             exposed_name: quote(exposed_name),
             started: Instant::now(),
             finished: false,
+            trace,
         };
         let (result, outcome) = match run.steps(arguments.unwrap_or_default()).await {
             Ok((result, outcome)) => (result, outcome),
@@ -517,6 +551,7 @@ impl CallPath {
             }
         };
         run.finished = true;
+        std::mem::replace(&mut run.trace, CallTrace::off()).finish(outcome.as_str());
         CallResult {
             result,
             call_id,
@@ -551,6 +586,8 @@ struct Run<'a> {
     exposed_name: String,
     started: Instant,
     finished: bool,
+    /// The call's span, when telemetry is on.
+    trace: CallTrace,
 }
 
 impl Drop for Run<'_> {
@@ -754,6 +791,8 @@ impl Run<'_> {
         // A server that is down gets no decision and no approval asked for nothing.
         self.connected(tool).map_err(refused)?;
 
+        self.trace.effect(tool.effect.as_str());
+        let validating = self.trace.step("validate");
         // Step 2: hidden parameters, by name.
         for parameter in arguments.keys() {
             if tool.denied.iter().any(|denied| denied == parameter) {
@@ -804,6 +843,7 @@ impl Run<'_> {
         let canonical_arguments =
             canonical::to_canonical(&Value::from_serde_json(&Json::Object(arguments.clone())));
         let arguments_sha256 = canonical::sha256_hex(canonical_arguments.as_bytes());
+        drop(validating);
 
         // Step 4: the decision, on the facts read (and this call reserved) at its time.
         let time_ms = now_ms();
@@ -838,7 +878,9 @@ impl Run<'_> {
         // Inline, not on the blocking pool: a decision takes microseconds
         // (`benches/decide.rs`), less than the hop to another thread and back, and fuel
         // bounds the worst (`DEFAULT_DECIDE_FUEL` ends an endless loop in tens of ms).
+        let deciding = self.trace.step("decide");
         let answer = self.path.policy.answer(&view);
+        drop(deciding);
         let decision = answer.decision;
         let with_arguments = |mut event: AuditEvent| {
             event.arguments_sha256 = Some(arguments_sha256.clone());
@@ -853,6 +895,11 @@ impl Run<'_> {
             Decision::Deny(reason) => (AuditDecision::Deny, Some(reason.clone())),
             Decision::Hold(reason) => (AuditDecision::Hold, Some(reason.clone())),
         };
+        self.trace.decision(match verdict {
+            AuditDecision::Allow => "allow",
+            AuditDecision::Deny => "deny",
+            AuditDecision::Hold => "hold",
+        });
         event.decision = Some(verdict);
         event.reason = reason;
         event.determined_by = answer.determined_by;
@@ -902,7 +949,9 @@ impl Run<'_> {
                 event.reason = Some(reason);
                 self.record_or_refuse(event).await?;
                 let asked = Instant::now();
+                let waiting = self.trace.step("approval wait");
                 let answer = self.ask(request, tool).await;
+                drop(waiting);
                 let mut event = with_arguments(self.event(AuditKind::ApprovalAnswered));
                 event.duration_ms =
                     Some(u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX));
@@ -950,14 +999,22 @@ impl Run<'_> {
         let mut event = with_arguments(self.event(AuditKind::Forwarded));
         event.decision = Some(AuditDecision::Allow);
         self.record_or_refuse(event).await?;
+        let forwarding = self.trace.step("forward");
+        let mut meta = Map::new();
+        if let Some(traceparent) = forwarding.traceparent() {
+            meta.insert(String::from("traceparent"), Json::String(traceparent));
+        }
         let answer = upstream
-            .call_tool(
+            .call_tool_with_meta(
                 &tool.upstream_name,
                 arguments,
                 self.path.settings.call_timeout,
                 self.ctx.progress.clone(),
+                meta,
             )
             .await;
+        self.trace.upstream(forwarding.elapsed());
+        drop(forwarding);
         let raw = answer.map_err(|error| {
             (
                 CallError::Upstream {

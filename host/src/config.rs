@@ -159,7 +159,10 @@ const TOP_KEYS: &[&str] = &[
     "confine",
     "servers_dir",
     "store",
+    "telemetry",
 ];
+/// Keys of `telemetry` (see [`TelemetryConfig`]).
+const TELEMETRY_KEYS: &[&str] = &["endpoint", "service_name", "export_interval_ms", "headers"];
 /// Keys of `guest`, each a field of [`GuestLimits`].
 const GUEST_KEYS: &[&str] = &[
     "decide_fuel",
@@ -341,11 +344,53 @@ pub struct Config {
     /// Where the audit log and the approvals queue live (`store`, default the state folder
     /// and `audit.file`).
     pub store: StoreConfig,
+    /// Where traces and metrics go over OTLP/HTTP (`telemetry`); `None` (the default):
+    /// nowhere, and nothing is collected.
+    pub telemetry: Option<TelemetryConfig>,
     /// The config file itself, when it was read from one ([`Config::from_path`]): withheld
     /// from confined servers.
     pub file: Option<PathBuf>,
     /// The folder relative paths were resolved against.
     pub base_dir: PathBuf,
+}
+
+/// The default `telemetry.service_name`: the OpenTelemetry resource's `service.name`.
+pub const DEFAULT_TELEMETRY_SERVICE_NAME: &str = "toolward";
+
+/// The default `telemetry.export_interval_ms`: how often spans and metrics are sent, in
+/// milliseconds. A stdio gateway is killed by its client, never exits cleanly, so what it
+/// collected is only ever sent on this timer: at most this much is lost when it is killed.
+pub const DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS: u64 = 5_000;
+
+/// The top-level `telemetry`: OpenTelemetry traces and metrics over OTLP/HTTP (protobuf),
+/// see [`crate::telemetry`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// The collector's base URL (`telemetry.endpoint`, `http://` or `https://`, e.g.
+    /// `http://127.0.0.1:4318`): spans go to `<endpoint>/v1/traces`, metrics to
+    /// `<endpoint>/v1/metrics` (the OTLP/HTTP paths).
+    pub endpoint: String,
+    /// The resource's `service.name` (`telemetry.service_name`, default
+    /// [`DEFAULT_TELEMETRY_SERVICE_NAME`]).
+    pub service_name: String,
+    /// How often spans and metrics are exported, in milliseconds
+    /// (`telemetry.export_interval_ms`, default [`DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS`]).
+    pub export_interval_ms: u64,
+    /// Headers sent with every export (`telemetry.headers`, `${NAME}` expanded), e.g. a
+    /// collector's API key.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for TelemetryConfig {
+    /// Header values are left out: they usually hold a key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryConfig")
+            .field("endpoint", &self.endpoint)
+            .field("service_name", &self.service_name)
+            .field("export_interval_ms", &self.export_interval_ms)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// The top-level `confine`: what every confined stdio server is denied besides the defaults
@@ -934,6 +979,10 @@ impl Reader<'_> {
             None => ConfineConfig::default(),
             Some(value) => self.confine(value, &root.key("confine"))?,
         };
+        let telemetry = match map.get("telemetry") {
+            None => None,
+            Some(value) => Some(self.telemetry(value, &root.key("telemetry"))?),
+        };
         let servers_dir = self.path_or(map, &root, "servers_dir", DEFAULT_SERVERS_DIR)?;
         let store = match map.get("store") {
             None => StoreConfig::StateDir,
@@ -986,8 +1035,51 @@ impl Reader<'_> {
             confine,
             servers_dir,
             store,
+            telemetry,
             file: None,
             base_dir: self.base_dir.to_path_buf(),
+        })
+    }
+
+    fn telemetry(&self, value: &Value, path: &JsonPath) -> Result<TelemetryConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, TELEMETRY_KEYS)?;
+        let endpoint_path = path.key("endpoint");
+        let Some(endpoint) = map.get("endpoint") else {
+            return Err(endpoint_path.invalid(
+                "missing: the collector's OTLP/HTTP base URL, e.g. `http://127.0.0.1:4318`",
+            ));
+        };
+        let endpoint = expand(
+            non_empty_str(endpoint, &endpoint_path)?,
+            &endpoint_path,
+            "telemetry",
+            "endpoint",
+            self.env,
+        )?;
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(endpoint_path.invalid(format!(
+                "`{endpoint}` is not an `http://` or `https://` URL (OTLP over HTTP)"
+            )));
+        }
+        let service_name = match map.get("service_name") {
+            None => DEFAULT_TELEMETRY_SERVICE_NAME.to_owned(),
+            Some(value) => non_empty_str(value, &path.key("service_name"))?.to_owned(),
+        };
+        let export_interval_ms = match map.get("export_interval_ms") {
+            None => DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
+            Some(value) => {
+                let key_path = path.key("export_interval_ms");
+                value.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                    expected(&key_path, "a positive integer (milliseconds)", value)
+                })?
+            }
+        };
+        Ok(TelemetryConfig {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            service_name,
+            export_interval_ms,
+            headers: self.string_map("telemetry", map, path, "headers", check_header_entry)?,
         })
     }
 

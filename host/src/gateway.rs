@@ -613,11 +613,19 @@ impl ServerHandler for Gateway {
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<crate::listen::Principal>())
             .map_or_else(|| self.settings.principal.clone(), |p| p.0.clone());
+        // W3C Trace Context in `params._meta` (see `crate::telemetry`).
+        let traceparent = context
+            .meta
+            .0
+            .get("traceparent")
+            .and_then(Json::as_str)
+            .map(str::to_owned);
         let ctx = CallContext {
             principal,
             session: self.session.clone(),
             approver,
             progress,
+            traceparent,
         };
         let call = self.call_path.call(&request.name, request.arguments, &ctx);
         let outcome = tokio::select! {

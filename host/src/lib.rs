@@ -29,6 +29,7 @@ pub mod schema;
 pub mod start;
 pub mod store;
 pub mod supervise;
+pub mod telemetry;
 pub mod transport;
 
 pub use start::Toolward;

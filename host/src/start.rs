@@ -66,6 +66,9 @@ pub enum StartFailure {
     /// The fact counters in the state folder cannot be opened (`docs/facts.md`).
     #[error(transparent)]
     Facts(#[from] crate::store::facts::FactError),
+    /// The `telemetry` section's exporter cannot start.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
 }
 
 /// A started toolward: the registered tools of every configured server behind the
@@ -174,6 +177,18 @@ impl Toolward {
         }
         let registry = Arc::new(registry);
         let supervisors = Supervisors::start(&config, &registry);
+        let telemetry = match &config.telemetry {
+            None => None,
+            Some(settings) => {
+                let telemetry = crate::telemetry::Telemetry::start(settings)?;
+                for server in &report.servers {
+                    if !server.refused.is_empty() {
+                        telemetry.load_refused(&server.server, server.refused.len() as u64);
+                    }
+                }
+                Some(telemetry)
+            }
+        };
         let call_path = CallPath::new(
             registry,
             components.policy.clone(),
@@ -181,7 +196,8 @@ impl Toolward {
             CallSettings::from_config(&config),
             hashes,
         )
-        .with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?));
+        .with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?))
+        .with_telemetry(telemetry);
         let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));
         Ok(Toolward {
             audit,
@@ -258,6 +274,7 @@ impl Toolward {
             session: self.session.clone(),
             approver,
             progress: None,
+            traceparent: None,
         };
         self.call_path.call(exposed_name, arguments, &ctx).await
     }

@@ -1036,13 +1036,35 @@ impl Upstream {
         timeout: Duration,
         progress: Option<mpsc::UnboundedSender<Value>>,
     ) -> Result<Value, TransportError> {
+        self.call_tool_with_meta(name, arguments, timeout, progress, Map::new())
+            .await
+    }
+
+    /// As [`Upstream::call_tool`], with the members of `meta` in the request's
+    /// `params._meta` (the MCP specification's `_meta`, 2025-11-25 "General fields"): the
+    /// W3C `traceparent` of the call's trace (see [`crate::telemetry`]). `progressToken` is
+    /// toolward's own and cannot be set through `meta`.
+    ///
+    /// # Errors
+    /// As [`Upstream::call_tool`].
+    pub async fn call_tool_with_meta(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        timeout: Duration,
+        progress: Option<mpsc::UnboundedSender<Value>>,
+        mut meta: Map<String, Value>,
+    ) -> Result<Value, TransportError> {
         let shared = &self.handle.connection.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut params = json!({ "name": name, "arguments": arguments });
-        if progress.is_some()
+        if progress.is_some() {
+            meta.insert(String::from("progressToken"), json!(id));
+        }
+        if !meta.is_empty()
             && let Value::Object(object) = &mut params
         {
-            object.insert(String::from("_meta"), json!({ "progressToken": id }));
+            object.insert(String::from("_meta"), Value::Object(meta));
         }
         let options = RequestOptions {
             raw: false,

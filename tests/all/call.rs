@@ -233,6 +233,7 @@ pub fn context(approver: Arc<dyn Approver>) -> CallContext {
         session: String::from("session-1"),
         approver,
         progress: None,
+        traceparent: None,
     }
 }
 

@@ -27,3 +27,4 @@ mod restart;
 mod state;
 mod store_contract;
 mod support;
+mod telemetry;

@@ -41,7 +41,8 @@
 //! Top-level keys shape the process: `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
 //! leaves it running (children, grandchildren); `"stderr_flood": true` writes standard error
 //! without end; `"calls_log": "PATH"` appends the arguments of every `tools/call` received,
-//! one JSON line each, before answering. In a page, `@PAGE@` is replaced by the number of
+//! one JSON line each, before answering; `"meta_log": "PATH"` likewise appends its
+//! `params._meta` (`null` when absent). In a page, `@PAGE@` is replaced by the number of
 //! the `tools/list` request (from 1), so a last page whose `nextCursor` holds it never ends.
 #![allow(
     clippy::unwrap_used,
@@ -89,6 +90,13 @@ fn main() {
             .open(path)
             .expect("calls log")
     });
+    let meta_log = scenario["meta_log"].as_str().map(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("meta log")
+    });
     let pages: Vec<String> = scenario["pages"]
         .as_array()
         .map(|p| {
@@ -129,6 +137,9 @@ fn main() {
                 let action = &scenario["actions"][name];
                 if let Some(mut log) = calls_log.as_ref() {
                     writeln!(log, "{}", message["params"]["arguments"]).expect("calls log");
+                }
+                if let Some(mut log) = meta_log.as_ref() {
+                    writeln!(log, "{}", message["params"]["_meta"]).expect("meta log");
                 }
                 for n in 0..action["notify"].as_u64().unwrap_or(0) {
                     let data = "n".repeat(action["notify_bytes"].as_u64().unwrap_or(100) as usize);

@@ -12,6 +12,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 dest="$here/.installed"
 mkdir -p "$dest"
 stamp="$dest/.stamp-v2"
+# PyPI: a real OTLP/HTTP receiver the telemetry test reads spans and metrics back from
+# (tests/all/telemetry.rs), in a venv of its own; installed apart from the stamp below so
+# that an existing installation gains it.
+if [ ! -x "$dest/otel-venv/bin/python" ] || ! "$dest/otel-venv/bin/python" -c 'import oteltap' 2>/dev/null; then
+  python3 -m venv "$dest/otel-venv"
+  "$dest/otel-venv/bin/pip" install --quiet --disable-pip-version-check oteltap==1.0.0
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0
