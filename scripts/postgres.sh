@@ -5,6 +5,9 @@
 #   eval "$(bash scripts/postgres.sh start)"   # exports TOOLWARD_TEST_DATABASE_URL
 #   bash scripts/postgres.sh stop              # stops it and removes the folder
 #   bash scripts/postgres.sh pause|resume      # stops it / starts it again, same port
+#   bash scripts/postgres.sh run               # after `start` + `pause`: the server in the
+#                                              # foreground, a child of the caller
+#   bash scripts/postgres.sh ready             # waits (30 s at most) until it takes connections
 #
 # The folder is $TOOLWARD_PG_DIR (default: $TMPDIR or /tmp, `toolward-pg`). PostgreSQL
 # refuses to run as root, so as root (CI) the server runs as the `postgres` system user
@@ -80,8 +83,29 @@ case "${1:-}" in
   resume)
     start_server "$(cat "$dir/port")"
     ;;
+  run)
+    # For a caller that is a child subreaper (the test binary, as toolward is): a server that
+    # pg_ctl daemonizes is reparented to it and taken for a server's orphan; one that stays
+    # its descendant is not. Stops on SIGINT (PostgreSQL's fast shutdown).
+    port="$(cat "$dir/port")"
+    if [ "$(id -u)" -eq 0 ]; then
+      exec runuser -u postgres -- "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" \
+        -c listen_addresses=127.0.0.1 -c max_connections=200 >>"$dir/server.log" 2>&1
+    fi
+    exec "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" \
+      -c listen_addresses=127.0.0.1 -c max_connections=200 >>"$dir/server.log" 2>&1
+    ;;
+  ready)
+    for _ in $(seq 300); do
+      if "$bin/pg_isready" -q -h 127.0.0.1 -p "$(cat "$dir/port")"; then exit 0; fi
+      sleep 0.1
+    done
+    echo "postgres.sh: the server in $dir is not ready after 30 s" >&2
+    cat "$dir/server.log" >&2
+    exit 1
+    ;;
   *)
-    echo "usage: $0 start|stop|url|pause|resume" >&2
+    echo "usage: $0 start|stop|url|pause|resume|run|ready" >&2
     exit 2
     ;;
 esac

@@ -398,9 +398,15 @@ async fn two_gateways_on_one_database_keep_one_chain_through_a_kill_and_share_ap
 
 /// A PostgreSQL of the test's own (`scripts/postgres.sh` in a folder of its own), so that
 /// stopping it does not stop the other tests' database. Stopped and removed when dropped.
+///
+/// The server runs in the foreground as this process's descendant (`postgres.sh run`), not
+/// daemonized by `pg_ctl`: the test binary is a child subreaper (`hostile`, `real`), so a
+/// daemonized server would be reparented to it and killed with the orphans of the next
+/// server a test closes.
 struct OwnDatabase {
     dir: PathBuf,
     url: String,
+    server: std::sync::Mutex<Option<std::process::Child>>,
 }
 
 impl OwnDatabase {
@@ -413,7 +419,15 @@ impl OwnDatabase {
             .nth(1)
             .unwrap_or_else(|| panic!("scripts/postgres.sh start printed no URL: {output}"))
             .to_owned();
-        OwnDatabase { dir, url }
+        // The database exists now; from here on the server is our descendant.
+        Self::script(&dir, "pause");
+        let db = OwnDatabase {
+            dir,
+            url,
+            server: std::sync::Mutex::new(None),
+        };
+        db.resume();
+        db
     }
 
     fn script(dir: &Path, command: &str) -> String {
@@ -431,17 +445,38 @@ impl OwnDatabase {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Stops the server as a crash would (`SIGKILL` to `runuser`'s child is not ours to
+    /// send; `SIGQUIT` is PostgreSQL's immediate shutdown) and waits until it is gone.
     fn pause(&self) {
-        Self::script(&self.dir, "pause");
+        if let Some(mut server) = self.server.lock().unwrap().take() {
+            let postmaster = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+                .ok()
+                .and_then(|text| text.lines().next().map(str::to_owned));
+            if let Some(pid) = postmaster {
+                let _ = Command::new("kill").args(["-QUIT", &pid]).status();
+            }
+            let _ = server.wait();
+        }
     }
 
     fn resume(&self) {
-        Self::script(&self.dir, "resume");
+        let server = Command::new("bash")
+            .arg(crate::support::repo().join("scripts/postgres.sh"))
+            .arg("run")
+            .env("TOOLWARD_PG_DIR", &self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        *self.server.lock().unwrap() = Some(server);
+        Self::script(&self.dir, "ready");
     }
 }
 
 impl Drop for OwnDatabase {
     fn drop(&mut self) {
+        self.pause();
         let _ = Command::new("bash")
             .arg(crate::support::repo().join("scripts/postgres.sh"))
             .arg("stop")
