@@ -63,8 +63,8 @@ use crate::component::{CallView, Decision, Policy};
 use crate::config::{self, Config};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
-use crate::store::facts::{Change, FactKeys, FactStore, Facts};
 use crate::store::AuditStore;
+use crate::store::facts::{Change, FactKeys, FactStore, Facts};
 use crate::telemetry::{CallTrace, Telemetry};
 use crate::transport::Upstream;
 
