@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
+use tokio_postgres::types::ToSql;
 
 use super::{PgError, PgStore};
 use crate::store::facts::{
@@ -140,11 +141,19 @@ impl PgFacts {
         let mut locks: Vec<i64> = rows.iter().map(|row| row.lock).collect();
         locks.sort_unstable();
         locks.dedup();
-        for lock in locks {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
-                .await
-                .map_err(|e| store.query_error("lock a fact counter", e))?;
-        }
+        // Pipelined: the statements are sent in the order polled (ascending) and the server
+        // runs them in that order, in one round trip.
+        let params: Vec<[&(dyn ToSql + Sync); 1]> = locks
+            .iter()
+            .map(|lock| [lock as &(dyn ToSql + Sync)])
+            .collect();
+        futures::future::try_join_all(
+            params
+                .iter()
+                .map(|param| tx.execute("SELECT pg_advisory_xact_lock($1)", param)),
+        )
+        .await
+        .map_err(|e| store.query_error("lock a fact counter", e))?;
         Ok(tx)
     }
 
@@ -199,19 +208,22 @@ impl PgFacts {
         let second = now.div_euclid(SECOND_BUCKET_MS);
         let minute = now.div_euclid(MINUTE_BUCKET_MS);
         let hashes: Vec<&[u8]> = rows.iter().map(|row| row.hash.as_slice()).collect();
-        // Read committed: this statement sees every reservation committed before the locks
-        // were granted.
-        let sums = tx
-            .query(
-                "SELECT key, width_ms, SUM(forwarded)::bigint, SUM(held)::bigint FROM toolward_facts \
+        let read_params: [&(dyn ToSql + Sync); 4] = [&hashes, &second, &minute, &BUCKETS];
+        // Read committed: the sums see every reservation committed before the locks were
+        // granted. Pipelined with the reservation after them (sent, and run, in this order).
+        let read = tx.query(
+            "SELECT key, width_ms, SUM(forwarded)::bigint, SUM(held)::bigint FROM toolward_facts \
                  WHERE key = ANY($1::bytea[]) \
                  AND ((width_ms = 1000 AND bucket > $2::bigint - $4::bigint) \
                  OR (width_ms = 60000 AND bucket > $3::bigint - $4::bigint)) \
                  GROUP BY key, width_ms",
-                &[&hashes, &second, &minute, &BUCKETS],
-            )
-            .await
-            .map_err(|e| store.query_error("read the fact counters", e))?;
+            &read_params,
+        );
+        let read = async {
+            read.await
+                .map_err(|e| store.query_error("read the fact counters", e))
+        };
+        let (sums, ()) = futures::try_join!(read, self.add(&tx, &rows, now_ms, 1, 0))?;
         let mut facts = Facts::default();
         for row in &rows {
             for outcome in Outcome::ALL {
@@ -234,7 +246,6 @@ impl PgFacts {
                 facts.set(row.scope, Outcome::Held, window, count(3));
             }
         }
-        self.add(&tx, &rows, now_ms, 1, 0).await?;
         tx.commit()
             .await
             .map_err(|e| store.query_error("commit a reservation", e))?;
