@@ -64,6 +64,7 @@ use crate::config::{self, Config};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
 use crate::store::AuditStore;
+use crate::store::RequestStateLedger;
 use crate::store::facts::{Change, FactKeys, FactStore, Facts};
 use crate::telemetry::{CallTrace, Telemetry};
 use crate::transport::Upstream;
@@ -427,6 +428,7 @@ pub struct CallPath {
     validators: HashMap<String, OnceLock<ToolValidators>>,
     facts: Option<Arc<dyn FactStore>>,
     telemetry: Option<Arc<Telemetry>>,
+    ledger: Option<Arc<dyn RequestStateLedger>>,
 }
 
 impl fmt::Debug for CallPath {
@@ -465,6 +467,7 @@ impl CallPath {
             validators,
             facts: None,
             telemetry: None,
+            ledger: None,
         }
     }
 
@@ -475,6 +478,19 @@ impl CallPath {
     pub fn with_facts(mut self, store: Arc<dyn FactStore>) -> Self {
         self.facts = Some(store);
         self
+    }
+
+    /// The same path, whose gateways redeem 2026-07-28 `requestState`s in `ledger` (the
+    /// PostgreSQL store's, shared by a fleet) instead of the state folder's.
+    #[must_use]
+    pub fn with_ledger(mut self, ledger: Arc<dyn RequestStateLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The `requestState` ledger the start set, when it set one.
+    pub fn ledger(&self) -> Option<&Arc<dyn RequestStateLedger>> {
+        self.ledger.as_ref()
     }
 
     /// The same path, whose gateways ask `queue` (the approvals store's approver) when the

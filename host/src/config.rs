@@ -341,8 +341,8 @@ pub struct Config {
     /// [`DEFAULT_SERVERS_DIR`]): `<servers_dir>/<server>/home` and `.../tmp`. Never inside
     /// the state folder.
     pub servers_dir: PathBuf,
-    /// Where the audit log and the approvals queue live (`store`, default the state folder
-    /// and `audit.file`).
+    /// Where the audit log, the approvals queue, the fact counters and the `requestState`
+    /// ledger live (`store`, default the state folder and `audit.file`).
     pub store: StoreConfig,
     /// Where traces and metrics go over OTLP/HTTP (`telemetry`); `None` (the default):
     /// nowhere, and nothing is collected.
@@ -574,7 +574,8 @@ pub struct PolicyConfig {
     pub cedar: Option<PathBuf>,
 }
 
-/// `store`: where the audit log and the approvals queue live, for every gateway sharing them.
+/// `store`: where the audit log, the approvals queue, the fact counters and the
+/// `requestState` ledger live, for every gateway sharing them.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub enum StoreConfig {
     /// No `store`: the audit log at `audit.file` and the queue in `state_dir` (one machine).

@@ -303,13 +303,8 @@ impl Gateway {
         settings: GatewaySettings,
     ) -> Gateway {
         let tools = tool_list(&call_path);
-        Gateway::with_tools(
-            call_path,
-            load_messages,
-            settings,
-            tools,
-            Arc::new(RequestStates::default()),
-        )
+        let states = Arc::new(RequestStates::new(call_path.ledger().cloned()));
+        Gateway::with_tools(call_path, load_messages, settings, tools, states)
     }
 
     /// A handler for one new session that answers `tools/list` with `tools`, built once by

@@ -795,7 +795,9 @@ pub async fn serve_http(
     ));
     let load_messages = Arc::new(load_messages);
     let tools = crate::gateway::tool_list(&call_path);
-    let states = Arc::new(crate::gateway::input_required::RequestStates::default());
+    let states = Arc::new(crate::gateway::input_required::RequestStates::new(
+        call_path.ledger().cloned(),
+    ));
     let service = StreamableHttpService::new(
         move || {
             Ok(Gateway::with_tools(

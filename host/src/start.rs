@@ -32,8 +32,9 @@ use crate::config::{Config, StoreConfig};
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
-use crate::store::postgres::{PgApprovals, PgAudit, PgStore};
-use crate::store::{ApprovalStore, AuditStore, StateDir, StateDirApprovals};
+use crate::store::facts::FactStore;
+use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
+use crate::store::{ApprovalStore, AuditStore, RequestStateLedger, StateDir, StateDirApprovals};
 use crate::supervise::Supervisors;
 
 /// Errors that stop a start: the config's files, the components, the manifest, the audit
@@ -107,7 +108,11 @@ impl Toolward {
                 let audit: Arc<dyn AuditStore> = Arc::new(PgAudit::open(&store).await?);
                 let approvals: Arc<dyn ApprovalStore> =
                     Arc::new(PgApprovals::new(&store, config.limits.approval_timeout())?);
-                Some((audit, approvals))
+                // The fleet's counters and `requestState` ledger: limits and one-use states
+                // hold across every gateway on the database, not per machine.
+                let facts: Arc<dyn FactStore> = Arc::new(PgFacts::open(&store).await?);
+                let ledger: Arc<dyn RequestStateLedger> = Arc::new(PgLedger::open(&store).await?);
+                Some((audit, approvals, Some((facts, ledger))))
             }
         };
         let manifest = if config.manifest.exists() {
@@ -132,7 +137,7 @@ impl Toolward {
         // The head lives in the state folder (opened above, first: it is created 0700, and
         // the log is often inside it); other processes on this config write the same log,
         // each under the file's lock.
-        let (audit, approvals) = match shared {
+        let (audit, approvals, fleet) = match shared {
             Some(shared) => shared,
             None => {
                 if let Some(parent) = config.audit.file.parent() {
@@ -145,7 +150,7 @@ impl Toolward {
                 )?);
                 let approvals: Arc<dyn ApprovalStore> =
                     Arc::new(StateDirApprovals::new(config.state_dir.clone()));
-                (audit, approvals)
+                (audit, approvals, None)
             }
         };
         let hashes = ComponentHashes {
@@ -196,8 +201,11 @@ impl Toolward {
             CallSettings::from_config(&config),
             hashes,
         )
-        .with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?))
         .with_telemetry(telemetry);
+        let call_path = match fleet {
+            Some((facts, ledger)) => call_path.with_facts(facts).with_ledger(ledger),
+            None => call_path.with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?)),
+        };
         let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));
         Ok(Toolward {
             audit,

@@ -19,7 +19,9 @@ pub mod state_dir;
 
 pub use approvals::{ApprovalStore, StateDirApprovals};
 pub use audit::AuditStore;
-pub use request_states::{LedgerError, Redemption, RequestStateLedger, StateDirLedger};
+pub use request_states::{
+    LedgerError, LedgerFuture, Redemption, RequestStateLedger, StateDirLedger,
+};
 pub use state_dir::{
     Key, StateDir, StateError, check_private, open_private_in, replace_private_in,
 };

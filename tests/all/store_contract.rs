@@ -1,5 +1,6 @@
-//! The store contract (`toolward::store::audit`, `toolward::store::approvals`), one suite run
-//! against both implementations: the state folder and PostgreSQL.
+//! The store contract (`toolward::store::audit`, `toolward::store::approvals`,
+//! `toolward::store::facts`, `toolward::store::request_states`), one suite run against both
+//! implementations: the state folder and PostgreSQL.
 //!
 //! Each contract is a function taking a [`Stores`] factory; [`contract!`] runs it on a fresh
 //! state folder and on the database of `TOOLWARD_TEST_DATABASE_URL` (`scripts/postgres.sh
@@ -14,8 +15,12 @@ use std::time::Duration;
 
 use toolward::approval::{ApprovalAnswer, ApprovalRequest, Channel};
 use toolward::audit::{AuditEvent, AuditHead, AuditKind, AuditLog, AuditSync};
-use toolward::store::postgres::{PgApprovals, PgAudit, PgStore};
-use toolward::store::{ApprovalStore, AuditStore, StateDir, StateDirApprovals};
+use toolward::store::facts::{Change, FactKeys, FactStore, StateFacts};
+use toolward::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
+use toolward::store::{
+    ApprovalStore, AuditStore, Redemption, RequestStateLedger, StateDir, StateDirApprovals,
+    StateDirLedger,
+};
 
 /// The PostgreSQL URL the tests use, or why they do not run: `None` (skip, reason printed)
 /// outside CI, a failure in CI.
@@ -86,6 +91,29 @@ impl Stores {
         }
     }
 
+    /// One more view of the fact counters (another gateway, or another process on the
+    /// machine).
+    async fn facts(&self) -> Arc<dyn FactStore> {
+        match self {
+            Stores::StateDir(_) => {
+                let state = StateDir::open(&self.state()).unwrap();
+                Arc::new(StateFacts::open(&state).unwrap())
+            }
+            Stores::Postgres(store) => Arc::new(PgFacts::open(store).await.unwrap()),
+        }
+    }
+
+    /// One more view of the `requestState` ledger.
+    async fn ledger(&self) -> Arc<dyn RequestStateLedger> {
+        match self {
+            Stores::StateDir(_) => {
+                let state = StateDir::open(&self.state()).unwrap();
+                Arc::new(StateDirLedger::open(&state).unwrap())
+            }
+            Stores::Postgres(store) => Arc::new(PgLedger::open(store).await.unwrap()),
+        }
+    }
+
     /// Every record as JSONL (what `toolward audit export` writes) and the store's head.
     async fn export(&self) -> (Vec<u8>, Option<AuditHead>) {
         match self {
@@ -137,6 +165,238 @@ contract!(
     call_no_longer_waiting_cannot_be_answered_on_state_dir,
     call_no_longer_waiting_cannot_be_answered_on_postgres
 );
+
+contract!(
+    fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled,
+    fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled_on_state_dir,
+    fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled_on_postgres
+);
+contract!(
+    settling_a_reservation_releases_holds_or_forwards_it,
+    settling_a_reservation_releases_holds_or_forwards_it_on_state_dir,
+    settling_a_reservation_releases_holds_or_forwards_it_on_postgres
+);
+contract!(
+    a_counted_call_leaves_the_minute_after_60_seconds_and_the_hour_after_60_minutes,
+    a_counted_call_leaves_the_minute_after_60_seconds_and_the_hour_after_60_minutes_on_state_dir,
+    a_counted_call_leaves_the_minute_after_60_seconds_and_the_hour_after_60_minutes_on_postgres
+);
+contract!(
+    of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first,
+    of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first_on_state_dir,
+    of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first_on_postgres
+);
+contract!(
+    a_long_expired_redemption_is_pruned_and_an_unexpired_one_kept,
+    a_long_expired_redemption_is_pruned_and_an_unexpired_one_kept_on_state_dir,
+    a_long_expired_redemption_is_pruned_and_an_unexpired_one_kept_on_postgres
+);
+
+/// The time the fact contracts count at: now (a store prunes buckets older than the window
+/// of the time it is given, and the database is shared with the tests running at once),
+/// rounded down to a minute so the window edges are exact.
+fn fact_time() -> u64 {
+    let now = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    now - now % 60_000
+}
+
+/// The keys of a call of `tool` on a server of its own, in a session of that server's (fresh
+/// for each run: the database outlives the test; none when `session` is empty).
+fn fact_keys(server: &str, tool: &str, session: &str) -> FactKeys {
+    let session = if session.is_empty() {
+        String::new()
+    } else {
+        format!("{server}-{session}")
+    };
+    FactKeys::of(server, tool, "tester", &session)
+}
+
+/// Two stores on one backing (two gateways on one database, two processes on one state
+/// folder) reserving calls at the same moment: every call sees a different count, 0 to N-1,
+/// so a `forwarded` limit of L lets exactly L calls through, not L per store.
+async fn fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled(stores: &Stores) {
+    const CALLS: u64 = 40;
+    let stores = [stores.facts().await, stores.facts().await];
+    let server = toolward::call::new_ulid();
+    let now = fact_time();
+    // Every call starts at once, so the reservations overlap (on PostgreSQL, each pool opens
+    // several connections).
+    let start = Arc::new(tokio::sync::Barrier::new(usize::try_from(CALLS).unwrap()));
+    let mut tasks = Vec::new();
+    for i in 0..CALLS {
+        let store = Arc::clone(&stores[usize::try_from(i % 2).unwrap()]);
+        let keys = fact_keys(&server, "write", &format!("session-{i}"));
+        let start = Arc::clone(&start);
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let seen = store.reserve(&keys, now + i).await.unwrap();
+            (
+                seen.get("tool.forwarded.minute").unwrap(),
+                seen.get("server.forwarded.hour").unwrap(),
+                seen.get("session.forwarded.minute").unwrap(),
+            )
+        }));
+    }
+    let mut tool = Vec::new();
+    for task in tasks {
+        let (minute, hour, session) = task.await.unwrap();
+        assert_eq!(minute, hour, "the minute and the hour disagree");
+        assert_eq!(session, 0, "a fresh session saw another's calls");
+        tool.push(minute);
+    }
+    tool.sort_unstable();
+    assert_eq!(tool, (0..CALLS).collect::<Vec<_>>());
+    let after = stores[0]
+        .reserve(&fact_keys(&server, "read", ""), now + CALLS)
+        .await
+        .unwrap();
+    assert_eq!(after.get("server.forwarded.minute"), Some(CALLS));
+    assert_eq!(
+        after.get("principal.forwarded.minute").map(|n| n >= CALLS),
+        Some(true)
+    );
+    assert_eq!(after.get("tool.forwarded.minute"), Some(0));
+}
+
+/// Release takes a reservation back, hold moves it to `held`, forward counts an approved
+/// call: what one store settles, the other sees.
+async fn settling_a_reservation_releases_holds_or_forwards_it(stores: &Stores) {
+    let (a, b) = (stores.facts().await, stores.facts().await);
+    let keys = fact_keys(&toolward::call::new_ulid(), "write", "s");
+    let now = fact_time();
+    let seen = |facts: toolward::store::facts::Facts| {
+        (
+            facts.get("tool.forwarded.minute").unwrap(),
+            facts.get("tool.held.minute").unwrap(),
+            facts.get("session.held.hour").unwrap(),
+        )
+    };
+    a.reserve(&keys, now).await.unwrap();
+    b.record(&keys, now, Change::Release).await.unwrap();
+    assert_eq!(seen(b.reserve(&keys, now + 1).await.unwrap()), (0, 0, 0));
+    a.record(&keys, now + 1, Change::Hold).await.unwrap();
+    assert_eq!(seen(a.reserve(&keys, now + 2).await.unwrap()), (0, 1, 1));
+    b.record(&keys, now + 2, Change::Release).await.unwrap();
+    b.record(&keys, now + 3, Change::Forward).await.unwrap();
+    assert_eq!(seen(a.reserve(&keys, now + 4).await.unwrap()), (1, 1, 1));
+    // A release of a reservation nobody made does not go below zero.
+    let fresh = fact_keys(&toolward::call::new_ulid(), "write", "s");
+    a.record(&fresh, now, Change::Release).await.unwrap();
+    assert_eq!(seen(b.reserve(&fresh, now).await.unwrap()), (0, 0, 0));
+}
+
+/// The `minute` window is the current second and the 59 before it, the `hour` window the
+/// current minute and the 59 before it (`docs/facts.md`): a call counted at a minute's first
+/// millisecond counts until 59.999 s (59 min 59.999 s) later and not after.
+async fn a_counted_call_leaves_the_minute_after_60_seconds_and_the_hour_after_60_minutes(
+    stores: &Stores,
+) {
+    let store = stores.facts().await;
+    let keys = fact_keys(&toolward::call::new_ulid(), "write", "");
+    let at = fact_time();
+    store.reserve(&keys, at).await.unwrap();
+    // Looks without counting: a reservation taken back at once.
+    let look = |now: u64| {
+        let (store, keys) = (Arc::clone(&store), keys.clone());
+        async move {
+            let facts = store.reserve(&keys, now).await.unwrap();
+            store.record(&keys, now, Change::Release).await.unwrap();
+            (
+                facts.get("tool.forwarded.minute").unwrap(),
+                facts.get("tool.forwarded.hour").unwrap(),
+            )
+        }
+    };
+    assert_eq!(look(at + 59_999).await, (1, 1));
+    assert_eq!(look(at + 60_000).await, (0, 1));
+    assert_eq!(look(at + 3_599_999).await, (0, 1));
+    assert_eq!(look(at + 3_600_000).await, (0, 0));
+}
+
+/// Of many redemptions of one `requestState` at once, through two ledgers on one backing
+/// (two gateways a client's retries alternate between), exactly one is first; the id stays
+/// used until it expires, and another id is unaffected.
+async fn of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first(stores: &Stores) {
+    const REDEMPTIONS: usize = 16;
+    let ledgers = [stores.ledger().await, stores.ledger().await];
+    let id = toolward::call::new_ulid();
+    let now = fact_time();
+    let mut tasks = Vec::new();
+    for i in 0..REDEMPTIONS {
+        let ledger = Arc::clone(&ledgers[i % 2]);
+        let id = id.clone();
+        tasks.push(tokio::spawn(async move {
+            ledger.redeem(&id, now + 120_000, now).await.unwrap()
+        }));
+    }
+    let mut firsts = 0;
+    for task in tasks {
+        if task.await.unwrap() == Redemption::First {
+            firsts += 1;
+        }
+    }
+    assert_eq!(
+        firsts, 1,
+        "{firsts} of {REDEMPTIONS} redemptions were first"
+    );
+    assert_eq!(
+        ledgers[1]
+            .redeem(&id, now + 120_000, now + 119_000)
+            .await
+            .unwrap(),
+        Redemption::AlreadyUsed
+    );
+    let other = toolward::call::new_ulid();
+    assert_eq!(
+        ledgers[0].redeem(&other, now + 120_000, now).await.unwrap(),
+        Redemption::First
+    );
+}
+
+/// A ledger is bounded by expiry: an entry expired for longer than any gateway's clock may
+/// lag (the PostgreSQL ledger's `PRUNE_GRACE`) is removed by the next ledger's prune, and an
+/// unexpired one stays used.
+async fn a_long_expired_redemption_is_pruned_and_an_unexpired_one_kept(stores: &Stores) {
+    let now = fact_time();
+    let grace = toolward::store::postgres::request_states::PRUNE_GRACE_MS;
+    let (old, young) = (toolward::call::new_ulid(), toolward::call::new_ulid());
+    let first = stores.ledger().await;
+    assert_eq!(
+        first
+            .redeem(&old, now - grace - 60_000, now - grace - 120_000)
+            .await
+            .unwrap(),
+        Redemption::First
+    );
+    assert_eq!(
+        first.redeem(&young, now + 60_000, now).await.unwrap(),
+        Redemption::First
+    );
+    // A fresh ledger prunes at its first redemption.
+    let later = stores.ledger().await;
+    assert_eq!(
+        later
+            .redeem(&toolward::call::new_ulid(), now + 60_000, now)
+            .await
+            .unwrap(),
+        Redemption::First
+    );
+    assert_eq!(
+        later.redeem(&old, now + 60_000, now).await.unwrap(),
+        Redemption::First,
+        "the long-expired entry was kept"
+    );
+    assert_eq!(
+        later.redeem(&young, now + 60_000, now).await.unwrap(),
+        Redemption::AlreadyUsed
+    );
+}
 
 /// The export written to a file, checked by `toolward::audit::verify_with_head` (what `audit
 /// verify` runs): intact, matching the head.
@@ -288,4 +548,63 @@ async fn call_no_longer_waiting_cannot_be_answered(stores: &Stores) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let late = other.answer(&call_id, true, None).await;
     assert!(late.is_err(), "a call no longer waiting was approved");
+}
+
+/// The schema of version 1 (before the fact counters and the `requestState` ledger), as a
+/// toolward of that version created it.
+const SCHEMA_V1: &str = r"
+CREATE TABLE toolward_schema (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL);
+INSERT INTO toolward_schema (id, version) VALUES (1, 1);
+CREATE TABLE toolward_audit (seq bigint PRIMARY KEY CHECK (seq >= 0), line bytea NOT NULL);
+CREATE TABLE toolward_audit_head (id integer PRIMARY KEY CHECK (id = 1), next_seq bigint NOT NULL, last_hash text NOT NULL);
+";
+
+/// A database a version 1 toolward created is migrated by the first gateway of this version
+/// to open it: the counters and ledger tables are added, the version row moves to 2, and the
+/// counters and ledger work on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_is_migrated_to_version_2_with_the_facts_and_ledger_tables() {
+    let Some(url) = test_database_url(
+        "a_version_1_database_is_migrated_to_version_2_with_the_facts_and_ledger_tables",
+    ) else {
+        return;
+    };
+    let admin_pool = PgStore::new(&url).unwrap().pool().unwrap();
+    let admin = admin_pool.get().await.unwrap();
+    let name = format!("toolward_v1_{}", toolward::call::new_ulid().to_lowercase());
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    let v1_url = format!("{base}/{name}");
+    let store = PgStore::new(&v1_url).unwrap();
+    let v1_pool = store.pool().unwrap();
+    let v1 = v1_pool.get().await.unwrap();
+    v1.batch_execute(SCHEMA_V1).await.unwrap();
+
+    let facts = PgFacts::open(&store).await.unwrap();
+    let version: i32 = v1
+        .query_one("SELECT version FROM toolward_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, toolward::store::postgres::SCHEMA_VERSION);
+    assert_eq!(version, 2);
+    let keys = fact_keys("fs", "write", "");
+    let now = fact_time();
+    facts.reserve(&keys, now).await.unwrap();
+    let seen = facts.reserve(&keys, now + 1).await.unwrap();
+    assert_eq!(seen.get("tool.forwarded.minute"), Some(1));
+    let ledger = PgLedger::open(&store).await.unwrap();
+    let id = toolward::call::new_ulid();
+    assert_eq!(
+        ledger.redeem(&id, now + 60_000, now).await.unwrap(),
+        Redemption::First
+    );
+    drop((facts, ledger, v1, v1_pool));
+    admin
+        .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .unwrap();
 }

@@ -170,9 +170,23 @@ pub fn open(key: &Key, state: &str) -> Result<RequestStateClaims, StateProblem> 
 #[derive(Debug, Default)]
 pub(crate) struct RequestStates {
     opened: OnceLock<(Key, Arc<dyn RequestStateLedger>)>,
+    /// The start's ledger when it has one (PostgreSQL for a fleet), used instead of the
+    /// state folder's.
+    shared: Option<Arc<dyn RequestStateLedger>>,
 }
 
 impl RequestStates {
+    /// Request states redeemed in `shared` (the start's ledger, [`CallPath::ledger`]), else
+    /// in the state folder's.
+    ///
+    /// [`CallPath::ledger`]: crate::call::CallPath::ledger
+    pub(crate) fn new(shared: Option<Arc<dyn RequestStateLedger>>) -> RequestStates {
+        RequestStates {
+            opened: OnceLock::new(),
+            shared,
+        }
+    }
+
     fn get(
         &self,
         state_dir: &std::path::Path,
@@ -185,8 +199,10 @@ impl RequestStates {
         let key = state
             .key(REQUEST_STATE_KEY)
             .map_err(|e| unavailable(e.to_string()))?;
-        let ledger: Arc<dyn RequestStateLedger> =
-            Arc::new(StateDirLedger::open(&state).map_err(|e| unavailable(e.to_string()))?);
+        let ledger: Arc<dyn RequestStateLedger> = match &self.shared {
+            Some(shared) => Arc::clone(shared),
+            None => Arc::new(StateDirLedger::open(&state).map_err(|e| unavailable(e.to_string()))?),
+        };
         let (key, ledger) = self.opened.get_or_init(|| (key, ledger));
         Ok((key.clone(), Arc::clone(ledger)))
     }
@@ -271,7 +287,7 @@ impl InputRequiredApprover {
 
     /// Checks the retry's state against `request` and redeems it; the claims when it may be
     /// used.
-    fn check(
+    async fn check(
         &self,
         state: &str,
         request: &ApprovalRequest,
@@ -301,7 +317,7 @@ impl InputRequiredApprover {
         if claims.arguments_sha256 != request.arguments_sha256 {
             return Err(other("arguments"));
         }
-        match ledger.redeem(&claims.call_id, claims.expires_ms, now) {
+        match ledger.redeem(&claims.call_id, claims.expires_ms, now).await {
             Ok(Redemption::First) => Ok(claims),
             Ok(Redemption::AlreadyUsed) => Err(StateProblem::Replayed {
                 call_id: claims.call_id,
@@ -341,7 +357,7 @@ impl Approver for InputRequiredApprover {
                 *self.asked.lock().unwrap_or_else(PoisonError::into_inner) = Some((request, state));
                 return nobody(reason);
             };
-            let claims = match self.check(&retry.state, &request) {
+            let claims = match self.check(&retry.state, &request).await {
                 Ok(claims) => claims,
                 Err(problem) => {
                     tracing::warn!(

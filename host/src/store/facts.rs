@@ -229,6 +229,9 @@ pub enum FactError {
     /// The work could not finish (the blocking task was lost).
     #[error("fact counters: {0}")]
     Stopped(String),
+    /// The PostgreSQL store's counters cannot be reached or written.
+    #[error("fact counters in {0}")]
+    Postgres(#[from] crate::store::postgres::PgError),
 }
 
 /// The future a [`FactStore`] method returns: boxed, so the trait stays dyn-compatible, and

@@ -18,6 +18,12 @@
 //! | `toolward_audit` | one per record: `seq` (bigint, primary key), `line` (bytea: the exact bytes hashed) |
 //! | `toolward_audit_head` | one: `next_seq`, `last_hash`: locked by every inserting transaction |
 //! | `toolward_approvals` | one per held call: the request, its state and who answered |
+//! | `toolward_facts` | one per key, bucket width and bucket: the calls forwarded and held ([`PgFacts`]) |
+//! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`]) |
+//!
+//! Version 2 added the last two tables; a version 1 database is migrated at the first
+//! connection of a version 2 toolward (the tables created, the version row moved to 2), after
+//! which a version 1 toolward refuses it: upgrade every gateway of the fleet together.
 //!
 //! # Who the store trusts
 //!
@@ -35,12 +41,17 @@ use tokio_postgres::config::Host;
 
 pub mod approvals;
 pub mod audit;
+pub mod facts;
+pub mod request_states;
 
 pub use approvals::PgApprovals;
 pub use audit::PgAudit;
+pub use facts::PgFacts;
+pub use request_states::PgLedger;
 
-/// The schema version this toolward writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+/// The schema version this toolward writes and reads: 2 (1 without the fact counters and the
+/// `requestState` ledger).
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// How long opening one connection may take before the store counts as unreachable: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -324,13 +335,16 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The schema, version [`SCHEMA_VERSION`]. Idempotent.
+/// The schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 database it adds the
+/// version 2 tables and moves the version row (never down: a newer version is left for
+/// [`PgStore::prepare`] to refuse).
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 1) ON CONFLICT (id) DO NOTHING;
+INSERT INTO toolward_schema (id, version) VALUES (1, 2)
+    ON CONFLICT (id) DO UPDATE SET version = 2 WHERE toolward_schema.version < 2;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -359,6 +373,18 @@ CREATE TABLE IF NOT EXISTS toolward_approvals (
 );
 CREATE INDEX IF NOT EXISTS toolward_approvals_pending
     ON toolward_approvals (held_at_ms) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS toolward_facts (
+    key bytea NOT NULL,
+    width_ms bigint NOT NULL CHECK (width_ms IN (1000, 60000)),
+    bucket bigint NOT NULL,
+    forwarded bigint NOT NULL DEFAULT 0 CHECK (forwarded >= 0),
+    held bigint NOT NULL DEFAULT 0 CHECK (held >= 0),
+    PRIMARY KEY (key, width_ms, bucket)
+);
+CREATE TABLE IF NOT EXISTS toolward_request_states (
+    call_id text PRIMARY KEY,
+    expires_ms bigint NOT NULL
+);
 ";
 
 /// This machine and process, as the approvals table records who held a call and where an

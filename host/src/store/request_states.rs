@@ -11,13 +11,14 @@
 //! One implementation here, [`StateDirLedger`], for the state folder: one file per redeemed
 //! call id under `<state_dir>/request-states/`, created with `O_EXCL`, so every process of
 //! every config sharing the state folder sees one ledger, and of two redemptions at once the
-//! kernel lets exactly one create the file. A fleet of gateways on several machines needs a
-//! ledger they share; the PostgreSQL implementation of this trait comes with the PostgreSQL
-//! store (`store` in the config), not here.
+//! kernel lets exactly one create the file. A fleet of gateways on several machines shares
+//! the PostgreSQL store's ledger ([`crate::store::postgres::PgLedger`], with `store.postgres`).
 
 use std::fmt;
+use std::future::Future;
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,30 @@ pub enum LedgerError {
         /// [`MAX_LEDGER_ENTRIES`].
         limit: usize,
     },
+    /// The PostgreSQL store's ledger cannot be reached or written.
+    #[error("the request-state ledger in {0}")]
+    Postgres(#[from] crate::store::postgres::PgError),
+}
+
+/// The future [`RequestStateLedger::redeem`] returns: boxed, so the trait stays
+/// dyn-compatible, and `Send`.
+pub type LedgerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LedgerError>> + Send + 'a>>;
+
+/// Checks that `id` can be a call id (letters and digits, at most [`MAX_ENTRY_ID_CHARS`]):
+/// the state folder names a file after it, and every ledger refuses the same ids.
+///
+/// # Errors
+/// [`LedgerError::InvalidId`].
+pub fn check_entry_id(id: &str) -> Result<(), LedgerError> {
+    if id.is_empty()
+        || id.chars().count() > MAX_ENTRY_ID_CHARS
+        || !id.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        return Err(LedgerError::InvalidId {
+            id: id.chars().take(MAX_ENTRY_ID_CHARS).collect(),
+        });
+    }
+    Ok(())
 }
 
 /// The outcome of a redemption.
@@ -101,7 +126,12 @@ pub trait RequestStateLedger: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`LedgerError`] when the ledger cannot be read or written, is full, or `id` is not a
     /// call id; the caller must then refuse the `requestState` (fail closed).
-    fn redeem(&self, id: &str, expires_ms: u64, now_ms: u64) -> Result<Redemption, LedgerError>;
+    fn redeem<'a>(
+        &'a self,
+        id: &'a str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> LedgerFuture<'a, Redemption>;
 }
 
 /// The state folder's ledger: `<state_dir>/request-states/<call id>`, each file holding its
@@ -204,15 +234,26 @@ impl StateDirLedger {
 }
 
 impl RequestStateLedger for StateDirLedger {
-    fn redeem(&self, id: &str, expires_ms: u64, now_ms: u64) -> Result<Redemption, LedgerError> {
-        if id.is_empty()
-            || id.chars().count() > MAX_ENTRY_ID_CHARS
-            || !id.chars().all(|c| c.is_ascii_alphanumeric())
-        {
-            return Err(LedgerError::InvalidId {
-                id: id.chars().take(MAX_ENTRY_ID_CHARS).collect(),
-            });
-        }
+    fn redeem<'a>(
+        &'a self,
+        id: &'a str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> LedgerFuture<'a, Redemption> {
+        // A few small file operations: done on the caller's worker, as before the trait was
+        // async.
+        Box::pin(std::future::ready(self.redeem_now(id, expires_ms, now_ms)))
+    }
+}
+
+impl StateDirLedger {
+    fn redeem_now(
+        &self,
+        id: &str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> Result<Redemption, LedgerError> {
+        check_entry_id(id)?;
         let count = self.count(now_ms)?;
         if count >= MAX_LEDGER_ENTRIES {
             return Err(LedgerError::Full {
@@ -255,14 +296,17 @@ mod tests {
     fn an_id_is_redeemed_once_and_every_later_redemption_is_a_replay() {
         let (_tmp, _state, ledger) = ledger();
         let id = "01J0000000000000000000000A";
-        assert_eq!(ledger.redeem(id, 2_000, 1_000).unwrap(), Redemption::First);
         assert_eq!(
-            ledger.redeem(id, 2_000, 1_000).unwrap(),
+            ledger.redeem_now(id, 2_000, 1_000).unwrap(),
+            Redemption::First
+        );
+        assert_eq!(
+            ledger.redeem_now(id, 2_000, 1_000).unwrap(),
             Redemption::AlreadyUsed
         );
         assert_eq!(
             ledger
-                .redeem("01J0000000000000000000000B", 2_000, 1_000)
+                .redeem_now("01J0000000000000000000000B", 2_000, 1_000)
                 .unwrap(),
             Redemption::First
         );
@@ -273,9 +317,12 @@ mod tests {
         let (_tmp, state, ledger) = ledger();
         let other = StateDirLedger::open(&state).unwrap();
         let id = "01J0000000000000000000000C";
-        assert_eq!(other.redeem(id, 2_000, 1_000).unwrap(), Redemption::First);
         assert_eq!(
-            ledger.redeem(id, 2_000, 1_000).unwrap(),
+            other.redeem_now(id, 2_000, 1_000).unwrap(),
+            Redemption::First
+        );
+        assert_eq!(
+            ledger.redeem_now(id, 2_000, 1_000).unwrap(),
             Redemption::AlreadyUsed
         );
     }
@@ -290,7 +337,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let ledger = StateDirLedger::open(&state).unwrap();
                     ledger
-                        .redeem("01J0000000000000000000000D", 2_000, 1_000)
+                        .redeem_now("01J0000000000000000000000D", 2_000, 1_000)
                         .unwrap()
                 })
             })
@@ -306,10 +353,10 @@ mod tests {
     fn expired_entries_are_pruned_and_unexpired_ones_kept() {
         let (_tmp, state, ledger) = ledger();
         ledger
-            .redeem("01J0000000000000000000000E", 1_500, 1_000)
+            .redeem_now("01J0000000000000000000000E", 1_500, 1_000)
             .unwrap();
         ledger
-            .redeem("01J0000000000000000000000F", 9_000, 1_000)
+            .redeem_now("01J0000000000000000000000F", 9_000, 1_000)
             .unwrap();
         assert_eq!(ledger.prune(2_000).unwrap(), 1);
         let left: Vec<String> = std::fs::read_dir(state.path().join(REQUEST_STATES_DIR))
@@ -323,7 +370,7 @@ mod tests {
     fn an_id_that_could_name_another_path_is_refused() {
         let (_tmp, _state, ledger) = ledger();
         for id in ["../escape", "", "a/b", &"A".repeat(MAX_ENTRY_ID_CHARS + 1)] {
-            let error = ledger.redeem(id, 2_000, 1_000).unwrap_err();
+            let error = ledger.redeem_now(id, 2_000, 1_000).unwrap_err();
             assert!(matches!(error, LedgerError::InvalidId { .. }), "{error}");
         }
     }

@@ -341,6 +341,52 @@ async fn mcp_method_or_mcp_name_headers_that_contradict_the_body_are_refused_wit
     assert_eq!(received, 1, "a refused request never reached the call path");
 }
 
+/// Two gateways on one PostgreSQL database, each with a state folder of its own holding the
+/// same `request-state-key` (a fleet on two machines): a `requestState` redeemed on one is a
+/// replay on the other, because both redeem in the database's ledger, not their folders'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_state_redeemed_on_one_gateway_of_a_database_is_a_replay_on_another_with_its_own_state_folder()
+ {
+    let Some(url) = crate::store_contract::test_database_url(
+        "a_request_state_redeemed_on_one_gateway_of_a_database_is_a_replay_on_another_with_its_own_state_folder",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = write_config(dir.path(), json!({}), json!({})).await;
+    config.store = toolward::config::StoreConfig::Postgres { url };
+    let mut other = config.clone();
+    other.state_dir = dir.path().join("state-b");
+    let a = Toolward::start(config.clone()).await.unwrap();
+    let la = listen(&a).await;
+    let state = held(la.addr, ALICE).await;
+    // The second machine gets the first's key, not its ledger.
+    std::fs::create_dir_all(&other.state_dir).unwrap();
+    std::fs::set_permissions(
+        &other.state_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::copy(
+        config.state_dir.join("request-state-key"),
+        other.state_dir.join("request-state-key"),
+    )
+    .unwrap();
+    let b = Toolward::start(other).await.unwrap();
+    let lb = listen(&b).await;
+
+    let approved = call(lb.addr, ALICE, &retry_write(2, &state, true)).await;
+    assert_eq!(approved["result"]["isError"], false, "{approved}");
+    let replayed = call(la.addr, ALICE, &retry_write(3, &state, true)).await;
+    assert_eq!(replayed["result"]["isError"], true, "{replayed}");
+    assert!(
+        text_of(&replayed).contains("was used already"),
+        "{replayed}"
+    );
+    assert_eq!(server_calls(dir.path()), 1, "a replay forwards nothing");
+    stop(((a, la), (b, lb))).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_call_is_asked_through_input_required_and_its_request_state_approves_one_retry_on_any_gateway()
  {

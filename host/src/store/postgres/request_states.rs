@@ -1,0 +1,123 @@
+//! The one-use ledger of 2026-07-28 `requestState`s in PostgreSQL, shared by every gateway of
+//! a fleet, so that a client's retry redeemed on one gateway is a replay on every other.
+//!
+//! A redemption is one `INSERT INTO toolward_request_states ... ON CONFLICT (call_id) DO
+//! NOTHING`: of any number of redemptions of one call id at once, on any gateways, the
+//! primary key lets exactly one insert its row ([`Redemption::First`]); the others insert
+//! nothing ([`Redemption::AlreadyUsed`]). Rows whose expiry passed more than
+//! [`PRUNE_GRACE`] ago are deleted, at most every [`PRUNE_INTERVAL`] per gateway: by then the
+//! gateways refuse the `requestState` by its expiry, whatever the ledger says.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Pool;
+
+use super::{PgError, PgStore};
+use crate::store::request_states::{
+    LedgerError, LedgerFuture, Redemption, RequestStateLedger, check_entry_id,
+};
+
+/// How often one gateway deletes expired rows, at most: every 10 s, at a redemption.
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long after its expiry a row is kept, milliseconds: 10 minutes. A gateway checks a
+/// `requestState`'s expiry by its own clock before redeeming it; the row outlives the expiry
+/// by this much so that a gateway whose clock is behind the pruning one's (by less than this)
+/// still finds it and refuses the replay.
+pub const PRUNE_GRACE_MS: u64 = 600_000;
+
+/// [`PRUNE_GRACE_MS`] as a duration.
+pub const PRUNE_GRACE: Duration = Duration::from_millis(PRUNE_GRACE_MS);
+
+/// The PostgreSQL `requestState` ledger.
+pub struct PgLedger {
+    store: PgStore,
+    pool: Pool,
+    pruned: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for PgLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLedger")
+            .field("store", &self.store.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgLedger {
+    /// The ledger of `store`, its schema created when missing.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::prepare`]: the database cannot be reached, or holds a newer schema.
+    pub async fn open(store: &PgStore) -> Result<PgLedger, PgError> {
+        let pool = store.pool()?;
+        store.prepare(&pool).await?;
+        Ok(PgLedger {
+            store: store.clone(),
+            pool,
+            pruned: Mutex::new(None),
+        })
+    }
+
+    /// Whether a prune is due, marking it done when it is.
+    fn prune_due(&self) -> bool {
+        let mut pruned = self
+            .pruned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *pruned {
+            Some(at) if at.elapsed() < PRUNE_INTERVAL => false,
+            _ => {
+                *pruned = Some(Instant::now());
+                true
+            }
+        }
+    }
+
+    async fn redeem_in_db(
+        &self,
+        id: &str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> Result<Redemption, LedgerError> {
+        check_entry_id(id)?;
+        let store = &self.store;
+        let client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
+        if self.prune_due() {
+            let before = i64::try_from(now_ms.saturating_sub(PRUNE_GRACE_MS)).unwrap_or(i64::MAX);
+            client
+                .execute(
+                    "DELETE FROM toolward_request_states WHERE expires_ms < $1",
+                    &[&before],
+                )
+                .await
+                .map_err(|e| store.query_error("prune the request-state ledger", e))?;
+        }
+        let expires = i64::try_from(expires_ms).unwrap_or(i64::MAX);
+        let inserted = client
+            .execute(
+                "INSERT INTO toolward_request_states (call_id, expires_ms) VALUES ($1, $2) ON CONFLICT (call_id) DO NOTHING",
+                &[&id, &expires],
+            )
+            .await
+            .map_err(|e| store.query_error("redeem a request state", e))?;
+        Ok(if inserted == 1 {
+            Redemption::First
+        } else {
+            Redemption::AlreadyUsed
+        })
+    }
+}
+
+impl RequestStateLedger for PgLedger {
+    fn redeem<'a>(
+        &'a self,
+        id: &'a str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> LedgerFuture<'a, Redemption> {
+        Box::pin(self.redeem_in_db(id, expires_ms, now_ms))
+    }
+}
