@@ -206,6 +206,76 @@ pub struct InitReport {
     pub variables: Vec<String>,
     /// Servers that could not be pinned, with why; their tools are missing from the rules.
     pub failures: Vec<String>,
+    /// Arguments and URLs copied into `toolward.json` that look like they carry a secret
+    /// (see [`looks_secret`]), as `server: place`: only `env` values and headers are moved
+    /// out, so the operator is told to move these into `env` by hand.
+    pub secret_looking: Vec<String>,
+}
+
+/// Words that, in an argument (`--token=…`) or a URL's query (`?access_token=…`), mark a
+/// value as a likely secret. A heuristic for a warning, never a guarantee.
+const SECRET_WORDS: &[&str] = &[
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "api_key",
+    "api-key",
+    "auth",
+    "credential",
+    "sig=",
+    "key=",
+];
+
+/// Whether `text` (a server's argument or URL) looks like it carries a secret: a URL with a
+/// password in its authority (`user:PASS@host`), a secret word with a value (`--token=…`,
+/// `?access_token=…`), or a known key prefix (`sk-`, `ghp_`, `xox`).
+#[must_use]
+pub fn looks_secret(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let authority_password = lower
+        .split_once("://")
+        .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""))
+        .is_some_and(|authority| {
+            authority
+                .split_once('@')
+                .is_some_and(|(user, _)| user.contains(':'))
+        });
+    let word_with_value = (lower.contains('=') || lower.contains('?'))
+        && SECRET_WORDS.iter().any(|word| lower.contains(word));
+    let key_prefix = ["sk-", "ghp_", "github_pat_", "xoxb-", "xoxp-"]
+        .iter()
+        .any(|prefix| lower.starts_with(prefix) || lower.contains(&format!("={prefix}")));
+    authority_password || word_with_value || key_prefix
+}
+
+/// The `server: place` of every argument and URL in `servers` (toolward.json's
+/// `mcpServers`) that [`looks_secret`].
+fn secret_looking(servers: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(servers) = servers.as_object() else {
+        return found;
+    };
+    for (name, server) in servers {
+        if let Some(url) = server.get("url").and_then(Value::as_str)
+            && looks_secret(url)
+        {
+            found.push(format!("{name}: its `url`"));
+        }
+        for (i, arg) in server
+            .get("args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if arg.as_str().is_some_and(looks_secret) {
+                found.push(format!("{name}: `args[{i}]`"));
+            }
+        }
+    }
+    found
 }
 
 /// Writes `toolward.json`, pins the `chosen` servers into `manifest.json` and writes
@@ -272,7 +342,9 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         .map(|s| s.tools.len())
         .sum();
     write_file(&rules_path, &pretty(&rules))?;
-    write_file(&config_path, &pretty(&value))?;
+    // 0600: arguments and URLs are copied as they are, and may carry what `secret_looking`
+    // cannot recognise.
+    write_private_file(&config_path, &pretty(&value))?;
     Ok(InitReport {
         config: config_path,
         rules: rules_path,
@@ -283,6 +355,7 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
             .collect(),
         tools,
         variables: secrets.keys().cloned().collect(),
+        secret_looking: secret_looking(&value["mcpServers"]),
         failures: outcome
             .failures
             .values()
@@ -327,6 +400,22 @@ fn pretty(value: &Value) -> String {
     text
 }
 
+/// Writes a new file readable by its owner only (0600 on Unix).
+fn write_private_file(path: &Path, text: &str) -> Result<(), InitError> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|source| InitError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 fn write_file(path: &Path, text: &str) -> Result<(), InitError> {
     std::fs::write(path, text).map_err(|source| InitError::Write {
         path: path.to_path_buf(),
@@ -369,4 +458,41 @@ pub fn by_client(report: &InitReport) -> BTreeMap<&'static str, Vec<String>> {
         out.entry(client).or_default().push(server.clone());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{looks_secret, secret_looking};
+    use serde_json::json;
+
+    #[test]
+    fn arguments_and_urls_that_carry_a_secret_are_named_and_plain_ones_are_not() {
+        for secret in [
+            "--token=sk-ARGSECRET111",
+            "https://user:URLPASS222@example.com/x",
+            "http://127.0.0.1:1/mcp?access_token=QUERYSECRET555",
+            "--api-key=abc",
+            "sk-live-123",
+        ] {
+            assert!(looks_secret(secret), "{secret}");
+        }
+        for plain in [
+            "server.py",
+            "-y",
+            "@modelcontextprotocol/server-filesystem",
+            "https://user@example.com/x",
+            "/home/me/keys",
+        ] {
+            assert!(!looks_secret(plain), "{plain}");
+        }
+        let servers = json!({
+            "ev": {"command": "python3", "args": ["s.py", "--token=sk-1"]},
+            "web": {"url": "http://h/mcp?access_token=q"},
+            "fs": {"command": "npx", "args": ["-y", "server"]},
+        });
+        assert_eq!(
+            secret_looking(&servers),
+            ["ev: `args[1]`", "web: its `url`"]
+        );
+    }
 }
