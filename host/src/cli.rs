@@ -329,7 +329,8 @@ enum AuditCommand {
         /// The config file (its `audit.file` is read).
         #[arg(long, short, default_value = "toolward.json")]
         config: PathBuf,
-        /// The other policy component (`.wasm`), or `built-in`.
+        /// The other policy: a component (`.wasm`), `built-in` for the default component, or a
+        /// Cedar policy file (`.cedar`), decided by the built-in Cedar component.
         #[arg(long)]
         policy: String,
         /// Settings for its `configure` (for `built-in`, a rules file); default: what the

@@ -197,3 +197,46 @@ fn a_cache_entry_whose_mac_fails_is_compiled_again_and_the_log_says_so() {
         stderr(&check)
     );
 }
+
+#[test]
+fn audit_show_and_tail_report_a_log_cut_after_a_record_by_its_head() {
+    let Some(bin) = toolward_binary() else { return };
+    let (dir, config) = setup(bin);
+    for _ in 0..2 {
+        let called = Command::new(bin)
+            .args(["call", "--config"])
+            .arg(&config)
+            .args(["s__echo", "--args", "{}"])
+            .output()
+            .unwrap();
+        assert!(called.status.success(), "{}", stderr(&called));
+    }
+    let audit = |command: &[&str]| {
+        Command::new(bin)
+            .arg("audit")
+            .args(command)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    for command in [&["show"][..], &["tail", "-n", "1"]] {
+        let intact = audit(command);
+        assert!(intact.status.success(), "{command:?}: {}", stderr(&intact));
+    }
+    // The last call's records cut off: what is left is still a valid chain.
+    let log = dir.path().join("audit.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let kept = lines[..lines.len() - 2].join("\n") + "\n";
+    std::fs::write(&log, kept).unwrap();
+    for command in [&["show"][..], &["tail", "-n", "1"]] {
+        let cut = audit(command);
+        assert_eq!(cut.status.code(), Some(1), "{command:?}: {}", stderr(&cut));
+        assert!(
+            stderr(&cut).contains("does not match its head"),
+            "{command:?}: {}",
+            stderr(&cut)
+        );
+    }
+}

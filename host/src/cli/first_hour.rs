@@ -4,7 +4,7 @@
 //! `audit::replay`); here are the terminal and the exit codes.
 
 use std::io::IsTerminal as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
@@ -108,6 +108,12 @@ pub(super) async fn init(
                 .map(|v| format!("${{{v}}}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+    for place in &report.secret_looking {
+        eprintln!(
+            "toolward: warning: {place} looks like it holds a secret; it is copied into `{}` (0600) as it is: move it into the server's `env` and refer to it as `${{VAR}}`",
+            report.config.display()
         );
     }
     for failure in &report.failures {
@@ -342,9 +348,69 @@ fn filter_of(args: &AuditFilterArgs) -> Result<Filter, Failure> {
     })
 }
 
+/// Where the log at `file` no longer matches its head in the config's state folder (cut short,
+/// its last records rewritten or the file replaced): the check `audit verify --config` and
+/// `serve` make, which the chain alone cannot (a log cut after a record is a valid chain).
+/// `None` when it matches or no head was written yet; a head that cannot be read is reported.
+fn head_mismatch(config: &toolward::config::Config) -> Option<String> {
+    let file = &config.audit.file;
+    let state = match toolward::store::StateDir::open(&config.state_dir) {
+        Ok(state) => state,
+        Err(e) => return Some(format!("its head cannot be checked: {e}")),
+    };
+    let (head, head_path) = match toolward::audit::read_head(&state, file) {
+        Ok((Some(head), path)) => (head, path),
+        Ok((None, _)) => return None,
+        Err(e) => return Some(format!("its head cannot be read: {e}")),
+    };
+    match toolward::audit::verify_with_head(file, &head) {
+        Ok((_, None)) => None,
+        Ok((_, Some(problem))) => Some(format!(
+            "does not match its head `{}` ({head}): {problem}",
+            head_path.display()
+        )),
+        Err(e) => Some(format!("its head cannot be checked: {e}")),
+    }
+}
+
+/// Says where the log does not match its head, on standard error; whether it did not.
+fn report_head_mismatch(config: &toolward::config::Config, config_path: &Path) -> bool {
+    match head_mismatch(config) {
+        None => false,
+        Some(problem) => {
+            eprintln!(
+                "toolward: `{}` {problem}; what is shown may be cut short or rewritten (`toolward audit verify --config {}`)",
+                config.audit.file.display(),
+                config_path.display()
+            );
+            true
+        }
+    }
+}
+
+/// `text` (JSON) with every character a terminal could act on or hide written as a `\uXXXX`
+/// escape: DEL and the C1 controls (JSON escapes only those below U+0020) and what
+/// [`toolward::listing::hidden_character`] names (bidi controls, zero-width and other
+/// default-ignorable code points). Such characters stand only inside JSON strings, so the
+/// result is the same JSON value.
+fn escape_for_terminal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if ('\u{7f}'..='\u{9f}').contains(&c) || toolward::listing::hidden_character(c).is_some() {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn print_record(record: &toolward::audit::AuditRecord, raw: &Value, json: bool) {
     if json {
-        println!("{raw}");
+        println!("{}", escape_for_terminal(&raw.to_string()));
     } else {
         println!("{}", audit_read::render_row(record));
     }
@@ -369,6 +435,7 @@ pub(super) fn audit_show(
         println!("{} of {} records match", shown.records.len(), shown.read);
     }
     match &shown.first_break {
+        None if report_head_mismatch(&config, config_path) => Ok(ExitCode::from(EXIT_FOUND)),
         None => Ok(ExitCode::SUCCESS),
         Some(brk) => {
             eprintln!(
@@ -408,8 +475,15 @@ pub(super) fn audit_tail(
     for (record, raw) in audit_read::last_matching(first, &filter, lines) {
         print_record(&record, &raw, json);
     }
+    // A log cut after a record, or rewritten at its end, is still a chain: only the head
+    // tells. Checked once, on what was there at the start.
+    let mismatch = report_head_mismatch(&config, config_path);
     if !follow {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if mismatch {
+            ExitCode::from(EXIT_FOUND)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
     loop {
         std::thread::sleep(std::time::Duration::from_millis(audit_read::FOLLOW_POLL_MS));
@@ -433,17 +507,30 @@ pub(super) fn audit_replay(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let config = read_config_for_files(config_path)?;
-    let settings_path = settings
-        .map(Path::to_path_buf)
-        .or_else(|| config.policy.settings.clone())
-        .unwrap_or_else(|| config.rules.file.clone());
+    // A `.cedar` file is policies for the built-in Cedar component: its settings text, as
+    // `policy test` takes it.
+    let is_cedar = Path::new(policy)
+        .extension()
+        .is_some_and(|e| e == toolward::cedar::CEDAR_EXTENSION);
+    let settings_path = if is_cedar {
+        PathBuf::from(policy)
+    } else {
+        settings
+            .map(Path::to_path_buf)
+            .or_else(|| config.policy.settings.clone())
+            .unwrap_or_else(|| config.rules.file.clone())
+    };
     let settings_text = toolward::policy_test::read_text(
         &settings_path,
         "policy settings",
         toolward::config::operator_file::MAX_SETTINGS_BYTES,
     )
     .map_err(usage)?;
-    let bytes = read_component(policy)?;
+    let bytes = if is_cedar {
+        toolward::component::CEDAR_COMPONENT.to_vec()
+    } else {
+        read_component(policy)?
+    };
     let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
     let loaded = host.load(&bytes, policy).map_err(usage)?;
     let configured = host
@@ -452,6 +539,7 @@ pub(super) fn audit_replay(
         .map_err(usage)?;
     let report =
         toolward::audit::replay::replay(&config.audit.file, &configured).map_err(failure)?;
+    let mismatch = report_head_mismatch(&config, config_path);
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(failure)?;
         println!("{text}");
@@ -464,9 +552,24 @@ pub(super) fn audit_replay(
         );
         print!("{}", report.render());
     }
-    Ok(if report.first_break.is_some() {
+    Ok(if report.first_break.is_some() || mismatch {
         ExitCode::from(EXIT_FOUND)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_for_terminal;
+
+    #[test]
+    fn json_for_the_terminal_escapes_bidi_and_c1_controls_and_stays_the_same_json() {
+        let value = serde_json::json!({"content": "\u{202e}evil\u{9b}31m\u{7f}ok é"});
+        let text = escape_for_terminal(&value.to_string());
+        assert!(!text.contains('\u{202e}') && !text.contains('\u{9b}') && !text.contains('\u{7f}'));
+        assert!(text.contains("\\u202e") && text.contains("\\u009b") && text.contains('é'));
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, value);
+    }
 }
