@@ -63,6 +63,15 @@ impl std::fmt::Debug for PgApprovals {
 }
 
 impl PgApprovals {
+    /// A connection from the pool; an error names the store.
+    async fn client(&self) -> Result<deadpool_postgres::Object, PgError> {
+        self.inner
+            .pool
+            .get()
+            .await
+            .map_err(|e| self.inner.store.connect_error(e))
+    }
+
     /// The approvals of `store`; a held call waits at most `approval_timeout` (after it,
     /// answers are refused).
     ///
@@ -112,12 +121,7 @@ impl PgApprovals {
             .map_err(|e| store.query_error("encode the held call", e))?;
         let held = now_ms();
         let timeout_ms = i64::try_from(self.inner.approval_timeout.as_millis()).unwrap_or(i64::MAX);
-        let client = self
-            .inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| store.connect_error(e))?;
+        let client = self.client().await?;
         client
             .execute(
                 "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5)",
@@ -137,12 +141,7 @@ impl PgApprovals {
     /// The answer to `call_id`, when there is one.
     async fn check(&self, call_id: &str) -> Result<Option<Answer>, PgError> {
         let store = &self.inner.store;
-        let client = self
-            .inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| store.connect_error(e))?;
+        let client = self.client().await?;
         let row = client
             .query_opt(
                 "SELECT state, reason, answerer, answerer_uid FROM toolward_approvals WHERE call_id = $1",
@@ -287,12 +286,7 @@ impl ApprovalStore for PgApprovals {
     fn list(&self) -> StoreFuture<'_, Vec<PendingEntry>> {
         Box::pin(async move {
             let store = &self.inner.store;
-            let client = self
-                .inner
-                .pool
-                .get()
-                .await
-                .map_err(|e| store.connect_error(e))?;
+            let client = self.client().await?;
             let limit = i64::try_from(MAX_PENDING_REQUESTS).unwrap_or(i64::MAX);
             let rows = client
                 .query(
@@ -347,12 +341,7 @@ impl ApprovalStore for PgApprovals {
                 })
             });
             let now = now_ms();
-            let mut client = self
-                .inner
-                .pool
-                .get()
-                .await
-                .map_err(|e| store.connect_error(e))?;
+            let mut client = self.client().await?;
             let tx = client
                 .transaction()
                 .await
@@ -412,12 +401,7 @@ impl ApprovalStore for PgApprovals {
     fn abandon_ended(&self) -> StoreFuture<'_, Vec<ApprovalRequest>> {
         Box::pin(async move {
             let store = &self.inner.store;
-            let client = self
-                .inner
-                .pool
-                .get()
-                .await
-                .map_err(|e| store.connect_error(e))?;
+            let client = self.client().await?;
             let rows = client
                 .query(
                     "UPDATE toolward_approvals SET state = 'abandoned' WHERE state = 'pending' AND expires_at_ms <= $1 RETURNING request",
