@@ -438,8 +438,16 @@ impl Key {
         hex::encode(self.hmac(parts).finalize().into_bytes())
     }
 
-    /// Whether `tag_hex` is the MAC of `parts`, compared in constant time.
+    /// Whether `tag_hex` is the MAC of `parts`, compared in constant time. Only the form
+    /// [`Key::mac_hex`] writes is accepted (lowercase hex), so one MAC has one spelling and a
+    /// value keyed by its text (a `requestState`) cannot be varied by case.
     pub fn verify_hex(&self, parts: &[&[u8]], tag_hex: &str) -> bool {
+        if !tag_hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return false;
+        }
         match hex::decode(tag_hex) {
             Ok(tag) => self.hmac(parts).verify_slice(&tag).is_ok(),
             Err(_) => false,
@@ -569,6 +577,10 @@ mod tests {
         let tag = key.mac_hex(&[b"ab", b"c"]);
         assert!(again.verify_hex(&[b"ab", b"c"], &tag));
         assert!(!again.verify_hex(&[b"a", b"bc"], &tag));
+        assert!(
+            !again.verify_hex(&[b"ab", b"c"], &tag.to_uppercase()),
+            "only the lowercase spelling is the MAC"
+        );
         let mode = std::fs::metadata(tmp.path().join("state/answer-key"))
             .unwrap()
             .permissions()
