@@ -403,3 +403,27 @@ pub(crate) fn now_ms() -> i64 {
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
+
+/// When a gateway last deleted a table's expired rows: pruning runs at most once per
+/// interval per gateway, on the first call after it (the fact counters and the
+/// `requestState` ledger each keep one).
+#[derive(Debug, Default)]
+pub(crate) struct PruneTimer(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl PruneTimer {
+    /// Whether `interval` has passed since the last prune (always, the first time); when it
+    /// has, the prune counts as done now.
+    pub(crate) fn due(&self, interval: Duration) -> bool {
+        let mut pruned = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *pruned {
+            Some(at) if at.elapsed() < interval => false,
+            _ => {
+                *pruned = Some(std::time::Instant::now());
+                true
+            }
+        }
+    }
+}

@@ -34,14 +34,13 @@
 //! reservation), so the table holds the keys active in the last hour, at most 120
 //! per-second and 61 per-minute rows each, plus what accumulated since the last prune.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 use tokio_postgres::types::ToSql;
 
-use super::{PgError, PgStore};
+use super::{PgError, PgStore, PruneTimer};
 use crate::store::facts::{
     Change, FactFuture, FactKeys, FactStore, Facts, MINUTE_MS, Outcome, Scope, Window,
 };
@@ -69,7 +68,7 @@ const MINUTE_BUCKET_MS: i64 = MINUTE_MS as i64;
 pub struct PgFacts {
     store: PgStore,
     pool: Pool,
-    pruned: Mutex<Option<Instant>>,
+    pruned: PruneTimer,
 }
 
 impl std::fmt::Debug for PgFacts {
@@ -123,7 +122,7 @@ impl PgFacts {
         Ok(PgFacts {
             store: store.clone(),
             pool,
-            pruned: Mutex::new(None),
+            pruned: PruneTimer::default(),
         })
     }
 
@@ -297,17 +296,7 @@ impl PgFacts {
 
     /// Whether a prune is due, marking it done when it is.
     fn prune_due(&self) -> bool {
-        let mut pruned = self
-            .pruned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match *pruned {
-            Some(at) if at.elapsed() < PRUNE_INTERVAL => false,
-            _ => {
-                *pruned = Some(Instant::now());
-                true
-            }
-        }
+        self.pruned.due(PRUNE_INTERVAL)
     }
 }
 

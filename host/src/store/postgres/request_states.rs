@@ -8,12 +8,11 @@
 //! [`PRUNE_GRACE`] ago are deleted, at most every [`PRUNE_INTERVAL`] per gateway: by then the
 //! gateways refuse the `requestState` by its expiry, whatever the ledger says.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::{PgError, PgStore};
+use super::{PgError, PgStore, PruneTimer};
 use crate::store::request_states::{
     LedgerError, LedgerFuture, Redemption, RequestStateLedger, check_entry_id,
 };
@@ -34,7 +33,7 @@ pub const PRUNE_GRACE: Duration = Duration::from_millis(PRUNE_GRACE_MS);
 pub struct PgLedger {
     store: PgStore,
     pool: Pool,
-    pruned: Mutex<Option<Instant>>,
+    pruned: PruneTimer,
 }
 
 impl std::fmt::Debug for PgLedger {
@@ -57,23 +56,13 @@ impl PgLedger {
         Ok(PgLedger {
             store: store.clone(),
             pool,
-            pruned: Mutex::new(None),
+            pruned: PruneTimer::default(),
         })
     }
 
     /// Whether a prune is due, marking it done when it is.
     fn prune_due(&self) -> bool {
-        let mut pruned = self
-            .pruned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match *pruned {
-            Some(at) if at.elapsed() < PRUNE_INTERVAL => false,
-            _ => {
-                *pruned = Some(Instant::now());
-                true
-            }
-        }
+        self.pruned.due(PRUNE_INTERVAL)
     }
 
     async fn redeem_in_db(
