@@ -739,22 +739,9 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
 }
 
 async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<ExitCode, Failure> {
-    let config = read_config(config_path)?;
-    let manifest = read_manifest(&config)?;
-    let state = open_state(&config)?;
-    let components =
-        load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
-    let (registry, report) = load::load(
-        &config,
-        &components.rules,
-        &manifest,
-        components.digests.clone(),
-    )
-    .await
-    .map_err(usage)?;
-    let problems = toolward::cedar::validate(&components.policy, &registry).map_err(usage);
-    registry.close().await;
-    let problems = problems?;
+    let Validated {
+        report, problems, ..
+    } = load_and_validate(config_path).await?;
     if suggest_rules {
         println!("{}", suggested_rules(&report));
     } else if json {
@@ -779,15 +766,24 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
     })
 }
 
-/// `policy validate`: loads the servers as `check` does and prints the policy's problems
-/// for the registered tools.
-async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
+/// What `check` and `policy validate` both learn: the servers loaded as `serve` would load
+/// them, and the policy's problems for the registered tools (its servers closed again).
+struct Validated {
+    report: load::LoadReport,
+    /// Tools registered.
+    tools: usize,
+    /// Whether the policy component validates its settings at all (the Cedar component does).
+    validates: bool,
+    problems: Vec<String>,
+}
+
+async fn load_and_validate(config_path: &Path) -> Result<Validated, Failure> {
     let config = read_config(config_path)?;
     let manifest = read_manifest(&config)?;
     let state = open_state(&config)?;
     let components =
         load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
-    let (registry, _) = load::load(
+    let (registry, report) = load::load(
         &config,
         &components.rules,
         &manifest,
@@ -798,8 +794,24 @@ async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
     let tools = registry.tools().count();
     let problems = toolward::cedar::validate(&components.policy, &registry).map_err(usage);
     registry.close().await;
-    let problems = problems?;
-    if !components.policy.validates() {
+    Ok(Validated {
+        report,
+        tools,
+        validates: components.policy.validates(),
+        problems: problems?,
+    })
+}
+
+/// `policy validate`: loads the servers as `check` does and prints the policy's problems
+/// for the registered tools.
+async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
+    let Validated {
+        tools,
+        validates,
+        problems,
+        ..
+    } = load_and_validate(config_path).await?;
+    if !validates {
         println!("the policy component does not validate its settings: nothing to check");
         return Ok(ExitCode::SUCCESS);
     }
