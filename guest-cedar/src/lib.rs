@@ -1,5 +1,5 @@
 //! The built-in Cedar policy component (issue 16): decides calls with the operator's Cedar
-//! policies, exporting `policy` and `validation` of `toolward:policy@0.2.0` (world
+//! policies, exporting `policy`, `validation` and `facts` of `toolward:policy@0.2.0` (world
 //! `validated-policy-component`).
 //!
 //! Built for `wasm32-unknown-unknown` and linked by `wasm-component-ld`, so it imports
@@ -20,6 +20,7 @@
     reason = "the exports wit-bindgen generates are unsafe extern functions"
 )]
 
+mod facts;
 mod json;
 mod request;
 mod validate;
@@ -35,6 +36,7 @@ wit_bindgen::generate!({
     world: "validated-policy-component",
 });
 
+use exports::toolward::policy::facts::Guest as FactsGuest;
 use exports::toolward::policy::policy::{Call, Guest as PolicyGuest, Verdict};
 use exports::toolward::policy::validation::{Guest as ValidationGuest, RegisteredTool};
 use toolward::policy::types::Decision;
@@ -88,6 +90,15 @@ impl ValidationGuest for Component {
         match POLICIES.get() {
             Some(policies) => validate::validate(&policies.set, &policies.source, &tools),
             None => vec!["the Cedar component was not configured".to_owned()],
+        }
+    }
+}
+
+impl FactsGuest for Component {
+    fn read_scopes() -> Vec<String> {
+        match POLICIES.get() {
+            Some(policies) => facts::read_scopes(&policies.set),
+            None => vec![facts::EVERY_SCOPE.to_owned()],
         }
     }
 }

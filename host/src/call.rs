@@ -65,7 +65,7 @@ use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
 use crate::store::AuditStore;
 use crate::store::RequestStateLedger;
-use crate::store::facts::{Change, FactKeys, FactStore, Facts};
+use crate::store::facts::{Change, FactKeys, FactScopes, FactStore, Facts};
 use crate::telemetry::{CallTrace, Telemetry};
 use crate::transport::Upstream;
 
@@ -427,6 +427,8 @@ pub struct CallPath {
     queue: Option<Arc<dyn Approver>>,
     validators: HashMap<String, OnceLock<ToolValidators>>,
     facts: Option<Arc<dyn FactStore>>,
+    /// The scopes whose facts the policy reads: only these are counted.
+    fact_scopes: FactScopes,
     telemetry: Option<Arc<Telemetry>>,
     ledger: Option<Arc<dyn RequestStateLedger>>,
 }
@@ -466,6 +468,7 @@ impl CallPath {
             queue: None,
             validators,
             facts: None,
+            fact_scopes: FactScopes::ALL,
             telemetry: None,
             ledger: None,
         }
@@ -477,6 +480,15 @@ impl CallPath {
     #[must_use]
     pub fn with_facts(mut self, store: Arc<dyn FactStore>) -> Self {
         self.facts = Some(store);
+        self
+    }
+
+    /// Counts (and gives the policy) only the facts of `scopes`, those the configured
+    /// policy reads ([`crate::load::Components::fact_scopes`]); [`FactScopes::NONE`]: no
+    /// counter is touched and decision records carry no `facts`. Default: every scope.
+    #[must_use]
+    pub fn with_fact_scopes(mut self, scopes: FactScopes) -> Self {
+        self.fact_scopes = scopes;
         self
     }
 
@@ -861,23 +873,29 @@ impl Run<'_> {
         let arguments_sha256 = canonical::sha256_hex(canonical_arguments.as_bytes());
         drop(validating);
 
-        // Step 4: the decision, on the facts read (and this call reserved) at its time.
+        // Step 4: the decision, on the facts read (and this call reserved) at its time;
+        // only of the scopes the policy reads, and none at all (no counter touched) when it
+        // reads none.
         let time_ms = now_ms();
         let keys = FactKeys::of(
             &tool.server,
             &tool.upstream_name,
             &self.ctx.principal,
             &self.ctx.session,
-        );
+        )
+        .only(self.path.fact_scopes);
         let facts = match &self.path.facts {
-            Some(store) => store.reserve(&keys, time_ms).await.map_err(|error| {
-                refused(CallError::Facts {
-                    tool: name(),
-                    server: server(),
-                    reason: error.to_string(),
-                })
-            })?,
-            None => Facts::default(),
+            _ if self.path.fact_scopes.is_empty() => None,
+            Some(store) if !keys.is_empty() => {
+                Some(store.reserve(&keys, time_ms).await.map_err(|error| {
+                    refused(CallError::Facts {
+                        tool: name(),
+                        server: server(),
+                        reason: error.to_string(),
+                    })
+                })?)
+            }
+            _ => Some(Facts::default()),
         };
         let view = CallView {
             id: self.call_id.clone(),
@@ -889,7 +907,7 @@ impl Run<'_> {
             principal: self.ctx.principal.clone(),
             session: self.ctx.session.clone(),
             time_ms,
-            facts: facts.to_pairs(),
+            facts: facts.as_ref().map(Facts::to_pairs).unwrap_or_default(),
         };
         // Inline, not on the blocking pool: a decision takes microseconds
         // (`benches/decide.rs`), less than the hop to another thread and back, and fuel
@@ -920,7 +938,7 @@ impl Run<'_> {
         event.reason = reason;
         event.determined_by = answer.determined_by;
         event.policy_time_ms = Some(time_ms);
-        event.facts = Some(facts.as_map().clone());
+        event.facts = facts.as_ref().map(|facts| facts.as_map().clone());
         // The reservation stands for an allowed call; a held one counts as held, a denied
         // one not at all.
         match &decision {
@@ -1067,6 +1085,9 @@ impl Run<'_> {
         let Some(store) = &self.path.facts else {
             return;
         };
+        if keys.is_empty() {
+            return;
+        }
         if let Err(error) = store.record(keys, at_ms, change).await {
             tracing::warn!(call_id = %self.call_id, "cannot count call `{}` ({change:?}): {error}", self.call_id);
         }

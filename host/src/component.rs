@@ -70,7 +70,7 @@ mod bindings_v2 {
 }
 
 use bindings_v2::exports::toolward::policy::{
-    policy as wit2_policy, validation as wit2_validation,
+    facts as wit2_facts, policy as wit2_policy, validation as wit2_validation,
 };
 use bindings_v2::toolward::policy::types as wit2;
 
@@ -99,6 +99,8 @@ pub const POLICY_INTERFACE: &str = "toolward:policy/policy@0.1.0";
 pub const POLICY_INTERFACE_V2: &str = "toolward:policy/policy@0.2.0";
 /// The exported interface that checks a policy's settings against the registered tools.
 pub const VALIDATION_INTERFACE: &str = "toolward:policy/validation@0.2.0";
+/// The exported interface that says which facts the configured settings read.
+pub const FACTS_INTERFACE: &str = "toolward:policy/facts@0.2.0";
 /// The most policy ids of one decision kept for its audit record (`determined_by`); past
 /// it the list ends with `… and N more`, so a component cannot make records unbounded.
 pub const MAX_DETERMINED_BY: usize = 64;
@@ -489,12 +491,18 @@ impl ComponentHost {
         } else {
             None
         };
+        let facts = if component.exports.iter().any(|e| e == FACTS_INTERFACE) {
+            Some(wit2_facts::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        } else {
+            None
+        };
         Ok(Policy::new(
             PolicyShared {
                 host: self.clone(),
                 pre,
                 indices,
                 validation,
+                facts,
                 sha256: component.sha256.clone(),
                 queue: Mutex::new(ReadyQueue {
                     ready: Vec::new(),
@@ -911,6 +919,8 @@ struct PolicyShared {
     indices: PolicyIndices,
     /// The `validation@0.2.0` export, when the component has one.
     validation: Option<wit2_validation::GuestIndices>,
+    /// The `facts@0.2.0` export, when the component has one.
+    facts: Option<wit2_facts::GuestIndices>,
     sha256: String,
     queue: Mutex<ReadyQueue>,
     /// Wakes the worker: no instance is left ready, the used ones reached the policy's
@@ -1265,6 +1275,29 @@ impl Policy {
         };
         self.retire(store);
         answer
+    }
+
+    /// The fact scopes the configured settings read, as the component's `facts@0.2.0`
+    /// export names them (`tool`, `server`, `principal`, `session`; empty: none), run once
+    /// in a fresh instance of the configured snapshot with the configure fuel. `None` when
+    /// the component has no such export, or it trapped or ran out of fuel or memory: the
+    /// caller then gives the policy every fact (`docs/facts.md`).
+    pub fn fact_scopes(&self) -> Option<Vec<String>> {
+        let indices = self.shared.facts.as_ref()?;
+        let shared = &*self.shared;
+        let mut store = shared.host.store(shared.host.inner.limits.configure_fuel);
+        let instance = shared.pre.instantiate(&mut store).ok()?;
+        let guest = indices.load(&mut store, &instance).ok()?;
+        match guest.call_read_scopes(&mut store) {
+            Ok(scopes) => Some(scopes),
+            Err(e) => {
+                tracing::warn!(
+                    "policy component `{}` could not say which facts it reads ({e}); it is given every fact",
+                    short(&shared.sha256)
+                );
+                None
+            }
+        }
     }
 
     /// Whether the component checks its settings against the registered tools

@@ -40,6 +40,7 @@ use crate::manifest::{Manifest, PinnedServer};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema;
 use crate::store::StateDir;
+use crate::store::facts::FactScopes;
 use crate::transport::Upstream;
 
 /// Errors that stop a load as a whole (a server's or a tool's trouble never does).
@@ -1016,6 +1017,10 @@ pub struct Components {
     pub policy: Arc<Policy>,
     /// SHA-256 of each component by role (`rules`, `policy`).
     pub digests: BTreeMap<String, String>,
+    /// The scopes whose facts the policy reads (`docs/facts.md`): from the rules' `limits`
+    /// for the built-in default component, from the `facts@0.2.0` export of a component
+    /// that has one (the Cedar component), every scope otherwise.
+    pub fact_scopes: FactScopes,
 }
 
 /// The compiled-component cache of a config: `<state_dir>/components`
@@ -1110,6 +1115,17 @@ pub fn prepare_components(
     let policy = host
         .configure_policy(&policy_component, &policy_text)
         .map_err(in_file(policy_path))?;
+    let fact_scopes = if config.policy.cedar.is_none() && config.policy.component.is_none() {
+        // The built-in default component decides with this very crate's table: its limits
+        // are the facts it reads. Its settings were configured above, so they parse.
+        toolward_policy_table::Rules::parse(&policy_text).map_or(FactScopes::ALL, |rules| {
+            FactScopes::from_names(rules.fact_scopes())
+        })
+    } else {
+        policy.fact_scopes().map_or(FactScopes::ALL, |names| {
+            FactScopes::from_names(names.iter().map(String::as_str))
+        })
+    };
     let digests = BTreeMap::from([
         ("policy".to_owned(), policy_component.sha256().to_owned()),
         ("rules".to_owned(), rules_component.sha256().to_owned()),
@@ -1119,5 +1135,6 @@ pub fn prepare_components(
         rules,
         policy: Arc::new(policy),
         digests,
+        fact_scopes,
     })
 }

@@ -201,6 +201,7 @@ impl Toolward {
             CallSettings::from_config(&config),
             hashes,
         )
+        .with_fact_scopes(components.fact_scopes)
         .with_telemetry(telemetry);
         let call_path = match fleet {
             Some((facts, ledger)) => call_path.with_facts(facts).with_ledger(ledger),

@@ -580,6 +580,25 @@ impl Rules {
         })
     }
 
+    /// The fact scopes these rules read, in the order facts are listed: `tool` when a tool
+    /// rule carries `limits` (checked against the `tool.*` facts), `server` when a server
+    /// does (`server.*`); empty when no rule has limits, so the host need count no call for
+    /// them (`docs/facts.md`). [`Rules::decide_with_facts`] reads no other fact.
+    pub fn fact_scopes(&self) -> Vec<&'static str> {
+        let tool = self
+            .servers
+            .values()
+            .any(|server| server.tools.values().any(|rule| !rule.limits.0.is_empty()));
+        let server = self
+            .servers
+            .values()
+            .any(|server| !server.limits.0.is_empty());
+        [(tool, "tool"), (server, "server")]
+            .into_iter()
+            .filter_map(|(reads, scope)| reads.then_some(scope))
+            .collect()
+    }
+
     /// The rule for `tool` of `server` (the server's name in the operator's config), or
     /// `None`: the tool is unclassified and is not registered.
     pub fn tool_rule(&self, server: &str, tool: &str) -> Option<&ToolRule> {
@@ -968,6 +987,31 @@ mod tests {
             Rules::parse(r#"{"servers": {"fs": {"tools": {"t": {"effect": "read-only"}}}}}"#)
                 .unwrap();
         assert_eq!(plain.decide("fs", "t", Effect::ReadOnly), Decision::Allow);
+    }
+
+    #[test]
+    fn rules_read_the_facts_of_exactly_the_scopes_their_limits_name() {
+        let scopes = |text: &str| Rules::parse(text).unwrap().fact_scopes();
+        assert!(
+            scopes(r#"{"servers": {"fs": {"tools": {"t": {"effect": "read-only"}}}}}"#).is_empty()
+        );
+        assert!(scopes(r#"{"servers": {"fs": {"limits": {}, "tools": {"t": {"effect": "read-only", "limits": {}}}}}}"#).is_empty());
+        assert_eq!(
+            scopes(
+                r#"{"servers": {"fs": {"tools": {"t": {"effect": "read-only", "limits": {"held_per_hour": 2}}}}}}"#
+            ),
+            ["tool"]
+        );
+        assert_eq!(
+            scopes(r#"{"servers": {"fs": {"limits": {"forwarded_per_minute": 0}}}}"#),
+            ["server"]
+        );
+        assert_eq!(
+            scopes(
+                r#"{"servers": {"a": {"limits": {"forwarded_per_hour": 9}}, "b": {"tools": {"t": {"effect": "read-only", "limits": {"forwarded_per_minute": 1}}}}}}"#
+            ),
+            ["tool", "server"]
+        );
     }
 
     #[test]

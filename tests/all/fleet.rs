@@ -45,6 +45,11 @@ struct Fleet {
 
 impl Fleet {
     async fn new(url: &str) -> Fleet {
+        Fleet::with_server(url, "s").await
+    }
+
+    /// As [`Fleet::new`], the server named `server`.
+    async fn with_server(url: &str, server: &str) -> Fleet {
         let fleet = Fleet {
             dir: tempfile::tempdir().unwrap(),
         };
@@ -65,12 +70,13 @@ impl Fleet {
         }
         std::fs::write(
             dir.join("rules.json"),
-            r#"{"servers": {"s": {"tools": {"echo": {"effect": "read-only"}, "write": {"effect": "local-change"}}}}}"#,
+            json!({"servers": {server: {"tools": {"echo": {"effect": "read-only"}, "write": {"effect": "local-change"}}}}})
+                .to_string(),
         )
         .unwrap();
         for n in 1..=2 {
             let document = json!({
-                "mcpServers": {"s": {"command": FAKE_SERVER, "args": [format!("s{n}.json")]}},
+                "mcpServers": {server: {"command": FAKE_SERVER, "args": [format!("s{n}.json")]}},
                 "rules": {"file": "rules.json"}, "manifest": "manifest.json",
                 "state_dir": format!("state{n}"),
                 "servers_dir": format!("servers{n}"),
@@ -645,6 +651,78 @@ async fn a_state_folder_log_imported_into_an_empty_database_continues_as_one_cha
     );
 }
 
+/// A per-minute limit on a tool, calls made at once through two gateways on one database:
+/// exactly the limit is forwarded across both, each other call denied naming the limit; the
+/// decision records carry only the facts of the scope the limit names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateways_on_one_database_forward_no_more_than_a_limit_of_calls_made_at_once() {
+    let Some(url) = test_database_url("fleet limit") else {
+        return;
+    };
+    const LIMIT: usize = 5;
+    const CALLS: usize = 24;
+    // A server of its own name: the database is shared with the tests running at once, and
+    // the counters key on the server and tool.
+    let server = format!("l{}", toolward::call::new_ulid().to_lowercase());
+    let fleet = Fleet::with_server(&url, &server).await;
+    std::fs::write(
+        fleet.dir.path().join("rules.json"),
+        json!({"servers": {&server: {"tools": {
+            "echo": {"effect": "read-only", "limits": {"forwarded_per_minute": LIMIT}},
+            "write": {"effect": "local-change"}}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let tool = format!("{server}__echo");
+    let gw1 = Gateway::start(&fleet.config(1));
+    let gw2 = Gateway::start(&fleet.config(2));
+    let clients = [Arc::new(gw1.client().await), Arc::new(gw2.client().await)];
+    let start = Arc::new(tokio::sync::Barrier::new(CALLS));
+    let mut tasks = Vec::new();
+    for i in 0..CALLS {
+        let client = Arc::clone(&clients[i % 2]);
+        let start = Arc::clone(&start);
+        let tool = tool.clone();
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            call(&client, &tool, json!({"n": i})).await.unwrap()
+        }));
+    }
+    let mut forwarded = 0;
+    for task in tasks {
+        let result = task.await.unwrap();
+        if result["isError"] == json!(true) {
+            let text = result["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(
+                text.contains(&format!(
+                    "limit `5 forwarded calls per minute` on tool `echo` of server `{server}` reached"
+                )),
+                "{result}"
+            );
+        } else {
+            forwarded += 1;
+        }
+    }
+    assert_eq!(
+        forwarded, LIMIT,
+        "calls at once passed the limit across two gateways"
+    );
+    assert_eq!(fleet.received().len(), LIMIT);
+    let decisions: Vec<Value> = fleet
+        .records()
+        .into_iter()
+        .filter(|record| record["kind"] == "decision" && record["server"] == json!(server))
+        .collect();
+    assert_eq!(decisions.len(), CALLS);
+    for record in &decisions {
+        let facts = record["facts"].as_object().unwrap();
+        assert!(
+            facts.keys().all(|name| name.starts_with("tool.")),
+            "{record}"
+        );
+    }
+}
+
 /// Calls per second of `clients` (a call goes to `clients[i % len]`), `workers` at once.
 async fn calls_per_second(clients: &[Arc<Upstream>], total: usize, workers: usize) -> f64 {
     let started = Instant::now();
@@ -667,7 +745,10 @@ async fn calls_per_second(clients: &[Arc<Upstream>], total: usize, workers: usiz
 
 /// The measurement the fleet's note reports: run with
 /// `cargo test --test all calls_per_second -- --ignored --nocapture` (and
-/// `TOOLWARD_FLEET_CALLS`, default 1000, `TOOLWARD_FLEET_WORKERS`, default 16).
+/// `TOOLWARD_FLEET_CALLS`, default 1000, `TOOLWARD_FLEET_WORKERS`, default 16). With
+/// `TOOLWARD_FLEET_LIMIT=N`, `echo` has a limit of N forwarded calls per minute, so every call
+/// reserves its tool's counter (without it the rules have no limits and no call touches a
+/// counter).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement, not a check: run it with --ignored --nocapture"]
 async fn calls_per_second_of_two_gateways_on_one_database_against_one_on_its_state_folder() {
@@ -675,6 +756,19 @@ async fn calls_per_second_of_two_gateways_on_one_database_against_one_on_its_sta
         return;
     };
     let fleet = Fleet::new(&url).await;
+    let limit: Option<u64> = std::env::var("TOOLWARD_FLEET_LIMIT")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    if let Some(limit) = limit {
+        std::fs::write(
+            fleet.dir.path().join("rules.json"),
+            json!({"servers": {"s": {"tools": {
+                "echo": {"effect": "read-only", "limits": {"forwarded_per_minute": limit}},
+                "write": {"effect": "local-change"}}}}})
+            .to_string(),
+        )
+        .unwrap();
+    }
     let mut single: Value =
         serde_json::from_str(&std::fs::read_to_string(fleet.config(1)).unwrap()).unwrap();
     single.as_object_mut().unwrap().remove("store");
@@ -700,6 +794,6 @@ async fn calls_per_second_of_two_gateways_on_one_database_against_one_on_its_sta
     calls_per_second(&clients, workers, workers).await; // warm up
     let database = calls_per_second(&clients, total, workers).await;
     println!(
-        "{total} calls, {workers} at once: one gateway on its state folder (audit.sync always): {state_folder:.0} calls/s; two gateways on one PostgreSQL: {database:.0} calls/s"
+        "{total} calls, {workers} at once, limit {limit:?}: one gateway on its state folder (audit.sync always): {state_folder:.0} calls/s; two gateways on one PostgreSQL: {database:.0} calls/s"
     );
 }

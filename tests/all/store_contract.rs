@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use toolward::approval::{ApprovalAnswer, ApprovalRequest, Channel};
 use toolward::audit::{AuditEvent, AuditHead, AuditKind, AuditLog, AuditSync};
-use toolward::store::facts::{Change, FactKeys, FactStore, StateFacts};
+use toolward::store::facts::{Change, FactKeys, FactScopes, FactStore, StateFacts};
 use toolward::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
 use toolward::store::{
     ApprovalStore, AuditStore, Redemption, RequestStateLedger, StateDir, StateDirApprovals,
@@ -172,6 +172,11 @@ contract!(
     fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled_on_postgres
 );
 contract!(
+    reservations_of_one_scope_count_together_and_touch_no_other_scope,
+    reservations_of_one_scope_count_together_and_touch_no_other_scope_on_state_dir,
+    reservations_of_one_scope_count_together_and_touch_no_other_scope_on_postgres
+);
+contract!(
     settling_a_reservation_releases_holds_or_forwards_it,
     settling_a_reservation_releases_holds_or_forwards_it_on_state_dir,
     settling_a_reservation_releases_holds_or_forwards_it_on_postgres
@@ -262,6 +267,41 @@ async fn fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled(sto
         Some(true)
     );
     assert_eq!(after.get("tool.forwarded.minute"), Some(0));
+}
+
+/// A policy that reads one scope reserves only its key (`FactKeys::only`): calls at the same
+/// moment on two stores still see each other (a limit on that scope holds), and the scopes
+/// it does not read are not touched.
+async fn reservations_of_one_scope_count_together_and_touch_no_other_scope(stores: &Stores) {
+    const CALLS: u64 = 30;
+    let stores = [stores.facts().await, stores.facts().await];
+    let server = toolward::call::new_ulid();
+    let now = fact_time();
+    let start = Arc::new(tokio::sync::Barrier::new(usize::try_from(CALLS).unwrap()));
+    let mut tasks = Vec::new();
+    for i in 0..CALLS {
+        let store = Arc::clone(&stores[usize::try_from(i % 2).unwrap()]);
+        let keys = fact_keys(&server, "write", "").only(FactScopes::from_names(["tool"]));
+        let start = Arc::clone(&start);
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let seen = store.reserve(&keys, now + i).await.unwrap();
+            assert_eq!(seen.get("server.forwarded.minute"), None, "{seen:?}");
+            seen.get("tool.forwarded.minute").unwrap()
+        }));
+    }
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.push(task.await.unwrap());
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..CALLS).collect::<Vec<_>>());
+    let after = stores[1]
+        .reserve(&fact_keys(&server, "write", ""), now + CALLS)
+        .await
+        .unwrap();
+    assert_eq!(after.get("tool.forwarded.minute"), Some(CALLS));
+    assert_eq!(after.get("server.forwarded.minute"), Some(0), "{after:?}");
 }
 
 /// Release takes a reservation back, hold moves it to `held`, forward counts an approved

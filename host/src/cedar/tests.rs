@@ -455,3 +455,38 @@ fn validation_names_the_policy_place_and_tool_of_each_error() {
         [r#"policy `typo`: names `Toolward::Tool::"fs/write_fil"`, which no server registered"#]
     );
 }
+
+/// The scopes the component says its policies read (`facts@0.2.0`): the host counts only
+/// these, so a policy must never be said to read fewer than it can (`docs/facts.md`).
+#[test]
+fn the_component_names_exactly_the_fact_scopes_its_policies_read_and_every_scope_when_context_is_used_whole()
+ {
+    let scopes = |policies: &str| configure(policies).unwrap().fact_scopes().unwrap();
+    // Other attributes of `context` read no fact.
+    assert!(
+        scopes(
+            r#"permit(principal, action, resource) when { context.arguments has path && context.time_ms > 0 };"#
+        )
+        .is_empty()
+    );
+    // Each spelling of an access names its scope.
+    assert_eq!(
+        scopes(
+            r#"permit(principal, action, resource) when { context.facts.tool.forwarded.minute < 3 };
+               forbid(principal, action, resource) when { context["facts"]["server"].held.hour > 9 };
+               forbid(principal, action, resource) when { context has facts.principal.forwarded && context.facts has session };"#
+        ),
+        ["principal", "server", "session", "tool"]
+    );
+    // `context.facts` or `context` used as a value reads every fact.
+    for whole in [
+        r#"permit(principal, action, resource) when { context.facts == {} };"#,
+        r#"permit(principal, action, resource) unless { context == {"arguments": {}} };"#,
+    ] {
+        assert_eq!(scopes(whole), ["*"], "{whole}");
+        assert_eq!(
+            crate::store::facts::FactScopes::from_names(scopes(whole).iter().map(String::as_str)),
+            crate::store::facts::FactScopes::ALL
+        );
+    }
+}

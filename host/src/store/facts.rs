@@ -116,6 +116,61 @@ impl Window {
     }
 }
 
+/// The scopes whose facts a configured policy can read: only their counters are reserved
+/// and settled for a call, and only their facts reach the policy and the decision record
+/// (`docs/facts.md`, "Which policies are given facts"). Empty: no counter is touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FactScopes(u8);
+
+impl FactScopes {
+    /// No scope: the policy reads no fact.
+    pub const NONE: FactScopes = FactScopes(0);
+    /// Every scope: what a policy that cannot say which facts it reads is given.
+    pub const ALL: FactScopes = FactScopes(0b1111);
+
+    fn bit(scope: Scope) -> u8 {
+        match scope {
+            Scope::Tool => 1,
+            Scope::Server => 2,
+            Scope::Principal => 4,
+            Scope::Session => 8,
+        }
+    }
+
+    /// The scopes named (`tool`, `server`, `principal`, `session`, as a component's
+    /// `facts@0.2.0` export or the rules' limits name them). A name that is none of these
+    /// gives every scope: a policy is never given fewer facts than it may read.
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> FactScopes {
+        let mut scopes = FactScopes::NONE;
+        for name in names {
+            match Scope::ALL.iter().find(|scope| scope.as_str() == name) {
+                Some(scope) => scopes.0 |= FactScopes::bit(*scope),
+                None => return FactScopes::ALL,
+            }
+        }
+        scopes
+    }
+
+    /// Whether `scope` is one of these.
+    pub fn contains(self, scope: Scope) -> bool {
+        self.0 & FactScopes::bit(scope) != 0
+    }
+
+    /// Whether there is no scope (the policy reads no fact).
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The scopes' names, in the order facts are listed.
+    pub fn names(self) -> Vec<&'static str> {
+        Scope::ALL
+            .iter()
+            .filter(|scope| self.contains(**scope))
+            .map(|scope| scope.as_str())
+            .collect()
+    }
+}
+
 /// The counters one call touches: one key per scope (no session key for a call without a
 /// session).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +191,18 @@ impl FactKeys {
             keys.push((Scope::Session, session.to_owned()));
         }
         FactKeys { keys }
+    }
+
+    /// The same keys, less those of scopes not in `scopes` (see [`FactScopes`]).
+    #[must_use]
+    pub fn only(mut self, scopes: FactScopes) -> FactKeys {
+        self.keys.retain(|(scope, _)| scopes.contains(*scope));
+        self
+    }
+
+    /// Whether the call touches no counter.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
     }
 
     /// Each scope with its key text (a tool's is `server`, NUL, `tool`).

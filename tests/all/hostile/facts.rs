@@ -1,6 +1,7 @@
 //! Facts drive a limit end to end: a rules file with a per-minute limit on a tool, calls
 //! through `toolward serve`, the call past the limit denied naming the limit and the count;
-//! two `toolward serve` on one config count together, so the limit is not doubled.
+//! two `toolward serve` on one config count together, so the limit is not doubled; rules
+//! without limits touch no counter and record no facts.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -118,8 +119,9 @@ fn a_per_minute_limit_denies_the_call_past_it_through_toolward_serve_naming_the_
             record["facts"]["tool.forwarded.minute"], n as u64,
             "{record}"
         );
-        assert_eq!(record["facts"]["session.held.hour"], 0, "{record}");
-        assert_eq!(record["facts"].as_object().unwrap().len(), 16, "{record}");
+        // Only the scope the limit names is counted and given: the tool's four facts.
+        assert_eq!(record["facts"]["tool.held.hour"], 0, "{record}");
+        assert_eq!(record["facts"].as_object().unwrap().len(), 4, "{record}");
         let time = record["policy_time_ms"].as_u64().unwrap();
         assert!(
             time.abs_diff(record["time"].as_u64().unwrap()) < 10_000,
@@ -155,7 +157,7 @@ fn two_gateways_on_one_config_count_together_so_a_limit_is_not_doubled() {
     // reservation in flight) one more.
     let mut seen: Vec<u64> = decisions(&bench)
         .iter()
-        .map(|record| record["facts"]["server.forwarded.minute"].as_u64().unwrap())
+        .map(|record| record["facts"]["tool.forwarded.minute"].as_u64().unwrap())
         .collect();
     seen.sort_unstable();
     assert_eq!(seen.len() as u64, 2 * EACH);
@@ -170,4 +172,44 @@ fn two_gateways_on_one_config_count_together_so_a_limit_is_not_doubled() {
             .all(|n| (LIMIT..=LIMIT + 1).contains(n)),
         "{seen:?}"
     );
+}
+
+/// Rules without `limits`: the default component reads no fact, so no call touches the
+/// counters file and no decision record carries `facts` (`docs/facts.md`).
+#[test]
+fn rules_without_limits_touch_no_counter_and_their_decision_records_carry_no_facts() {
+    let Some(bin) = toolward_binary() else { return };
+    let mut bench = Bench::new("facts-none")
+        .with(
+            "audit",
+            json!({"file": "state/audit.jsonl", "sync": "none"}),
+        )
+        .server("s", json!({"pages": [page(&[&tool("work")])]}), &["work"]);
+    bench
+        .rules
+        .get_mut("s")
+        .unwrap()
+        .insert("work".to_owned(), json!({"effect": "read-only"}));
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(bench.pin());
+    let config = bench.path().join("toolward.json");
+    let counters = bench.path().join("state/facts/counters");
+    let first = serve_calls(bin, &config, "a", 1);
+    assert_ne!(first[0]["isError"], true, "{first:?}");
+    let before = std::fs::read(&counters).unwrap_or_default();
+    let results = serve_calls(bin, &config, "a", 3);
+    assert!(results.iter().all(|r| r["isError"] != true), "{results:?}");
+    assert_eq!(
+        std::fs::read(&counters).unwrap_or_default(),
+        before,
+        "a call changed the counters file"
+    );
+    let decisions = decisions(&bench);
+    assert_eq!(decisions.len(), 4);
+    for record in &decisions {
+        assert_eq!(record["decision"], "allow", "{record}");
+        assert!(record.get("facts").is_none(), "{record}");
+        assert!(record["policy_time_ms"].is_u64(), "{record}");
+    }
 }
