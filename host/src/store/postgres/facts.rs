@@ -19,13 +19,23 @@
 //!
 //! # Concurrency
 //!
-//! [`FactStore::reserve`] is one transaction: it takes a transaction-scoped advisory lock per
-//! key (`pg_advisory_xact_lock`, the first 8 bytes of the key's hash; in ascending order, so
-//! two calls sharing keys cannot deadlock), sums the buckets in the windows, and adds the
-//! call to the current buckets, then commits. Every write of a key's rows happens under its
-//! lock, so of calls at the same moment on any gateways each sees all those committed before
-//! it and none passes a `forwarded_*` limit. [`FactStore::record`] takes the same locks to
-//! move or take back a reservation.
+//! [`FactStore::reserve`] is one transaction sent as one simple-query message (one round
+//! trip; its statements run as one implicit transaction): it takes a transaction-scoped
+//! advisory lock per key (`pg_advisory_xact_lock`, the first 8 bytes of the key's hash; in
+//! ascending order, so two calls sharing keys cannot deadlock), sums the buckets in the
+//! windows, and adds the call to the current buckets, then commits. Every write of a key's
+//! rows happens under its lock, so of calls at the same moment on any gateways each sees all
+//! those committed before it and none passes a `forwarded_*` limit. [`FactStore::record`]
+//! takes the same locks to move or take back a reservation, in one round trip too.
+//!
+//! Calls sharing a key are ordered by its lock: that order is what keeps a limit from being
+//! passed, and no design that sums a sliding window can drop it (a per-bucket row lock or a
+//! conditional `UPDATE … RETURNING` covers one bucket, not the window across a bucket's
+//! edge, and a conditional increment needs the limit, which only the default component's
+//! rules state; a Cedar policy's thresholds are inside the policy). What the lock costs is
+//! how long it is held: only the database's own work, since no client round trip happens
+//! under it. Only the scopes the policy reads are locked (`docs/facts.md`), and a policy
+//! that reads no fact takes no lock at all.
 //!
 //! # Bounds
 //!
@@ -38,7 +48,6 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
-use tokio_postgres::types::ToSql;
 
 use super::{PgError, PgStore, PruneTimer};
 use crate::store::facts::{
@@ -105,6 +114,16 @@ fn rows(keys: &FactKeys) -> Vec<Row> {
         .collect()
 }
 
+/// The keys' hashes as a PostgreSQL `bytea[]` literal, in key order.
+fn key_array(rows: &[Row]) -> String {
+    let mut hashes: Vec<String> = rows
+        .iter()
+        .map(|row| format!("decode('{}', 'hex')", hex::encode(&row.hash)))
+        .collect();
+    hashes.sort_unstable();
+    format!("ARRAY[{}]::bytea[]", hashes.join(", "))
+}
+
 /// `at_ms` as a PostgreSQL `bigint` (a time past year 292 million saturates).
 fn millis(at_ms: u64) -> i64 {
     i64::try_from(at_ms).unwrap_or(i64::MAX)
@@ -126,103 +145,76 @@ impl PgFacts {
         })
     }
 
-    /// Begins a transaction holding the advisory locks of `rows`, in ascending order.
-    async fn locked<'c>(
-        &self,
-        client: &'c mut deadpool_postgres::Object,
-        rows: &[Row],
-    ) -> Result<deadpool_postgres::Transaction<'c>, PgError> {
-        let store = &self.store;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| store.query_error("begin a fact transaction", e))?;
+    /// The statements that take the advisory locks of `rows`, one per lock, in ascending
+    /// order (two calls sharing keys cannot deadlock), each ended by `;`.
+    fn lock_statements(rows: &[Row]) -> String {
         let mut locks: Vec<i64> = rows.iter().map(|row| row.lock).collect();
         locks.sort_unstable();
         locks.dedup();
-        // Pipelined: the statements are sent in the order polled (ascending) and the server
-        // runs them in that order, in one round trip.
-        let params: Vec<[&(dyn ToSql + Sync); 1]> = locks
+        locks
             .iter()
-            .map(|lock| [lock as &(dyn ToSql + Sync)])
-            .collect();
-        futures::future::try_join_all(
-            params
-                .iter()
-                .map(|param| tx.execute("SELECT pg_advisory_xact_lock($1)", param)),
-        )
-        .await
-        .map_err(|e| store.query_error("lock a fact counter", e))?;
-        Ok(tx)
+            .map(|lock| format!("SELECT pg_advisory_xact_lock({lock});"))
+            .collect()
     }
 
-    /// Adds `forwarded` and `held` to the buckets of `at_ms` of every key of `rows`: an
-    /// addition creates its bucket, a taking (negative) only lowers an existing one, never
-    /// below zero (a bucket already pruned has left its window).
-    async fn add(
-        &self,
-        tx: &deadpool_postgres::Transaction<'_>,
-        rows: &[Row],
-        at_ms: u64,
-        forwarded: i64,
-        held: i64,
-    ) -> Result<(), PgError> {
-        let hashes: Vec<&[u8]> = rows.iter().map(|row| row.hash.as_slice()).collect();
+    /// The statement adding `forwarded` and `held` to the buckets of `at_ms` of every key of
+    /// `rows`: an addition creates its bucket, a taking (negative) only lowers an existing
+    /// one, never below zero (a bucket already pruned has left its window). Rows are written
+    /// in key order.
+    fn add_statement(rows: &[Row], at_ms: u64, forwarded: i64, held: i64) -> String {
         let at = millis(at_ms);
         let second = at.div_euclid(SECOND_BUCKET_MS);
         let minute = at.div_euclid(MINUTE_BUCKET_MS);
-        let store = &self.store;
+        let keys = key_array(rows);
         if forwarded >= 0 && held >= 0 {
-            tx.execute(
+            format!(
                 "INSERT INTO toolward_facts (key, width_ms, bucket, forwarded, held) \
-                 SELECT k, w, b, $4, $5 FROM unnest($1::bytea[]) AS k \
-                 CROSS JOIN (VALUES (1000::bigint, $2::bigint), (60000::bigint, $3::bigint)) AS v(w, b) \
+                 SELECT k, w, b, {forwarded}, {held} FROM unnest({keys}) AS k \
+                 CROSS JOIN (VALUES (1000::bigint, {second}::bigint), (60000::bigint, {minute}::bigint)) AS v(w, b) \
+                 ORDER BY k, w \
                  ON CONFLICT (key, width_ms, bucket) DO UPDATE SET \
                  forwarded = toolward_facts.forwarded + EXCLUDED.forwarded, \
-                 held = toolward_facts.held + EXCLUDED.held",
-                &[&hashes, &second, &minute, &forwarded, &held],
+                 held = toolward_facts.held + EXCLUDED.held;"
             )
-            .await
-            .map_err(|e| store.query_error("count a call", e))?;
         } else {
-            tx.execute(
+            format!(
                 "UPDATE toolward_facts SET \
-                 forwarded = GREATEST(forwarded + $4, 0), held = GREATEST(held + $5, 0) \
-                 WHERE key = ANY($1::bytea[]) \
-                 AND ((width_ms = 1000 AND bucket = $2) OR (width_ms = 60000 AND bucket = $3))",
-                &[&hashes, &second, &minute, &forwarded, &held],
+                 forwarded = GREATEST(forwarded + ({forwarded}), 0), held = GREATEST(held + ({held}), 0) \
+                 WHERE key = ANY({keys}) \
+                 AND ((width_ms = 1000 AND bucket = {second}) OR (width_ms = 60000 AND bucket = {minute}));"
             )
-            .await
-            .map_err(|e| store.query_error("settle a counted call", e))?;
         }
-        Ok(())
     }
 
     async fn reserve_in_db(&self, keys: &FactKeys, now_ms: u64) -> Result<Facts, PgError> {
         let store = &self.store;
         let rows = rows(keys);
-        let mut client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
-        let tx = self.locked(&mut client, &rows).await?;
+        let client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
         let now = millis(now_ms);
         let second = now.div_euclid(SECOND_BUCKET_MS);
         let minute = now.div_euclid(MINUTE_BUCKET_MS);
-        let hashes: Vec<&[u8]> = rows.iter().map(|row| row.hash.as_slice()).collect();
-        let read_params: [&(dyn ToSql + Sync); 4] = [&hashes, &second, &minute, &BUCKETS];
-        // Read committed: the sums see every reservation committed before the locks were
-        // granted. Pipelined with the reservation after them (sent, and run, in this order).
-        let read = tx.query(
-            "SELECT key, width_ms, SUM(forwarded)::bigint, SUM(held)::bigint FROM toolward_facts \
-                 WHERE key = ANY($1::bytea[]) \
-                 AND ((width_ms = 1000 AND bucket > $2::bigint - $4::bigint) \
-                 OR (width_ms = 60000 AND bucket > $3::bigint - $4::bigint)) \
-                 GROUP BY key, width_ms",
-            &read_params,
+        // One simple-query message, so one round trip: its statements run as one implicit
+        // transaction (the advisory locks are held until it commits), each on a snapshot
+        // taken when it starts (read committed), so the sums see every reservation
+        // committed before the locks were granted. No client round trip happens while the
+        // locks are held: calls sharing a key queue only for the database's own work.
+        // Every value in the text is a number or a hash this function formatted.
+        let sql = format!(
+            "{locks}\
+             SELECT encode(key, 'hex'), width_ms, SUM(forwarded)::bigint, SUM(held)::bigint FROM toolward_facts \
+             WHERE key = ANY({keys}) \
+             AND ((width_ms = 1000 AND bucket > {second} - {BUCKETS}) \
+             OR (width_ms = 60000 AND bucket > {minute} - {BUCKETS})) \
+             GROUP BY key, width_ms;\
+             {add}",
+            locks = PgFacts::lock_statements(&rows),
+            keys = key_array(&rows),
+            add = PgFacts::add_statement(&rows, now_ms, 1, 0),
         );
-        let read = async {
-            read.await
-                .map_err(|e| store.query_error("read the fact counters", e))
-        };
-        let (sums, ()) = futures::try_join!(read, self.add(&tx, &rows, now_ms, 1, 0))?;
+        let messages = client
+            .simple_query(&sql)
+            .await
+            .map_err(|e| store.query_error("reserve a call's fact counters", e))?;
         let mut facts = Facts::default();
         for row in &rows {
             for outcome in Outcome::ALL {
@@ -231,23 +223,31 @@ impl PgFacts {
                 }
             }
         }
-        for sum in &sums {
-            let hash: &[u8] = sum.get(0);
-            let width: i64 = sum.get(1);
-            let window = if width == SECOND_BUCKET_MS {
+        for message in &messages {
+            let tokio_postgres::SimpleQueryMessage::Row(sum) = message else {
+                continue;
+            };
+            if sum.len() != 4 {
+                continue;
+            }
+            let (Some(hash), Some(width)) = (sum.get(0), sum.get(1)) else {
+                continue;
+            };
+            let window = if width == "1000" {
                 Window::Minute
             } else {
                 Window::Hour
             };
-            let count = |at: usize| u64::try_from(sum.get::<_, i64>(at)).unwrap_or(0);
-            for row in rows.iter().filter(|row| row.hash == hash) {
+            let count = |at: usize| {
+                sum.get(at)
+                    .and_then(|text| text.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            for row in rows.iter().filter(|row| hex::encode(&row.hash) == hash) {
                 facts.set(row.scope, Outcome::Forwarded, window, count(2));
                 facts.set(row.scope, Outcome::Held, window, count(3));
             }
         }
-        tx.commit()
-            .await
-            .map_err(|e| store.query_error("commit a reservation", e))?;
         if self.prune_due() {
             // Outside the reservation's transaction (a failed prune costs nothing but rows),
             // and by the database's clock, less a grace: a gateway whose clock is ahead must
@@ -279,19 +279,22 @@ impl PgFacts {
     ) -> Result<(), PgError> {
         let store = &self.store;
         let rows = rows(keys);
-        let mut client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
-        let tx = self.locked(&mut client, &rows).await?;
-        match change {
-            Change::Release => self.add(&tx, &rows, at_ms, -1, 0).await?,
-            Change::Hold => {
-                self.add(&tx, &rows, at_ms, -1, 0).await?;
-                self.add(&tx, &rows, at_ms, 0, 1).await?;
-            }
-            Change::Forward => self.add(&tx, &rows, at_ms, 1, 0).await?,
-        }
-        tx.commit()
+        let client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
+        let changes = match change {
+            Change::Release => PgFacts::add_statement(&rows, at_ms, -1, 0),
+            Change::Hold => format!(
+                "{}{}",
+                PgFacts::add_statement(&rows, at_ms, -1, 0),
+                PgFacts::add_statement(&rows, at_ms, 0, 1)
+            ),
+            Change::Forward => PgFacts::add_statement(&rows, at_ms, 1, 0),
+        };
+        // One round trip, one implicit transaction, under the same locks as a reservation.
+        client
+            .simple_query(&format!("{}{changes}", PgFacts::lock_statements(&rows)))
             .await
-            .map_err(|e| store.query_error("commit a counted call", e))
+            .map_err(|e| store.query_error("settle a counted call", e))?;
+        Ok(())
     }
 
     /// Whether a prune is due, marking it done when it is.
