@@ -12,7 +12,8 @@
 //! 1. **First round.** The policy holds the call; [`InputRequiredApprover`] seals a
 //!    [`RequestStateClaims`] (the call id, the principal, the exposed tool, the SHA-256 of
 //!    the final arguments and an expiry, the approval timeout from now) with an HMAC-SHA256
-//!    under `<state_dir>/request-state-key` ([`REQUEST_STATE_KEY`]), and answers nobody
+//!    under `<state_dir>/request-state-key` ([`REQUEST_STATE_KEY`]; with the PostgreSQL
+//!    store, the database's key, shared by the fleet), and answers nobody
 //!    (the call path records the approval as not given on this request). The gateway then
 //!    answers `input_required` instead of the tool error.
 //! 2. **Retry.** The policy decides again (the call is a new call with a new id); when it
@@ -39,9 +40,10 @@ use crate::approval::{
 };
 use crate::store::{Key, Redemption, RequestStateLedger, StateDir, StateDirLedger};
 
-/// The key (in the state folder) that MACs `requestState`s: `request-state-key`. Every
-/// gateway that may receive a client's retry needs the same key (copy it into each state
-/// folder of a fleet).
+/// The key (in the state folder) that MACs `requestState`s: `request-state-key`. With the
+/// PostgreSQL store the key is the database's instead (`toolward_keys`, shared by every
+/// gateway on it: [`crate::store::postgres::PgLedger::key`]); gateways sharing a state
+/// folder's ledger share this file.
 pub const REQUEST_STATE_KEY: &str = "request-state-key";
 
 /// Longest `requestState` read, in bytes: 4 KiB. A sealed state is about 600 bytes; a longer
@@ -84,7 +86,7 @@ pub enum StateProblem {
     },
     /// Not a state toolward wrote, or changed since: no or a wrong MAC.
     #[error(
-        "the `requestState` was not issued by toolward or was changed: its MAC does not verify under the state folder's `request-state-key`"
+        "the `requestState` was not issued by toolward or was changed: its MAC does not verify under the gateway's `request-state-key` (the state folder's, or the PostgreSQL store's)"
     )]
     Tampered,
     /// Past its expiry.
@@ -196,9 +198,13 @@ impl RequestStates {
         }
         let unavailable = |reason: String| StateProblem::Unavailable { reason };
         let state = StateDir::open(state_dir).map_err(|e| unavailable(e.to_string()))?;
-        let key = state
-            .key(REQUEST_STATE_KEY)
-            .map_err(|e| unavailable(e.to_string()))?;
+        // A fleet's ledger keeps the key every gateway on it shares; else the state folder's.
+        let key = match self.shared.as_ref().and_then(|shared| shared.key()) {
+            Some(key) => key,
+            None => state
+                .key(REQUEST_STATE_KEY)
+                .map_err(|e| unavailable(e.to_string()))?,
+        };
         let ledger: Arc<dyn RequestStateLedger> = match &self.shared {
             Some(shared) => Arc::clone(shared),
             None => Arc::new(StateDirLedger::open(&state).map_err(|e| unavailable(e.to_string()))?),

@@ -20,6 +20,7 @@
 //! | `toolward_approvals` | one per held call: the request, its state and who answered |
 //! | `toolward_facts` | one per key, bucket width and bucket: the calls forwarded and held ([`PgFacts`]) |
 //! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`]) |
+//! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`]) |
 //!
 //! Version 2 added the last two tables; a version 1 database is migrated at the first
 //! connection of a version 2 toolward (the tables created, the version row moved to 2), after
@@ -52,6 +53,9 @@ pub use request_states::PgLedger;
 /// The schema version this toolward writes and reads: 2 (1 without the fact counters and the
 /// `requestState` ledger).
 pub const SCHEMA_VERSION: i32 = 2;
+
+/// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
+pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
 
 /// How long opening one connection may take before the store counts as unreachable: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -279,6 +283,31 @@ impl PgStore {
                 found,
             });
         }
+        // The fleet's `requestState` key, made once by whoever prepares the schema first
+        // (read first, so that a role granted only `SELECT` on the table can prepare it
+        // afterwards), inside the schema transaction and under its lock.
+        let has_key = tx
+            .query_opt(
+                "SELECT 1 FROM toolward_keys WHERE name = $1",
+                &[&REQUEST_STATE_KEY_NAME],
+            )
+            .await
+            .map_err(|e| self.query_error("read the request-state key", e))?
+            .is_some();
+        if !has_key {
+            let mut key = [0u8; crate::store::state_dir::KEY_BYTES];
+            getrandom::fill(&mut key).map_err(|e| PgError::Query {
+                store: self.name.to_string(),
+                action: "make the request-state key",
+                reason: e.to_string(),
+            })?;
+            tx.execute(
+                "INSERT INTO toolward_keys (name, key) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                &[&REQUEST_STATE_KEY_NAME, &key.as_slice()],
+            )
+            .await
+            .map_err(|e| self.query_error("store the request-state key", e))?;
+        }
         tx.commit()
             .await
             .map_err(|e| self.query_error("commit the schema", e))
@@ -384,6 +413,10 @@ CREATE TABLE IF NOT EXISTS toolward_facts (
 CREATE TABLE IF NOT EXISTS toolward_request_states (
     call_id text PRIMARY KEY,
     expires_ms bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS toolward_keys (
+    name text PRIMARY KEY,
+    key bytea NOT NULL CHECK (length(key) = 32)
 );
 ";
 

@@ -132,6 +132,13 @@ pub trait RequestStateLedger: Send + Sync + fmt::Debug {
         expires_ms: u64,
         now_ms: u64,
     ) -> LedgerFuture<'a, Redemption>;
+
+    /// The key that MACs the `requestState`s this ledger redeems, when the ledger keeps one
+    /// for every gateway that shares it (PostgreSQL: `toolward_keys`); `None`: the state
+    /// folder's `request-state-key` (the state folder's ledger).
+    fn key(&self) -> Option<crate::store::Key> {
+        None
+    }
 }
 
 /// The state folder's ledger: `<state_dir>/request-states/<call id>`, each file holding its

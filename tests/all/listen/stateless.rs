@@ -341,14 +341,15 @@ async fn mcp_method_or_mcp_name_headers_that_contradict_the_body_are_refused_wit
     assert_eq!(received, 1, "a refused request never reached the call path");
 }
 
-/// Two gateways on one PostgreSQL database, each with a state folder of its own holding the
-/// same `request-state-key` (a fleet on two machines): a `requestState` redeemed on one is a
-/// replay on the other, because both redeem in the database's ledger, not their folders'.
+/// Two gateways on one PostgreSQL database, each with a state folder of its own and nothing
+/// copied between them (a fleet on two machines): a call held on one is approved by its
+/// retry on the other, since both MAC under the database's key, and the retry replayed on
+/// the first is refused, since both redeem in the database's ledger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_request_state_redeemed_on_one_gateway_of_a_database_is_a_replay_on_another_with_its_own_state_folder()
+async fn a_request_state_held_on_one_gateway_of_a_database_is_approved_on_another_without_a_key_file_and_its_replay_refused()
  {
     let Some(url) = crate::store_contract::test_database_url(
-        "a_request_state_redeemed_on_one_gateway_of_a_database_is_a_replay_on_another_with_its_own_state_folder",
+        "a_request_state_held_on_one_gateway_of_a_database_is_approved_on_another_without_a_key_file_and_its_replay_refused",
     ) else {
         return;
     };
@@ -360,19 +361,7 @@ async fn a_request_state_redeemed_on_one_gateway_of_a_database_is_a_replay_on_an
     let a = Toolward::start(config.clone()).await.unwrap();
     let la = listen(&a).await;
     let state = held(la.addr, ALICE).await;
-    // The second machine gets the first's key, not its ledger.
-    std::fs::create_dir_all(&other.state_dir).unwrap();
-    std::fs::set_permissions(
-        &other.state_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
-    std::fs::copy(
-        config.state_dir.join("request-state-key"),
-        other.state_dir.join("request-state-key"),
-    )
-    .unwrap();
-    let b = Toolward::start(other).await.unwrap();
+    let b = Toolward::start(other.clone()).await.unwrap();
     let lb = listen(&b).await;
 
     let approved = call(lb.addr, ALICE, &retry_write(2, &state, true)).await;
@@ -384,6 +373,13 @@ async fn a_request_state_redeemed_on_one_gateway_of_a_database_is_a_replay_on_an
         "{replayed}"
     );
     assert_eq!(server_calls(dir.path()), 1, "a replay forwards nothing");
+    for state_dir in [&config.state_dir, &other.state_dir] {
+        assert!(
+            !state_dir.join("request-state-key").exists(),
+            "the database's key is used, not a file in {}",
+            state_dir.display()
+        );
+    }
     stop(((a, la), (b, lb))).await;
 }
 

@@ -1,5 +1,6 @@
 //! The one-use ledger of 2026-07-28 `requestState`s in PostgreSQL, shared by every gateway of
-//! a fleet, so that a client's retry redeemed on one gateway is a replay on every other.
+//! a fleet, so that a client's retry redeemed on one gateway is a replay on every other, and
+//! the key that MACs them (`toolward_keys`), so that any gateway accepts the retry.
 //!
 //! A redemption is one `INSERT INTO toolward_request_states ... ON CONFLICT (call_id) DO
 //! NOTHING`: of any number of redemptions of one call id at once, on any gateways, the
@@ -12,10 +13,12 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::{PgError, PgStore, PruneTimer};
+use super::{PgError, PgStore, PruneTimer, REQUEST_STATE_KEY_NAME};
+use crate::store::Key;
 use crate::store::request_states::{
     LedgerError, LedgerFuture, Redemption, RequestStateLedger, check_entry_id,
 };
+use crate::store::state_dir::KEY_BYTES;
 
 /// How often one gateway deletes expired rows, at most: every 10 s, at a redemption.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(10);
@@ -34,6 +37,7 @@ pub struct PgLedger {
     store: PgStore,
     pool: Pool,
     pruned: PruneTimer,
+    key: Key,
 }
 
 impl std::fmt::Debug for PgLedger {
@@ -53,11 +57,33 @@ impl PgLedger {
     pub async fn open(store: &PgStore) -> Result<PgLedger, PgError> {
         let pool = store.pool()?;
         store.prepare(&pool).await?;
+        let client = pool.get().await.map_err(|e| store.connect_error(e))?;
+        let row = client
+            .query_one(
+                "SELECT key FROM toolward_keys WHERE name = $1",
+                &[&REQUEST_STATE_KEY_NAME],
+            )
+            .await
+            .map_err(|e| store.query_error("read the request-state key", e))?;
+        let bytes: &[u8] = row.get(0);
+        let key = <[u8; KEY_BYTES]>::try_from(bytes).map_err(|_| PgError::Query {
+            store: store.name().to_string(),
+            action: "read the request-state key",
+            reason: format!("it holds {} bytes, not {KEY_BYTES}", bytes.len()),
+        })?;
         Ok(PgLedger {
             store: store.clone(),
             pool,
             pruned: PruneTimer::default(),
+            key: Key::from_bytes(key),
         })
+    }
+
+    /// The fleet's `requestState` MAC key (`toolward_keys`, made once with the schema): every
+    /// gateway on the database MACs and verifies with it, so a client's retry is accepted by
+    /// any of them without copying a file.
+    pub fn key(&self) -> &Key {
+        &self.key
     }
 
     /// Whether a prune is due, marking it done when it is.
@@ -108,5 +134,9 @@ impl RequestStateLedger for PgLedger {
         now_ms: u64,
     ) -> LedgerFuture<'a, Redemption> {
         Box::pin(self.redeem_in_db(id, expires_ms, now_ms))
+    }
+
+    fn key(&self) -> Option<Key> {
+        Some(self.key.clone())
     }
 }
