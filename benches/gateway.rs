@@ -449,6 +449,26 @@ fn latency() {
         }),
         None => eprintln!("peer: no .peer/bin/mcp-gate (see the module docs); skipped"),
     }
+    // OpenTelemetry's cost (issue 17.6): `TOOLWARD_BENCH_OTLP` names a running OTLP/HTTP
+    // receiver (`python -m oteltap --port N` from the tests' `otel-venv`); the case is the
+    // default configuration (`always`) with a `telemetry` section exporting to it.
+    if let Ok(endpoint) = std::env::var("TOOLWARD_BENCH_OTLP") {
+        let config = toolward_config(&dir.path().join("otel"), &servers, &rules, "always");
+        let mut document: Value =
+            serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+        document["telemetry"] = json!({ "endpoint": endpoint });
+        std::fs::write(&config, document.to_string()).unwrap();
+        cases.push(Case {
+            name: "toolward otel",
+            argv: vec![
+                toolward_bin().display().to_string(),
+                "serve".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            tool: "fake__echo",
+        });
+    }
     println!(
         "gateway latency: {calls} calls per run, {rounds} rounds, after {WARMUP} warm-up calls"
     );
@@ -543,7 +563,20 @@ fn latency() {
         "toolward none added p50 / direct p50: {:.2}",
         ratio(added(1), direct_p50.clone())
     );
-    if cases.len() > 3 {
+    if let Some(otel) = cases.iter().position(|case| case.name == "toolward otel") {
+        println!(
+            "OpenTelemetry's cost at p50 (otel − always): {:.1} µs; added p50 otel / always: {:.3}",
+            median(
+                &mut figures[otel][0][0]
+                    .iter()
+                    .zip(&figures[2][0][0])
+                    .map(|(o, a)| o - a)
+                    .collect::<Vec<f64>>()
+            ),
+            ratio(added(otel), added(2))
+        );
+    }
+    if cases.iter().any(|case| case.name == "peer mcp-gate") {
         println!(
             "toolward none added p50 / peer added p50: {:.3}",
             ratio(added(1), added(3))
