@@ -48,6 +48,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -429,6 +430,9 @@ pub struct CallPath {
     facts: Option<Arc<dyn FactStore>>,
     telemetry: Option<Arc<Telemetry>>,
     ledger: Option<Arc<dyn RequestStateLedger>>,
+    /// Calls between the start and the end of [`CallPath::call`]: a call alone syncs the
+    /// audit log on its own thread (see [`Run::record`]).
+    in_flight: AtomicUsize,
 }
 
 impl fmt::Debug for CallPath {
@@ -468,6 +472,7 @@ impl CallPath {
             facts: None,
             telemetry: None,
             ledger: None,
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -539,6 +544,7 @@ impl CallPath {
         arguments: Option<Map<String, Json>>,
         ctx: &CallContext,
     ) -> CallResult {
+        let _in_flight = InFlight::enter(&self.in_flight);
         let call_id = new_ulid();
         let tool = self.registry.get(exposed_name);
         let trace = CallTrace::start(
@@ -590,6 +596,22 @@ impl CallPath {
 }
 
 type StepError = (CallError, CallOutcome);
+
+/// One call counted in [`CallPath::in_flight`] until dropped (a cancelled call included).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// The state of one call in flight.
 struct Run<'a> {
@@ -700,14 +722,19 @@ impl Run<'_> {
             return Ok(());
         };
         // Without a sync an append is one buffered write: cheaper here than the hop to a
-        // blocking thread and back.
-        if !audit.waits() {
+        // blocking thread and back. A call alone syncs here too: the hop there and the wake-up
+        // back cost it more than the sync (`BENCHMARKS.md` §0), and with no other call in
+        // flight there is nothing for the blocked thread to run and no group to commit
+        // with. A log that waits for more than its disk (PostgreSQL) never blocks the worker.
+        let alone = audit.syncs_inline() && self.path.in_flight.load(Ordering::Relaxed) <= 1;
+        if !audit.waits() || alone {
             return audit
                 .append_batch(group)
                 .map(|_| ())
                 .map_err(|e| e.to_string());
         }
-        // fsync blocks: keep it off the async workers.
+        // Calls in flight: fsync blocks, so keep it off the async worker, where the others'
+        // records join this one's sync (group commit).
         match tokio::task::spawn_blocking(move || audit.append_batch(group)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
