@@ -722,9 +722,9 @@ impl Run<'_> {
             return Ok(());
         };
         // Without a sync an append is one buffered write: cheaper here than the hop to a
-        // blocking thread and back. A call alone syncs here too: the hop there and the wake-up
-        // back cost it more than the sync (`BENCHMARKS.md` §0), and with no other call in
-        // flight there is nothing for the blocked thread to run and no group to commit
+        // blocking thread and back. A call alone syncs here too: the hop there and back adds
+        // two cross-thread wake-ups to its sync (`BENCHMARKS.md` §0c), and with no other call
+        // in flight there is nothing for the blocked thread to run and no group to commit
         // with. A log that waits for more than its disk (PostgreSQL) never blocks the worker.
         let alone = audit.syncs_inline() && self.path.in_flight.load(Ordering::Relaxed) <= 1;
         if !audit.waits() || alone {
