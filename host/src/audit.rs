@@ -25,7 +25,9 @@
 //! records it writes, reads the last record again when another process appended since, and
 //! writes its group after it, so the records of every process form one chain. Within a
 //! process, groups written while a sync is under way are written together, under one sync
-//! (group commit). See [`writer`].
+//! (group commit). See [`writer`]. The call path syncs a call with no other call in flight
+//! on the call's own thread (no hop to a blocking thread and wake-up back), and hands the
+//! records of calls in flight together to blocking threads, where they commit as a group.
 //!
 //! The log is created `0600`; a log that is not the effective user's, or that group or
 //! others can reach, is refused, naming the path and the fix.

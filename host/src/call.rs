@@ -48,6 +48,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -431,6 +432,9 @@ pub struct CallPath {
     fact_scopes: FactScopes,
     telemetry: Option<Arc<Telemetry>>,
     ledger: Option<Arc<dyn RequestStateLedger>>,
+    /// Calls between the start and the end of [`CallPath::call`]: a call alone syncs the
+    /// audit log on its own thread (see [`Run::record`]).
+    in_flight: AtomicUsize,
 }
 
 impl fmt::Debug for CallPath {
@@ -471,6 +475,7 @@ impl CallPath {
             fact_scopes: FactScopes::ALL,
             telemetry: None,
             ledger: None,
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -551,6 +556,7 @@ impl CallPath {
         arguments: Option<Map<String, Json>>,
         ctx: &CallContext,
     ) -> CallResult {
+        let _in_flight = InFlight::enter(&self.in_flight);
         let call_id = new_ulid();
         let tool = self.registry.get(exposed_name);
         let trace = CallTrace::start(
@@ -602,6 +608,22 @@ impl CallPath {
 }
 
 type StepError = (CallError, CallOutcome);
+
+/// One call counted in [`CallPath::in_flight`] until dropped (a cancelled call included).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// The state of one call in flight.
 struct Run<'a> {
@@ -712,14 +734,19 @@ impl Run<'_> {
             return Ok(());
         };
         // Without a sync an append is one buffered write: cheaper here than the hop to a
-        // blocking thread and back.
-        if !audit.waits() {
+        // blocking thread and back. A call alone syncs here too: the hop there and back adds
+        // two cross-thread wake-ups to its sync (`BENCHMARKS.md` §0c), and with no other call
+        // in flight there is nothing for the blocked thread to run and no group to commit
+        // with. A log that waits for more than its disk (PostgreSQL) never blocks the worker.
+        let alone = audit.syncs_inline() && self.path.in_flight.load(Ordering::Relaxed) <= 1;
+        if !audit.waits() || alone {
             return audit
                 .append_batch(group)
                 .map(|_| ())
                 .map_err(|e| e.to_string());
         }
-        // fsync blocks: keep it off the async workers.
+        // Calls in flight: fsync blocks, so keep it off the async worker, where the others'
+        // records join this one's sync (group commit).
         match tokio::task::spawn_blocking(move || audit.append_batch(group)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),

@@ -733,3 +733,70 @@ async fn a_call_to_a_server_that_died_is_a_tool_error_naming_the_server() {
     assert_eq!(records.last().unwrap()["kind"], "result");
     assert_eq!(records.last().unwrap()["is_error"], true);
 }
+
+/// A call with no other call in flight syncs its records on its own thread: with the
+/// runtime's only blocking thread taken, it still completes, its records on disk.
+#[test]
+fn a_lone_call_syncs_its_records_without_a_blocking_thread() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let Some(fixture) = Fixture::start().await else {
+            return;
+        };
+        let path = fixture.call_path(CallSettings::default());
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocker = tokio::task::spawn_blocking(move || {
+            let _ = held.recv_timeout(Duration::from_secs(60));
+        });
+        let syncs = fixture.audit.syncs();
+        let file = fixture.root().join("hello.txt");
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            path.call(
+                "fs__read_text_file",
+                args(json!({ "path": file })),
+                &context(Arc::new(DenyAll)),
+            ),
+        )
+        .await;
+        release.send(()).unwrap();
+        blocker.await.unwrap();
+        let result = result.expect("the lone call waited for the blocking pool");
+        assert_eq!(result.outcome, CallOutcome::Allowed, "{}", result.result);
+        assert_eq!(fixture.audit.syncs(), syncs + 1);
+        assert_eq!(
+            fixture.kinds_of(&result.call_id),
+            ["call-received", "decision", "forwarded", "result"]
+        );
+    });
+}
+
+/// Calls in flight together share syncs (group commit): 16 allowed calls at once take fewer
+/// than 16 syncs before they are forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_together_share_their_syncs() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let path = fixture.call_path(CallSettings::default());
+    let file = fixture.root().join("hello.txt");
+    let context = context(Arc::new(DenyAll));
+    let syncs = fixture.audit.syncs();
+    let calls = (0..16).map(|_| {
+        path.call(
+            "fs__read_text_file",
+            args(json!({ "path": file })),
+            &context,
+        )
+    });
+    let results = futures::future::join_all(calls).await;
+    for result in &results {
+        assert_eq!(result.outcome, CallOutcome::Allowed, "{}", result.result);
+    }
+    let taken = fixture.audit.syncs() - syncs;
+    assert!(taken < 16, "16 calls in flight took {taken} syncs");
+}

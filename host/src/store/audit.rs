@@ -30,6 +30,14 @@ pub trait AuditStore: Send + Sync + fmt::Debug {
     /// the call path then calls it on a blocking thread, not on an async worker.
     fn waits(&self) -> bool;
 
+    /// Whether a call with no other call in flight may call
+    /// [`append_batch`](Self::append_batch) on its async worker: the store waits for its
+    /// own disk only (never for a network or the async runtime), so blocking the worker costs
+    /// less than the hop to a blocking thread and back. Defaults to `false`.
+    fn syncs_inline(&self) -> bool {
+        false
+    }
+
     /// Sets the component hashes stamped on every later record whose `components` is `None`.
     fn set_components(&self, components: ComponentHashes);
 
@@ -73,6 +81,10 @@ impl AuditStore for AuditLog {
 
     fn waits(&self) -> bool {
         self.sync_mode() != AuditSync::None
+    }
+
+    fn syncs_inline(&self) -> bool {
+        true
     }
 
     fn set_components(&self, components: ComponentHashes) {

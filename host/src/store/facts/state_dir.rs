@@ -387,8 +387,10 @@ impl Table<'_> {
         HEADER_BYTES + self.layout.slots() * INDEX_ENTRY_BYTES + slot * SLOT_BYTES as u64
     }
 
-    /// The slot of `key`, claimed for it (its counters zeroed) when it has none.
-    fn slot_of(&self, scope: Scope, key: &str, now_ms: u64) -> Result<u64, FactError> {
+    /// The slot of `key`, claimed for it (its counters zeroed) when it has none, and the
+    /// slot's last touch, read with its index entry so that [`Table::write_slot`] need not
+    /// read it again.
+    fn slot_of(&self, scope: Scope, key: &str, now_ms: u64) -> Result<(u64, u64), FactError> {
         let hash = key_hash(scope, key);
         let (first, len) = self.layout.region(scope);
         let probe = u64::from(PROBE_SLOTS).min(len);
@@ -402,12 +404,12 @@ impl Table<'_> {
             self.file
                 .read_exact_at(&mut entry, self.index_offset(slot))
                 .map_err(self.io("read"))?;
-            if entry[..16] == hash {
-                return Ok(slot);
-            }
             let mut last = [0u8; 8];
             last.copy_from_slice(&entry[16..]);
             let last = u64::from_le_bytes(last);
+            if entry[..16] == hash {
+                return Ok((slot, last));
+            }
             let unused = entry[..16].iter().all(|b| *b == 0);
             // Untouched for over an hour and a minute: every count has left its window.
             let expired = now_ms.saturating_sub(last) > HOUR_MS + MINUTE_MS;
@@ -431,7 +433,7 @@ impl Table<'_> {
         self.file
             .write_all_at(&entry, self.index_offset(slot))
             .map_err(self.io("write"))?;
-        Ok(slot)
+        Ok((slot, now_ms))
     }
 
     fn read_slot(&self, slot: u64) -> Result<Slot, FactError> {
@@ -456,8 +458,15 @@ impl Table<'_> {
         Ok(counters)
     }
 
-    /// Writes `counters` to `slot` and its last touch (the later of the old and `at_ms`).
-    fn write_slot(&self, slot: u64, counters: &Slot, at_ms: u64) -> Result<(), FactError> {
+    /// Writes `counters` to `slot` and, when `at_ms` is later than its last touch `last`,
+    /// `at_ms` as its last touch.
+    fn write_slot(
+        &self,
+        slot: u64,
+        counters: &Slot,
+        at_ms: u64,
+        last: u64,
+    ) -> Result<(), FactError> {
         let mut bytes = [0u8; SLOT_BYTES];
         for (chunk, (stamp, count)) in bytes
             .chunks_exact_mut(BUCKET_BYTES)
@@ -469,20 +478,18 @@ impl Table<'_> {
         self.file
             .write_all_at(&bytes, self.slot_offset(slot))
             .map_err(self.io("write"))?;
-        let mut last = [0u8; 8];
+        if at_ms <= last {
+            return Ok(());
+        }
         self.file
-            .read_exact_at(&mut last, self.index_offset(slot) + 16)
-            .map_err(self.io("read"))?;
-        let last = u64::from_le_bytes(last).max(at_ms);
-        self.file
-            .write_all_at(&last.to_le_bytes(), self.index_offset(slot) + 16)
+            .write_all_at(&at_ms.to_le_bytes(), self.index_offset(slot) + 16)
             .map_err(self.io("write"))
     }
 
     fn reserve(&self, keys: &FactKeys, now_ms: u64) -> Result<Facts, FactError> {
         let mut facts = Facts::default();
         for (scope, key) in keys.iter() {
-            let slot = self.slot_of(scope, key, now_ms)?;
+            let (slot, last) = self.slot_of(scope, key, now_ms)?;
             let mut counters = self.read_slot(slot)?;
             for outcome in Outcome::ALL {
                 for window in Window::ALL {
@@ -496,14 +503,14 @@ impl Table<'_> {
                 }
             }
             bump_outcome(&mut counters, Outcome::Forwarded, now_ms, true);
-            self.write_slot(slot, &counters, now_ms)?;
+            self.write_slot(slot, &counters, now_ms, last)?;
         }
         Ok(facts)
     }
 
     fn record(&self, keys: &FactKeys, at_ms: u64, change: Change) -> Result<(), FactError> {
         for (scope, key) in keys.iter() {
-            let slot = self.slot_of(scope, key, at_ms)?;
+            let (slot, last) = self.slot_of(scope, key, at_ms)?;
             let mut counters = self.read_slot(slot)?;
             match change {
                 Change::Release => bump_outcome(&mut counters, Outcome::Forwarded, at_ms, false),
@@ -513,7 +520,7 @@ impl Table<'_> {
                 }
                 Change::Forward => bump_outcome(&mut counters, Outcome::Forwarded, at_ms, true),
             }
-            self.write_slot(slot, &counters, at_ms)?;
+            self.write_slot(slot, &counters, at_ms, last)?;
         }
         Ok(())
     }
