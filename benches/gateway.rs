@@ -24,9 +24,11 @@
 //!
 //! # memory
 //! `toolward serve` with 5 fake servers of 100 tools each (99 synthetic tools and `echo`, all
-//! pinned and classified): VmRSS and VmHWM (`/proc/PID/status`) once it answered
-//! `tools/list` (idle after load), and again after 1,000 calls; beside it the peer with one of
-//! those servers.
+//! pinned and classified), then with one of those servers (100 tools): VmRSS and VmHWM
+//! (`/proc/PID/status`) once it answered `tools/list` (idle after load), and again after
+//! 1,000 calls; beside them the peer with that one server, every case in each of
+//! `MEMORY_ROUNDS` rounds (default 1). `MEMORY_KEEP=1` keeps the configs (for `heaptrack`,
+//! `valgrind --tool=massif` or `smaps` by hand) and prints their paths.
 //!
 //! Environment: `TOOLWARD_BIN` (default `target/release/toolward`; build it with
 //! `cargo build --release -p toolward --bin toolward`), `TOOLWARD_PEER` (default
@@ -588,6 +590,33 @@ fn latency() {
     }
 }
 
+/// VmRSS, VmHWM, RssAnon and RssFile of a process, KiB.
+type Status = (u64, u64, u64, u64);
+
+/// The gateway's figures of `/proc/PID/status` once it listed its tools, and after 1,000
+/// calls of the echo tools of `servers` (8 in flight): (VmRSS, VmHWM, RssAnon, RssFile)
+/// each, KiB.
+fn serve_memory(config: &Path, cwd: &Path, servers: usize) -> (Status, Status, Vec<(u64, String)>) {
+    let argv = vec![
+        toolward_bin().display().to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    let mut session = Session::spawn(&argv, cwd);
+    let listed = session.request(LIST_ID, "tools/list", json!({}));
+    let count = listed["tools"].as_array().map_or(0, Vec::len);
+    assert_eq!(count, servers * 100, "every tool registers");
+    let idle = session.status();
+    for k in 0..servers {
+        session.calls(&format!("s{k}__echo"), 1_000 / servers, 8);
+    }
+    let after = session.status();
+    let largest = session.largest_mappings(6);
+    session.close();
+    (idle, after, largest)
+}
+
 fn memory() {
     let dir = tempfile::tempdir().unwrap();
     let mut servers = Vec::new();
@@ -609,55 +638,59 @@ fn memory() {
         &json!({ "servers": rules }),
         "none",
     );
-    let argv = vec![
-        toolward_bin().display().to_string(),
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
+    let one_rules: serde_json::Map<String, Value> = rules
+        .iter()
+        .take(1)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let one = toolward_config(
+        &dir.path().join("toolward-one"),
+        &servers[..1],
+        &json!({ "servers": one_rules }),
+        "none",
+    );
+    if std::env::var_os("MEMORY_KEEP").is_some() {
+        // For heaptrack, massif or smaps by hand: `toolward serve --config` either file.
+        eprintln!("configs kept: {} {}", config.display(), one.display());
+    }
     println!(
         "\nmemory (KiB; VmRSS / VmHWM, then RssAnon / RssFile, of the gateway process, not of its servers):"
     );
-    let mut session = Session::spawn(&argv, dir.path());
-    let listed = session.request(LIST_ID, "tools/list", json!({}));
-    let count = listed["tools"].as_array().map_or(0, Vec::len);
-    assert_eq!(count, 500, "every tool registers");
-    let (rss, hwm, anon, file) = session.status();
-    println!(
-        "toolward serve, 5 servers, {count} tools, idle after load: {rss} / {hwm}  ({anon} / {file})"
-    );
-    for k in 0..5 {
-        session.calls(&format!("s{k}__echo"), 200, 8);
+    let rounds = env_usize("MEMORY_ROUNDS", 1);
+    for round in 0..rounds {
+        for (label, config, count) in [
+            ("5 servers, 500 tools", &config, 5),
+            ("1 server, 100 tools", &one, 1),
+        ] {
+            let (idle, after, largest) = serve_memory(config, dir.path(), count);
+            println!(
+                "round {round}: toolward serve, {label}: idle after load {} / {}  ({} / {}); after 1,000 calls {} / {}  ({} / {})",
+                idle.0, idle.1, idle.2, idle.3, after.0, after.1, after.2, after.3
+            );
+            let largest: Vec<String> = largest
+                .iter()
+                .map(|(kib, name)| format!("{name} {kib}"))
+                .collect();
+            println!("  largest resident mappings (KiB): {}", largest.join(", "));
+        }
+        if let Some(peer) = peer_bin() {
+            let mut session =
+                Session::spawn(&peer_argv(&peer, dir.path(), &servers[0].1), dir.path());
+            let listed = session.request(LIST_ID, "tools/list", json!({}));
+            let count = listed["tools"].as_array().map_or(0, Vec::len);
+            let idle = session.status();
+            session.calls("echo", 1_000, 8);
+            let after = session.status();
+            println!(
+                "round {round}: peer mcp-gate, 1 server, {count} tools: idle after listing {} / {}  ({} / {}); after 1,000 calls {} / {}  ({} / {})",
+                idle.0, idle.1, idle.2, idle.3, after.0, after.1, after.2, after.3
+            );
+            session.close();
+        }
     }
-    let (rss, hwm, anon, file) = session.status();
-    println!(
-        "toolward serve, after 1,000 calls:                    {rss} / {hwm}  ({anon} / {file})"
-    );
-    let largest: Vec<String> = session
-        .largest_mappings(6)
-        .iter()
-        .map(|(kib, name)| format!("{name} {kib}"))
-        .collect();
-    println!("  largest resident mappings (KiB): {}", largest.join(", "));
-    session.close();
-
-    let Some(peer) = peer_bin() else {
-        eprintln!("peer: no .peer/bin/mcp-gate; skipped");
-        return;
-    };
-    let mut session = Session::spawn(&peer_argv(&peer, dir.path(), &servers[0].1), dir.path());
-    let listed = session.request(LIST_ID, "tools/list", json!({}));
-    let count = listed["tools"].as_array().map_or(0, Vec::len);
-    let (rss, hwm, anon, file) = session.status();
-    println!(
-        "peer mcp-gate, 1 server, {count} tools, idle after listing: {rss} / {hwm}  ({anon} / {file})"
-    );
-    session.calls("echo", 1_000, 8);
-    let (rss, hwm, anon, file) = session.status();
-    println!(
-        "peer mcp-gate, after 1,000 calls:                     {rss} / {hwm}  ({anon} / {file})"
-    );
-    session.close();
+    if std::env::var_os("MEMORY_KEEP").is_some() {
+        let _ = dir.keep();
+    }
 }
 
 /// `toolward check` wall time with the compiled-component cache warm and cold, beside

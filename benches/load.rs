@@ -12,6 +12,15 @@
 //! - `configure_rules`: the rules component configured with the rules file of N tools (once
 //!   per start, before any load).
 //!
+//! - `ratios` (`cargo bench --bench load -- ratios`, not a criterion benchmark): the
+//!   targets of issue 15 as ratios in one run. For each N of `LOAD_RATIO_TOOLS` (default
+//!   `10000,100000`), `LOAD_RATIO_ROUNDS` rounds (default 5), each round timing one after
+//!   another: the floor (`serde_json` parsing the listing's pages into a `Value`, nothing
+//!   else), pin, load through the manifest's compact form ([`Manifest::read_through`], the
+//!   entry present: what every start after the first reads), and load reading the pretty
+//!   manifest in full ([`Manifest::read`], what the first start after a pin reads). Medians,
+//!   then `pin + load ÷ floor` and the growth per tool from the first N to the last.
+//!
 //! Listing bounds are raised past their defaults (4,096 tools, 16 MiB a page), as an
 //! operator serving 10,000 tools must. Times are the benchmark thread's CPU time
 //! (`support/cpu_time.rs`; `TOOLWARD_BENCH_CLOCK=wall` for wall time). Run:
@@ -26,9 +35,10 @@ mod synthetic;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::Path;
+use std::time::Duration;
 
 use cpu_time::CpuTime;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use toolward::component::{ComponentHost, DEFAULT_COMPONENT, GuestLimits, Rules};
 use toolward::config::Config;
 use toolward::listing::{Listing, ListingBuilder};
@@ -36,6 +46,7 @@ use toolward::load::{self, LoadReport, ServerReport};
 use toolward::manifest::Manifest;
 use toolward::pin;
 use toolward::registry::Registry;
+use toolward::store::StateDir;
 use toolward::transport::ServerIdentity;
 
 const SERVER: &str = "bench";
@@ -93,13 +104,43 @@ fn verify(config: &Config, rules: &Rules, manifest: &Manifest, listing: &Listing
     registry
 }
 
+/// Load with the manifest read from its file through its compact form in `state`.
+fn load_through(
+    config: &Config,
+    rules: &Rules,
+    manifest_path: &Path,
+    state: &StateDir,
+    pages: &[Vec<u8>],
+) -> Registry {
+    let manifest = Manifest::read_through(manifest_path, state).unwrap();
+    let listing = list(pages);
+    verify(config, rules, &manifest, &listing)
+}
+
+/// Load with the manifest file read and verified in full.
+fn load_full(config: &Config, rules: &Rules, manifest_path: &Path, pages: &[Vec<u8>]) -> Registry {
+    let manifest = Manifest::read(manifest_path).unwrap();
+    let listing = list(pages);
+    verify(config, rules, &manifest, &listing)
+}
+
 fn load(config: &Config, rules: &Rules, manifest_text: &str, pages: &[Vec<u8>]) -> Registry {
     let manifest = Manifest::parse(manifest_text.as_bytes()).unwrap();
     let listing = list(pages);
     verify(config, rules, &manifest, &listing)
 }
 
-fn bench(c: &mut Criterion<CpuTime>) {
+/// The rules component's host and the config every measurement uses.
+struct Setup {
+    _dir: tempfile::TempDir,
+    state: StateDir,
+    host: ComponentHost,
+    component: toolward::component::LoadedComponent,
+    config: Config,
+    components: BTreeMap<String, String>,
+}
+
+fn setup() -> Setup {
     // A compiled-component cache, as in production: configuring compiles nothing twice.
     let cache = tempfile::tempdir().unwrap();
     // The default component cannot configure the rules file of 100,000 tools (4 MB) within
@@ -112,9 +153,9 @@ fn bench(c: &mut Criterion<CpuTime>) {
         max_instances: 8,
         ..GuestLimits::default()
     };
-    let state = toolward::store::StateDir::open(&cache.path().join("state")).unwrap();
-    let cache = toolward::component::ComponentCache::open(&state).unwrap();
-    let host = ComponentHost::new(limits, Some(cache)).unwrap();
+    let state = StateDir::open(&cache.path().join("state")).unwrap();
+    let component_cache = toolward::component::ComponentCache::open(&state).unwrap();
+    let host = ComponentHost::new(limits, Some(component_cache)).unwrap();
     let component = host.load(DEFAULT_COMPONENT, "built-in").unwrap();
     let config_text = format!(
         r#"{{"mcpServers":{{"{SERVER}":{{"command":"true"}}}},"rules":{{"file":"rules.json"}}}}"#
@@ -124,6 +165,111 @@ fn bench(c: &mut Criterion<CpuTime>) {
         ("policy".to_owned(), component.sha256().to_owned()),
         ("rules".to_owned(), component.sha256().to_owned()),
     ]);
+    Setup {
+        _dir: cache,
+        state,
+        host,
+        component,
+        config,
+        components,
+    }
+}
+
+/// The median of `values`.
+fn median(values: &mut [Duration]) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+/// Each step's thread CPU time, in one run (see the module documentation).
+fn ratios() {
+    let s = setup();
+    let sizes: Vec<usize> = std::env::var("LOAD_RATIO_TOOLS")
+        .unwrap_or_else(|_| String::from("10000,100000"))
+        .split(',')
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    let rounds: usize = std::env::var("LOAD_RATIO_ROUNDS")
+        .ok()
+        .map_or(5, |n| n.parse().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let manifest_path = dir.path().join("manifest.json");
+    let mut per_tool = Vec::new();
+    println!("N | floor | pin | load (compact) | load (full) | pin + load ÷ floor (compact; full)");
+    for tools in sizes {
+        let (pages, optional) = synthetic::listing(tools, PER_PAGE);
+        let rules = s
+            .host
+            .configure_rules(&s.component, &synthetic::rules(SERVER, &optional))
+            .unwrap();
+        let manifest_text = pin(&pages, &s.components);
+        std::fs::write(&manifest_path, &manifest_text).unwrap();
+        // The first start after a pin writes the compact form; every round reads it.
+        let registry = load_through(&s.config, &rules, &manifest_path, &s.state, &pages);
+        assert_eq!(registry.tools().count(), tools);
+        drop(registry);
+        let time = |f: &mut dyn FnMut()| {
+            let begin = cpu_time::now();
+            f();
+            cpu_time::now().saturating_sub(begin)
+        };
+        let mut figures: [Vec<Duration>; 4] = Default::default();
+        for _ in 0..rounds {
+            figures[0].push(time(&mut || {
+                for page in &pages {
+                    black_box(serde_json::from_slice::<serde_json::Value>(page).unwrap());
+                }
+            }));
+            figures[1].push(time(&mut || {
+                black_box(pin(&pages, &s.components));
+            }));
+            // The registry's drop is not part of a load.
+            let mut kept = None;
+            figures[2].push(time(&mut || {
+                kept = Some(load_through(
+                    &s.config,
+                    &rules,
+                    &manifest_path,
+                    &s.state,
+                    &pages,
+                ));
+            }));
+            drop(kept.take());
+            figures[3].push(time(&mut || {
+                kept = Some(load_full(&s.config, &rules, &manifest_path, &pages));
+            }));
+            drop(kept);
+        }
+        let [floor, pinned, compact, full] = figures.map(|mut f| median(&mut f));
+        let ratio = |load: Duration| (pinned + load).as_secs_f64() / floor.as_secs_f64();
+        println!(
+            "{tools} | {floor:.1?} | {pinned:.1?} | {compact:.1?} | {full:.1?} | {:.2}× ; {:.2}×",
+            ratio(compact),
+            ratio(full)
+        );
+        per_tool.push((tools, (pinned + compact).as_secs_f64() / tools as f64));
+    }
+    if let (Some(first), Some(last)) = (per_tool.first(), per_tool.last())
+        && first.0 != last.0
+    {
+        println!(
+            "pin + load (compact) per tool: ×{:.2} from {} to {} tools",
+            last.1 / first.1,
+            first.0,
+            last.0
+        );
+    }
+}
+
+fn bench(c: &mut Criterion<CpuTime>) {
+    let Setup {
+        _dir,
+        state: _,
+        host,
+        component,
+        config,
+        components,
+    } = setup();
 
     let mut group = c.benchmark_group("pin_load");
     for (tools, samples) in [(1_000, 20), (10_000, 10), (100_000, 10)] {
@@ -178,4 +324,11 @@ criterion_group! {
     config = Criterion::default().with_measurement(CpuTime);
     targets = bench
 }
-criterion_main!(benches);
+fn main() {
+    if std::env::args().skip(1).any(|a| a == "ratios") {
+        ratios();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -33,7 +33,8 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn now() -> Duration {
+/// The clock [`CpuTime`] reads, for benchmarks that time steps themselves.
+pub fn now() -> Duration {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     if wall() {
         ORIGIN.get_or_init(Instant::now).elapsed()

@@ -954,6 +954,13 @@ fn register(
         .collect();
     let narrowed = schema::narrow(&tool.input_schema, &hidden)
         .map_err(|r| schema_refusal("input schema", r))?;
+    let original_schema = Arc::new(tool.input_schema.clone());
+    // Most tools hide nothing: then both fields share one schema.
+    let input_schema = if narrowed == *original_schema {
+        Arc::clone(&original_schema)
+    } else {
+        Arc::new(narrowed)
+    };
     Ok(RegisteredTool {
         server: server.to_owned(),
         upstream_name: name.clone(),
@@ -963,8 +970,8 @@ fn register(
             .description_override
             .clone()
             .unwrap_or_else(|| tool.description.clone()),
-        input_schema: narrowed,
-        original_schema: tool.input_schema.clone(),
+        input_schema,
+        original_schema,
         dialect,
         output_schema: tool.output_schema.clone(),
         denied: classification.denied_parameters.clone(),

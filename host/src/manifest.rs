@@ -69,6 +69,9 @@ use crate::canonical::{self, CanonicalError, Value};
 use crate::config::operator_file::{self, OperatorFileError};
 use crate::listing::visible;
 use crate::schema;
+use crate::store::{StateDir, StateError};
+
+pub mod compact;
 
 /// The format version this module writes and reads (`manifest_version`).
 pub const MANIFEST_VERSION: u64 = 1;
@@ -83,6 +86,16 @@ const INDENT: &str = "  ";
 
 /// Lines of context around each change in a description diff.
 const DIFF_CONTEXT_LINES: usize = 3;
+
+/// Whether reading re-verifies each stored description and input schema against its hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hashes {
+    /// Re-verify: the reviewed manifest, which anyone with the file could have edited.
+    Verify,
+    /// Trust them: the compact form, made from a manifest that was verified, and read only
+    /// when its MAC verifies (see [`compact`]).
+    Trust,
+}
 
 /// Keys of the manifest object.
 const TOP_KEYS: &[&str] = &["components", "manifest_version", "servers"];
@@ -191,6 +204,10 @@ pub enum ManifestError {
         /// `description` or `input_schema`.
         field: &'static str,
     },
+    /// The compact form's folder or key in the state folder cannot be used (another owner,
+    /// access for group or others, a symlink), or its entry cannot be written.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// The file cannot be written.
     #[error("could not write the manifest `{}`", path.display())]
     Write {
@@ -254,6 +271,13 @@ impl Manifest {
     /// [`ManifestError::Parse`], [`ManifestError::UnsupportedVersion`],
     /// [`ManifestError::Invalid`], [`ManifestError::HashMismatch`].
     pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        Manifest::parse_as(bytes, Hashes::Verify)
+    }
+
+    /// [`Manifest::parse`], re-verifying each stored text against its hash or not
+    /// ([`Hashes::Trust`]: only for the compact form, whose text was verified when it was
+    /// made from the reviewed manifest, see [`compact`]).
+    fn parse_as(bytes: &[u8], hashes: Hashes) -> Result<Manifest, ManifestError> {
         let value = canonical::parse(bytes).map_err(|source| ManifestError::Parse { source })?;
         let root = members(&value, "manifest", TOP_KEYS)?;
         let version = required(root, "manifest", "manifest_version")?;
@@ -270,7 +294,7 @@ impl Manifest {
         }
         let mut servers = BTreeMap::new();
         for (name, server) in members(required(root, "manifest", "servers")?, "servers", &[])? {
-            servers.insert(name.clone(), read_server(name, server)?);
+            servers.insert(name.clone(), read_server(name, server, hashes)?);
         }
         Ok(Manifest {
             components,
@@ -288,20 +312,20 @@ impl Manifest {
     /// [`ManifestError::Owner`], [`ManifestError::Writable`], and those of
     /// [`Manifest::parse`].
     pub fn read(path: &Path) -> Result<Manifest, ManifestError> {
-        let read = operator_file::read_with_metadata(path, "manifest", MAX_MANIFEST_BYTES);
-        let (bytes, meta) = read.map_err(|error| match error {
-            OperatorFileError::Io { source, .. } => ManifestError::Read {
-                path: path.to_path_buf(),
-                source,
-            },
-            OperatorFileError::TooLarge { .. } => ManifestError::TooLarge {
-                path: path.to_path_buf(),
-                limit: MAX_MANIFEST_BYTES,
-            },
-            other => ManifestError::File(other),
-        })?;
-        check_owner_and_mode(&meta, path)?;
-        Manifest::parse(&bytes)
+        Manifest::parse(&read_bytes(path)?)
+    }
+
+    /// [`Manifest::read`] through the manifest's compact form in the state folder `state`
+    /// (see [`compact`]): the same manifest, read without re-verifying every stored text
+    /// when a compact form made from exactly these bytes is there; otherwise the manifest
+    /// is read as [`Manifest::read`] does and its compact form written for the next start.
+    ///
+    /// # Errors
+    /// Those of [`Manifest::read`], and [`ManifestError::State`] when the compact form's
+    /// folder or key cannot be trusted (another owner, access for group or others).
+    pub fn read_through(path: &Path, state: &StateDir) -> Result<Manifest, ManifestError> {
+        let bytes = read_bytes(path)?;
+        compact::read(&bytes, state)
     }
 
     /// The manifest's text (see the module documentation): the same manifest always gives
@@ -408,6 +432,24 @@ impl Manifest {
             (String::from("servers"), Value::Object(servers)),
         ])
     }
+}
+
+/// The bytes of the manifest file at `path`, read as [`Manifest::read`] says.
+fn read_bytes(path: &Path) -> Result<Vec<u8>, ManifestError> {
+    let read = operator_file::read_with_metadata(path, "manifest", MAX_MANIFEST_BYTES);
+    let (bytes, meta) = read.map_err(|error| match error {
+        OperatorFileError::Io { source, .. } => ManifestError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        OperatorFileError::TooLarge { .. } => ManifestError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_MANIFEST_BYTES,
+        },
+        other => ManifestError::File(other),
+    })?;
+    check_owner_and_mode(&meta, path)?;
+    Ok(bytes)
 }
 
 /// Mode of the manifest toolward writes: owner read and write, others read (it is reviewed
@@ -571,14 +613,17 @@ fn sha256(value: &Value, at: &str) -> Result<String, ManifestError> {
     Ok(hash)
 }
 
-fn read_server(name: &str, value: &Value) -> Result<PinnedServer, ManifestError> {
+fn read_server(name: &str, value: &Value, hashes: Hashes) -> Result<PinnedServer, ManifestError> {
     let at = format!("servers.{}", visible(name));
     let server = members(value, &at, SERVER_KEYS)?;
     let field = |key: &str| string(required(server, &at, key)?, &format!("{at}.{key}"));
     let tools_at = format!("{at}.tools");
     let mut tools = BTreeMap::new();
     for (tool, entry) in members(required(server, &at, "tools")?, &tools_at, &[])? {
-        tools.insert(tool.clone(), read_tool(name, tool, entry, &tools_at)?);
+        tools.insert(
+            tool.clone(),
+            read_tool(name, tool, entry, &tools_at, hashes)?,
+        );
     }
     let mut refused = BTreeMap::new();
     if let Some(value) = find(server, "refused") {
@@ -602,6 +647,7 @@ fn read_tool(
     tool: &str,
     value: &Value,
     at: &str,
+    hashes: Hashes,
 ) -> Result<PinnedTool, ManifestError> {
     let at = format!("{at}.{}", visible(tool));
     let entry = members(value, &at, TOOL_KEYS)?;
@@ -634,13 +680,15 @@ fn read_tool(
         tool: visible(tool),
         field,
     };
-    if canonical::sha256_hex(description.as_bytes()) != description_sha256 {
-        return Err(mismatch("description"));
-    }
-    if canonical::sha256_hex(canonical::to_canonical(&input_schema).as_bytes())
-        != input_schema_sha256
-    {
-        return Err(mismatch("input_schema"));
+    if hashes == Hashes::Verify {
+        if canonical::sha256_hex(description.as_bytes()) != description_sha256 {
+            return Err(mismatch("description"));
+        }
+        if canonical::sha256_hex(canonical::to_canonical(&input_schema).as_bytes())
+            != input_schema_sha256
+        {
+            return Err(mismatch("input_schema"));
+        }
     }
     Ok(PinnedTool {
         description,

@@ -29,10 +29,12 @@ pub struct RegisteredTool {
     /// The description the model sees: the operator's override, or the server's text.
     pub description: String,
     /// The schema the model sees: the server's `inputSchema` with denied and fixed
-    /// parameters removed (see [`crate::schema::narrow`]).
-    pub input_schema: Value,
+    /// parameters removed (see [`crate::schema::narrow`]). The same allocation as
+    /// `original_schema` when nothing was removed: a registry of many tools holds each
+    /// schema once (BENCHMARKS.md §6).
+    pub input_schema: Arc<Value>,
     /// The server's `inputSchema` as pinned, for validating the final arguments.
-    pub original_schema: Value,
+    pub original_schema: Arc<Value>,
     /// The JSON Schema dialect of the input schema.
     pub dialect: Dialect,
     /// The server's `outputSchema`, when it declared one: `structuredContent` is checked

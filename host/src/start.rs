@@ -116,9 +116,13 @@ impl Toolward {
             }
         };
         let manifest = if config.manifest.exists() {
-            Manifest::read(&config.manifest).map_err(|e| StartFailure::Manifest {
-                path: config.manifest.display().to_string(),
-                reason: e.to_string(),
+            // Through its compact form in the state folder: the same manifest, without
+            // re-verifying every hash at each start (`manifest::compact`).
+            Manifest::read_through(&config.manifest, &state).map_err(|e| {
+                StartFailure::Manifest {
+                    path: config.manifest.display().to_string(),
+                    reason: e.to_string(),
+                }
             })?
         } else {
             return Err(StartFailure::Manifest {

@@ -214,9 +214,9 @@ fn registered(
         description_sha256: canonical::sha256_hex(description.as_bytes()),
         input_schema_sha256: canonical::sha256_hex(canonical::to_canonical(&original).as_bytes()),
         description,
-        input_schema: schema::narrow(&original, &hidden).unwrap(),
+        input_schema: std::sync::Arc::new(schema::narrow(&original, &hidden).unwrap()),
         dialect: Dialect::of(&original).unwrap(),
-        original_schema: original,
+        original_schema: std::sync::Arc::new(original),
         output_schema: entry.get("outputSchema").cloned(),
         denied: denied.iter().map(|d| (*d).to_owned()).collect(),
         fixed: fixed
