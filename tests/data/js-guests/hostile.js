@@ -23,9 +23,11 @@ const MODES = {
   loop: () => {
     for (;;) {}
   },
+  // Ever larger buffers, from 64 MiB up, all kept: past the memory limit at the first.
+  // (Many small ones would run out of fuel first: the engine's allocator is not free.)
   alloc: () => {
     const hoard = [];
-    for (;;) hoard.push(new ArrayBuffer(16 << 20));
+    for (let mib = 64; ; mib *= 2) hoard.push(new ArrayBuffer(mib << 20));
   },
 };
 
