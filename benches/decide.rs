@@ -19,6 +19,12 @@
 //! configure (parse and snapshot) 1,000 policies is printed. Run only these:
 //! `cargo bench --bench decide -- cedar`.
 //!
+//! JavaScript (`js_example_inline`, issue 19): `examples/js-policy` built by jco beside the
+//! Rust `examples/custom-policy` it mirrors (`rust_example_inline`), same settings, same
+//! call, each decision a fresh instance instantiated inline; compile (cold and from the
+//! cache) and configure times are printed. Set `TOOLWARD_JS_POLICY_WASM` to the built
+//! component; run only these: `cargo bench --bench decide -- example`.
+//!
 //! Before the measurements, the CPU time per decision of the first and last case is
 //! printed, worker thread included (`CLOCK_PROCESS_CPUTIME_ID` less the benchmark thread's
 //! time outside `decide`), so that the latency of the first is not mistaken for its cost.
@@ -86,6 +92,34 @@ fn call() -> CallView {
         time_ms: 1_700_000_000_000,
         facts: vec![("tool.forwarded.minute".into(), "3".into())],
     }
+}
+
+const CUSTOM_SETTINGS: &str = include_str!("../examples/custom-policy/settings.json");
+
+/// A custom-policy component (`bytes`) configured with the example's settings, with no
+/// ready instances; and its compile time cold (no cache), from the compiled-component cache,
+/// and configure's time (run `configure`, snapshot, compile the snapshot).
+fn custom_configured(bytes: &[u8], origin: &str) -> (Policy, (Duration, Duration, Duration)) {
+    let limits = GuestLimits {
+        ready_instances: 0,
+        ..GuestLimits::default()
+    };
+    let state = tempfile::tempdir().unwrap();
+    let cache = || {
+        let dir = toolward::store::StateDir::open(state.path()).unwrap();
+        toolward::component::ComponentCache::open(&dir).unwrap()
+    };
+    let began = Instant::now();
+    let host = ComponentHost::new(limits.clone(), Some(cache())).unwrap();
+    let component = host.load(bytes, origin).unwrap();
+    let cold = began.elapsed();
+    let warm_host = ComponentHost::new(limits, Some(cache())).unwrap();
+    let began = Instant::now();
+    warm_host.load(bytes, origin).unwrap();
+    let warm = began.elapsed();
+    let began = Instant::now();
+    let policy = host.configure_policy(&component, CUSTOM_SETTINGS).unwrap();
+    (policy, (cold, warm, began.elapsed()))
 }
 
 fn configured(limits: GuestLimits) -> Policy {
@@ -237,6 +271,39 @@ fn decide(c: &mut Criterion) {
     group.bench_function("cedar_200_policies_inline", |b| {
         b.iter(|| cedar_200.decide(black_box(&call)))
     });
+    // The JavaScript example (issue 19) beside the Rust example it mirrors, both with
+    // `examples/custom-policy/settings.json`, each decision a fresh instance instantiated
+    // inline. The JavaScript component is built by `jco` (`TOOLWARD_JS_POLICY_WASM`
+    // names it; the tests leave it in `target/tmp/js-guests/`).
+    match std::env::var_os("TOOLWARD_JS_POLICY_WASM") {
+        None => println!(
+            "JavaScript: skipped (set TOOLWARD_JS_POLICY_WASM to the built examples/js-policy component)"
+        ),
+        Some(path) => {
+            let js = std::fs::read(path).unwrap();
+            let rust = std::fs::read(toolward::guests::CUSTOM_POLICY_WASM).unwrap();
+            let (js_policy, js_times) = custom_configured(&js, "js-policy");
+            let (rust_policy, rust_times) = custom_configured(&rust, "custom-policy");
+            for (name, bytes, (cold, warm, configure)) in
+                [("JavaScript", &js, js_times), ("Rust", &rust, rust_times)]
+            {
+                println!(
+                    "{name} example ({} bytes): compile cold {:.2} s, from the cache {:.1} ms; configure (run and snapshot) {:.1} ms",
+                    bytes.len(),
+                    cold.as_secs_f64(),
+                    warm.as_secs_f64() * 1e3,
+                    configure.as_secs_f64() * 1e3,
+                );
+            }
+            assert_eq!(js_policy.decide(&call), rust_policy.decide(&call));
+            group.bench_function("js_example_inline", |b| {
+                b.iter(|| js_policy.decide(black_box(&call)))
+            });
+            group.bench_function("rust_example_inline", |b| {
+                b.iter(|| rust_policy.decide(black_box(&call)))
+            });
+        }
+    }
     group.bench_function("baseline_native_table", |b| {
         b.iter(|| {
             native.decide(

@@ -9,6 +9,7 @@ mod drift;
 mod durability;
 mod facts;
 mod hidden_text;
+mod js_guests;
 mod listings;
 mod policy_faults;
 mod processes;

@@ -16,6 +16,7 @@ mod fleet;
 mod gateway;
 mod hostile;
 mod http;
+mod js_policy;
 mod listen;
 mod load;
 mod pin;

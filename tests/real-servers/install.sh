@@ -19,6 +19,17 @@ if [ ! -x "$dest/otel-venv/bin/python" ] || ! "$dest/otel-venv/bin/python" -c 'i
   python3 -m venv "$dest/otel-venv"
   "$dest/otel-venv/bin/pip" install --quiet --disable-pip-version-check oteltap==1.0.0
 fi
+# npm: jco and componentize-js, which build the JavaScript policy components
+# (examples/js-policy/, tests/all/js_policy.rs), at the versions that example's package-lock.json
+# pins; installed apart from the stamp, and again whenever that lock file changes.
+js="$dest/js-toolchain"
+if ! cmp -s "$here/../../examples/js-policy/package-lock.json" "$js/package-lock.json" \
+  || [ ! -x "$js/node_modules/.bin/jco" ]; then
+  rm -rf "$js"
+  mkdir -p "$js"
+  cp "$here/../../examples/js-policy/package.json" "$here/../../examples/js-policy/package-lock.json" "$js/"
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0

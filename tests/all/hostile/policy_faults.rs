@@ -8,7 +8,7 @@ use crate::support::nonsense_component;
 
 /// Starts toolward with the policy component at `component` configured with `settings`, in
 /// front of server `s` (`bomb`, `t`) and `good`.
-async fn with_policy(test: &str, component: &Path, settings: &str) -> (Bench, Toolward) {
+pub(super) async fn with_policy(test: &str, component: &Path, settings: &str) -> (Bench, Toolward) {
     let bench = Bench::new(test)
         .server("s", listing(&[&tool("bomb"), &tool("t")]), &["bomb", "t"])
         .with_good_server()
@@ -22,7 +22,7 @@ async fn with_policy(test: &str, component: &Path, settings: &str) -> (Bench, To
 }
 
 /// The audit records of call `call_id`.
-fn records_of(bench: &Bench, call_id: &str) -> Vec<Value> {
+pub(super) fn records_of(bench: &Bench, call_id: &str) -> Vec<Value> {
     std::fs::read_to_string(bench.path().join("state/audit.jsonl"))
         .unwrap()
         .lines()
@@ -33,7 +33,7 @@ fn records_of(bench: &Bench, call_id: &str) -> Vec<Value> {
 
 /// Calls `s__bomb`: denied for `failure` by the policy component, on the record; then a call
 /// the policy answers goes through.
-async fn assert_denied_then_next_call_works(
+pub(super) async fn assert_denied_then_next_call_works(
     bench: &Bench,
     toolward: &Toolward,
     failure: &str,
