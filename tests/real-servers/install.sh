@@ -19,6 +19,13 @@ if [ ! -x "$dest/otel-venv/bin/python" ] || ! "$dest/otel-venv/bin/python" -c 'i
   python3 -m venv "$dest/otel-venv"
   "$dest/otel-venv/bin/pip" install --quiet --disable-pip-version-check oteltap==1.0.0
 fi
+# PyPI: componentize-py, pinned, which builds the Python policy example
+# (examples/python-policy) and the hostile Python guests (tests/all/python_policy.rs), in a
+# venv of its own; installed apart from the stamp below, as the receiver above.
+if [ ! -x "$dest/componentize-venv/bin/componentize-py" ]; then
+  python3 -m venv "$dest/componentize-venv"
+  "$dest/componentize-venv/bin/pip" install --quiet --disable-pip-version-check componentize-py==0.25.1
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0
