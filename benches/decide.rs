@@ -19,6 +19,14 @@
 //! configure (parse and snapshot) 1,000 policies is printed. Run only these:
 //! `cargo bench --bench decide -- cedar`.
 //!
+//! Python (`python_*`, issue 19): the Python example (`examples/python-policy`, built with
+//! componentize-py; its path in `TOOLWARD_PYTHON_POLICY_WASM`, else these are skipped)
+//! beside the Rust example it copies (`examples/custom-policy`), the same settings and the
+//! same call, each decision a fresh instance instantiated inline. Printed first: the
+//! Python component's compile time without and with the compile cache, and both
+//! components' configure time (instrument, `configure`, snapshot, compile the snapshot).
+//! Run only these: `cargo bench --bench decide -- python`.
+//!
 //! Before the measurements, the CPU time per decision of the first and last case is
 //! printed, worker thread included (`CLOCK_PROCESS_CPUTIME_ID` less the benchmark thread's
 //! time outside `decide`), so that the latency of the first is not mistaken for its cost.
@@ -85,6 +93,62 @@ fn call() -> CallView {
         session: "bench".into(),
         time_ms: 1_700_000_000_000,
         facts: vec![("tool.forwarded.minute".into(), "3".into())],
+    }
+}
+
+/// The Rust example and the Python example configured with the Rust example's settings,
+/// each decision inline; `None` without `TOOLWARD_PYTHON_POLICY_WASM`.
+fn python_and_rust() -> Option<(Policy, Policy)> {
+    let Some(path) = std::env::var_os("TOOLWARD_PYTHON_POLICY_WASM") else {
+        println!("python: skipped (set TOOLWARD_PYTHON_POLICY_WASM to the built example)");
+        return None;
+    };
+    let python = std::fs::read(path).unwrap();
+    let rust = std::fs::read(toolward::guests::CUSTOM_POLICY_WASM).unwrap();
+    let settings = include_str!("../examples/custom-policy/settings.json");
+    let limits = GuestLimits {
+        ready_instances: 0,
+        ..GuestLimits::default()
+    };
+    let state = tempfile::tempdir().unwrap();
+    let cache = || {
+        let dir = toolward::store::StateDir::open(state.path()).unwrap();
+        Some(toolward::component::ComponentCache::open(&dir).unwrap())
+    };
+    let cold = ComponentHost::new(limits.clone(), cache()).unwrap();
+    let began = Instant::now();
+    cold.load(&python, "python-policy").unwrap();
+    let compile_cold = began.elapsed();
+    let host = ComponentHost::new(limits, cache()).unwrap();
+    let began = Instant::now();
+    let python = host.load(&python, "python-policy").unwrap();
+    let compile_warm = began.elapsed();
+    let began = Instant::now();
+    let python = host.configure_policy(&python, settings).unwrap();
+    let configure_python = began.elapsed();
+    let rust = host.load(&rust, "custom-policy").unwrap();
+    let began = Instant::now();
+    let rust = host.configure_policy(&rust, settings).unwrap();
+    let configure_rust = began.elapsed();
+    println!(
+        "python: compile {:.0} ms without the cache, {:.0} ms from it; configure {:.0} ms (Rust example: {:.1} ms)",
+        compile_cold.as_secs_f64() * 1e3,
+        compile_warm.as_secs_f64() * 1e3,
+        configure_python.as_secs_f64() * 1e3,
+        configure_rust.as_secs_f64() * 1e3,
+    );
+    Some((python, rust))
+}
+
+/// A call both examples allow: a write inside the example's `write_root`.
+fn example_call() -> CallView {
+    let arguments = r#"{"content":"hello","path":"/srv/sandbox/notes.txt"}"#;
+    CallView {
+        server: "fs".into(),
+        arguments: arguments.into(),
+        arguments_sha256: toolward::canonical::sha256_hex(arguments.as_bytes()),
+        facts: Vec::new(),
+        ..call()
     }
 }
 
@@ -237,6 +301,17 @@ fn decide(c: &mut Criterion) {
     group.bench_function("cedar_200_policies_inline", |b| {
         b.iter(|| cedar_200.decide(black_box(&call)))
     });
+    if let Some((python, rust)) = python_and_rust() {
+        let example = example_call();
+        assert_eq!(python.decide(&example), Decision::Allow);
+        assert_eq!(rust.decide(&example), Decision::Allow);
+        group.bench_function("python_example_inline", |b| {
+            b.iter(|| python.decide(black_box(&example)))
+        });
+        group.bench_function("rust_example_inline", |b| {
+            b.iter(|| rust.decide(black_box(&example)))
+        });
+    }
     group.bench_function("baseline_native_table", |b| {
         b.iter(|| {
             native.decide(

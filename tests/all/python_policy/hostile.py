@@ -1,0 +1,55 @@
+"""A hostile Python policy for tests/all/python_policy.rs: the call's tool name says which
+access it tries. What it saw goes into its deny reason, so the test asserts what WASI gave
+it; the failures it cannot catch (fuel, memory, a clock wait) are the host's denies."""
+
+import os
+import socket
+import time
+
+from wit_world import exports
+from wit_world.imports import types
+
+
+def seen(what, act):
+    try:
+        return types.Decision_Deny(f"{what}: got {act()!r}")
+    except BaseException as e:  # noqa: BLE001 - the reason reports whatever failed
+        return types.Decision_Deny(f"{what}: failed with {type(e).__name__}: {e}")
+
+
+class Policy(exports.Policy):
+    def configure(self, settings: str) -> None:
+        if settings == "print in configure":
+            print("configuring")
+
+    def decide(self, call: types.Call) -> types.Decision:
+        tool = call.tool
+        if tool == "socket":
+            return seen("socket", lambda: socket.create_connection(("127.0.0.1", 9), timeout=1))
+        if tool == "lookup":
+            return seen("lookup", lambda: socket.getaddrinfo("example.com", 443))
+        if tool == "file":
+            return seen("file", lambda: open("/etc/passwd").read(100))
+        if tool == "listdir":
+            return seen("listdir", lambda: os.listdir("/"))
+        if tool == "env":
+            return seen("env", lambda: dict(os.environ))
+        if tool == "loop":
+            while True:
+                pass
+        if tool == "allocate":
+            hoard = []
+            while True:
+                hoard.append(bytearray(1 << 20))
+        if tool == "sleep":
+            time.sleep(1)
+            return types.Decision_Allow()
+        if tool == "print":
+            for _ in range(10_000):
+                print("x" * 99)
+            return types.Decision_Allow()
+        if tool == "clock":
+            return types.Decision_Deny(
+                f"wall={time.time_ns()} monotonic={time.monotonic_ns()} random={os.urandom(8).hex()}"
+            )
+        return types.Decision_Allow()
