@@ -3,6 +3,7 @@ access it tries. What it saw goes into its deny reason, so the test asserts what
 it; the failures it cannot catch (fuel, memory, a clock wait) are the host's denies."""
 
 import os
+import sys
 import socket
 import time
 
@@ -38,15 +39,18 @@ class Policy(exports.Policy):
             while True:
                 pass
         if tool == "allocate":
+            # Chunks of 256 MiB: the first already passes the memory limit, where
+            # small chunks spend the fuel zeroing them before the limit is reached.
             hoard = []
             while True:
-                hoard.append(bytearray(1 << 20))
+                hoard.append(bytearray(256 << 20))
         if tool == "sleep":
             time.sleep(1)
             return types.Decision_Allow()
         if tool == "print":
-            for _ in range(10_000):
-                print("x" * 99)
+            # One write of 10,000 lines: a loop of `print` runs out of fuel first.
+            sys.stdout.write(("x" * 99 + "\n") * 10_000)
+            sys.stdout.flush()
             return types.Decision_Allow()
         if tool == "clock":
             return types.Decision_Deny(
