@@ -23,7 +23,9 @@
 //! Rust `examples/custom-policy` it mirrors (`rust_example_inline`), same settings, same
 //! call, each decision a fresh instance instantiated inline; compile (cold and from the
 //! cache) and configure times are printed. Set `TOOLWARD_JS_POLICY_WASM` to the built
-//! component; run only these: `cargo bench --bench decide -- example`.
+//! component; run only these: `cargo bench --bench decide -- example`. Python
+//! (`python_example_inline`) the same way, from `TOOLWARD_PYTHON_POLICY_WASM`
+//! (`examples/python-policy`, built by componentize-py).
 //!
 //! Before the measurements, the CPU time per decision of the first and last case is
 //! printed, worker thread included (`CLOCK_PROCESS_CPUTIME_ID` less the benchmark thread's
@@ -271,38 +273,50 @@ fn decide(c: &mut Criterion) {
     group.bench_function("cedar_200_policies_inline", |b| {
         b.iter(|| cedar_200.decide(black_box(&call)))
     });
-    // The JavaScript example (issue 19) beside the Rust example it mirrors, both with
-    // `examples/custom-policy/settings.json`, each decision a fresh instance instantiated
-    // inline. The JavaScript component is built by `jco` (`TOOLWARD_JS_POLICY_WASM`
-    // names it; the tests leave it in `target/tmp/js-guests/`).
-    match std::env::var_os("TOOLWARD_JS_POLICY_WASM") {
-        None => println!(
-            "JavaScript: skipped (set TOOLWARD_JS_POLICY_WASM to the built examples/js-policy component)"
-        ),
-        Some(path) => {
-            let js = std::fs::read(path).unwrap();
-            let rust = std::fs::read(toolward::guests::CUSTOM_POLICY_WASM).unwrap();
-            let (js_policy, js_times) = custom_configured(&js, "js-policy");
-            let (rust_policy, rust_times) = custom_configured(&rust, "custom-policy");
-            for (name, bytes, (cold, warm, configure)) in
-                [("JavaScript", &js, js_times), ("Rust", &rust, rust_times)]
-            {
+    // The JavaScript and Python examples (issue 19) beside the Rust example they mirror,
+    // all with `examples/custom-policy/settings.json`, each decision a fresh instance
+    // instantiated inline. The JavaScript component is built by `jco`
+    // (`TOOLWARD_JS_POLICY_WASM` names it; the tests leave it in `target/tmp/js-guests/`),
+    // the Python one by componentize-py (`TOOLWARD_PYTHON_POLICY_WASM`; the tests leave it
+    // in `target/tmp/python-policy/`).
+    let rust = std::fs::read(toolward::guests::CUSTOM_POLICY_WASM).unwrap();
+    let mut rust_example = None;
+    for (language, variable, origin, case) in [
+        ("JavaScript", "TOOLWARD_JS_POLICY_WASM", "js-policy", "js_example_inline"),
+        ("Python", "TOOLWARD_PYTHON_POLICY_WASM", "python-policy", "python_example_inline"),
+    ] {
+        let Some(path) = std::env::var_os(variable) else {
+            println!("{language}: skipped (set {variable} to the built example component)");
+            continue;
+        };
+        let bytes = std::fs::read(path).unwrap();
+        let (policy, (cold, warm, configure)) = custom_configured(&bytes, origin);
+        println!(
+            "{language} example ({} bytes): compile cold {:.2} s, from the cache {:.1} ms; configure (run and snapshot) {:.1} ms",
+            bytes.len(),
+            cold.as_secs_f64(),
+            warm.as_secs_f64() * 1e3,
+            configure.as_secs_f64() * 1e3,
+        );
+        let rust_policy = &rust_example
+            .get_or_insert_with(|| {
+                let (policy, (cold, warm, configure)) = custom_configured(&rust, "custom-policy");
                 println!(
-                    "{name} example ({} bytes): compile cold {:.2} s, from the cache {:.1} ms; configure (run and snapshot) {:.1} ms",
-                    bytes.len(),
+                    "Rust example ({} bytes): compile cold {:.2} s, from the cache {:.1} ms; configure (run and snapshot) {:.1} ms",
+                    rust.len(),
                     cold.as_secs_f64(),
                     warm.as_secs_f64() * 1e3,
                     configure.as_secs_f64() * 1e3,
                 );
-            }
-            assert_eq!(js_policy.decide(&call), rust_policy.decide(&call));
-            group.bench_function("js_example_inline", |b| {
-                b.iter(|| js_policy.decide(black_box(&call)))
+                policy
             });
-            group.bench_function("rust_example_inline", |b| {
-                b.iter(|| rust_policy.decide(black_box(&call)))
-            });
-        }
+        assert_eq!(policy.decide(&call), rust_policy.decide(&call), "{language}");
+        group.bench_function(case, |b| b.iter(|| policy.decide(black_box(&call))));
+    }
+    if let Some(rust_policy) = &rust_example {
+        group.bench_function("rust_example_inline", |b| {
+            b.iter(|| rust_policy.decide(black_box(&call)))
+        });
     }
     group.bench_function("baseline_native_table", |b| {
         b.iter(|| {

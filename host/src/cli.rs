@@ -1375,6 +1375,10 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
                 "worlds": worlds,
                 "exports": loaded.exports(),
                 "imports": loaded.imports(),
+                "wasi": wasi_grants(&loaded)
+                    .iter()
+                    .map(|(import, gets)| serde_json::json!({"import": import, "gets": gets}))
+                    .collect::<Vec<_>>(),
                 "cached": cached,
             })
         );
@@ -1385,20 +1389,46 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
         println!("  worlds   {}", worlds.join(", "));
         println!("  exports  {}", loaded.exports().join(", "));
         println!("  cached   {cached}");
+        let grants = wasi_grants(&loaded);
+        let own: Vec<&str> = loaded
+            .imports()
+            .iter()
+            .map(String::as_str)
+            .filter(|import| !toolward::component::wasi::is_provided(import))
+            .collect();
         println!(
             "  imports  {}",
-            if loaded.imports().is_empty() {
+            if own.is_empty() {
                 "(none)".to_owned()
             } else {
-                loaded.imports().join(", ")
+                own.join(", ")
             }
         );
+        if !grants.is_empty() {
+            let width = grants.iter().map(|(i, _)| i.len()).max().unwrap_or(0);
+            println!("  wasi     (WASI 0.2, granting nothing; what each import gets)");
+            for (import, gets) in &grants {
+                println!("    {import:width$}  {gets}");
+            }
+        }
     }
     Ok(if worlds.is_empty() {
         ExitCode::from(EXIT_FOUND)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Each WASI import of `loaded` and what the host gives a policy for it
+/// ([`toolward::component::wasi::grant_of`]).
+fn wasi_grants(loaded: &toolward::component::LoadedComponent) -> Vec<(&str, &'static str)> {
+    loaded
+        .imports()
+        .iter()
+        .map(String::as_str)
+        .filter(|import| toolward::component::wasi::is_provided(import))
+        .map(|import| (import, toolward::component::wasi::grant_of(import)))
+        .collect()
 }
 
 fn policy_test(

@@ -40,6 +40,7 @@ use wasmtime_wizer::{ComponentInstanceState, Wizer};
 pub use toolward_policy_table::{Decision, Effect};
 
 mod cache;
+pub mod wasi;
 
 use cache::Lookup;
 pub use cache::{CACHE_FOLDER, CACHE_KEY, ComponentCache, MAX_COMPILED_BYTES};
@@ -221,7 +222,7 @@ pub enum ComponentError {
     },
     /// The component imports something outside toolward's WIT: purity is checked.
     #[error(
-        "component `{origin}` imports `{import}`, which toolward does not provide: a policy component may import nothing but `toolward:policy` types"
+        "component `{origin}` imports `{import}`, which toolward does not provide: a policy component may import nothing but `toolward:policy` types and WASI 0.2 (`wasi:*@0.2.x`, which grants it nothing)"
     )]
     ForbiddenImport {
         /// Where the component came from.
@@ -269,10 +270,26 @@ pub enum ComponentError {
     },
 }
 
-/// The store data of a guest instance: its limiter, and whether it hit the memory limit.
+/// The store data of a guest instance: its limiter, whether it hit the memory limit, and
+/// for a component that imports WASI, its locked-down WASI state ([`wasi`]).
 struct GuestState {
     memory_bytes: usize,
     memory_exhausted: bool,
+    wasi: Option<Box<wasi::WasiState>>,
+}
+
+impl GuestState {
+    /// The WASI state (made on first use: a component that imports no WASI never has one).
+    fn wasi(&mut self) -> &mut wasi::WasiState {
+        self.wasi
+            .get_or_insert_with(|| Box::new(wasi::WasiState::locked_down()))
+    }
+}
+
+impl wasmtime_wasi::WasiView for GuestState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiView::ctx(self.wasi())
+    }
 }
 
 impl wasmtime::ResourceLimiter for GuestState {
@@ -323,6 +340,8 @@ pub struct ComponentHost {
 struct HostInner {
     engine: Engine,
     linker: Linker<GuestState>,
+    /// `linker` plus WASI 0.2 granting nothing ([`wasi`]), for components that import it.
+    wasi_linker: Linker<GuestState>,
     limits: GuestLimits,
     cache: Option<ComponentCache>,
 }
@@ -374,10 +393,14 @@ impl ComponentHost {
                 .instance(types)
                 .map_err(|e| ComponentError::Engine(e.to_string()))?;
         }
+        let mut wasi_linker = linker.clone();
+        wasi::link(&mut wasi_linker, GuestState::wasi)
+            .map_err(|e| ComponentError::Engine(format!("cannot link WASI 0.2: {e:#}")))?;
         Ok(ComponentHost {
             inner: Arc::new(HostInner {
                 engine,
                 linker,
+                wasi_linker,
                 limits,
                 cache,
             }),
@@ -405,8 +428,13 @@ impl ComponentHost {
         let ty = component.component_type();
         let engine = &self.inner.engine;
         let mut imports = Vec::new();
+        let mut imports_wasi = false;
         for (name, item) in ty.imports(engine) {
             imports.push(name.to_owned());
+            if wasi::is_provided(name) {
+                imports_wasi = true;
+                continue;
+            }
             let ours = name.starts_with(&format!("{WIT_PACKAGE}/"));
             let type_only = match &item.ty {
                 ComponentItem::ComponentInstance(instance) => instance
@@ -422,6 +450,17 @@ impl ComponentHost {
                 });
             }
         }
+        if imports_wasi {
+            // Every import is WASI 0.2 or ours by name; the types must fit too (a function
+            // of another signature under a WASI name is refused here, not at configure).
+            self.inner
+                .wasi_linker
+                .instantiate_pre(&component)
+                .map_err(|e| ComponentError::Invalid {
+                    origin: origin.to_owned(),
+                    reason: format!("its WASI 0.2 imports do not link: {e:#}"),
+                })?;
+        }
         let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
         Ok(LoadedComponent {
             origin: origin.to_owned(),
@@ -435,6 +474,7 @@ impl ComponentHost {
             exports_validation: exports.iter().any(|e| e == VALIDATION_INTERFACE),
             exports,
             imports,
+            imports_wasi,
             cache,
             bytes: bytes.to_vec(),
         })
@@ -504,6 +544,7 @@ impl ComponentHost {
                 validation,
                 facts,
                 sha256: component.sha256.clone(),
+                wasi: component.imports_wasi,
                 queue: Mutex::new(ReadyQueue {
                     ready: Vec::new(),
                     used: Vec::new(),
@@ -552,21 +593,34 @@ impl ComponentHost {
             pre,
             indices,
             sha256: component.sha256.clone(),
+            wasi: component.imports_wasi,
         })
     }
 
-    fn store(&self, fuel: u64) -> Store<GuestState> {
+    /// A store for one instance, holding `fuel`; with a locked-down WASI state when the
+    /// component imports WASI (`wasi`).
+    fn store(&self, fuel: u64, wasi: bool) -> Store<GuestState> {
         let mut store = Store::new(
             &self.inner.engine,
             GuestState {
                 memory_bytes: self.inner.limits.memory_bytes,
                 memory_exhausted: false,
+                wasi: wasi.then(|| Box::new(wasi::WasiState::locked_down())),
             },
         );
         store.limiter(|state| state);
         // Fuel is only unavailable when metering is off, and it is always on here.
         let _ = store.set_fuel(fuel);
         store
+    }
+
+    /// The linker for a component: with WASI 0.2 granting nothing when it imports WASI.
+    fn linker(&self, wasi: bool) -> &Linker<GuestState> {
+        if wasi {
+            &self.inner.wasi_linker
+        } else {
+            &self.inner.linker
+        }
     }
 
     /// Instruments `component`, runs `configure` through `call`, snapshots the configured
@@ -578,8 +632,10 @@ impl ComponentHost {
             &mut Store<GuestState>,
             &Instance,
             &InstancePre<GuestState>,
-        ) -> Result<Result<(), String>, String>,
+        ) -> Result<Result<(), String>, String>
+        + Send,
     ) -> Result<(InstancePre<GuestState>, CacheOutcome), ComponentError> {
+        let wasi = component.imports_wasi;
         let origin = &component.origin;
         let guest_err = |step: &'static str, reason: String| ComponentError::Guest {
             origin: origin.clone(),
@@ -593,15 +649,33 @@ impl ComponentHost {
         let sha = hex::encode(Sha256::digest(&instrumented));
         let (compiled, _) = self.compile_cached(&instrumented, &sha, origin)?;
         let pre = self
-            .inner
-            .linker
+            .linker(wasi)
             .instantiate_pre(&compiled)
-            .map_err(|e| guest_err("instantiate", e.to_string()))?;
-        let mut store = self.store(self.inner.limits.configure_fuel);
-        let instance = pre
-            .instantiate(&mut store)
-            .map_err(|e| guest_err("instantiate", e.to_string()))?;
-        match call(&mut store, &instance, &pre) {
+            .map_err(|e| guest_err("instantiate", format!("{e:#}")))?;
+        let mut store = self.store(self.inner.limits.configure_fuel, wasi);
+        let configured = if wasi {
+            wasi::off_runtime(|| {
+                let instance = pre.instantiate(&mut store).map_err(|e| format!("{e:#}"))?;
+                let answer = call(&mut store, &instance, &pre);
+                Ok((instance, answer))
+            })
+        } else {
+            let instance = pre
+                .instantiate(&mut store)
+                .map_err(|e| guest_err("instantiate", e.to_string()))?;
+            let answer = call(&mut store, &instance, &pre);
+            Ok((instance, answer))
+        };
+        let printed = store.data().wasi.as_ref().map(|w| w.output());
+        let with_output = |reason: String| match printed.as_ref().filter(|o| !o.is_empty()) {
+            Some(output) => format!("{reason}; it printed {}", output.for_reason()),
+            None => reason,
+        };
+        let (instance, answer) = match configured {
+            Ok(done) => done,
+            Err(reason) => return Err(guest_err("instantiate", with_output(reason))),
+        };
+        match answer {
             Ok(Ok(())) => {}
             Ok(Err(message)) => {
                 return Err(ComponentError::Settings {
@@ -623,8 +697,16 @@ impl ComponentHost {
                 } else {
                     reason
                 };
-                return Err(guest_err("configure", reason));
+                return Err(guest_err("configure", with_output(reason)));
             }
+        }
+        if let Some(state) = &store.data().wasi
+            && !state.holds_nothing()
+        {
+            return Err(guest_err(
+                "configure",
+                "kept WASI handles (streams, pollables, files) open after `configure`: they would not exist in the fresh instance of each decision; close them before `configure` returns".to_owned(),
+            ));
         }
         let _ = store.set_fuel(u64::MAX);
         let mut state = SyncInstanceState {
@@ -640,8 +722,7 @@ impl ComponentHost {
         let snapshot_sha = hex::encode(Sha256::digest(&snapshot));
         let (snapshot_component, cache) = self.compile_cached(&snapshot, &snapshot_sha, origin)?;
         let pre = self
-            .inner
-            .linker
+            .linker(wasi)
             .instantiate_pre(&snapshot_component)
             .map_err(|e| guest_err("instantiate", e.to_string()))?;
         Ok((pre, cache))
@@ -707,6 +788,8 @@ pub struct LoadedComponent {
     size_bytes: usize,
     exports: Vec<String>,
     imports: Vec<String>,
+    /// Whether it imports WASI 0.2 (linked granting nothing, [`wasi`]).
+    imports_wasi: bool,
     exports_rules: bool,
     exports_policy: bool,
     exports_policy_v2: bool,
@@ -746,6 +829,11 @@ impl LoadedComponent {
     /// The component's imports (all within toolward's WIT, or it would not have loaded).
     pub fn imports(&self) -> &[String] {
         &self.imports
+    }
+    /// Whether it imports WASI 0.2 interfaces, which the host links granting nothing
+    /// ([`wasi`]; what each import gets: [`wasi::grant_of`]).
+    pub fn imports_wasi(&self) -> bool {
+        self.imports_wasi
     }
     /// Whether it exports `rules`.
     pub fn exports_rules(&self) -> bool {
@@ -890,6 +978,12 @@ fn guest_failure(
     if store.data().memory_exhausted {
         return format!("exceeded its memory limit of {memory_limit} bytes");
     }
+    if let Some(stopped) = error.downcast_ref::<wasi::Stopped>() {
+        return format!("was stopped: {stopped}");
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return format!("exited with status {} instead of answering", exit.0);
+    }
     match error.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => format!("ran out of fuel (limit {fuel_limit} units)"),
         Some(trap) => format!("trapped: {trap}"),
@@ -922,6 +1016,9 @@ struct PolicyShared {
     /// The `facts@0.2.0` export, when the component has one.
     facts: Option<wit2_facts::GuestIndices>,
     sha256: String,
+    /// Whether the component imports WASI: its calls then run off the Tokio runtime
+    /// ([`wasi::off_runtime`]) with the call's clock and random seed.
+    wasi: bool,
     queue: Mutex<ReadyQueue>,
     /// Wakes the worker: no instance is left ready, the used ones reached the policy's
     /// depth, or the policy is dropping.
@@ -962,6 +1059,7 @@ impl PolicyGuest {
                 Ok(PolicyAnswer {
                     decision: from_wit(decision),
                     determined_by: None,
+                    output: None,
                 })
             }
             PolicyGuest::V2(guest) => {
@@ -974,6 +1072,7 @@ impl PolicyGuest {
                 Ok(PolicyAnswer {
                     decision: from_wit2(verdict.decision),
                     determined_by: Some(bounded_ids(verdict.determined_by)),
+                    output: None,
                 })
             }
         }
@@ -990,6 +1089,9 @@ pub struct PolicyAnswer {
     /// ids); `None` from a `policy@0.1.0` component, which cannot say. At most
     /// [`MAX_DETERMINED_BY`] ids and a last `… and N more`.
     pub determined_by: Option<Vec<String>>,
+    /// What the guest printed on stdout and stderr during the decision, bounded
+    /// ([`wasi::MAX_OUTPUT_BYTES`]); `None` for a component that imports no WASI.
+    pub output: Option<wasi::GuestOutput>,
 }
 
 fn bounded_ids(mut ids: Vec<String>) -> Vec<String> {
@@ -1052,7 +1154,7 @@ impl PolicyShared {
 
     /// A fresh instance of the snapshot, its store holding `fuel`.
     fn instantiate_with_fuel(&self, fuel: u64) -> Result<FreshInstance, String> {
-        let mut store = self.host.store(fuel);
+        let mut store = self.host.store(fuel, self.wasi);
         let instance = self
             .pre
             .instantiate(&mut store)
@@ -1076,6 +1178,7 @@ impl PolicyShared {
         PolicyAnswer {
             decision: self.deny(reason),
             determined_by: None,
+            output: None,
         }
     }
 
@@ -1264,14 +1367,29 @@ impl Policy {
                 }
             }
         };
-        let answer = match guest.decide(&mut store, call) {
-            Ok(answer) => answer,
-            Err(e) => shared.deny_answer(guest_failure(
-                &store,
-                &e,
-                limits.decide_fuel,
-                limits.memory_bytes,
-            )),
+        let decided = if shared.wasi {
+            store
+                .data_mut()
+                .wasi()
+                .begin_call(call.time_ms, call.arguments_sha256.as_bytes());
+            wasi::off_runtime(|| guest.decide(&mut store, call))
+        } else {
+            guest.decide(&mut store, call)
+        };
+        let output = store.data().wasi.as_ref().map(|w| w.output());
+        let answer = match decided {
+            Ok(answer) => PolicyAnswer { output, ..answer },
+            Err(e) => {
+                let mut reason =
+                    guest_failure(&store, &e, limits.decide_fuel, limits.memory_bytes);
+                if let Some(printed) = output.as_ref().filter(|o| !o.is_empty()) {
+                    reason = format!("{reason}; it printed {}", printed.for_reason());
+                }
+                PolicyAnswer {
+                    output,
+                    ..shared.deny_answer(reason)
+                }
+            }
         };
         self.retire(store);
         answer
@@ -1320,7 +1438,7 @@ impl Policy {
         };
         let shared = &*self.shared;
         let limits = &shared.host.inner.limits;
-        let mut store = shared.host.store(limits.configure_fuel);
+        let mut store = shared.host.store(limits.configure_fuel, shared.wasi);
         let instance = shared.pre.instantiate(&mut store).map_err(|e| {
             format!(
                 "policy component `{}` could not be instantiated: {e}",
@@ -1342,7 +1460,12 @@ impl Policy {
                 input_schema: &tool.input_schema,
             })
             .collect();
-        guest.call_validate(&mut store, &wit_tools).map_err(|e| {
+        let validated = if shared.wasi {
+            wasi::off_runtime(|| guest.call_validate(&mut store, &wit_tools))
+        } else {
+            guest.call_validate(&mut store, &wit_tools)
+        };
+        validated.map_err(|e| {
             format!(
                 "policy component `{}` {}",
                 short(&shared.sha256),
@@ -1404,7 +1527,11 @@ impl LivePolicy {
     /// The decision on `call` in this instance; a guest failure is a deny.
     pub fn decide(&mut self, call: &CallView) -> Decision {
         let _ = self.store.set_fuel(u64::MAX);
-        match self.guest.decide(&mut self.store, call) {
+        let (guest, store) = (&self.guest, &mut self.store);
+        if let Some(state) = &mut store.data_mut().wasi {
+            state.begin_call(call.time_ms, call.arguments_sha256.as_bytes());
+        }
+        match wasi::off_runtime(|| guest.decide(store, call)) {
             Ok(answer) => answer.decision,
             Err(e) => Decision::Deny(e.to_string()),
         }
@@ -1485,6 +1612,8 @@ pub struct Rules {
     pre: InstancePre<GuestState>,
     indices: wit_rules::GuestIndices,
     sha256: String,
+    /// Whether the component imports WASI (calls then run through [`wasi::off_runtime`]).
+    wasi: bool,
 }
 
 impl fmt::Debug for Rules {
@@ -1506,7 +1635,7 @@ impl Rules {
     /// # Errors
     /// A reason naming the component when no instance can be made.
     pub fn classifier(&self) -> Result<Classifier, String> {
-        let mut store = self.host.store(0);
+        let mut store = self.host.store(0, self.wasi);
         let instance = self.pre.instantiate(&mut store).map_err(|e| {
             format!(
                 "rules component `{}` could not be instantiated: {e}",
@@ -1526,6 +1655,7 @@ impl Rules {
             fuel: self.host.inner.limits.classify_fuel,
             memory_bytes: self.host.inner.limits.memory_bytes,
             broken: None,
+            wasi: self.wasi,
         })
     }
 }
@@ -1538,6 +1668,7 @@ pub struct Classifier {
     fuel: u64,
     memory_bytes: usize,
     broken: Option<String>,
+    wasi: bool,
 }
 
 impl fmt::Debug for Classifier {
@@ -1576,7 +1707,13 @@ impl Classifier {
             description_sha256: &tool.description_sha256,
             input_schema_sha256: &tool.input_schema_sha256,
         };
-        match self.guest.call_classify(&mut self.store, wit_tool) {
+        let classified = if self.wasi {
+            let (guest, store) = (&self.guest, &mut self.store);
+            wasi::off_runtime(|| guest.call_classify(store, wit_tool))
+        } else {
+            self.guest.call_classify(&mut self.store, wit_tool)
+        };
+        match classified {
             Ok(None) => Ok(None),
             Ok(Some(c)) => Ok(Some(Classification {
                 effect: effect_from_wit(c.effect),

@@ -282,6 +282,10 @@ pub struct CaseResult {
     /// Cedar component's policy ids); absent from a 0.1.0 component.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub determined_by: Option<Vec<String>>,
+    /// What the component printed on stdout and stderr during the case (a component that
+    /// imports WASI; bounded by `component::wasi::MAX_OUTPUT_BYTES`); absent when nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::component::wasi::GuestOutput>,
 }
 
 /// The outcome of a cases file against one component.
@@ -357,6 +361,9 @@ impl CaseReport {
                 case.expect.as_str(),
                 case.actual.as_str(),
             );
+            if let Some(output) = &case.output {
+                let _ = writeln!(out, "         printed {}", output.for_reason());
+            }
         }
         let _ = writeln!(out, "{} passed, {} failed", self.passed, self.failed);
         out
@@ -421,6 +428,7 @@ pub fn run_cases(
             reason: reason.map(str::to_owned),
             passed,
             determined_by: answer.determined_by.clone(),
+            output: answer.output.filter(|o| !o.is_empty()),
         });
     }
     report

@@ -400,21 +400,44 @@ fn malformed_answer_is_a_deny() {
 
 #[test]
 fn a_component_that_imports_anything_else_is_refused_naming_the_import() {
+    // Outside WASI 0.2 (another version, an interface the host does not provide) and
+    // outside any WASI: each refused, named.
+    for import in [
+        "wasi:cli/environment@0.3.0",
+        "wasi:http/outgoing-handler@0.2.0",
+        "env:host/clock@1.0.0",
+    ] {
+        let bytes = wat::parse_str(format!(
+            r#"(component
+                (import "{import}" (instance
+                  (export "get-arguments" (func (result (list string))))))
+            )"#
+        ))
+        .unwrap();
+        let err = host().load(&bytes, "greedy.wasm").unwrap_err();
+        assert!(
+            matches!(&err, ComponentError::ForbiddenImport { import: named, .. } if named == import),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&format!("`{import}`")), "{err}");
+    }
+}
+
+#[test]
+fn a_wasi_0_2_import_of_a_later_patch_version_links_and_gets_nothing() {
+    // `0.2.9`, as componentize-py 0.25.1 imports, where wasmtime-wasi 48 provides 0.2.12.
     let bytes = wat::parse_str(
         r#"(component
-            (import "wasi:cli/environment@0.2.0" (instance
+            (import "wasi:cli/environment@0.2.9" (instance $env
               (export "get-arguments" (func (result (list string))))))
         )"#,
     )
     .unwrap();
-    let err = host().load(&bytes, "greedy.wasm").unwrap_err();
-    assert!(
-        matches!(&err, ComponentError::ForbiddenImport { import, .. } if import == "wasi:cli/environment@0.2.0"),
-        "{err}"
-    );
-    assert!(
-        err.to_string().contains("`wasi:cli/environment@0.2.0`"),
-        "{err}"
+    let loaded = host().load(&bytes, "wasi.wasm").unwrap();
+    assert!(loaded.imports_wasi());
+    assert_eq!(
+        toolward::component::wasi::grant_of("wasi:cli/environment@0.2.9"),
+        "empty"
     );
 }
 

@@ -21,6 +21,7 @@ mod listen;
 mod load;
 mod pin;
 mod policy_kit;
+mod python_policy;
 mod protocol;
 mod real;
 mod real_load;

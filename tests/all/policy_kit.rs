@@ -423,8 +423,11 @@ fn toolward_policy_test_and_inspect_answer_help_and_json() {
     );
 }
 
-/// The guide's `sh` blocks and `file=` blocks, in order, as one shell script.
-pub(crate) fn guide_script(markdown: &str) -> String {
+/// The heading of the Python chapter of `docs/policy-authoring.md`, where the Rust guide ends.
+pub const PYTHON_CHAPTER: &str = "## 10. Or write the policy in Python";
+
+/// The `sh` blocks of `markdown` in order, and its `file=NAME` blocks as files, as one script.
+pub fn guide_script(markdown: &str) -> String {
     let mut script = String::from("set -eux\n");
     let mut lines = markdown.lines();
     while let Some(line) = lines.next() {
@@ -453,7 +456,7 @@ pub(crate) fn guide_script(markdown: &str) -> String {
 }
 
 /// Where `tests/real-servers/install.sh` put the npm servers' commands.
-fn installed_server_commands() -> PathBuf {
+pub fn installed_server_commands() -> PathBuf {
     crate::real::real_servers().join("node_modules/.bin")
 }
 
@@ -461,7 +464,8 @@ fn installed_server_commands() -> PathBuf {
 fn policy_authoring_guide_builds_inspects_tests_and_deploys_its_component() {
     let Some(bin) = toolward_binary() else { return };
     let mut guide = std::fs::read_to_string(repo().join("docs/policy-authoring.md")).unwrap();
-    // The JavaScript chapter is run by its own test (`js_policy.rs`).
+    // The chapters of other languages have tests of their own (`js_policy.rs`,
+    // `python_policy.rs`); the JavaScript one comes first.
     if let Some(end) = guide.find(crate::js_policy::JS_CHAPTER) {
         guide.truncate(end);
     }

@@ -30,6 +30,13 @@ if ! cmp -s "$here/../../examples/js-policy/package-lock.json" "$js/package-lock
   cp "$here/../../examples/js-policy/package.json" "$here/../../examples/js-policy/package-lock.json" "$js/"
   (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# PyPI: componentize-py, pinned, which builds the Python policy example
+# (examples/python-policy) and the hostile Python guests (tests/all/python_policy.rs), in a
+# venv of its own; installed apart from the stamp below, as the receiver above.
+if [ ! -x "$dest/componentize-venv/bin/componentize-py" ]; then
+  python3 -m venv "$dest/componentize-venv"
+  "$dest/componentize-venv/bin/pip" install --quiet --disable-pip-version-check componentize-py==0.25.1
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0
