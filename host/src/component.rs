@@ -1403,7 +1403,7 @@ impl Policy {
     pub fn fact_scopes(&self) -> Option<Vec<String>> {
         let indices = self.shared.facts.as_ref()?;
         let shared = &*self.shared;
-        let mut store = shared.host.store(shared.host.inner.limits.configure_fuel);
+        let mut store = shared.host.store(shared.host.inner.limits.configure_fuel, shared.wasi);
         let instance = shared.pre.instantiate(&mut store).ok()?;
         let guest = indices.load(&mut store, &instance).ok()?;
         match guest.call_read_scopes(&mut store) {
