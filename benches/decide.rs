@@ -282,8 +282,18 @@ fn decide(c: &mut Criterion) {
     let rust = std::fs::read(toolward::guests::CUSTOM_POLICY_WASM).unwrap();
     let mut rust_example = None;
     for (language, variable, origin, case) in [
-        ("JavaScript", "TOOLWARD_JS_POLICY_WASM", "js-policy", "js_example_inline"),
-        ("Python", "TOOLWARD_PYTHON_POLICY_WASM", "python-policy", "python_example_inline"),
+        (
+            "JavaScript",
+            "TOOLWARD_JS_POLICY_WASM",
+            "js-policy",
+            "js_example_inline",
+        ),
+        (
+            "Python",
+            "TOOLWARD_PYTHON_POLICY_WASM",
+            "python-policy",
+            "python_example_inline",
+        ),
     ] {
         let Some(path) = std::env::var_os(variable) else {
             println!("{language}: skipped (set {variable} to the built example component)");
@@ -310,7 +320,11 @@ fn decide(c: &mut Criterion) {
                 );
                 policy
             });
-        assert_eq!(policy.decide(&call), rust_policy.decide(&call), "{language}");
+        assert_eq!(
+            policy.decide(&call),
+            rust_policy.decide(&call),
+            "{language}"
+        );
         group.bench_function(case, |b| b.iter(|| policy.decide(black_box(&call))));
     }
     if let Some(rust_policy) = &rust_example {

@@ -1380,8 +1380,7 @@ impl Policy {
         let answer = match decided {
             Ok(answer) => PolicyAnswer { output, ..answer },
             Err(e) => {
-                let mut reason =
-                    guest_failure(&store, &e, limits.decide_fuel, limits.memory_bytes);
+                let mut reason = guest_failure(&store, &e, limits.decide_fuel, limits.memory_bytes);
                 if let Some(printed) = output.as_ref().filter(|o| !o.is_empty()) {
                     reason = format!("{reason}; it printed {}", printed.for_reason());
                 }
@@ -1403,7 +1402,9 @@ impl Policy {
     pub fn fact_scopes(&self) -> Option<Vec<String>> {
         let indices = self.shared.facts.as_ref()?;
         let shared = &*self.shared;
-        let mut store = shared.host.store(shared.host.inner.limits.configure_fuel, shared.wasi);
+        let mut store = shared
+            .host
+            .store(shared.host.inner.limits.configure_fuel, shared.wasi);
         let instance = shared.pre.instantiate(&mut store).ok()?;
         let guest = indices.load(&mut store, &instance).ok()?;
         match guest.call_read_scopes(&mut store) {

@@ -273,7 +273,7 @@ fn the_javascript_example_decides_in_front_of_the_real_memory_server_through_too
     );
 
     // Every decision is on the record with the JavaScript component's digest.
-    let audit = std::fs::read_to_string(dir.path().join("state/audit.jsonl")).unwrap();
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
     let decisions: Vec<serde_json::Value> = audit
         .lines()
         .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())

@@ -185,8 +185,7 @@ fn python_guest_looping_forever_is_denied_for_fuel_and_the_next_decision_works()
 }
 
 #[test]
-fn python_guest_allocating_without_end_is_denied_at_its_memory_limit_and_the_next_decision_works()
-{
+fn python_guest_allocating_without_end_is_denied_at_its_memory_limit_and_the_next_decision_works() {
     let Some(policy) = hostile("") else { return };
     let reason = deny_reason(policy.decide(&call("allocate", "{}")));
     assert!(reason.contains("exceeded its memory limit"), "{reason}");
@@ -210,7 +209,10 @@ fn python_guest_printing_a_lot_is_captured_and_bounded() {
     assert_eq!(answer.decision, Decision::Allow);
     let output = answer.output.unwrap();
     // 10,000 lines of 100 bytes: the first 64 KiB kept, the rest counted.
-    assert_eq!(output.text.len(), toolward::component::wasi::MAX_OUTPUT_BYTES);
+    assert_eq!(
+        output.text.len(),
+        toolward::component::wasi::MAX_OUTPUT_BYTES
+    );
     assert_eq!(
         output.dropped_bytes,
         1_000_000 - toolward::component::wasi::MAX_OUTPUT_BYTES as u64

@@ -178,12 +178,12 @@ impl GuestOutput {
 /// # Errors
 /// What wasmtime says when a definition does not fit (a `wasmtime-wasi` upgrade that
 /// renamed an interface).
-pub(crate) fn link<T: Send + 'static>(
+pub(crate) fn link<T>(
     linker: &mut Linker<T>,
     wasi: fn(&mut T) -> &mut WasiState,
 ) -> wasmtime::Result<()>
 where
-    T: WasiView,
+    T: WasiView + Send + 'static,
 {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
     linker.allow_shadowing(true);
@@ -196,9 +196,10 @@ where
         Ok((wasi(store.data_mut()).secure.u64(),))
     })?;
     let mut insecure = linker.instance(&format!("wasi:random/insecure@{version}"))?;
-    insecure.func_wrap("get-insecure-random-bytes", move |mut store, (len,): (u64,)| {
-        Ok((wasi(store.data_mut()).insecure.bytes(len)?,))
-    })?;
+    insecure.func_wrap(
+        "get-insecure-random-bytes",
+        move |mut store, (len,): (u64,)| Ok((wasi(store.data_mut()).insecure.bytes(len)?,)),
+    )?;
     insecure.func_wrap("get-insecure-random-u64", move |mut store, (): ()| {
         Ok((wasi(store.data_mut()).insecure.u64(),))
     })?;
@@ -307,8 +308,11 @@ impl StdoutStream for CaptureStream {
     }
 }
 
-/// How many bytes a guest may write in one `write` call: what wasi-libc asks for.
-const WRITE_PERMIT_BYTES: usize = 4096;
+/// How many bytes a guest may write in one `write` call (`check-write`'s permit): 1 MiB, so a
+/// large write is taken whole rather than cut short (CPython wrote only the first 4 KiB of
+/// one large `sys.stdout.write` when the permit was 4,096); what passes
+/// [`MAX_OUTPUT_BYTES`] is counted and dropped as it arrives.
+const WRITE_PERMIT_BYTES: usize = 1 << 20;
 
 impl OutputStream for CaptureStream {
     fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
@@ -503,7 +507,11 @@ mod tests {
         assert_eq!(a, again);
         assert_ne!(a, other_seed);
         assert_ne!(a, other_stream);
-        assert!(CounterRng::new(b"secure", b"").bytes(MAX_RANDOM_BYTES + 1).is_err());
+        assert!(
+            CounterRng::new(b"secure", b"")
+                .bytes(MAX_RANDOM_BYTES + 1)
+                .is_err()
+        );
     }
 
     #[test]
