@@ -111,26 +111,16 @@ fn run_toolward(bin: &Path, dir: &Path, args: &[&str]) -> Output {
     Command::new(bin)
         .args(args)
         .current_dir(dir)
-        .env("PATH", reader_path(bin))
+        .env(
+            "PATH",
+            crate::policy_kit::reader_path(
+                bin,
+                &[crate::real::real_servers().join("node_modules/.bin")],
+            ),
+        )
         .env_remove("TOOLWARD_LOG")
         .output()
         .unwrap()
-}
-
-/// The `PATH` of a guide's reader: `toolward`, the real npm servers' commands, then the
-/// inherited `PATH`.
-fn reader_path(bin: &Path) -> std::ffi::OsString {
-    std::env::join_paths(
-        [
-            bin.parent().unwrap().to_owned(),
-            crate::real::real_servers().join("node_modules/.bin"),
-        ]
-        .into_iter()
-        .chain(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        )),
-    )
-    .unwrap()
 }
 
 /// The example's cases file, with the settings at `settings` instead of its own when given.
@@ -333,7 +323,13 @@ fn the_guides_javascript_chapter_builds_tests_and_deploys_its_component() {
         .arg(&script)
         .current_dir(dir.path())
         .env("TOOLWARD_REPO", repo())
-        .env("PATH", reader_path(bin))
+        .env(
+            "PATH",
+            crate::policy_kit::reader_path(
+                bin,
+                &[crate::real::real_servers().join("node_modules/.bin")],
+            ),
+        )
         // Not in the guide's commands, so that the test fits CI: npm takes the packages
         // from its cache, which the toolchain's install filled, rather than the registry.
         .env("npm_config_offline", "true")
@@ -351,18 +347,7 @@ fn the_guides_javascript_chapter_builds_tests_and_deploys_its_component() {
     assert!(stdout.contains("policy-component"), "{stdout}");
     assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
     let wasm = dir.path().join("my-js-policy/policy.wasm");
-    let digest = toolward::canonical::sha256_hex(&std::fs::read(&wasm).unwrap());
-    assert!(
-        stdout.contains(&format!("policy component sha256 {digest}")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("4 tools registered, 0 refused"), "{stdout}");
-    assert!(stdout.contains("\"entities\""), "{stdout}");
-    assert!(
-        stdout.contains("is destructive: my-policy never allows it"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("denied, as my-policy decides"), "{stdout}");
+    crate::policy_kit::assert_guide_deployed(&stdout, &wasm, "my-policy");
 }
 
 /// The median of `times`.

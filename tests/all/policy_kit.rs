@@ -3,7 +3,7 @@
 //! checks on their edge cases, `toolward policy test` and `toolward policy inspect` on the
 //! built binary, and `docs/policy-authoring.md` followed from an empty folder.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -460,6 +460,40 @@ pub fn installed_server_commands() -> PathBuf {
     crate::real::real_servers().join("node_modules/.bin")
 }
 
+/// The `PATH` of a guide's reader: `toolward`'s folder, then `extra` (the real servers'
+/// commands, a language's toolchain), then the inherited `PATH`.
+pub fn reader_path(bin: &Path, extra: &[PathBuf]) -> std::ffi::OsString {
+    std::env::join_paths(
+        std::iter::once(bin.parent().unwrap().to_owned())
+            .chain(extra.iter().cloned())
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )
+    .unwrap()
+}
+
+/// What a guide's deploy step printed, checked: `check` names the component the guide
+/// built (`wasm`) and the four classified tools, a read is allowed and the destructive
+/// call is denied with the reason of `policy` (the guide's component name).
+pub fn assert_guide_deployed(stdout: &str, wasm: &Path, policy: &str) {
+    let digest = toolward::canonical::sha256_hex(&std::fs::read(wasm).unwrap());
+    assert!(
+        stdout.contains(&format!("policy component sha256 {digest}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("4 tools registered, 0 refused"), "{stdout}");
+    assert!(stdout.contains("\"entities\""), "{stdout}");
+    assert!(
+        stdout.contains(&format!("is destructive: {policy} never allows it")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("denied, as {policy} decides")),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn policy_authoring_guide_builds_inspects_tests_and_deploys_its_component() {
     let Some(bin) = toolward_binary() else { return };
@@ -498,14 +532,7 @@ fn policy_authoring_guide_builds_inspects_tests_and_deploys_its_component() {
     }
     let dir = tempfile::tempdir().unwrap();
     // The guide's reader has `toolward` and `mcp-server-memory` on their PATH.
-    let path = std::env::join_paths(
-        [bin.parent().unwrap().to_owned(), servers]
-            .into_iter()
-            .chain(std::env::split_paths(
-                &std::env::var_os("PATH").unwrap_or_default(),
-            )),
-    )
-    .unwrap();
+    let path = reader_path(bin, &[servers]);
     let out = Command::new("sh")
         .arg("-c")
         .arg(&script)
@@ -546,15 +573,5 @@ fn policy_authoring_guide_builds_inspects_tests_and_deploys_its_component() {
         "{manifest:?}"
     );
     assert_eq!(manifest.servers["memory"].tools.len(), 9);
-    assert!(
-        stdout.contains(&format!("policy component sha256 {digest}")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("4 tools registered, 0 refused"), "{stdout}");
-    assert!(stdout.contains("\"entities\""), "{stdout}");
-    assert!(
-        stdout.contains("is destructive: my-policy never allows it"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("denied, as my-policy decides"), "{stdout}");
+    assert_guide_deployed(&stdout, &wasm, "my-policy");
 }

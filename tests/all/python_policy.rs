@@ -268,18 +268,8 @@ fn python_policy_guide_builds_tests_and_deploys_its_component() {
     }
     let dir = tempfile::tempdir().unwrap();
     // The reader has `toolward`, componentize-py and `mcp-server-memory` on their PATH.
-    let path = std::env::join_paths(
-        [
-            bin.parent().unwrap().to_owned(),
-            componentize.parent().unwrap().to_owned(),
-            servers,
-        ]
-        .into_iter()
-        .chain(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        )),
-    )
-    .unwrap();
+    let path =
+        crate::policy_kit::reader_path(bin, &[componentize.parent().unwrap().to_owned(), servers]);
     let out = Command::new("sh")
         .arg("-c")
         .arg(&script)
@@ -298,19 +288,5 @@ fn python_policy_guide_builds_tests_and_deploys_its_component() {
     assert!(stdout.contains("captured"), "{stdout}");
     assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
     let wasm = dir.path().join("my-python-policy/policy.wasm");
-    let digest = toolward::canonical::sha256_hex(&std::fs::read(&wasm).unwrap());
-    assert!(
-        stdout.contains(&format!("policy component sha256 {digest}")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("4 tools registered, 0 refused"), "{stdout}");
-    assert!(stdout.contains("\"entities\""), "{stdout}");
-    assert!(
-        stdout.contains("is destructive: my-python-policy never allows it"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("denied, as my-python-policy decides"),
-        "{stdout}"
-    );
+    crate::policy_kit::assert_guide_deployed(&stdout, &wasm, "my-python-policy");
 }
