@@ -313,27 +313,28 @@ impl CaseReport {
     }
 
     /// The report as a table: one line per case, `PASS` or `FAIL`, the call, the expected
-    /// and actual verdicts and the actual reason; a summary line last.
+    /// and actual verdicts and the actual reason; a summary line last. Text a component
+    /// wrote (reasons, what it printed, a setup error) and the cases' names are shown with
+    /// control, bidirectional and invisible characters escaped
+    /// ([`crate::approval::escape_for_display`]), so a policy cannot move the cursor,
+    /// recolour or retitle the terminal that reads its report.
     pub fn render(&self) -> String {
+        use crate::approval::escape_for_display as shown;
         let mut out = String::new();
         let sha = self.sha256.get(..12).unwrap_or(&self.sha256);
         let _ = writeln!(out, "component `{}` (sha256 {sha}…)", self.component);
         if let Some(error) = &self.setup_error {
-            let _ = writeln!(out, "  SETUP FAILED  {error}");
+            let _ = writeln!(out, "  SETUP FAILED  {}", shown(error));
             let _ = writeln!(out, "no case ran");
             return out;
         }
         let calls: Vec<String> = self
             .cases
             .iter()
-            .map(|c| format!("{}/{}", c.server, c.tool))
+            .map(|c| shown(&format!("{}/{}", c.server, c.tool)))
             .collect();
-        let name_w = self
-            .cases
-            .iter()
-            .map(|c| c.name.chars().count())
-            .max()
-            .unwrap_or(0);
+        let names: Vec<String> = self.cases.iter().map(|c| shown(&c.name)).collect();
+        let name_w = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
         let call_w = calls.iter().map(|c| c.chars().count()).max().unwrap_or(0);
         let effect_w = self.cases.iter().map(|c| c.effect.len()).max().unwrap_or(0);
         let _ = writeln!(
@@ -341,7 +342,7 @@ impl CaseReport {
             "       {:name_w$}  {:call_w$}  {:effect_w$}  expect  actual  reason",
             "case", "call", "effect"
         );
-        for (case, call) in self.cases.iter().zip(&calls) {
+        for ((case, call), name) in self.cases.iter().zip(&calls).zip(&names) {
             let mark = if case.passed { "PASS" } else { "FAIL" };
             let mut reason = case.reason.clone().unwrap_or_else(|| "-".to_owned());
             if let Some(ids) = case.determined_by.as_ref().filter(|ids| !ids.is_empty()) {
@@ -353,16 +354,16 @@ impl CaseReport {
             {
                 let _ = write!(reason, " (expected to contain `{want}`)");
             }
+            let reason = shown(&reason);
             let _ = writeln!(
                 out,
-                "  {mark} {:name_w$}  {call:call_w$}  {:effect_w$}  {:6}  {:6}  {reason}",
-                case.name,
+                "  {mark} {name:name_w$}  {call:call_w$}  {:effect_w$}  {:6}  {:6}  {reason}",
                 case.effect,
                 case.expect.as_str(),
                 case.actual.as_str(),
             );
             if let Some(output) = &case.output {
-                let _ = writeln!(out, "         printed {}", output.for_reason());
+                let _ = writeln!(out, "         printed {}", shown(&output.for_reason()));
             }
         }
         let _ = writeln!(out, "{} passed, {} failed", self.passed, self.failed);
@@ -432,4 +433,47 @@ pub fn run_cases(
         });
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_shows_a_components_reason_with_terminal_controls_escaped() {
+        let hostile = "\u{1b}[2J\u{1b}]0;pwned\u{7}\r\u{202e}allow";
+        let report = CaseReport {
+            component: String::from("policy.wasm"),
+            sha256: "ab".repeat(32),
+            setup_error: None,
+            cases: vec![CaseResult {
+                name: String::from("escape\u{1b}[1A"),
+                server: String::from("fs"),
+                tool: String::from("write_file"),
+                effect: String::from("local-change"),
+                expect: Verdict::Deny,
+                reason_contains: None,
+                actual: Verdict::Deny,
+                reason: Some(hostile.to_owned()),
+                passed: true,
+                determined_by: None,
+                output: None,
+            }],
+            passed: 1,
+            failed: 0,
+        };
+        let shown = report.render();
+        assert!(!shown.contains('\u{1b}'), "{shown:?}");
+        assert!(
+            !shown.contains('\u{7}') && !shown.contains('\r'),
+            "{shown:?}"
+        );
+        assert!(!shown.contains('\u{202e}'), "{shown:?}");
+        assert!(shown.contains("\\u{1b}[2J"), "{shown}");
+        let failed = CaseReport {
+            setup_error: Some(hostile.to_owned()),
+            ..report
+        };
+        assert!(!failed.render().contains('\u{1b}'));
+    }
 }

@@ -160,6 +160,14 @@ pub fn open(key: &Key, state: &str) -> Result<RequestStateClaims, StateProblem> 
         .strip_prefix(STATE_PREFIX)
         .and_then(|rest| rest.split_once('.'))
         .ok_or(StateProblem::Tampered)?;
+    // Only the lowercase hex `seal` writes: one state has one spelling (a case-changed
+    // copy would otherwise verify, since the MAC covers the decoded payload).
+    if !payload_hex
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(StateProblem::Tampered);
+    }
     let payload = hex::decode(payload_hex).map_err(|_| StateProblem::Tampered)?;
     if !key.verify_hex(&[STATE_MAC_DOMAIN, &payload], mac) {
         return Err(StateProblem::Tampered);
@@ -460,6 +468,14 @@ mod tests {
                 "{garbage}"
             );
         }
+        // The same payload in uppercase hex: one state has one spelling.
+        let (payload, mac) = sealed
+            .strip_prefix(STATE_PREFIX)
+            .unwrap()
+            .split_once('.')
+            .unwrap();
+        let shouted = format!("{STATE_PREFIX}{}.{mac}", payload.to_uppercase());
+        assert_eq!(open(&key, &shouted).unwrap_err(), StateProblem::Tampered);
         let long = "a".repeat(MAX_REQUEST_STATE_BYTES + 1);
         assert!(matches!(
             open(&key, &long),
