@@ -25,7 +25,8 @@ fn shared_folder() -> PathBuf {
 }
 
 /// componentize-py: `TOOLWARD_COMPONENTIZE_PY`, else the pinned one `install.sh` puts in the
-/// real servers' folder.
+/// real servers' folder; without it the tests say so and pass, except in CI (`CI` set), where
+/// they fail.
 fn componentize_py() -> Option<PathBuf> {
     let path = match std::env::var_os("TOOLWARD_COMPONENTIZE_PY") {
         Some(path) => PathBuf::from(path),
@@ -34,6 +35,11 @@ fn componentize_py() -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "componentize-py is not at {} and CI must build the Python guests: run tests/real-servers/install.sh",
+            path.display()
+        );
         eprintln!(
             "skipped: componentize-py is not at {}; run tests/real-servers/install.sh",
             path.display()
