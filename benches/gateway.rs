@@ -309,6 +309,16 @@ fn python_server() -> Vec<String> {
     ]
 }
 
+/// `toolward serve --config CONFIG`, the release binary under test.
+fn serve_argv(config: &Path) -> Vec<String> {
+    vec![
+        toolward_bin().display().to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ]
+}
+
 /// A toolward config folder serving `servers` (name → fake server scenario) with `rules`,
 /// pinned.
 fn toolward_config(
@@ -434,12 +444,7 @@ fn latency() {
             } else {
                 "toolward always"
             },
-            argv: vec![
-                toolward_bin().display().to_string(),
-                "serve".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ],
+            argv: serve_argv(&config),
             tool: "fake__echo",
         });
     }
@@ -462,12 +467,7 @@ fn latency() {
         std::fs::write(&config, document.to_string()).unwrap();
         cases.push(Case {
             name: "toolward otel",
-            argv: vec![
-                toolward_bin().display().to_string(),
-                "serve".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ],
+            argv: serve_argv(&config),
             tool: "fake__echo",
         });
     }

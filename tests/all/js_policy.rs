@@ -27,23 +27,13 @@ pub(crate) const JS_CHAPTER: &str = "## 9. Or write the policy in JavaScript";
 
 /// The jco and componentize-js install, or `None` after saying why (a failure in CI).
 pub(crate) fn js_toolchain(test: &str) -> Option<PathBuf> {
-    let folder = match std::env::var_os("TOOLWARD_JS_TOOLCHAIN") {
-        Some(folder) => PathBuf::from(folder),
-        None => crate::real::real_servers().join("js-toolchain"),
-    };
-    if folder.join("node_modules/.bin/jco").is_file() {
-        return Some(folder);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test}: jco is not installed in {} and CI must build the JavaScript guests: run tests/real-servers/install.sh",
-        folder.display()
-    );
-    eprintln!(
-        "{test}: skipped: jco is not installed in {}; run tests/real-servers/install.sh",
-        folder.display()
-    );
-    None
+    crate::support::guest_toolchain(
+        test,
+        "JavaScript",
+        "TOOLWARD_JS_TOOLCHAIN",
+        "js-toolchain",
+        Some("node_modules/.bin/jco"),
+    )
 }
 
 /// The component built from the JavaScript module `source` for world `policy-component`

@@ -28,24 +28,13 @@ fn shared_folder() -> PathBuf {
 /// real servers' folder; without it the tests say so and pass, except in CI (`CI` set), where
 /// they fail.
 fn componentize_py() -> Option<PathBuf> {
-    let path = match std::env::var_os("TOOLWARD_COMPONENTIZE_PY") {
-        Some(path) => PathBuf::from(path),
-        None => crate::real::real_servers().join("componentize-venv/bin/componentize-py"),
-    };
-    if path.is_file() {
-        Some(path)
-    } else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "componentize-py is not at {} and CI must build the Python guests: run tests/real-servers/install.sh",
-            path.display()
-        );
-        eprintln!(
-            "skipped: componentize-py is not at {}; run tests/real-servers/install.sh",
-            path.display()
-        );
-        None
-    }
+    crate::support::guest_toolchain(
+        "python_policy",
+        "Python",
+        "TOOLWARD_COMPONENTIZE_PY",
+        "componentize-venv/bin/componentize-py",
+        None,
+    )
 }
 
 /// Builds module `module` of folder `dir` (world `policy-component` of `wit/`) into the

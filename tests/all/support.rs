@@ -302,3 +302,35 @@ pub fn other_user() -> Option<u32> {
         None
     }
 }
+
+/// A guest toolchain the policy-language tests build with: `$variable`, else `default` in
+/// the real servers' folder (`tests/real-servers/install.sh` installs both), when `probe`
+/// (a path inside it; `None`: the path itself) is a file. Otherwise `None` after saying why
+/// on stderr, so the tests pass where it is not installed, except in CI (`CI` set), where
+/// `test` fails: CI must build the `language` guests.
+pub fn guest_toolchain(
+    test: &str,
+    language: &str,
+    variable: &str,
+    default: &str,
+    probe: Option<&str>,
+) -> Option<PathBuf> {
+    let path = match std::env::var_os(variable) {
+        Some(path) => PathBuf::from(path),
+        None => crate::real::real_servers().join(default),
+    };
+    let probed = probe.map_or_else(|| path.clone(), |inside| path.join(inside));
+    if probed.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: {} is not installed and CI must build the {language} guests: run tests/real-servers/install.sh",
+        probed.display()
+    );
+    eprintln!(
+        "{test}: skipped: {} is not installed; run tests/real-servers/install.sh",
+        probed.display()
+    );
+    None
+}
