@@ -25,7 +25,7 @@ mod json;
 mod request;
 mod validate;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::sync::OnceLock;
 
@@ -53,8 +53,41 @@ static POLICIES: OnceLock<Policies> = OnceLock::new();
 
 struct Policies {
     set: PolicySet,
+    /// What each policy does when satisfied, read from its effect and annotations.
+    kinds: Kinds,
     /// The settings text, for line and column of validation errors.
     source: String,
+}
+
+/// What a satisfied policy does, by its id. Read once in `configure`: Cedar's
+/// `Policy::annotation` parses the annotation's name with its full parser (a lexer built per
+/// call) every time it is asked, which cost a decision more than its evaluation.
+type Kinds = BTreeMap<PolicyId, Kind>;
+
+enum Kind {
+    /// A forbid, with its reason (`@reason`, else its id).
+    Forbid(String),
+    /// A permit with `@hold("reason")`.
+    Hold(String),
+    /// Any other permit.
+    Permit,
+}
+
+fn kinds(set: &PolicySet) -> Kinds {
+    set.policies()
+        .map(|policy| {
+            let kind = match (policy.effect(), policy.annotation(HOLD_ANNOTATION)) {
+                (CedarEffect::Forbid, _) => Kind::Forbid(
+                    policy
+                        .annotation(REASON_ANNOTATION)
+                        .map_or_else(|| policy.id().to_string(), str::to_owned),
+                ),
+                (CedarEffect::Permit, Some(reason)) => Kind::Hold(reason.to_owned()),
+                (CedarEffect::Permit, None) => Kind::Permit,
+            };
+            (policy.id().clone(), kind)
+        })
+        .collect()
 }
 
 struct Component;
@@ -62,13 +95,15 @@ struct Component;
 impl PolicyGuest for Component {
     fn configure(settings: String) -> Result<(), String> {
         let set = parse(&settings)?;
+        let kinds = kinds(&set);
         // One decision before the snapshot, so that what Cedar initialises lazily on first
         // use (its extension functions, among others) is in the snapshot's memory instead
         // of being built again in every fresh instance.
-        let _ = decide(&set, &warm_up_call());
+        let _ = decide(&set, &kinds, &warm_up_call());
         POLICIES
             .set(Policies {
                 set,
+                kinds,
                 source: settings,
             })
             .map_err(|_| "configure was called twice".to_owned())
@@ -76,7 +111,7 @@ impl PolicyGuest for Component {
 
     fn decide(call: Call) -> Verdict {
         match POLICIES.get() {
-            Some(policies) => decide(&policies.set, &call),
+            Some(policies) => decide(&policies.set, &policies.kinds, &call),
             None => deny(
                 "the Cedar component was not configured; the call is denied".to_owned(),
                 Vec::new(),
@@ -175,12 +210,27 @@ fn deny(reason: String, determined_by: Vec<String>) -> Verdict {
 }
 
 /// Three outcomes from Cedar's two effects (`docs/cedar.md`, "Outcomes").
-fn decide(set: &PolicySet, call: &Call) -> Verdict {
+fn decide(set: &PolicySet, kinds: &Kinds, call: &Call) -> Verdict {
     let request = match request::Request::of(call) {
         Ok(request) => request,
         Err(reason) => return deny(format!("{reason}; the call is denied"), Vec::new()),
     };
     let response = Authorizer::new().is_authorized(&request.request, set, &request.entities);
+    let verdict = verdict(kinds, call, &request, &response);
+    // The instance ends with this decision (a fresh one serves the next), so freeing the
+    // request's and response's values one by one would be work for nothing.
+    std::mem::forget(response);
+    std::mem::forget(request);
+    verdict
+}
+
+/// The outcome of Cedar's `response` to `request` for `call`.
+fn verdict(
+    kinds: &Kinds,
+    call: &Call,
+    request: &request::Request,
+    response: &cedar_policy::Response,
+) -> Verdict {
     let diagnostics = response.diagnostics();
 
     let mut forbids = Vec::new();
@@ -188,18 +238,11 @@ fn decide(set: &PolicySet, call: &Call) -> Verdict {
     let mut permits = Vec::new();
     let satisfied: BTreeSet<&PolicyId> = diagnostics.reason().collect();
     for id in satisfied {
-        let Some(policy) = set.policy(id) else {
-            continue;
-        };
-        match (policy.effect(), policy.annotation(HOLD_ANNOTATION)) {
-            (CedarEffect::Forbid, _) => forbids.push((
-                id.to_string(),
-                policy
-                    .annotation(REASON_ANNOTATION)
-                    .map_or_else(|| id.to_string(), str::to_owned),
-            )),
-            (CedarEffect::Permit, Some(reason)) => holds.push((id.to_string(), reason.to_owned())),
-            (CedarEffect::Permit, None) => permits.push(id.to_string()),
+        match kinds.get(id) {
+            Some(Kind::Forbid(reason)) => forbids.push((id.to_string(), reason.clone())),
+            Some(Kind::Hold(reason)) => holds.push((id.to_string(), reason.clone())),
+            Some(Kind::Permit) => permits.push(id.to_string()),
+            None => {}
         }
     }
     if let Some((_, reason)) = forbids.first() {

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use cedar_policy::{
     Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, RestrictedExpression,
@@ -47,12 +48,28 @@ pub fn effect_name(effect: Effect) -> &'static str {
 }
 
 pub fn uid(type_name: &str, id: &str) -> Result<EntityUid, String> {
-    let type_name = EntityTypeName::from_str(type_name)
-        .map_err(|e| format!("entity type `{type_name}`: {e}"))?;
     Ok(EntityUid::from_type_name_and_id(
-        type_name,
+        parsed_type(type_name)?,
         EntityId::new(id),
     ))
+}
+
+/// The four entity type names, parsed once: Cedar's parser runs for each `from_str`, and a
+/// decision names four entities. Parsed by the warm-up decision inside `configure`, so
+/// every decision's fresh instance finds them in the snapshot.
+fn parsed_type(type_name: &str) -> Result<EntityTypeName, String> {
+    static PARSED: OnceLock<Vec<(&'static str, EntityTypeName)>> = OnceLock::new();
+    let parsed = PARSED.get_or_init(|| {
+        [PRINCIPAL_TYPE, SERVER_TYPE, TOOL_TYPE, ACTION_TYPE]
+            .into_iter()
+            .filter_map(|name| EntityTypeName::from_str(name).ok().map(|t| (name, t)))
+            .collect()
+    });
+    match parsed.iter().find(|(name, _)| *name == type_name) {
+        Some((_, parsed)) => Ok(parsed.clone()),
+        None => EntityTypeName::from_str(type_name)
+            .map_err(|e| format!("entity type `{type_name}`: {e}")),
+    }
 }
 
 /// The id of a tool's entity.
@@ -103,7 +120,7 @@ impl Request {
         let mut unrepresentable = Vec::new();
         let arguments = json::parse(&call.arguments)?;
         let arguments = match &arguments {
-            Json::Object(_) => to_cedar(&arguments, "", &mut unrepresentable),
+            Json::Object(_) => to_cedar(&arguments, &mut Vec::new(), &mut unrepresentable),
             _ => None,
         }
         .unwrap_or_else(empty_record);
@@ -157,13 +174,34 @@ fn pointer_token(name: &str) -> String {
     name.replace('~', "~0").replace('/', "~1")
 }
 
+/// Where a value sits in the arguments: the keys and indexes leading to it, rendered as a
+/// JSON pointer only for a value left out (a decision's arguments are mostly representable,
+/// and formatting every member's pointer cost more than converting it).
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn pointer(path: &[Step<'_>]) -> String {
+    let mut out = String::new();
+    for step in path {
+        out.push('/');
+        match step {
+            Step::Key(name) => out.push_str(&pointer_token(name)),
+            Step::Index(i) => out.push_str(&i.to_string()),
+        }
+    }
+    out
+}
+
 /// `value` as a Cedar value, or `None` (its pointer added to `unrepresentable`) when Cedar
 /// cannot hold it exactly: `null`, an integer outside `i64`, a number with more than four
 /// fraction digits or outside `decimal`'s range, a number in exponent form, and an array
 /// holding any of these (a set without the element would answer `contains` wrongly).
-fn to_cedar(
-    value: &Json,
-    pointer: &str,
+fn to_cedar<'a>(
+    value: &'a Json,
+    path: &mut Vec<Step<'a>>,
     unrepresentable: &mut Vec<String>,
 ) -> Option<RestrictedExpression> {
     let converted = match value {
@@ -175,7 +213,10 @@ fn to_cedar(
             let mut inner = Vec::new();
             let mut elements = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
-                match to_cedar(item, &format!("{pointer}/{i}"), &mut inner) {
+                path.push(Step::Index(i));
+                let element = to_cedar(item, path, &mut inner);
+                path.pop();
+                match element {
                     Some(e) => elements.push(e),
                     None => break,
                 }
@@ -189,8 +230,10 @@ fn to_cedar(
         Json::Object(members) => {
             let mut fields = Vec::with_capacity(members.len());
             for (name, member) in members {
-                let at = format!("{pointer}/{}", pointer_token(name));
-                if let Some(e) = to_cedar(member, &at, unrepresentable) {
+                path.push(Step::Key(name));
+                let field = to_cedar(member, path, unrepresentable);
+                path.pop();
+                if let Some(e) = field {
                     fields.push((name.clone(), e));
                 }
             }
@@ -198,7 +241,7 @@ fn to_cedar(
         }
     };
     if converted.is_none() {
-        unrepresentable.push(pointer.to_owned());
+        unrepresentable.push(pointer(path));
     }
     converted
 }
