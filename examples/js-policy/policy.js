@@ -491,6 +491,29 @@ function checkUrls(settings, call) {
   return hold;
 }
 
+/**
+ * One decision of each effect inside `configure`, before the host snapshots the instance.
+ * SpiderMonkey compiles a function to bytecode the first time it runs; without this, every
+ * decision's fresh instance would compile `decide` and what it calls again. The decisions
+ * read the settings and change nothing, so the snapshot holds the same state, only compiled.
+ */
+function warmUp() {
+  for (const effect of EFFECTS) {
+    policy.decide({
+      id: "warm-up",
+      server: "warm-up",
+      tool: "warm-up",
+      effect,
+      arguments: '{"path":"warm-up","url":"https://warm-up.invalid/"}',
+      argumentsSha256: "",
+      principal: "warm-up",
+      session: "",
+      timeMs: 0n,
+      facts: [],
+    });
+  }
+}
+
 export const policy = {
   /** Parses the settings once; a fault refuses the start, naming its path. */
   configure(settings) {
@@ -500,6 +523,7 @@ export const policy = {
     } catch (error) {
       throw error.message;
     }
+    warmUp();
   },
 
   /** The decision on one call. */
