@@ -143,6 +143,18 @@ pub const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 /// written page and the rest is returned with `madvise`.
 pub const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
 
+/// Core (module) instances the pool allows per component slot
+/// ([`GuestLimits::max_instances`]): a component instance holds one per core module it
+/// instantiates. Rust components (the default, Cedar, `wit-bindgen` guests) hold 1, a
+/// JavaScript one (jco 1.35, componentize-js 0.23) 1, a Python one (componentize-py 0.25.1)
+/// 14: this many lets every slot hold a Python instance. The total is a counter in
+/// wasmtime's pooling allocator, not memory reserved up front, so the headroom costs nothing.
+pub const CORE_INSTANCES_PER_SLOT: u32 = 16;
+
+/// Tables the pool allows per component slot. Rust and JavaScript components define 1,
+/// componentize-py's 2 (the rest of its modules import them).
+pub const TABLES_PER_SLOT: u32 = 2;
+
 /// Fresh instances of a policy's configured snapshot kept ready ahead of decisions, by
 /// default on a machine of [`READY_MIN_CORES`] cores or more; see
 /// [`GuestLimits::ready_instances`].
@@ -369,9 +381,9 @@ impl ComponentHost {
     pub fn new(limits: GuestLimits, cache: Option<ComponentCache>) -> Result<Self, ComponentError> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(limits.max_instances)
-            .total_core_instances(limits.max_instances.saturating_mul(4))
+            .total_core_instances(limits.max_instances.saturating_mul(CORE_INSTANCES_PER_SLOT))
             .total_memories(limits.max_instances)
-            .total_tables(limits.max_instances.saturating_mul(2))
+            .total_tables(limits.max_instances.saturating_mul(TABLES_PER_SLOT))
             .max_memory_size(limits.memory_bytes);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
