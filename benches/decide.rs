@@ -106,9 +106,11 @@ fn custom_configured(bytes: &[u8], origin: &str) -> (Policy, (Duration, Duration
         ready_instances: 0,
         ..GuestLimits::default()
     };
-    let state = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    // A state folder toolward makes itself: it refuses one others can read (mode 0700).
+    let state = temp.path().join("state");
     let cache = || {
-        let dir = toolward::store::StateDir::open(state.path()).unwrap();
+        let dir = toolward::store::StateDir::open(&state).unwrap();
         toolward::component::ComponentCache::open(&dir).unwrap()
     };
     let began = Instant::now();
