@@ -26,7 +26,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -352,8 +352,10 @@ pub struct ComponentHost {
 struct HostInner {
     engine: Engine,
     linker: Linker<GuestState>,
-    /// `linker` plus WASI 0.2 granting nothing ([`wasi`]), for components that import it.
-    wasi_linker: Linker<GuestState>,
+    /// `linker` plus WASI 0.2 granting nothing ([`wasi`]), for components that import it;
+    /// built when the first such component loads (most hosts never need it, and linking
+    /// WASI's functions touched code and memory at every start).
+    wasi_linker: OnceLock<Linker<GuestState>>,
     limits: GuestLimits,
     cache: Option<ComponentCache>,
 }
@@ -405,14 +407,11 @@ impl ComponentHost {
                 .instance(types)
                 .map_err(|e| ComponentError::Engine(e.to_string()))?;
         }
-        let mut wasi_linker = linker.clone();
-        wasi::link(&mut wasi_linker, GuestState::wasi)
-            .map_err(|e| ComponentError::Engine(format!("cannot link WASI 0.2: {e:#}")))?;
         Ok(ComponentHost {
             inner: Arc::new(HostInner {
                 engine,
                 linker,
-                wasi_linker,
+                wasi_linker: OnceLock::new(),
                 limits,
                 cache,
             }),
@@ -465,8 +464,7 @@ impl ComponentHost {
         if imports_wasi {
             // Every import is WASI 0.2 or ours by name; the types must fit too (a function
             // of another signature under a WASI name is refused here, not at configure).
-            self.inner
-                .wasi_linker
+            self.linker(true)?
                 .instantiate_pre(&component)
                 .map_err(|e| ComponentError::Invalid {
                     origin: origin.to_owned(),
@@ -627,12 +625,20 @@ impl ComponentHost {
     }
 
     /// The linker for a component: with WASI 0.2 granting nothing when it imports WASI.
-    fn linker(&self, wasi: bool) -> &Linker<GuestState> {
-        if wasi {
-            &self.inner.wasi_linker
-        } else {
-            &self.inner.linker
+    ///
+    /// # Errors
+    /// [`ComponentError::Engine`] when WASI 0.2 cannot be linked.
+    fn linker(&self, wasi: bool) -> Result<&Linker<GuestState>, ComponentError> {
+        if !wasi {
+            return Ok(&self.inner.linker);
         }
+        if let Some(linker) = self.inner.wasi_linker.get() {
+            return Ok(linker);
+        }
+        let mut linker = self.inner.linker.clone();
+        wasi::link(&mut linker, GuestState::wasi)
+            .map_err(|e| ComponentError::Engine(format!("cannot link WASI 0.2: {e:#}")))?;
+        Ok(self.inner.wasi_linker.get_or_init(|| linker))
     }
 
     /// Instruments `component`, runs `configure` through `call`, snapshots the configured
@@ -661,7 +667,7 @@ impl ComponentHost {
         let sha = hex::encode(Sha256::digest(&instrumented));
         let (compiled, _) = self.compile_cached(&instrumented, &sha, origin)?;
         let pre = self
-            .linker(wasi)
+            .linker(wasi)?
             .instantiate_pre(&compiled)
             .map_err(|e| guest_err("instantiate", format!("{e:#}")))?;
         let mut store = self.store(self.inner.limits.configure_fuel, wasi);
@@ -734,7 +740,7 @@ impl ComponentHost {
         let snapshot_sha = hex::encode(Sha256::digest(&snapshot));
         let (snapshot_component, cache) = self.compile_cached(&snapshot, &snapshot_sha, origin)?;
         let pre = self
-            .linker(wasi)
+            .linker(wasi)?
             .instantiate_pre(&snapshot_component)
             .map_err(|e| guest_err("instantiate", e.to_string()))?;
         Ok((pre, cache))
