@@ -22,6 +22,7 @@
 
 mod facts;
 mod json;
+mod reads;
 mod request;
 mod validate;
 
@@ -55,6 +56,8 @@ struct Policies {
     set: PolicySet,
     /// What each policy does when satisfied, read from its effect and annotations.
     kinds: Kinds,
+    /// The arguments each policy reads, by its id.
+    reads: Vec<(String, reads::Reads)>,
     /// The settings text, for line and column of validation errors.
     source: String,
 }
@@ -95,23 +98,27 @@ struct Component;
 impl PolicyGuest for Component {
     fn configure(settings: String) -> Result<(), String> {
         let set = parse(&settings)?;
-        let kinds = kinds(&set);
+        let policies = Policies {
+            kinds: kinds(&set),
+            reads: set
+                .policies()
+                .map(|p| (p.id().to_string(), reads::Reads::of(p)))
+                .collect(),
+            set,
+            source: settings,
+        };
         // One decision before the snapshot, so that what Cedar initialises lazily on first
         // use (its extension functions, among others) is in the snapshot's memory instead
         // of being built again in every fresh instance.
-        let _ = decide(&set, &kinds, &warm_up_call());
+        let _ = decide(&policies, &warm_up_call());
         POLICIES
-            .set(Policies {
-                set,
-                kinds,
-                source: settings,
-            })
+            .set(policies)
             .map_err(|_| "configure was called twice".to_owned())
     }
 
     fn decide(call: Call) -> Verdict {
         match POLICIES.get() {
-            Some(policies) => decide(&policies.set, &policies.kinds, &call),
+            Some(policies) => decide(policies, &call),
             None => deny(
                 "the Cedar component was not configured; the call is denied".to_owned(),
                 Vec::new(),
@@ -164,6 +171,29 @@ fn parse(text: &str) -> Result<PolicySet, String> {
         let name = policy
             .annotation(ID_ANNOTATION)
             .map_or_else(|| policy.id().to_string(), str::to_owned);
+        if name.is_empty() || name.chars().any(char::is_control) {
+            return Err(format!(
+                "policy {} has an `@id` that is empty or holds control characters: give it a name",
+                policy.id()
+            ));
+        }
+        // A misspelt annotation of ours would be ignored by Cedar: a `@Hold` permit would
+        // allow what its author meant to hold. Refuse it instead.
+        for (key, _) in policy.annotations() {
+            let folded: String = key
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .map(|c| c.to_ascii_lowercase())
+                .collect();
+            if let Some(ours) = [ID_ANNOTATION, REASON_ANNOTATION, HOLD_ANNOTATION]
+                .into_iter()
+                .find(|ours| folded == *ours && key != *ours)
+            {
+                return Err(format!(
+                    "policy `{name}` has the annotation `@{key}`, which toolward does not read: did you mean `@{ours}`?"
+                ));
+            }
+        }
         if policy.effect() == CedarEffect::Forbid && policy.annotation(HOLD_ANNOTATION).is_some() {
             return Err(format!(
                 "policy `{name}` is a forbid with `@hold`: only a permit can hold a call; drop `@hold` or make it a permit"
@@ -210,18 +240,51 @@ fn deny(reason: String, determined_by: Vec<String>) -> Verdict {
 }
 
 /// Three outcomes from Cedar's two effects (`docs/cedar.md`, "Outcomes").
-fn decide(set: &PolicySet, kinds: &Kinds, call: &Call) -> Verdict {
+fn decide(policies: &Policies, call: &Call) -> Verdict {
     let request = match request::Request::of(call) {
         Ok(request) => request,
         Err(reason) => return deny(format!("{reason}; the call is denied"), Vec::new()),
     };
-    let response = Authorizer::new().is_authorized(&request.request, set, &request.entities);
-    let verdict = verdict(kinds, call, &request, &response);
+    if let Some(verdict) = left_out_and_read(policies, &request) {
+        std::mem::forget(request);
+        return verdict;
+    }
+    let response =
+        Authorizer::new().is_authorized(&request.request, &policies.set, &request.entities);
+    let verdict = verdict(&policies.kinds, call, &request, &response);
     // The instance ends with this decision (a fresh one serves the next), so freeing the
     // request's and response's values one by one would be work for nothing.
     std::mem::forget(response);
     std::mem::forget(request);
     verdict
+}
+
+/// A deny when an argument Cedar cannot hold exactly was left out and a policy reads it.
+/// Without it a guarded policy (`context.arguments has n && context.arguments.n > 100`, or a
+/// record compared whole) would see the argument as absent and not apply: a forbid would
+/// fail open. Stricter than Cedar, as for evaluation errors (`docs/cedar.md`).
+fn left_out_and_read(policies: &Policies, request: &request::Request) -> Option<Verdict> {
+    for (path, pointer) in request
+        .left_out_arguments
+        .iter()
+        .zip(&request.unrepresentable)
+    {
+        let readers: Vec<String> = policies
+            .reads
+            .iter()
+            .filter(|(_, reads)| reads.reads(path))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if let Some(first) = readers.first() {
+            return Some(deny(
+                format!(
+                    "argument `{pointer}` cannot be held exactly by Cedar (null, an integer beyond 64 bits, more than four decimals, an exponent, or an array holding one) and policy `{first}` reads it; the call is denied"
+                ),
+                readers,
+            ));
+        }
+    }
+    None
 }
 
 /// The outcome of Cedar's `response` to `request` for `call`.

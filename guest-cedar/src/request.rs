@@ -35,6 +35,16 @@ pub struct Request {
     /// JSON pointers of the arguments (and `/facts/…` of facts) left out because Cedar
     /// cannot hold them exactly.
     pub unrepresentable: Vec<String>,
+    /// The paths (member names and indexes) of the arguments among `unrepresentable`, to
+    /// tell which policies would have read them ([`crate::reads`]).
+    pub left_out_arguments: Vec<Vec<String>>,
+}
+
+/// Arguments left out of a conversion: their JSON pointers and their paths.
+#[derive(Default)]
+struct LeftOut {
+    pointers: Vec<String>,
+    paths: Vec<Vec<String>>,
 }
 
 /// `effect` as the rules file spells it.
@@ -117,13 +127,17 @@ impl Request {
         )
         .map_err(|e| format!("the call's entities: {e}"))?;
 
-        let mut unrepresentable = Vec::new();
         let arguments = json::parse(&call.arguments)?;
+        let mut left_out = LeftOut::default();
         let arguments = match &arguments {
-            Json::Object(_) => to_cedar(&arguments, &mut Vec::new(), &mut unrepresentable),
+            Json::Object(_) => to_cedar(&arguments, &mut Vec::new(), &mut left_out),
             _ => None,
         }
         .unwrap_or_else(empty_record);
+        let LeftOut {
+            pointers: mut unrepresentable,
+            paths: left_out_arguments,
+        } = left_out;
         let facts = facts(&call.facts, &mut unrepresentable);
         let mut pairs = vec![
             ("arguments".to_owned(), arguments),
@@ -160,6 +174,7 @@ impl Request {
             request,
             entities,
             unrepresentable,
+            left_out_arguments,
         })
     }
 }
@@ -202,7 +217,7 @@ fn pointer(path: &[Step<'_>]) -> String {
 fn to_cedar<'a>(
     value: &'a Json,
     path: &mut Vec<Step<'a>>,
-    unrepresentable: &mut Vec<String>,
+    left_out: &mut LeftOut,
 ) -> Option<RestrictedExpression> {
     let converted = match value {
         Json::Null => None,
@@ -210,7 +225,7 @@ fn to_cedar<'a>(
         Json::String(s) => Some(RestrictedExpression::new_string(s.clone())),
         Json::Number(text) => number(text),
         Json::Array(items) => {
-            let mut inner = Vec::new();
+            let mut inner = LeftOut::default();
             let mut elements = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 path.push(Step::Index(i));
@@ -221,7 +236,7 @@ fn to_cedar<'a>(
                     None => break,
                 }
             }
-            if inner.is_empty() {
+            if inner.pointers.is_empty() {
                 Some(RestrictedExpression::new_set(elements))
             } else {
                 None
@@ -231,7 +246,7 @@ fn to_cedar<'a>(
             let mut fields = Vec::with_capacity(members.len());
             for (name, member) in members {
                 path.push(Step::Key(name));
-                let field = to_cedar(member, path, unrepresentable);
+                let field = to_cedar(member, path, left_out);
                 path.pop();
                 if let Some(e) = field {
                     fields.push((name.clone(), e));
@@ -241,7 +256,15 @@ fn to_cedar<'a>(
         }
     };
     if converted.is_none() {
-        unrepresentable.push(pointer(path));
+        left_out.pointers.push(pointer(path));
+        left_out.paths.push(
+            path.iter()
+                .map(|step| match step {
+                    Step::Key(name) => (*name).to_owned(),
+                    Step::Index(i) => i.to_string(),
+                })
+                .collect(),
+        );
     }
     converted
 }

@@ -1,0 +1,128 @@
+//! Which arguments each policy reads, so that an argument Cedar cannot hold exactly fails
+//! closed even under a `has` guard (`docs/cedar.md`, "Values Cedar cannot hold").
+//!
+//! Read from each policy's syntax tree (Cedar's JSON form): every access chain rooted at
+//! `context.arguments` (`context.arguments.o.mode`, `context.arguments has n`) is a path the
+//! policy reads; `context.arguments` or `context` used whole (compared, passed anywhere)
+//! reads every argument. A left-out argument is read by a value the policy uses when either
+//! path is a prefix of the other (`o == {…}` reads `/o/force`; `o.mode` does not), and by a
+//! presence test when the argument's path is a prefix of the tested one (`has n` reads `/n`;
+//! `has o` does not read `/o/force`).
+
+use cedar_policy::Policy;
+use serde_json::{Map, Value};
+
+/// The arguments one policy reads.
+#[derive(Debug, Default)]
+pub struct Reads {
+    /// Member paths below `context.arguments` the policy uses the value of (`.`).
+    values: Vec<Vec<String>>,
+    /// Member paths below `context.arguments` the policy tests the presence of (`has`).
+    tests: Vec<Vec<String>>,
+    /// `context.arguments` or `context` used whole: every argument is read.
+    whole: bool,
+}
+
+impl Reads {
+    /// The arguments `policy` reads; every argument when its syntax tree cannot be had.
+    pub fn of(policy: &Policy) -> Reads {
+        let mut reads = Reads::default();
+        match policy.to_json() {
+            Ok(json) => walk(&json, &mut reads, false),
+            Err(_) => reads.whole = true,
+        }
+        reads
+    }
+
+    /// Whether the argument at `path` (member names and indexes) is read.
+    ///
+    /// A value used reads every argument on its path and inside it; a presence test reads
+    /// only the arguments on its path (`has o` does not depend on `o`'s members).
+    pub fn reads(&self, path: &[String]) -> bool {
+        self.whole
+            || self.values.iter().any(|used| {
+                let shared = used.len().min(path.len());
+                used.get(..shared) == path.get(..shared)
+            })
+            || self.tests.iter().any(|tested| tested.starts_with(path))
+    }
+}
+
+/// `{"Var": "context"}`.
+fn is_context(value: &Value) -> bool {
+    value.get("Var").and_then(Value::as_str) == Some("context")
+}
+
+/// The left operand, the attribute path and whether it is a test (`has`) of
+/// `{".": {left, attr}}` or `{"has": {left, attr}}` (`attr` a string, or a list).
+fn access(map: &Map<String, Value>) -> Option<(&Value, Vec<&str>, bool)> {
+    if map.len() != 1 {
+        return None;
+    }
+    let (inner, test) = match (map.get("."), map.get("has")) {
+        (Some(inner), _) => (inner, false),
+        (None, Some(inner)) => (inner, true),
+        (None, None) => return None,
+    };
+    let left = inner.get("left")?;
+    let path = match inner.get("attr")? {
+        Value::String(attr) => vec![attr.as_str()],
+        Value::Array(attrs) => attrs.iter().map(Value::as_str).collect::<Option<_>>()?,
+        _ => return None,
+    };
+    Some((left, path, test))
+}
+
+/// The attributes of `context` that `value` accesses, when it is a chain of `.` accesses
+/// rooted at `context` (`context` itself: empty).
+fn chain(value: &Value) -> Option<Vec<String>> {
+    if is_context(value) {
+        return Some(Vec::new());
+    }
+    let (left, path, test) = access(value.as_object()?)?;
+    if test {
+        return None;
+    }
+    let mut chain = chain(left)?;
+    chain.extend(path.into_iter().map(str::to_owned));
+    Some(chain)
+}
+
+/// Collects what `value` reads; `as_left` when it is the left operand of an access (so not
+/// used whole).
+fn walk(value: &Value, reads: &mut Reads, as_left: bool) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|item| walk(item, reads, false)),
+        Value::Object(map) => {
+            if is_context(value) {
+                if !as_left {
+                    reads.whole = true;
+                }
+                return;
+            }
+            if let Some((left, path, test)) = access(map) {
+                if let Some(mut accessed) = chain(left) {
+                    accessed.extend(path.into_iter().map(str::to_owned));
+                    if accessed.first().map(String::as_str) == Some("arguments") {
+                        if accessed.len() == 1 && !test && !as_left {
+                            // `context.arguments` compared or passed whole.
+                            reads.whole = true;
+                        } else if accessed.len() > 1 {
+                            let path = accessed.split_off(1);
+                            if test {
+                                reads.tests.push(path);
+                            } else {
+                                reads.values.push(path);
+                            }
+                        }
+                    }
+                    return;
+                }
+                walk(left, reads, true);
+                return;
+            }
+            map.values().for_each(|item| walk(item, reads, false));
+        }
+        _ => {}
+    }
+}
