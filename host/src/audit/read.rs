@@ -230,7 +230,9 @@ pub fn render_row(record: &AuditRecord) -> String {
     });
     let mut reason = text(&e.reason);
     if let Some((first, _)) = reason.split_once('\n') {
-        reason = format!("{first} …");
+        // `visible` keeps a carriage return before a line feed (layout): cut it too, or it
+        // would send the cursor back over the row.
+        reason = format!("{} …", first.strip_suffix('\r').unwrap_or(first));
     }
     let mut out = String::new();
     let _ = write!(
@@ -378,6 +380,22 @@ mod tests {
             .unwrap();
         }
         (dir, path, log)
+    }
+
+    #[test]
+    fn a_row_shows_a_reason_on_one_line_with_no_control_left() {
+        let record = AuditRecord {
+            seq: 7,
+            time: 0,
+            prev: String::new(),
+            event: AuditEvent {
+                reason: Some("bad\u{1b}[31mRED\r\nINJECTED audit line".to_owned()),
+                ..AuditEvent::new(AuditKind::Decision)
+            },
+        };
+        let row = render_row(&record);
+        assert!(row.ends_with("bad\\u{001B}[31mRED …"), "{row:?}");
+        assert!(!row.chars().any(char::is_control), "{row:?}");
     }
 
     #[test]
