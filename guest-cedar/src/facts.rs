@@ -11,7 +11,9 @@
 use std::collections::BTreeSet;
 
 use cedar_policy::PolicySet;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::reads::{access, is_context};
 
 /// What the host reads as "every scope": not a scope's name.
 pub const EVERY_SCOPE: &str = "*";
@@ -32,27 +34,6 @@ pub fn read_scopes(set: &PolicySet) -> Vec<String> {
     scopes.into_iter().collect()
 }
 
-/// `{"Var": "context"}`.
-fn is_context(value: &Value) -> bool {
-    value.get("Var").and_then(Value::as_str) == Some("context")
-}
-
-/// The left operand and the attribute path of `{".": {left, attr}}` or
-/// `{"has": {left, attr}}` (`attr` a string, or a list for `has a.b.c`).
-fn access(map: &Map<String, Value>) -> Option<(&Value, Vec<&str>)> {
-    if map.len() != 1 {
-        return None;
-    }
-    let inner = map.get(".").or_else(|| map.get("has"))?;
-    let left = inner.get("left")?;
-    let path = match inner.get("attr")? {
-        Value::String(attr) => vec![attr.as_str()],
-        Value::Array(attrs) => attrs.iter().map(Value::as_str).collect::<Option<_>>()?,
-        _ => return None,
-    };
-    Some((left, path))
-}
-
 fn walk(value: &Value, scopes: &mut BTreeSet<String>) {
     match value {
         Value::Array(items) => items.iter().for_each(|item| walk(item, scopes)),
@@ -62,9 +43,9 @@ fn walk(value: &Value, scopes: &mut BTreeSet<String>) {
                 scopes.insert(EVERY_SCOPE.to_owned());
                 return;
             }
-            if let Some((left, path)) = access(map) {
+            if let Some((left, path, _)) = access(map) {
                 // `context.facts.SCOPE` / `context.facts has SCOPE`.
-                if let Some((inner_left, inner_path)) = left.as_object().and_then(access)
+                if let Some((inner_left, inner_path, _)) = left.as_object().and_then(access)
                     && is_context(inner_left)
                     && inner_path == ["facts"]
                 {

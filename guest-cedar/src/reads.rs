@@ -49,13 +49,14 @@ impl Reads {
 }
 
 /// `{"Var": "context"}`.
-fn is_context(value: &Value) -> bool {
+pub fn is_context(value: &Value) -> bool {
     value.get("Var").and_then(Value::as_str) == Some("context")
 }
 
 /// The left operand, the attribute path and whether it is a test (`has`) of
-/// `{".": {left, attr}}` or `{"has": {left, attr}}` (`attr` a string, or a list).
-fn access(map: &Map<String, Value>) -> Option<(&Value, Vec<&str>, bool)> {
+/// `{".": {left, attr}}` or `{"has": {left, attr}}` (`attr` a string, or a list for
+/// `has a.b.c`). Also what [`crate::facts`] reads scopes with.
+pub fn access(map: &Map<String, Value>) -> Option<(&Value, Vec<&str>, bool)> {
     if map.len() != 1 {
         return None;
     }
