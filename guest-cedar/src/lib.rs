@@ -187,7 +187,7 @@ fn parse(text: &str) -> Result<PolicySet, String> {
                 .collect();
             if let Some(ours) = [ID_ANNOTATION, REASON_ANNOTATION, HOLD_ANNOTATION]
                 .into_iter()
-                .find(|ours| folded == *ours && key != *ours)
+                .find(|ours| key != *ours && near_miss(&folded, ours))
             {
                 return Err(format!(
                     "policy `{name}` has the annotation `@{key}`, which toolward does not read: did you mean `@{ours}`?"
@@ -204,6 +204,49 @@ fn parse(text: &str) -> Result<PolicySet, String> {
             .map_err(|_| format!("two policies have the id `{name}`: give each its own `@id`"))?;
     }
     Ok(renamed)
+}
+
+/// Whether an annotation's name (`folded`: ASCII letters and digits, lower case) looks like a
+/// misspelling of toolward's `ours`: equal once folded, holding it (`@on_hold`, `@holding`),
+/// one of the words an author may mean by a hold (`@approval`, `@ask`), or one edit away
+/// (two for `reason`; more would refuse common words: `@role` is two from `hold`): `@hodl`,
+/// `@hld`, `@h0ld`, `@holds`, `@resaon`.
+fn near_miss(folded: &str, ours: &str) -> bool {
+    const HOLD_WORDS: [&str; 6] = ["approval", "approve", "ask", "confirm", "review", "pause"];
+    if folded == ours || (ours != ID_ANNOTATION && folded.contains(ours)) {
+        return true;
+    }
+    if ours == HOLD_ANNOTATION && HOLD_WORDS.contains(&folded) {
+        return true;
+    }
+    let most = if ours == REASON_ANNOTATION { 2 } else { 1 };
+    edits(folded, ours) <= most
+}
+
+/// The optimal-string-alignment distance between `a` and `b`: insertions, deletions,
+/// substitutions and swaps of neighbours, each one edit.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// A call that exercises the request mapping (arguments of each kind, facts).

@@ -246,6 +246,33 @@ fn configure_refuses_a_misspelt_annotation_and_an_empty_id() {
             r#"@REASON("x") forbid(principal, action, resource);"#,
             "@REASON",
         ),
+        // Found by the re-attack of stop 15: a letter changed, dropped, added or swapped.
+        (
+            r#"@hodl("x") permit(principal, action, resource);"#,
+            "@hodl",
+        ),
+        (r#"@hld("x") permit(principal, action, resource);"#, "@hld"),
+        (
+            r#"@h0ld("x") permit(principal, action, resource);"#,
+            "@h0ld",
+        ),
+        (
+            r#"@holds("x") permit(principal, action, resource);"#,
+            "@holds",
+        ),
+        (
+            r#"@on_hold("x") permit(principal, action, resource);"#,
+            "@on_hold",
+        ),
+        (
+            r#"@approval("x") permit(principal, action, resource);"#,
+            "@approval",
+        ),
+        (
+            r#"@resaon("x") forbid(principal, action, resource);"#,
+            "@resaon",
+        ),
+        (r#"@ids("x") permit(principal, action, resource);"#, "@ids"),
     ] {
         let error = configure(policies).unwrap_err().to_string();
         assert!(
@@ -258,7 +285,12 @@ fn configure_refuses_a_misspelt_annotation_and_an_empty_id() {
         .to_string();
     assert!(error.contains("empty"), "{error}");
     // Other annotations are Cedar's own business.
-    assert!(configure(r#"@description("x") permit(principal, action, resource);"#).is_ok());
+    assert!(
+        configure(
+            r#"@description("x") @role("y") @advice("z") permit(principal, action, resource);"#
+        )
+        .is_ok()
+    );
 }
 
 #[test]
