@@ -307,11 +307,7 @@ fn decide(policies: &Policies, call: &Call) -> Verdict {
 /// record compared whole) would see the argument as absent and not apply: a forbid would
 /// fail open. Stricter than Cedar, as for evaluation errors (`docs/cedar.md`).
 fn left_out_and_read(policies: &Policies, request: &request::Request) -> Option<Verdict> {
-    for (path, pointer) in request
-        .left_out_arguments
-        .iter()
-        .zip(&request.unrepresentable)
-    {
+    for path in &request.left_out_arguments {
         let readers: Vec<String> = policies
             .reads
             .iter()
@@ -321,7 +317,8 @@ fn left_out_and_read(policies: &Policies, request: &request::Request) -> Option<
         if let Some(first) = readers.first() {
             return Some(deny(
                 format!(
-                    "argument `{pointer}` cannot be held exactly by Cedar (null, an integer beyond 64 bits, more than four decimals, an exponent, or an array holding one) and policy `{first}` reads it; the call is denied"
+                    "argument `{}` cannot be held exactly by Cedar (null, an integer beyond 64 bits, more than four decimals, an exponent, or an array holding one) and policy `{first}` reads it; the call is denied",
+                    request::pointer(path)
                 ),
                 readers,
             ));

@@ -35,16 +35,10 @@ pub struct Request {
     /// JSON pointers of the arguments (and `/facts/…` of facts) left out because Cedar
     /// cannot hold them exactly.
     pub unrepresentable: Vec<String>,
-    /// The paths (member names and indexes) of the arguments among `unrepresentable`, to
-    /// tell which policies would have read them ([`crate::reads`]).
+    /// The paths (member names and indexes) of the arguments left out, to tell which
+    /// policies would have read them ([`crate::reads`]); their pointers ([`pointer`]) are
+    /// the first of `unrepresentable`.
     pub left_out_arguments: Vec<Vec<String>>,
-}
-
-/// Arguments left out of a conversion: their JSON pointers and their paths.
-#[derive(Default)]
-struct LeftOut {
-    pointers: Vec<String>,
-    paths: Vec<Vec<String>>,
 }
 
 /// `effect` as the rules file spells it.
@@ -128,16 +122,14 @@ impl Request {
         .map_err(|e| format!("the call's entities: {e}"))?;
 
         let arguments = json::parse(&call.arguments)?;
-        let mut left_out = LeftOut::default();
+        let mut left_out_arguments = Vec::new();
         let arguments = match &arguments {
-            Json::Object(_) => to_cedar(&arguments, &mut Vec::new(), &mut left_out),
+            Json::Object(_) => to_cedar(&arguments, &mut Vec::new(), &mut left_out_arguments),
             _ => None,
         }
         .unwrap_or_else(empty_record);
-        let LeftOut {
-            pointers: mut unrepresentable,
-            paths: left_out_arguments,
-        } = left_out;
+        let mut unrepresentable: Vec<String> =
+            left_out_arguments.iter().map(|p| pointer(p)).collect();
         let facts = facts(&call.facts, &mut unrepresentable);
         let mut pairs = vec![
             ("arguments".to_owned(), arguments),
@@ -198,16 +190,11 @@ enum Step<'a> {
     Index(usize),
 }
 
-fn pointer(path: &[Step<'_>]) -> String {
-    let mut out = String::new();
-    for step in path {
-        out.push('/');
-        match step {
-            Step::Key(name) => out.push_str(&pointer_token(name)),
-            Step::Index(i) => out.push_str(&i.to_string()),
-        }
-    }
-    out
+/// The JSON pointer (RFC 6901) of an argument's path.
+pub fn pointer(path: &[String]) -> String {
+    path.iter()
+        .map(|step| format!("/{}", pointer_token(step)))
+        .collect()
 }
 
 /// `value` as a Cedar value, or `None` (its pointer added to `unrepresentable`) when Cedar
@@ -217,7 +204,7 @@ fn pointer(path: &[Step<'_>]) -> String {
 fn to_cedar<'a>(
     value: &'a Json,
     path: &mut Vec<Step<'a>>,
-    left_out: &mut LeftOut,
+    left_out: &mut Vec<Vec<String>>,
 ) -> Option<RestrictedExpression> {
     let converted = match value {
         Json::Null => None,
@@ -225,7 +212,7 @@ fn to_cedar<'a>(
         Json::String(s) => Some(RestrictedExpression::new_string(s.clone())),
         Json::Number(text) => number(text),
         Json::Array(items) => {
-            let mut inner = LeftOut::default();
+            let mut inner = Vec::new();
             let mut elements = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 path.push(Step::Index(i));
@@ -236,7 +223,7 @@ fn to_cedar<'a>(
                     None => break,
                 }
             }
-            if inner.pointers.is_empty() {
+            if inner.is_empty() {
                 Some(RestrictedExpression::new_set(elements))
             } else {
                 None
@@ -256,8 +243,7 @@ fn to_cedar<'a>(
         }
     };
     if converted.is_none() {
-        left_out.pointers.push(pointer(path));
-        left_out.paths.push(
+        left_out.push(
             path.iter()
                 .map(|step| match step {
                     Step::Key(name) => (*name).to_owned(),
