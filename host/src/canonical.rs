@@ -262,15 +262,27 @@ pub fn canonical_len(value: &Value) -> usize {
 
 /// The length in bytes of what [`write_string`] writes for `s`.
 fn string_len(s: &str) -> usize {
-    let escapes: usize = s
-        .bytes()
-        .map(|b| match b {
+    let bytes = s.as_bytes();
+    // Most strings escape nothing: find that out a block at a time, without an early exit
+    // inside the block so the check compiles to vector compares (this length is taken of
+    // every listed tool, and matching byte by byte showed in profiles of reading a page).
+    let plain = bytes.chunks(64).all(|block| {
+        !block.iter().fold(false, |any, &b| {
+            any | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
+    });
+    if plain {
+        return 2 + bytes.len();
+    }
+    let escapes: usize = bytes
+        .iter()
+        .map(|&b| match b {
             b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
             0x00..=0x1f => 5,
             _ => 0,
         })
         .sum();
-    2 + s.len() + escapes
+    2 + bytes.len() + escapes
 }
 
 /// Parses JSON text and writes its canonical text: `to_canonical(&parse(bytes)?)`.
@@ -361,6 +373,21 @@ impl Value {
             });
         }
         Ok(Value::Object(members))
+    }
+
+    /// Moves the value of member `key` out of an object, leaving `null` in its place (the
+    /// member stays, so the members remain sorted and unique); `None` for a missing key or a
+    /// non-object. For readers that keep parts of a parsed document without copying them.
+    pub fn take_member(&mut self, key: &str) -> Option<Value> {
+        let Value::Object(members) = self else {
+            return None;
+        };
+        let at = members
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()?;
+        members
+            .get_mut(at)
+            .map(|(_, value)| std::mem::replace(value, Value::Null))
     }
 
     /// The value of member `key` of an object; `None` for a missing key or a non-object.

@@ -481,7 +481,7 @@ pub async fn load(
             config,
             name,
             pinned,
-            &listing,
+            listing,
             classifier,
             &mut server_report,
         );
@@ -712,7 +712,7 @@ pub fn check_server(
     config: &Config,
     server: &str,
     pinned: &PinnedServer,
-    listed: &listing::Listing,
+    listed: listing::Listing,
     mut classifier: Result<&mut crate::component::Classifier, String>,
     report: &mut ServerReport,
 ) -> Vec<RegisteredTool> {
@@ -744,7 +744,8 @@ pub fn check_server(
             ));
         }
     }
-    for tool in &listed.tools {
+    // Owned: what a registered tool keeps (its description and schemas) moves into it.
+    for tool in listed.tools {
         let Some(pin) = pinned.tools.get(&tool.name) else {
             report.unpinned.push(tool.name.clone());
             continue;
@@ -831,11 +832,11 @@ pub fn check_server(
 fn register(
     config: &Config,
     server: &str,
-    tool: &ListedTool,
+    tool: ListedTool,
     classification: &Classification,
     report: &mut ServerReport,
 ) -> Result<RegisteredTool, Refusal> {
-    let name = &tool.name;
+    let name = &tool.name.clone();
     let schema_refusal = |what: &str, r: schema::SchemaRefusal| Refusal {
         tool: name.clone(),
         reason: format!("the {what} of tool `{name}` of server `{server}` is refused: {r}"),
@@ -952,14 +953,20 @@ fn register(
                 .map(|(n, _)| n.as_str()),
         )
         .collect();
-    let narrowed = schema::narrow(&tool.input_schema, &hidden)
-        .map_err(|r| schema_refusal("input schema", r))?;
-    let original_schema = Arc::new(tool.input_schema.clone());
-    // Most tools hide nothing: then both fields share one schema.
-    let input_schema = if narrowed == *original_schema {
-        Arc::clone(&original_schema)
+    // Most tools hide nothing: then both fields share one schema, and `narrow` (which checks
+    // the schema as `check_input_schema` did above, then copies it) is skipped.
+    let narrowed = if hidden.is_empty() {
+        None
     } else {
-        Arc::new(narrowed)
+        Some(
+            schema::narrow(&tool.input_schema, &hidden)
+                .map_err(|r| schema_refusal("input schema", r))?,
+        )
+    };
+    let original_schema = Arc::new(tool.input_schema);
+    let input_schema = match narrowed {
+        Some(narrowed) if narrowed != *original_schema => Arc::new(narrowed),
+        _ => Arc::clone(&original_schema),
     };
     Ok(RegisteredTool {
         server: server.to_owned(),
@@ -969,16 +976,16 @@ fn register(
         description: classification
             .description_override
             .clone()
-            .unwrap_or_else(|| tool.description.clone()),
+            .unwrap_or(tool.description),
         input_schema,
         original_schema,
         dialect,
-        output_schema: tool.output_schema.clone(),
+        output_schema: tool.output_schema,
         denied: classification.denied_parameters.clone(),
         fixed,
-        annotations: tool.annotations.clone(),
-        description_sha256: tool.description_sha256.clone(),
-        input_schema_sha256: tool.input_schema_sha256.clone(),
+        annotations: tool.annotations,
+        description_sha256: tool.description_sha256,
+        input_schema_sha256: tool.input_schema_sha256,
     })
 }
 

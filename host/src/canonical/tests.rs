@@ -855,6 +855,32 @@ fn canonical_len_counts_every_escape() {
     assert_eq!(canonical_len(&value), to_canonical(&value).len());
 }
 
+#[test]
+fn canonical_len_finds_an_escape_in_any_block_of_a_long_string() {
+    // `string_len` checks 64 bytes at a time: an escape first, last, or only past the first
+    // block, and strings of no escape around the block size, all count exactly.
+    for len in [0, 1, 63, 64, 65, 127, 128, 129, 300] {
+        let plain = "a".repeat(len);
+        let value = Value::String(plain.clone());
+        assert_eq!(canonical_len(&value), to_canonical(&value).len(), "{len}");
+        for at in [0, len / 2, len.saturating_sub(1), 64, 128] {
+            for escaped in ['"', '\\', '\n', '\u{1}', '\u{1f}'] {
+                if at >= len {
+                    continue;
+                }
+                let mut text = plain.clone();
+                text.replace_range(at..=at, &escaped.to_string());
+                let value = Value::String(text);
+                assert_eq!(
+                    canonical_len(&value),
+                    to_canonical(&value).len(),
+                    "{len} bytes, {escaped:?} at {at}"
+                );
+            }
+        }
+    }
+}
+
 proptest! {
     #[test]
     fn canonical_form_is_idempotent(value in arb_value(), seed in any::<u64>()) {
