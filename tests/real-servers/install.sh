@@ -29,6 +29,15 @@ if ! cmp -s "$here/../../examples/js-policy/package-lock.json" "$js/package-lock
   mkdir -p "$js"
   cp "$here/../../examples/js-policy/package.json" "$here/../../examples/js-policy/package-lock.json" "$js/"
   (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+  # `npm ci` takes the lock file's versions. The guide's JavaScript chapter runs
+  # `npm install` with no lock file (offline in tests/all/js_policy.rs), which resolves the
+  # newest matching versions and needs their metadata and tarballs in npm's cache: install
+  # the same package.json once online, without its scripts, so that test does not depend on
+  # another npm run having filled the cache before it.
+  resolve="$(mktemp -d)"
+  cp "$here/../../examples/js-policy/package.json" "$resolve/"
+  (cd "$resolve" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error)
+  rm -rf "$resolve"
 fi
 # PyPI: componentize-py, pinned, which builds the Python policy example
 # (examples/python-policy) and the hostile Python guests (tests/all/python_policy.rs), in a
