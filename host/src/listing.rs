@@ -723,21 +723,16 @@ fn read_tool(entry: &mut Value, bounds: &ListingBounds) -> Result<ListedTool, St
     let input_schema_sha256 = canonical::sha256_hex(input_text.as_bytes());
     let output_schema_sha256 = output_schema
         .map(|schema| canonical::sha256_hex(canonical::to_canonical(schema).as_bytes()));
-    let (has_output, has_annotations) = (output_schema.is_some(), annotations_raw.is_some());
-    // Checked above: move what is kept out of the entry instead of copying it.
-    let description = match entry.take_member("description") {
+    // Checked above: move what is kept out of the entry instead of copying it (`null` counts
+    // as absent, as in `optional`).
+    let mut take = |key: &str| entry.take_member(key).filter(|value| !value.is_null());
+    let description = match take("description") {
         Some(Value::String(text)) => text,
         _ => String::new(),
     };
-    let mut keep = |key: &str, present: bool| {
-        present
-            .then(|| entry.take_member(key))
-            .flatten()
-            .filter(|value| !value.is_null())
-    };
-    let input_schema = keep("inputSchema", true).unwrap_or(Value::Null);
-    let output_schema = keep("outputSchema", has_output);
-    let annotations_raw = keep("annotations", has_annotations);
+    let input_schema = take("inputSchema").unwrap_or(Value::Null);
+    let output_schema = take("outputSchema");
+    let annotations_raw = take("annotations");
     Ok(ListedTool {
         name,
         description,

@@ -836,7 +836,7 @@ fn register(
     classification: &Classification,
     report: &mut ServerReport,
 ) -> Result<RegisteredTool, Refusal> {
-    let name = &tool.name.clone();
+    let name = &tool.name;
     let schema_refusal = |what: &str, r: schema::SchemaRefusal| Refusal {
         tool: name.clone(),
         reason: format!("the {what} of tool `{name}` of server `{server}` is refused: {r}"),
