@@ -62,8 +62,18 @@ case "${1:-}" in
     as_owner "$bin/initdb" -D "$dir/data" -U toolward -A trust --no-sync >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
     echo "$port" >"$dir/port"
-    start_server "$port"
-    as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U toolward toolward
+    # A caller that reaps orphans (the test binary is a child subreaper) may end the server
+    # pg_ctl daemonized before createdb reaches it: start it again, at most three times.
+    for attempt in 1 2 3; do
+      start_server "$port"
+      if as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U toolward toolward; then
+        break
+      fi
+      if [ "$attempt" -eq 3 ] || as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+        echo "postgres.sh: createdb failed (server log: $dir/server.log)" >&2
+        exit 1
+      fi
+    done
     url="postgres://toolward@127.0.0.1:$port/toolward"
     echo "$url" >"$dir/url.tmp" && mv "$dir/url.tmp" "$dir/url"
     echo "export TOOLWARD_TEST_DATABASE_URL='$url'"
