@@ -63,19 +63,41 @@
 //! opened and that the file has not shrunk: a log deleted, replaced or cut short while in use
 //! makes every later record, and so every call, fail.
 //!
+//! # The room at the end
+//!
+//! The file ends in room for the next records: spaces, the last of them a newline, at most
+//! [`ROOM_BYTES`] of them. A writer writes its records (`pwrite`) over the start of the room,
+//! and adds [`ROOM_BYTES`] more after them, in the same write, only when they would not fit.
+//! So most syncs cover data written into blocks the file already had, and `fdatasync` need
+//! not commit a change of the file's size to the file system's journal (BENCHMARKS.md §10.2
+//! and §11: about 50 µs of each sync on ext4). Every reader here ([`verify`], `audit show`,
+//! `tail`, `replay`, `export`) stops at the room; for other tools the room is one last line
+//! of spaces (`jq` skips it; `grep` does not match it). A record line never begins with a
+//! space or a newline, and never ends with a space.
+//!
 //! # A torn last line
 //!
-//! A process killed while writing can leave a last line without its newline. Such a line was
-//! never acknowledged: [`AuditLog::append`] returns only after the whole line, newline
-//! included, has been written. On open, toolward truncates the torn bytes away, then appends
-//! a `recovered` record whose `truncated_bytes` is their count and `truncated_sha256` their
-//! hash, and syncs it to disk whatever the [`AuditSync`] mode, so the loss is itself on the
-//! record. Anything else wrong with the existing log (a last complete line that is not a
-//! record) refuses the open: toolward does not repair a log it did not tear.
+//! A process killed while writing can leave its last line unfinished. Such a line was never
+//! acknowledged: [`AuditLog::append`] returns only after the whole line, newline included,
+//! has been written. On open, toolward truncates the torn bytes away (the room after them
+//! with them: the next write adds room again), then appends a `recovered` record whose
+//! `truncated_bytes` is their count and `truncated_sha256` their hash, and syncs it to disk
+//! whatever the [`AuditSync`] mode, so the loss is itself on the record. Anything else wrong
+//! with the existing log (a last complete line that is not a record) refuses the open:
+//! toolward does not repair a log it did not tear.
+//!
+//! A machine crash can tear more than one line: the pages of writes that no sync covered
+//! reach the disk in any order, so room can sit between a record and the end of a later one.
+//! The head (below) says where its record's line ends; from there, [`AuditLog::open_with_head`]
+//! reads forward every record that chains, and cuts whatever follows the last of them the
+//! same way, with a `recovered` record (`truncated_bytes` counts from the end of the last
+//! record to the last byte that is not room). Those bytes were never synced, so no action
+//! waited for them; a record an action waited for was synced, and chains.
 
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -111,6 +133,89 @@ const TAIL_CHUNK_BYTES: usize = 64 * 1024;
 
 /// How every line the writer produces begins; a torn line begins with (a prefix of) it.
 const RECORD_PREFIX: &[u8] = br#"{"seq":"#;
+
+/// Room the writer adds at the log's end when its records reach the end of the room there:
+/// 1 MiB of spaces, the last of them a newline (see [the room at the end](self#the-room-at-the-end)).
+pub const ROOM_BYTES: u64 = 1024 * 1024;
+
+/// Whether `byte` belongs to the room at the end of a log: a space or a newline. No record
+/// line begins with either, and none ends with a space.
+fn is_room(byte: u8) -> bool {
+    byte == b' ' || byte == b'\n'
+}
+
+/// What [`next_line`] found at a reader's position.
+enum NextLine {
+    /// The end of the file.
+    End,
+    /// The room at the end of the log (nothing read).
+    Room,
+    /// A complete line, in the buffer without its newline.
+    Line,
+    /// A line cut off: by the end of the file, by the room at the end (a space before its
+    /// newline), or (`too_long`) by [`MAX_RECORD_BYTES`].
+    Torn {
+        /// The line passed [`MAX_RECORD_BYTES`].
+        too_long: bool,
+    },
+}
+
+/// Reads the line at `reader`'s position into `buf` (cleared first), unless the room at the
+/// end of the log begins there. Reads at most [`MAX_RECORD_BYTES`] + 2 bytes.
+fn next_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<NextLine> {
+    buf.clear();
+    match reader.fill_buf()?.first() {
+        None => return Ok(NextLine::End),
+        Some(byte) if is_room(*byte) => return Ok(NextLine::Room),
+        Some(_) => {}
+    }
+    // One byte over the limit, so an over-long line is seen as such, not as torn.
+    let cap = MAX_RECORD_BYTES as u64 + 2;
+    let n = reader.take(cap).read_until(b'\n', buf)?;
+    if buf.pop_if(|byte| *byte == b'\n').is_none() {
+        let cut_by_room = buf.last() == Some(&b' ');
+        return Ok(NextLine::Torn {
+            too_long: n as u64 >= cap && !cut_by_room,
+        });
+    }
+    if buf.last() == Some(&b' ') {
+        return Ok(NextLine::Torn { too_long: false });
+    }
+    Ok(NextLine::Line)
+}
+
+/// The offset just after the last byte of `0..len` that is not room ([`is_room`]); 0 when
+/// there is none. Reads backwards in [`TAIL_CHUNK_BYTES`] steps.
+fn content_end(file: &File, len: u64, path: &Path) -> Result<u64, AuditError> {
+    let mut chunk = vec![0u8; TAIL_CHUNK_BYTES];
+    let mut pos = len;
+    while pos > 0 {
+        let step = usize::try_from(pos).map_or(TAIL_CHUNK_BYTES, |p| p.min(TAIL_CHUNK_BYTES));
+        let start = pos - step as u64;
+        let buf = chunk.get_mut(..step).unwrap_or_default();
+        file.read_exact_at(buf, start)
+            .map_err(AuditError::io("read", path))?;
+        if let Some(i) = buf.iter().rposition(|byte| !is_room(*byte)) {
+            return Ok(start + i as u64 + 1);
+        }
+        pos = start;
+    }
+    Ok(0)
+}
+
+/// The last complete line of the log in `file` (`len` bytes) before the room at its end, and
+/// where its content ends: bytes in `tail.complete_len..end` are a torn line.
+fn tail_before_room(file: &File, len: u64, path: &Path) -> Result<(Tail, u64), AuditError> {
+    let end = content_end(file, len, path)?;
+    let mut after = [0u8; 1];
+    let ends_line = end < len
+        && file
+            .read_exact_at(&mut after, end)
+            .map(|()| after[0] == b'\n')
+            .map_err(AuditError::io("read", path))?;
+    let tail = read_tail(file, if ends_line { end + 1 } else { end }, path)?;
+    Ok((tail, end))
+}
 
 /// Errors of the audit log.
 #[derive(Debug, thiserror::Error)]
@@ -639,8 +744,12 @@ pub enum BreakProblem {
         /// The `prev` the line has.
         found: String,
     },
-    /// The last line has no newline (a torn write; [`AuditLog::open`] recovers it).
+    /// The last line has no newline, or is cut off by the room at the end of the log (a torn
+    /// write, or one under way; [`AuditLog::open`] recovers it).
     Torn,
+    /// Bytes that are not room follow the room at the end of the log (a torn write a machine
+    /// crash left, until [`AuditLog::open_with_head`] recovers it, or an edit).
+    AfterRoom,
     /// The line is longer than [`MAX_RECORD_BYTES`].
     TooLong,
 }
@@ -659,7 +768,12 @@ impl fmt::Display for BreakProblem {
                 f,
                 "prev is `{found}`, expected `{expected}` (the previous record was changed)"
             ),
-            Self::Torn => f.write_str("last line has no newline (torn write)"),
+            Self::Torn => f.write_str(
+                "last line has no newline, or is cut off by the room at the end (torn write)",
+            ),
+            Self::AfterRoom => f.write_str(
+                "bytes follow the room (spaces) at the end of the log (a torn write or an edit)",
+            ),
             Self::TooLong => write!(f, "line is longer than {MAX_RECORD_BYTES} bytes"),
         }
     }
@@ -812,14 +926,19 @@ impl ChainCheck {
     /// The break of a last line without its newline (`too_long` when it passed the limit).
     #[must_use]
     pub fn torn(&self, too_long: bool) -> ChainBreak {
+        self.torn_at(if too_long {
+            BreakProblem::TooLong
+        } else {
+            BreakProblem::Torn
+        })
+    }
+
+    /// The break `problem` at the line after the last that chained.
+    fn torn_at(&self, problem: BreakProblem) -> ChainBreak {
         ChainBreak {
             line: self.line_no + 1,
             seq: None,
-            problem: if too_long {
-                BreakProblem::TooLong
-            } else {
-                BreakProblem::Torn
-            },
+            problem,
         }
     }
 }
@@ -837,39 +956,51 @@ pub fn read_chain(
     verify_lines(path, |record, line, _| visit(record, line))
 }
 
-/// Walks the chain, telling `seen` each intact record, its line and its hash.
+/// Walks the chain, telling `seen` each intact record, its line and its hash. The records
+/// end at the room at the end of the log; a byte after it that is not room breaks the chain.
 fn verify_lines(
     path: &Path,
     mut seen: impl FnMut(&AuditRecord, &[u8], &str),
 ) -> Result<VerifyReport, AuditError> {
     let file = File::open(path).map_err(AuditError::io("open", path))?;
-    // One byte over the limit, so an over-long line is seen as such, not as torn.
-    let line_cap = MAX_RECORD_BYTES as u64 + 2;
-    let mut reader = BufReader::new(file);
+    let mut reader = BufReader::with_capacity(TAIL_CHUNK_BYTES, file);
     let mut chain = ChainCheck::default();
     let mut buf = Vec::new();
+    let report = |chain: &ChainCheck, first_break| VerifyReport {
+        records: chain.records(),
+        last_hash: chain.last_hash().to_owned(),
+        first_break,
+    };
     loop {
-        buf.clear();
-        let n = (&mut reader)
-            .take(line_cap)
-            .read_until(b'\n', &mut buf)
-            .map_err(AuditError::io("read", path))?;
-        let report = |chain: &ChainCheck, first_break| VerifyReport {
-            records: chain.records(),
-            last_hash: chain.last_hash().to_owned(),
-            first_break,
-        };
-        if n == 0 {
-            return Ok(report(&chain, None));
+        match next_line(&mut reader, &mut buf).map_err(AuditError::io("read", path))? {
+            NextLine::End => return Ok(report(&chain, None)),
+            NextLine::Room => {
+                let first_break = has_bytes_past_room(&mut reader)
+                    .map_err(AuditError::io("read", path))?
+                    .then(|| chain.torn_at(BreakProblem::AfterRoom));
+                return Ok(report(&chain, first_break));
+            }
+            NextLine::Torn { too_long } => return Ok(report(&chain, Some(chain.torn(too_long)))),
+            NextLine::Line => match chain.check(&buf) {
+                Ok(record) => seen(&record, &buf, chain.last_hash()),
+                Err(brk) => return Ok(report(&chain, Some(brk))),
+            },
         }
-        let Some(line) = buf.strip_suffix(b"\n") else {
-            let brk = chain.torn(n as u64 >= line_cap);
-            return Ok(report(&chain, Some(brk)));
-        };
-        match chain.check(line) {
-            Ok(record) => seen(&record, line, chain.last_hash()),
-            Err(brk) => return Ok(report(&chain, Some(brk))),
+    }
+}
+
+/// Reads `reader` to its end; `true` when a byte on the way is not room ([`is_room`]).
+fn has_bytes_past_room(reader: &mut impl BufRead) -> io::Result<bool> {
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(false);
         }
+        if !chunk.iter().all(|byte| is_room(*byte)) {
+            return Ok(true);
+        }
+        let n = chunk.len();
+        reader.consume(n);
     }
 }
 
@@ -884,7 +1015,6 @@ fn now_ms() -> Result<u64, AuditError> {
 mod tests {
     use super::*;
     use std::fs::{self, OpenOptions};
-    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
 
     fn event(kind: AuditKind, call: &str) -> AuditEvent {
@@ -911,12 +1041,22 @@ mod tests {
         (dir, path)
     }
 
+    /// The record lines of the log at `path`: its lines up to the room at its end.
     fn lines(path: &Path) -> Vec<String> {
         fs::read_to_string(path)
             .unwrap()
             .lines()
+            .take_while(|line| !line.starts_with([' ', '\n']) && !line.is_empty())
             .map(str::to_owned)
             .collect()
+    }
+
+    /// Writes `bytes` where the next record goes (after the last record, over the room), as
+    /// a writer killed in the middle of its write leaves them.
+    fn write_at_end(path: &Path, bytes: &[u8]) {
+        let end: usize = lines(path).iter().map(|line| line.len() + 1).sum();
+        let file = OpenOptions::new().write(true).open(path).unwrap();
+        file.write_all_at(bytes, end as u64).unwrap();
     }
 
     /// Writes `bytes` to a new file of mode 0600, as toolward creates logs.
@@ -1043,6 +1183,128 @@ mod tests {
         }
         drop(log);
         (dir, path, state)
+    }
+
+    /// The length of the record lines of the log at `path`, newlines included.
+    fn records_len(path: &Path) -> u64 {
+        lines(path).iter().map(|line| line.len() as u64 + 1).sum()
+    }
+
+    #[test]
+    fn records_go_into_the_room_at_the_end_and_the_file_grows_only_when_they_fill_it() {
+        let (_dir, path) = log_of(1);
+        let size = fs::metadata(&path).unwrap().len();
+        assert_eq!(size, records_len(&path) + ROOM_BYTES);
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        for i in 1..20 {
+            log.append(event(AuditKind::Decision, &format!("c{i}")))
+                .unwrap();
+            assert_eq!(fs::metadata(&path).unwrap().len(), size, "record {i}");
+        }
+        // The room is spaces ended by a newline, after the records.
+        let bytes = fs::read(&path).unwrap();
+        let room = bytes
+            .get(usize::try_from(records_len(&path)).unwrap()..)
+            .unwrap();
+        assert!(room.iter().rev().skip(1).all(|b| *b == b' '));
+        assert_eq!(room.last(), Some(&b'\n'));
+        // A record larger than the room left: written after the last, with new room after it.
+        let big = "x".repeat(usize::try_from(ROOM_BYTES).unwrap());
+        log.append(AuditEvent {
+            reason: Some(big),
+            ..event(AuditKind::Refusal, "big")
+        })
+        .unwrap();
+        drop(log);
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            records_len(&path) + ROOM_BYTES
+        );
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 21);
+    }
+
+    #[test]
+    fn a_log_from_before_the_room_continues_and_gets_room() {
+        let (_dir, path) = log_of(2);
+        let all = lines(&path);
+        write_lines(&path, &all);
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        assert_eq!(log.next_seq(), 2);
+        log.append(event(AuditKind::Decision, "c2")).unwrap();
+        drop(log);
+        assert_eq!(verify(&path).unwrap().records, 3);
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            records_len(&path) + ROOM_BYTES
+        );
+    }
+
+    #[test]
+    fn what_a_machine_crash_tore_after_the_heads_record_is_cut_at_open_and_recorded() {
+        let (_dir, path, state) = headed_log_of(3);
+        let kept = lines(&path);
+        // After a crash, pages of writes no sync covered reach the disk in any order: here a
+        // page of room where a record began, then the end of one record and a whole record
+        // that chains to nothing before it.
+        let mut torn = vec![b' '; 100];
+        torn.extend_from_slice(b"ult\",\"is_error\":false}\n");
+        torn.extend_from_slice(kept[2].as_bytes());
+        torn.push(b'\n');
+        write_at_end(&path, &torn);
+        let broken = verify(&path).unwrap();
+        assert_eq!(broken.records, 3);
+        assert_eq!(broken.first_break.unwrap().problem, BreakProblem::AfterRoom);
+
+        let log = AuditLog::open_with_head(&path, AuditSync::Always, &state).unwrap();
+        assert_eq!(log.next_seq(), 4);
+        log.append(event(AuditKind::Decision, "c4")).unwrap();
+        drop(log);
+        let report = verify(&path).unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!(report.records, 5);
+        let all = lines(&path);
+        assert_eq!(all[..3], kept[..]);
+        let recovered: AuditRecord = serde_json::from_str(&all[3]).unwrap();
+        assert_eq!(recovered.event.kind, AuditKind::Recovered);
+        let cut = torn.len() as u64;
+        assert_eq!(recovered.event.truncated_bytes, Some(cut - 1));
+        assert_eq!(
+            recovered.event.truncated_sha256,
+            Some(sha256_hex(torn.get(..torn.len() - 1).unwrap()))
+        );
+    }
+
+    #[test]
+    fn records_after_the_heads_record_that_chain_are_kept_at_open() {
+        let (_dir, path, state) = headed_log_of(3);
+        let (head, _) = read_head(&state, &path).unwrap();
+        // Records a second process wrote and synced, with its head write lost in a crash.
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        log.append(event(AuditKind::Decision, "c3")).unwrap();
+        drop(log);
+        assert_eq!(read_head(&state, &path).unwrap().0, head);
+        let log = AuditLog::open_with_head(&path, AuditSync::Always, &state).unwrap();
+        assert_eq!(log.next_seq(), 4);
+        assert_eq!(log.head().unwrap().records, 4);
+    }
+
+    #[test]
+    fn a_head_without_its_end_still_opens_its_log_and_is_rewritten_with_it() {
+        let (_dir, path, state) = headed_log_of(2);
+        let (head, head_path) = read_head(&state, &path).unwrap();
+        let head = head.unwrap();
+        let mut old = serde_json::to_vec(&head).unwrap();
+        old.resize(127, b' ');
+        old.push(b'\n');
+        fs::write(&head_path, &old).unwrap();
+        let log = AuditLog::open_with_head(&path, AuditSync::Always, &state).unwrap();
+        assert_eq!(log.next_seq(), 2);
+        drop(log);
+        let text = fs::read_to_string(&head_path).unwrap();
+        let end = format!(r#""end":{}"#, records_len(&path));
+        assert!(text.contains(&end), "{text}");
     }
 
     #[test]
@@ -1278,9 +1540,7 @@ mod tests {
     fn torn_last_line_is_truncated_and_recorded_on_open() {
         let (_dir, path) = log_of(3);
         let torn = br#"{"seq":3,"time":1,"prev":"00"#;
-        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(torn).unwrap();
-        drop(file);
+        write_at_end(&path, torn);
         assert_eq!(
             verify(&path).unwrap().first_break.unwrap().problem,
             BreakProblem::Torn
@@ -1329,9 +1589,7 @@ mod tests {
     #[test]
     fn log_ending_in_a_complete_line_that_is_not_a_record_is_refused() {
         let (_dir, path) = log_of(1);
-        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(b"garbage\n").unwrap();
-        drop(file);
+        write_at_end(&path, b"garbage\n");
         let err = AuditLog::open(&path, AuditSync::Always).unwrap_err();
         assert!(matches!(err, AuditError::Corrupt { .. }), "{err}");
     }

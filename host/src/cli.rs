@@ -1222,14 +1222,23 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
                 .map_err(failure)?
         }
         toolward::config::StoreConfig::StateDir => {
-            let mut file = std::fs::File::open(&config.audit.file).map_err(|e| {
-                usage(anyhow!(
-                    "cannot open `{}`: {e}",
-                    config.audit.file.display()
-                ))
-            })?;
-            std::io::copy(&mut file, &mut sink).map_err(failure)?;
-            let report = toolward::audit::verify(&config.audit.file).map_err(failure)?;
+            // The record lines, each as hashed: not the room (spaces) kept at the log's end.
+            let mut written = Ok(());
+            let report = toolward::audit::read_chain(&config.audit.file, |_, line| {
+                if written.is_ok() {
+                    written = sink.write_all(line).and_then(|()| sink.write_all(b"\n"));
+                }
+            })
+            .map_err(usage)?;
+            written.map_err(failure)?;
+            if let Some(brk) = &report.first_break {
+                sink.flush().map_err(failure)?;
+                return Err(failure(anyhow!(
+                    "audit log `{}`: the chain breaks at {brk}; exported the {} records before it",
+                    config.audit.file.display(),
+                    report.records
+                )));
+            }
             toolward::audit::AuditHead {
                 records: report.records,
                 hash: report.last_hash,

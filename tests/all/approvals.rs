@@ -99,11 +99,7 @@ impl Bench {
 
     /// The records of audit log `state/<audit>`.
     fn audit(&self, audit: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.state().join(audit))
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
+        crate::support::audit_records(&self.state().join(audit))
     }
 
     /// Runs `toolward approvals ARGS --config <config>`.

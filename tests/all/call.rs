@@ -167,10 +167,8 @@ impl Fixture {
 
     /// The audit records of `call_id`, as JSON objects in log order.
     pub fn records_of(&self, call_id: &str) -> Vec<Json> {
-        std::fs::read_to_string(&self.audit_path)
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str::<Json>(line).unwrap())
+        crate::support::audit_records(&self.audit_path)
+            .into_iter()
             .filter(|record| record["call_id"] == call_id)
             .collect()
     }

@@ -171,10 +171,8 @@ fn demo_folder() -> Option<tempfile::TempDir> {
 
 /// The decision records of the demo's audit log, in order.
 fn decisions(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("state/audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    crate::support::audit_records(&dir.join("state/audit.jsonl"))
+        .into_iter()
         .filter(|r| r["kind"] == "decision")
         .collect()
 }

@@ -228,10 +228,8 @@ async fn the_gateway_asks_through_elicitation_when_the_client_declares_it() {
     assert_ne!(approved["result"]["isError"], true, "{approved}");
     assert_eq!(std::fs::read_to_string(&approved_file).unwrap(), content);
     // The answer is on the record as the principal's, through elicitation.
-    let answered: Vec<Json> = std::fs::read_to_string(&fixture.audit_path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<Json>(line).unwrap())
+    let answered: Vec<Json> = crate::support::audit_records(&fixture.audit_path)
+        .into_iter()
         .filter(|record| record["kind"] == "approval-answered")
         .collect();
     assert_eq!(

@@ -253,17 +253,16 @@ fn the_javascript_example_decides_in_front_of_the_real_memory_server_through_too
     );
 
     // Every decision is on the record with the JavaScript component's digest.
-    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
-    let decisions: Vec<serde_json::Value> = audit
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+    let audit = crate::support::audit_records(&dir.path().join("audit.jsonl"));
+    let decisions: Vec<&serde_json::Value> = audit
+        .iter()
         .filter(|record| record["kind"] == "decision")
         .collect();
     let verdicts: Vec<&str> = decisions
         .iter()
         .map(|d| d["decision"].as_str().unwrap())
         .collect();
-    assert_eq!(verdicts, ["allow", "allow", "deny", "allow"], "{audit}");
+    assert_eq!(verdicts, ["allow", "allow", "deny", "allow"], "{audit:?}");
     for decision in &decisions {
         assert_eq!(
             decision["components"]["policy_sha256"],

@@ -256,11 +256,7 @@ async fn initialize(addr: SocketAddr, token: &str, elicitation: bool) -> hyper::
 
 /// The audit log's records.
 fn audit_records(dir: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("state/audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    crate::support::audit_records(&dir.join("state/audit.jsonl"))
 }
 
 /// POSTs an `initialize` with `headers` by hand; the status code and the whole response.
@@ -387,13 +383,12 @@ async fn a_client_with_a_token_lists_and_calls_and_its_name_is_the_principal() {
     listening.stop().await;
     toolward.shutdown().await;
 
-    let audit = std::fs::read_to_string(dir.path().join("state/audit.jsonl")).unwrap();
-    let decisions: Vec<serde_json::Value> = audit
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .filter(|record: &serde_json::Value| record["kind"] == "decision")
+    let audit = crate::support::audit_records(&dir.path().join("state/audit.jsonl"));
+    let decisions: Vec<&serde_json::Value> = audit
+        .iter()
+        .filter(|record| record["kind"] == "decision")
         .collect();
-    assert_eq!(decisions.len(), 1, "{audit}");
+    assert_eq!(decisions.len(), 1, "{audit:?}");
     assert_eq!(decisions[0]["principal"], "bob", "{}", decisions[0]);
 }
 

@@ -183,10 +183,8 @@ async fn held_call_from_an_rmcp_client(
     client.cancel().await.unwrap();
     let _ = served.await;
     toolward.shutdown().await;
-    let audit = std::fs::read_to_string(dir.path().join("state/audit.jsonl")).unwrap();
-    let answered = audit
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+    let answered = crate::support::audit_records(&dir.path().join("state/audit.jsonl"))
+        .into_iter()
         .rfind(|record| record["kind"] == "approval-answered")
         .unwrap();
     (version, answered)

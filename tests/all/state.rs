@@ -226,8 +226,7 @@ fn audit_show_and_tail_report_a_log_cut_after_a_record_by_its_head() {
     }
     // The last call's records cut off: what is left is still a valid chain.
     let log = dir.path().join("audit.jsonl");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = crate::support::audit_lines(&log);
     let kept = lines[..lines.len() - 2].join("\n") + "\n";
     std::fs::write(&log, kept).unwrap();
     for command in [&["show"][..], &["tail", "-n", "1"]] {

@@ -6,6 +6,25 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The record lines of the audit log at `path`: its lines up to the room (spaces) the writer
+/// keeps at its end for the next records.
+pub fn audit_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .take_while(|line| !line.is_empty() && !line.starts_with(' '))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The records of the audit log at `path`, as JSON, in log order.
+pub fn audit_records(path: &Path) -> Vec<serde_json::Value> {
+    audit_lines(path)
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 /// The scriptable fake MCP server (`tests/fake-server`).
 pub const FAKE_SERVER: &str = env!("CARGO_BIN_EXE_toolward-fake-server");
 

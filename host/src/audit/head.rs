@@ -4,9 +4,11 @@
 //! no longer matches it.
 //!
 //! The file is `<state_dir>/audit-heads/<sha256 of the log's canonical path>.head`, mode
-//! `0600`, [`HEAD_FILE_BYTES`] long: one JSON object (`{"records":N,"hash":"…"}`) padded with
-//! spaces and ended by a newline, rewritten in place (`pwrite` at offset 0) so an update
-//! never changes the file's size.
+//! `0600`, [`HEAD_FILE_BYTES`] long: one JSON object (`{"records":N,"hash":"…","end":B}`)
+//! padded with spaces and ended by a newline, rewritten in place (`pwrite` at offset 0) so an
+//! update never changes the file's size. `end` is where that record's line ends in the log,
+//! in bytes: where recovery after a machine crash starts reading forward (see
+//! [`super::writer`]); a head without it (an earlier toolward) is found from the log's end.
 
 use std::fmt;
 use std::fs::File;
@@ -24,9 +26,22 @@ use crate::store::{StateDir, check_private};
 /// The folder of the heads, inside the state folder.
 pub const HEADS_DIR: &str = "audit-heads";
 
-/// Length of a head file, in bytes: the longest head (a 20-digit count and a 64-digit hash)
-/// takes 106, the rest is padding.
-pub const HEAD_FILE_BYTES: usize = 128;
+/// Length of a head file, in bytes: the longest head (a 20-digit count, a 64-digit hash and a
+/// 20-digit end) takes 133, the rest is padding. Heads of 128 bytes (without `end`) still read.
+pub const HEAD_FILE_BYTES: usize = 160;
+
+/// A head, and where its last record's line ends in the log (bytes) when the head says.
+pub(crate) type HeadAndEnd = (AuditHead, Option<u64>);
+
+/// A head as its file holds it.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    #[serde(flatten)]
+    head: AuditHead,
+    /// Where the line of the head's last record ends in the log, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    end: Option<u64>,
+}
 
 /// The end of a log as toolward last knew it to be on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,17 +186,17 @@ pub fn read_head(state: &StateDir, log: &Path) -> Result<(Option<AuditHead>, Pat
         _ => {}
     }
     let file = state.open_private_file(&name)?.into_std();
-    Ok((parse(&file, &path)?, path))
+    Ok((parse(&file, &path)?.map(|(head, _)| head), path))
 }
 
 impl HeadFile {
     /// Opens the head of the log at `log` in `state` (`audit-heads/`, created `0700`),
     /// creating the file `0600` when missing; returns the head it holds (`None` for a new
-    /// file).
+    /// file) and where its record ends in the log, when the head says.
     pub(crate) fn open(
         state: &StateDir,
         log: &Path,
-    ) -> Result<(HeadFile, Option<AuditHead>), AuditError> {
+    ) -> Result<(HeadFile, Option<HeadAndEnd>), AuditError> {
         let name = head_name(log)?;
         let path = state.path().join(&name);
         let dir = state.subdir(HEADS_DIR)?;
@@ -216,11 +231,16 @@ impl HeadFile {
         &self.path
     }
 
-    /// Replaces the head in place. Not synced: the head may fall behind what is on disk
-    /// after a machine crash, never ahead of it, because it is written only after the sync
-    /// that covers the records it names.
-    pub(crate) fn write(&self, head: &AuditHead) -> Result<(), AuditError> {
-        let mut text = serde_json::to_vec(head).map_err(|source| AuditError::Encode {
+    /// Replaces the head in place; `end`: where its last record's line ends in the log, in
+    /// bytes. Not synced: the head may fall behind what is on disk after a machine crash,
+    /// never ahead of it, because it is written only after the sync that covers the records
+    /// it names.
+    pub(crate) fn write(&self, head: &AuditHead, end: u64) -> Result<(), AuditError> {
+        let stored = Stored {
+            head: head.clone(),
+            end: Some(end),
+        };
+        let mut text = serde_json::to_vec(&stored).map_err(|source| AuditError::Encode {
             path: self.path.clone(),
             source,
         })?;
@@ -236,8 +256,8 @@ impl HeadFile {
     }
 }
 
-/// The head in `file`, `None` when it is empty.
-fn parse(file: &File, path: &Path) -> Result<Option<AuditHead>, AuditError> {
+/// The head in `file` and its end, `None` when it is empty.
+fn parse(file: &File, path: &Path) -> Result<Option<HeadAndEnd>, AuditError> {
     let mut buf = [0u8; HEAD_FILE_BYTES + 1];
     let mut read = 0;
     while read < buf.len() {
@@ -264,7 +284,7 @@ fn parse(file: &File, path: &Path) -> Result<Option<AuditHead>, AuditError> {
             path: path.to_path_buf(),
         });
     }
-    let head: AuditHead =
+    let Stored { head, end } =
         serde_json::from_slice(bytes.trim_ascii_end()).map_err(|_| AuditError::HeadCorrupt {
             path: path.to_path_buf(),
         })?;
@@ -274,5 +294,5 @@ fn parse(file: &File, path: &Path) -> Result<Option<AuditHead>, AuditError> {
             path: path.to_path_buf(),
         });
     }
-    Ok(Some(head))
+    Ok(Some((head, end)))
 }

@@ -10,12 +10,12 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{Read as _, Seek as _, SeekFrom};
+use std::io::{BufReader, Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{AuditDecision, AuditError, AuditRecord, ChainBreak, ChainCheck, MAX_RECORD_BYTES};
+use super::{AuditDecision, AuditError, AuditRecord, ChainBreak, ChainCheck, NextLine};
 
 /// How often `tail -f` looks for new records, in milliseconds: 200. A person watching does
 /// not notice a fifth of a second; the cost is one `stat` and one read.
@@ -130,10 +130,8 @@ pub fn show(path: &Path, filter: &Filter) -> Result<Shown, ReadError> {
 pub struct Follower {
     path: PathBuf,
     chain: ChainCheck,
-    /// Bytes of complete lines read.
+    /// Bytes of complete records read.
     offset: u64,
-    /// A last line without its newline yet.
-    partial: Vec<u8>,
 }
 
 impl Follower {
@@ -144,17 +142,17 @@ impl Follower {
             path: path.to_path_buf(),
             chain: ChainCheck::default(),
             offset: 0,
-            partial: Vec::new(),
         }
     }
 
     /// The records written since the last call (all of them the first time), each with its
-    /// JSON. A line still being written waits for its newline.
+    /// JSON. Reading stops at the room at the end of the log; a record still being written
+    /// waits for the next call.
     ///
     /// # Errors
     ///
-    /// [`ReadError::Broken`] at a break, [`ReadError::Shrunk`] when the file got shorter,
-    /// [`ReadError::Audit`] when it cannot be read.
+    /// [`ReadError::Broken`] at a break, [`ReadError::Shrunk`] when the file got shorter
+    /// than what was read, [`ReadError::Audit`] when it cannot be read.
     pub fn poll(&mut self) -> Result<Vec<(AuditRecord, Value)>, ReadError> {
         let io = |action| AuditError::io(action, &self.path);
         let mut file = match File::open(&self.path) {
@@ -166,32 +164,33 @@ impl Follower {
             Err(e) => return Err(io("open")(e).into()),
         };
         let len = file.metadata().map_err(io("read"))?.len();
-        let read = self.offset + self.partial.len() as u64;
-        if len < read {
+        if len < self.offset {
             return Err(ReadError::Shrunk {
                 path: self.path.clone(),
-                read,
+                read: self.offset,
                 now: len,
             });
         }
-        file.seek(SeekFrom::Start(read)).map_err(io("read"))?;
-        let mut fresh = Vec::new();
-        file.take(len - read)
-            .read_to_end(&mut fresh)
+        file.seek(SeekFrom::Start(self.offset))
             .map_err(io("read"))?;
-        self.partial.extend_from_slice(&fresh);
+        let mut reader = BufReader::new(file.take(len - self.offset));
+        let mut line = Vec::new();
         let mut out = Vec::new();
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            let line = line.get(..end).unwrap_or_default();
-            let record = self.chain.check(line).map_err(ReadError::Broken)?;
-            self.offset += end as u64 + 1;
-            out.push((record, serde_json::from_slice(line).unwrap_or(Value::Null)));
+        loop {
+            match super::next_line(&mut reader, &mut line).map_err(io("read"))? {
+                NextLine::Line => {
+                    let record = self.chain.check(&line).map_err(ReadError::Broken)?;
+                    self.offset += line.len() as u64 + 1;
+                    out.push((record, serde_json::from_slice(&line).unwrap_or(Value::Null)));
+                }
+                NextLine::Torn { too_long: true } => {
+                    return Err(ReadError::Broken(self.chain.torn(true)));
+                }
+                NextLine::End | NextLine::Room | NextLine::Torn { too_long: false } => {
+                    return Ok(out);
+                }
+            }
         }
-        if self.partial.len() > MAX_RECORD_BYTES {
-            return Err(ReadError::Broken(self.chain.torn(true)));
-        }
-        Ok(out)
     }
 }
 

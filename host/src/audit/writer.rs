@@ -5,12 +5,14 @@
 //! of one step of one call) in the log's queue. If no thread of this process is writing, it
 //! becomes the leader: it takes the whole queue, takes the exclusive lock on the log file
 //! (`flock`, [`File::lock`]), checks that the file at the log's path is still the one it
-//! opened and whether another process appended meanwhile (then it reads the new last record,
-//! a bounded read from the end, for its `seq` and hash), writes every queued group in one
-//! `write`, syncs when any of them asked for it, writes the head, and lets go of the lock.
-//! Groups queued meanwhile are written by the next turn of the same leader, in one `write`
-//! and under one sync (group commit across calls in flight). Threads whose group was covered
-//! return without a system call of their own.
+//! opened and whether another process wrote meanwhile (the byte where this process last saw
+//! the records end is no longer room: then it reads forward over the other's records, each
+//! checked to chain), writes every queued group in one `pwrite` over the room at the end of
+//! the records (see [the room at the end](super#the-room-at-the-end)), syncs when any of
+//! them asked for it, writes the head, and lets go of the lock. Groups queued meanwhile are
+//! written by the next turn of the same leader, in one write and under one sync (group
+//! commit across calls in flight). Threads whose group was covered return without a system
+//! call of their own.
 //!
 //! **The timer.** Records that need not be on disk before an action (a call's result) are
 //! written at once but synced by the next sync, or by the log's own thread within
@@ -19,8 +21,8 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -29,7 +31,8 @@ use std::time::{Duration, Instant};
 use super::head::{AuditHead, HeadFile, HeadProblem};
 use super::{
     AuditError, AuditEvent, AuditKind, AuditRecord, AuditSync, ComponentHashes, GENESIS_PREV,
-    MAX_HEAD_LAG_RECORDS, MAX_RECORD_BYTES, RECORD_PREFIX, Tail, now_ms, read_tail,
+    MAX_HEAD_LAG_RECORDS, MAX_RECORD_BYTES, NextLine, RECORD_PREFIX, ROOM_BYTES, TAIL_CHUNK_BYTES,
+    Tail, content_end, is_room, next_line, now_ms, read_tail, tail_before_room,
 };
 use crate::canonical::sha256_hex;
 use crate::store::StateDir;
@@ -59,7 +62,7 @@ pub struct AuditLog {
 struct Shared {
     path: PathBuf,
     sync: AuditSync,
-    /// Opened with `O_APPEND`: every write lands at the end, whatever another process did.
+    /// Written with `pwrite` at the end of the records, into the room after them.
     file: File,
     /// Device and inode of `file`, to tell when the path names another file.
     identity: (u64, u64),
@@ -78,8 +81,10 @@ struct Shared {
 struct Chain {
     next_seq: u64,
     prev: String,
-    /// The file's length after the last complete record.
+    /// Where the records end: the length of the lines up to and including the last record.
     len: u64,
+    /// The file's length: the records, then the room after them.
+    size: u64,
 }
 
 /// What [`Shared::lead`] makes the turn do beyond writing.
@@ -241,19 +246,20 @@ impl AuditLog {
     ) -> Result<(Self, Option<HeadProblem>), AuditError> {
         let file = OpenOptions::new()
             .read(true)
-            .append(true)
+            .write(true)
             .create(true)
             .mode(LOG_MODE)
             .open(path)
             .map_err(AuditError::io("open", path))?;
         let meta = file.metadata().map_err(AuditError::io("read", path))?;
         check_private(&meta, path)?;
-        let (head_file, stored) = match state {
+        let (head_file, stored, stored_end) = match state {
             Some(state) => {
                 let (file, head) = HeadFile::open(state, path)?;
-                (Some(file), head)
+                let (head, end) = head.unzip();
+                (Some(file), head, end.flatten())
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         // Other processes write under the same lock: while it is held, the end is stable.
         file.lock().map_err(AuditError::io("lock", path))?;
@@ -263,7 +269,7 @@ impl AuditLog {
             file,
             (meta.dev(), meta.ino()),
             head_file,
-            stored.as_ref(),
+            stored.as_ref().map(|head| (head, stored_end)),
             mismatch,
         );
         let (log, problem) = opened?;
@@ -274,31 +280,47 @@ impl AuditLog {
         Ok((log, problem))
     }
 
-    /// The part of an open that runs with the file lock held.
+    /// The part of an open that runs with the file lock held. `stored`: the head, and where
+    /// its record ends in the log when the head says.
     fn open_locked(
         path: &Path,
         sync: AuditSync,
         file: File,
         identity: (u64, u64),
         head_file: Option<HeadFile>,
-        stored: Option<&AuditHead>,
+        stored: Option<(&AuditHead, Option<u64>)>,
         mismatch: Mismatch,
     ) -> Result<(Self, Option<HeadProblem>), AuditError> {
-        let len = file
-            .metadata()
-            .map_err(|source| AuditError::Io {
-                action: "read",
-                path: path.to_path_buf(),
-                source,
-            })?
-            .len();
-        let tail = read_tail(&file, len, path)?;
-        let chain = chain_after(&tail, path)?;
-        let problem = match (&head_file, stored) {
-            (Some(head_file), Some(head)) => check_against_head(&file, &tail, &chain, head, path)?
-                .map(|problem| (problem, head_file.path().to_path_buf(), head.clone())),
-            _ => None,
+        let size = file.metadata().map_err(AuditError::io("read", path))?.len();
+        let resumed = stored
+            .and_then(|(head, end)| resume_at_head(&file, head, end?, size, path).transpose())
+            .transpose()?;
+        let found_by_end = resumed.is_some();
+        let (chain, torn, problem) = match resumed {
+            // The head's record is where the head says: the records after it are read
+            // forward, and whatever follows the last that chains was never synced.
+            Some(chain) => {
+                let torn = content_end(&file, size, path)?;
+                let torn = (torn > chain.len).then_some((torn, Torn::AfterHead));
+                (chain, torn, None)
+            }
+            None => {
+                let (tail, end) = tail_before_room(&file, size, path)?;
+                let mut chain = chain_after(&tail, path)?;
+                chain.size = size;
+                let problem = match (&head_file, stored) {
+                    (Some(head_file), Some((head, _))) => {
+                        check_against_head(&file, &tail, &chain, head, path)?
+                            .map(|problem| (problem, head_file.path().to_path_buf(), head.clone()))
+                    }
+                    _ => None,
+                };
+                let torn = (tail.complete_len < end).then_some((end, Torn::LastLine));
+                (chain, torn, problem)
+            }
         };
+        let stored = stored.map(|(head, _)| head);
+        let mut chain = chain;
         let mut first = Vec::new();
         let mut accepted = None;
         if let Some((problem, head_path, head)) = problem {
@@ -326,8 +348,8 @@ impl AuditLog {
         } else if head_file.is_some() && stored.is_none() && chain.next_seq > 0 {
             tracing::warn!(path = %path.display(), "audit log had no head; its end is its head from now on");
         }
-        if tail.complete_len < len {
-            first.insert(0, cut_torn(&file, tail.complete_len, len, path)?);
+        if let Some((end, torn)) = torn {
+            first.insert(0, cut_torn(&file, &mut chain, end, torn, path)?);
         }
 
         let shared = Arc::new(Shared {
@@ -345,10 +367,11 @@ impl AuditLog {
         // itself on the record; an untouched log gets its head (after a sync: the previous
         // process may have left records no sync covered).
         let needs_head = shared.head.is_some()
-            && stored.is_none_or(|head| {
-                let chain = shared.chain.lock().unwrap_or_else(PoisonError::into_inner);
-                head.records != chain.next_seq || head.hash != chain.prev
-            });
+            && (!found_by_end
+                || stored.is_none_or(|head| {
+                    let chain = shared.chain.lock().unwrap_or_else(PoisonError::into_inner);
+                    head.records != chain.next_seq || head.hash != chain.prev
+                }));
         let flush = if !first.is_empty() || needs_head {
             Flush::Sync
         } else {
@@ -813,7 +836,17 @@ impl Shared {
             }
         }
         if !buf.is_empty() {
-            if let Err(source) = (&self.file).write_all(&buf) {
+            let at = chain.len;
+            let records = buf.len() as u64;
+            // Records go into the room after the last record; when they would not fit, the
+            // same write adds more room after them (the one write in many that changes the
+            // file's size, so the one sync in many that commits a size change).
+            if at + records > chain.size {
+                let room = usize::try_from(ROOM_BYTES).unwrap_or(usize::MAX);
+                buf.resize(buf.len() + room - 1, b' ');
+                buf.push(b'\n');
+            }
+            if let Err(source) = self.file.write_all_at(&buf, at) {
                 // Part of it may be in the file: the chain's end is unknown now.
                 return Err(TurnError::Failed(AuditError::Io {
                     action: "write to",
@@ -821,7 +854,8 @@ impl Shared {
                     source,
                 }));
             }
-            chain.len += buf.len() as u64;
+            chain.len += records;
+            chain.size = chain.size.max(at + buf.len() as u64);
         }
         let mut synced = false;
         if flush == Flush::Sync {
@@ -842,7 +876,7 @@ impl Shared {
                 records: chain.next_seq,
                 hash: chain.prev.clone(),
             };
-            file.write(&now)?;
+            file.write(&now, chain.len)?;
             head = Some(now);
         }
         Ok(Turn {
@@ -921,20 +955,29 @@ impl Shared {
                 how: "replaced by another file",
             });
         }
-        let len = meta.len();
-        if len == chain.len {
-            return Ok(None);
-        }
-        if len < chain.len {
+        let size = meta.len();
+        if size < chain.len {
             return Err(AuditError::CutShort {
                 path: self.path.clone(),
-                bytes: chain.len - len,
+                bytes: chain.len - size,
             });
         }
-        let tail = read_tail(&self.file, len, &self.path)?;
-        *chain = chain_after(&tail, &self.path)?;
-        if tail.complete_len < len {
-            return cut_torn(&self.file, tail.complete_len, len, &self.path).map(Some);
+        chain.size = size;
+        // Every writer writes at the end of the records: room there means nobody wrote.
+        let mut at_end = [0u8; 1];
+        if size == chain.len
+            || self
+                .file
+                .read_exact_at(&mut at_end, chain.len)
+                .map(|()| is_room(at_end[0]))
+                .map_err(AuditError::io("read", &self.path))?
+        {
+            return Ok(None);
+        }
+        scan_forward(&self.file, chain, &self.path)?;
+        let end = content_end(&self.file, size, &self.path)?;
+        if end > chain.len {
+            return cut_torn(&self.file, chain, end, Torn::LastLine, &self.path).map(Some);
         }
         Ok(None)
     }
@@ -1003,13 +1046,15 @@ impl Shared {
     }
 }
 
-/// The chain's end after `tail`'s last complete line.
+/// The chain's end after `tail`'s last complete line (its `size` is the lines' length: set
+/// it to the file's).
 fn chain_after(tail: &Tail, path: &Path) -> Result<Chain, AuditError> {
     Ok(match &tail.last_line {
         None => Chain {
             next_seq: 0,
             prev: GENESIS_PREV.to_owned(),
             len: tail.complete_len,
+            size: tail.complete_len,
         },
         Some(line) => {
             let record: AuditRecord =
@@ -1021,43 +1066,126 @@ fn chain_after(tail: &Tail, path: &Path) -> Result<Chain, AuditError> {
                 next_seq: record.seq.saturating_add(1),
                 prev: sha256_hex(line),
                 len: tail.complete_len,
+                size: tail.complete_len,
             }
         }
     })
 }
 
-/// Truncates the torn bytes in `from..len` (a process died while writing them) and returns
-/// the `recovered` record that says so.
-fn cut_torn(file: &File, from: u64, len: u64, path: &Path) -> Result<AuditEvent, AuditError> {
-    let mut torn = Vec::new();
+/// The chain at the head's record, when its line ends at `end` in the log (`size` bytes)
+/// and is the head's record, advanced over every record after it that chains
+/// ([`scan_forward`]); `None` when the head's record is not there (the caller then reads the
+/// log from its end).
+fn resume_at_head(
+    file: &File,
+    head: &AuditHead,
+    end: u64,
+    size: u64,
+    path: &Path,
+) -> Result<Option<Chain>, AuditError> {
+    if end > size {
+        return Ok(None);
+    }
+    let Ok(tail) = read_tail(file, end, path) else {
+        return Ok(None);
+    };
+    let Ok(mut chain) = chain_after(&tail, path) else {
+        return Ok(None);
+    };
+    if tail.complete_len != end || chain.next_seq != head.records || chain.prev != head.hash {
+        return Ok(None);
+    }
+    chain.size = size;
+    scan_forward(file, &mut chain, path)?;
+    Ok(Some(chain))
+}
+
+/// Advances `chain` over the complete lines after its end that are its next records (each
+/// `seq` the next, each `prev` the hash of the line before), up to the room, a line cut off,
+/// or a line that is not the next record.
+fn scan_forward(file: &File, chain: &mut Chain, path: &Path) -> Result<(), AuditError> {
+    let mut at = file;
+    at.seek(SeekFrom::Start(chain.len))
+        .map_err(AuditError::io("read", path))?;
+    let mut reader = std::io::BufReader::with_capacity(
+        TAIL_CHUNK_BYTES,
+        at.take(chain.size.saturating_sub(chain.len)),
+    );
+    let mut line = Vec::new();
+    while let NextLine::Line =
+        next_line(&mut reader, &mut line).map_err(AuditError::io("read", path))?
+    {
+        let Ok(record) = serde_json::from_slice::<AuditRecord>(&line) else {
+            break;
+        };
+        if record.seq != chain.next_seq || record.prev != chain.prev {
+            break;
+        }
+        chain.prev = sha256_hex(&line);
+        chain.next_seq = chain.next_seq.saturating_add(1);
+        chain.len += line.len() as u64 + 1;
+    }
+    Ok(())
+}
+
+/// What [`cut_torn`] cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Torn {
+    /// A last line a process left unfinished: cut only when it begins as every record does
+    /// (otherwise the file is not toolward's to cut).
+    LastLine,
+    /// Whatever follows the records after the head's record: writes no sync covered, torn
+    /// by a machine crash (their pages reach the disk in any order), or an edit.
+    AfterHead,
+}
+
+/// Truncates the log to the end of its records (`chain.len`), cutting the torn bytes up to
+/// `end` (and the room after them), and returns the `recovered` record that says so.
+fn cut_torn(
+    file: &File,
+    chain: &mut Chain,
+    end: u64,
+    torn: Torn,
+    path: &Path,
+) -> Result<AuditEvent, AuditError> {
+    let from = chain.len;
+    let mut cut = Vec::new();
     let mut reader = file;
     reader
         .seek(SeekFrom::Start(from))
         .map_err(AuditError::io("read", path))?;
     reader
-        .take(MAX_RECORD_BYTES as u64 + 1)
-        .read_to_end(&mut torn)
+        .take((end - from).min(MAX_RECORD_BYTES as u64 + 1))
+        .read_to_end(&mut cut)
         .map_err(AuditError::io("read", path))?;
     // Every line a writer starts begins with `{"seq":`; bytes that do not are not a torn
     // record (a wrong `audit.file`?), and are not toolward's to cut.
-    let ours = torn.len() <= MAX_RECORD_BYTES
-        && (torn.starts_with(RECORD_PREFIX) || RECORD_PREFIX.starts_with(&torn));
+    let line = cut.trim_ascii_end();
+    let ours = end - from <= MAX_RECORD_BYTES as u64
+        && match torn {
+            Torn::LastLine => {
+                !line.contains(&b'\n')
+                    && (line.starts_with(RECORD_PREFIX) || RECORD_PREFIX.starts_with(line))
+            }
+            Torn::AfterHead => true,
+        };
     if !ours {
         return Err(AuditError::ForeignTail {
             path: path.to_path_buf(),
-            bytes: len - from,
+            bytes: end - from,
         });
     }
     file.set_len(from)
         .map_err(AuditError::io("truncate", path))?;
+    chain.size = from;
     tracing::warn!(
         path = %path.display(),
-        bytes = len - from,
-        "audit log ended in a torn line; truncated it and recorded the recovery"
+        bytes = end - from,
+        "audit log ended in a torn write; cut it and recorded the recovery"
     );
     Ok(AuditEvent {
-        truncated_bytes: Some(len - from),
-        truncated_sha256: Some(sha256_hex(&torn)),
+        truncated_bytes: Some(end - from),
+        truncated_sha256: Some(sha256_hex(&cut)),
         ..AuditEvent::new(AuditKind::Recovered)
     })
 }

@@ -112,8 +112,7 @@ fn a_gateway_killed_mid_run_leaves_a_verifiable_log_with_every_forwarded_call_de
     // Every call the server received was decided, allowed and forwarded on the record first.
     let mut decided = BTreeSet::new();
     let mut forwarded = BTreeSet::new();
-    for line in std::fs::read_to_string(&audit).unwrap().lines() {
-        let record: Value = serde_json::from_str(line).unwrap();
+    for record in crate::support::audit_records(&audit) {
         let Some(arguments) = record["arguments"].as_str() else {
             continue;
         };

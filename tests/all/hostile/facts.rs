@@ -83,10 +83,8 @@ fn text(result: &Value) -> String {
 
 /// The `decision` records of the log, in order.
 fn decisions(bench: &Bench) -> Vec<Value> {
-    std::fs::read_to_string(bench.path().join("state/audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+    crate::support::audit_records(&bench.path().join("state/audit.jsonl"))
+        .into_iter()
         .filter(|record| record["kind"] == "decision")
         .collect()
 }

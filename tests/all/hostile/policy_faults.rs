@@ -23,10 +23,8 @@ pub(super) async fn with_policy(test: &str, component: &Path, settings: &str) ->
 
 /// The audit records of call `call_id`.
 pub(super) fn records_of(bench: &Bench, call_id: &str) -> Vec<Value> {
-    std::fs::read_to_string(bench.path().join("state/audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+    crate::support::audit_records(&bench.path().join("state/audit.jsonl"))
+        .into_iter()
         .filter(|record| record["call_id"] == call_id)
         .collect()
 }

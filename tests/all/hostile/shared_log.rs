@@ -131,10 +131,9 @@ fn two_gateways_on_one_config_both_serve_and_their_500_calls_each_form_one_chain
     // Every call decided exactly once, and forwarded once, by the gateway it went to.
     let mut decisions: BTreeMap<(String, u64), u32> = BTreeMap::new();
     let mut forwarded: BTreeMap<(String, u64), u32> = BTreeMap::new();
-    let audit = std::fs::read_to_string(bench.path().join("state/audit.jsonl")).unwrap();
+    let audit = crate::support::audit_records(&bench.path().join("state/audit.jsonl"));
     let mut sessions = std::collections::BTreeSet::new();
-    for line in audit.lines() {
-        let record: Value = serde_json::from_str(line).unwrap();
+    for record in audit {
         let Some(arguments) = record["arguments"].as_str() else {
             continue;
         };
@@ -192,8 +191,7 @@ fn a_log_cut_short_is_named_by_verify_and_refused_by_serve_until_accepted() {
         assert_eq!(code, 0, "{out}{err}");
     }
     let log = bench.path().join("state/audit.jsonl");
-    let text = std::fs::read_to_string(&log).unwrap();
-    let kept: Vec<&str> = text.lines().collect();
+    let kept = crate::support::audit_lines(&log);
     let cut = kept.len() - 2;
     std::fs::write(&log, format!("{}\n", kept[..cut].join("\n"))).unwrap();
 

@@ -460,15 +460,14 @@ pub async fn import(store: &PgStore, log: &std::path::Path) -> Result<AuditHead,
         path: log.to_path_buf(),
         reason,
     };
-    let report = crate::audit::verify(log).map_err(|e| import_error(e.to_string()))?;
+    // The record lines only: not the room (spaces) the file writer keeps at the log's end.
+    let mut records: Vec<Vec<u8>> = Vec::new();
+    let report = crate::audit::read_chain(log, |_, line| records.push(line.to_vec()))
+        .map_err(|e| import_error(e.to_string()))?;
     if let Some(brk) = &report.first_break {
         return Err(import_error(format!("its chain is broken: {brk}")));
     }
-    let bytes = std::fs::read(log).map_err(|e| import_error(e.to_string()))?;
-    let lines: Vec<&[u8]> = bytes
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .collect();
+    let lines: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
     let pool = store.pool()?;
     store.prepare(&pool).await?;
     let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
