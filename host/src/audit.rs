@@ -250,7 +250,7 @@ pub enum AuditError {
     State(#[from] crate::store::StateError),
     /// The head file does not hold a head.
     #[error(
-        "audit head `{path}` is not a head written by toolward; remove it to take the log's end as its head"
+        "audit head `{path}` is not a head written by toolward: check the log with `toolward audit verify LOG` against a head kept elsewhere (one an earlier start printed) before removing this file, which makes the log's end its head"
     )]
     HeadCorrupt {
         /// The head file.
@@ -966,6 +966,8 @@ fn verify_lines(
     let mut reader = BufReader::with_capacity(TAIL_CHUNK_BYTES, file);
     let mut chain = ChainCheck::default();
     let mut buf = Vec::new();
+    // Where the next line begins.
+    let mut at = 0;
     let report = |chain: &ChainCheck, first_break| VerifyReport {
         records: chain.records(),
         last_hash: chain.last_hash().to_owned(),
@@ -975,17 +977,37 @@ fn verify_lines(
         match next_line(&mut reader, &mut buf).map_err(AuditError::io("read", path))? {
             NextLine::End => return Ok(report(&chain, None)),
             NextLine::Room => {
-                let first_break = has_bytes_past_room(&mut reader)
-                    .map_err(AuditError::io("read", path))?
-                    .then(|| chain.torn_at(BreakProblem::AfterRoom));
-                return Ok(report(&chain, first_break));
+                if !has_bytes_past_room(&mut reader).map_err(AuditError::io("read", path))? {
+                    return Ok(report(&chain, None));
+                }
+                // Bytes past the room: a break, unless a writer has since begun a record where
+                // the room began (its line, longer than what was read there, reaching past it).
+                let file = reader.into_inner();
+                let problem = if room_at(&file, at).map_err(AuditError::io("read", path))? {
+                    BreakProblem::AfterRoom
+                } else {
+                    BreakProblem::Torn
+                };
+                return Ok(report(&chain, Some(chain.torn_at(problem))));
             }
             NextLine::Torn { too_long } => return Ok(report(&chain, Some(chain.torn(too_long)))),
             NextLine::Line => match chain.check(&buf) {
-                Ok(record) => seen(&record, &buf, chain.last_hash()),
+                Ok(record) => {
+                    at += buf.len() as u64 + 1;
+                    seen(&record, &buf, chain.last_hash());
+                }
                 Err(brk) => return Ok(report(&chain, Some(brk))),
             },
         }
+    }
+}
+
+/// Whether the byte at `offset` of `file` is room (a file that ends there counts as room).
+fn room_at(file: &File, offset: u64) -> io::Result<bool> {
+    let mut byte = [0u8; 1];
+    match file.read_at(&mut byte, offset)? {
+        0 => Ok(true),
+        _ => Ok(is_room(byte[0])),
     }
 }
 

@@ -1140,6 +1140,10 @@ fn audit_verify(
         }
         if let Some((head, path)) = &head {
             match &problem {
+                None if report.first_break.is_some() && head.records > report.records => println!(
+                    "head `{}` ({head}): not checked: the chain breaks before its record",
+                    path.display()
+                ),
                 None => println!("head `{}` ({head}): matches", path.display()),
                 Some(problem) => println!(
                     "head `{}` ({head}): does not match: {problem}",

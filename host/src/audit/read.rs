@@ -186,7 +186,17 @@ impl Follower {
                 NextLine::Torn { too_long: true } => {
                     return Err(ReadError::Broken(self.chain.torn(true)));
                 }
-                NextLine::End | NextLine::Room | NextLine::Torn { too_long: false } => {
+                NextLine::Room => {
+                    let past = super::has_bytes_past_room(&mut reader).map_err(io("read"))?;
+                    let file = reader.into_inner().into_inner();
+                    if past && super::room_at(&file, self.offset).map_err(io("read"))? {
+                        return Err(ReadError::Broken(
+                            self.chain.torn_at(super::BreakProblem::AfterRoom),
+                        ));
+                    }
+                    return Ok(out);
+                }
+                NextLine::End | NextLine::Torn { too_long: false } => {
                     return Ok(out);
                 }
             }
@@ -452,6 +462,29 @@ mod tests {
         drop(log);
         std::fs::write(&path, "").unwrap();
         assert!(matches!(follower.poll(), Err(ReadError::Shrunk { .. })));
+    }
+
+    #[test]
+    fn a_blank_or_spaces_line_before_later_records_breaks_the_follower_as_it_breaks_show() {
+        for inserted in ["\n", "   \n"] {
+            let (_dir, path, log) = log_with(3);
+            drop(log);
+            let bytes = std::fs::read(&path).unwrap();
+            let first = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+            let mut edited = bytes.get(..first).unwrap().to_vec();
+            edited.extend_from_slice(inserted.as_bytes());
+            edited.extend_from_slice(bytes.get(first..).unwrap());
+            std::fs::write(&path, edited).unwrap();
+
+            let shown = show(&path, &Filter::default()).unwrap();
+            assert_eq!(shown.records.len(), 1, "{inserted:?}");
+            let expected = shown.first_break.unwrap();
+            assert_eq!(expected.problem, super::super::BreakProblem::AfterRoom);
+            match Follower::new(&path).poll() {
+                Err(ReadError::Broken(brk)) => assert_eq!(brk, expected, "{inserted:?}"),
+                other => panic!("{inserted:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]
