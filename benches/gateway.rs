@@ -5,7 +5,11 @@
 //! per-call percentiles (p50, p99 over at least 10,000 calls) and throughput with several calls
 //! in flight. Each run also reports the CPU time the process under test (the fake server for
 //! `direct`, the gateway otherwise, not its server) used per call, from `/proc/PID/stat`. `cargo bench --bench gateway` runs it; arguments select sections
-//! (`latency`, `memory`, `start`; all when none is given).
+//! (`latency`, `memory`, `start`, `syscalls`; all when none is given).
+//!
+//! # syscalls
+//! The binary's size, and the system calls per call of each case but `direct` (`strace -f
+//! -c` attached after the warm-up, `SYSCALL_CALLS` calls with one in flight).
 //!
 //! # latency
 //! The same `tools/call` of the fake server's echo tool (`{"text": "hello"}`), over one
@@ -590,6 +594,72 @@ fn latency() {
     }
 }
 
+/// System calls per call (issue 15.2) and the binary's size (issue 15.4): `strace -f -c`
+/// attached to each case's process after the warm-up, over `SYSCALL_CALLS` calls (default
+/// 2,000) with one in flight; skipped, saying so, without `strace`.
+fn syscalls() {
+    let calls = env_usize("SYSCALL_CALLS", 2_000);
+    let bin = toolward_bin();
+    match std::fs::metadata(&bin) {
+        Ok(meta) => println!("binary `{}`: {} bytes", bin.display(), meta.len()),
+        Err(e) => println!("binary `{}`: {e}", bin.display()),
+    }
+    if Command::new("strace").arg("-V").output().is_err() {
+        println!("system calls: no `strace` on PATH; skipped");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let echo = scenario(dir.path(), "echo", None);
+    let rules =
+        json!({ "servers": { "fake": { "tools": { "echo": { "effect": "read-only" } } } } });
+    let servers = [("fake".to_owned(), echo.clone())];
+    let mut cases = Vec::new();
+    for (name, sync) in [("toolward always", "always"), ("toolward none", "none")] {
+        let config = toolward_config(&dir.path().join(sync), &servers, &rules, sync);
+        cases.push((name, serve_argv(&config), "fake__echo"));
+    }
+    if let Some(peer) = peer_bin() {
+        cases.push(("peer mcp-gate", peer_argv(&peer, dir.path(), &echo), "echo"));
+    }
+    println!("\nsystem calls per call ({calls} calls, 1 in flight; `strace -f -c`, all threads):");
+    for (name, argv, tool) in cases {
+        let mut session = Session::spawn(&argv, dir.path());
+        session.calls(tool, WARMUP, 1);
+        let out = dir.path().join("strace.txt");
+        let mut strace = Command::new("strace")
+            .args(["-f", "-c", "-o"])
+            .arg(&out)
+            .args(["-p", &session.child.id().to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        session.calls(tool, calls, 1);
+        // SIGINT: strace detaches and writes its summary.
+        let _ = Command::new("kill")
+            .args(["-INT", &strace.id().to_string()])
+            .status();
+        let _ = strace.wait();
+        session.close();
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let mut rows: Vec<(f64, String)> = text
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let count: f64 = fields.get(3)?.parse().ok()?;
+                let syscall = fields.last()?;
+                (fields.len() >= 5 && *syscall != "total")
+                    .then(|| (count / calls as f64, (*syscall).to_owned()))
+            })
+            .filter(|(per_call, _)| *per_call >= 0.05)
+            .collect();
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let total: f64 = rows.iter().map(|(n, _)| n).sum();
+        let listed: Vec<String> = rows.iter().map(|(n, s)| format!("{s} {n:.2}")).collect();
+        println!("{name:<16} {total:5.1}: {}", listed.join(", "));
+    }
+}
+
 /// VmRSS, VmHWM, RssAnon and RssFile of a process, KiB.
 type Status = (u64, u64, u64, u64);
 
@@ -954,5 +1024,8 @@ fn main() {
     }
     if wants("start") {
         start();
+    }
+    if wants("syscalls") {
+        syscalls();
     }
 }
