@@ -841,12 +841,12 @@ impl Shared {
             // Records go into the room after the last record; when they would not fit, the
             // same write adds more room after them (the one write in many that changes the
             // file's size, so the one sync in many that commits a size change).
-            if at + records > chain.size {
-                let room = usize::try_from(ROOM_BYTES).unwrap_or(usize::MAX);
-                buf.resize(buf.len() + room - 1, b' ');
-                buf.push(b'\n');
-            }
-            if let Err(source) = self.file.write_all_at(&buf, at) {
+            let room = if at + records > chain.size {
+                ROOM_BYTES
+            } else {
+                0
+            };
+            if let Err(source) = write_with_room(&self.file, &buf, room, at) {
                 // Part of it may be in the file: the chain's end is unknown now.
                 return Err(TurnError::Failed(AuditError::Io {
                     action: "write to",
@@ -855,7 +855,7 @@ impl Shared {
                 }));
             }
             chain.len += records;
-            chain.size = chain.size.max(at + buf.len() as u64);
+            chain.size = chain.size.max(at + records + room);
         }
         let mut synced = false;
         if flush == Flush::Sync {
@@ -1044,6 +1044,41 @@ impl Shared {
             }
         }
     }
+}
+
+/// Spaces the room is written from, a page at a time (no buffer of the room's size).
+static SPACES: [u8; 4096] = [b' '; 4096];
+const _: () = assert!(ROOM_BYTES % SPACES.len() as u64 == 0 && ROOM_BYTES > 0);
+
+/// Writes `records` at `at`, then `room` bytes of room after them (spaces, the last a
+/// newline; `room` a multiple of [`SPACES`]' length, or 0), in one `pwritev` when it writes
+/// them all.
+fn write_with_room(file: &File, records: &[u8], room: u64, at: u64) -> std::io::Result<()> {
+    let pages = usize::try_from(room).unwrap_or(0) / SPACES.len();
+    let mut slices = Vec::with_capacity(pages + 2);
+    slices.push(std::io::IoSlice::new(records));
+    if pages > 0 {
+        slices.extend((1..pages).map(|_| std::io::IoSlice::new(&SPACES)));
+        slices.push(std::io::IoSlice::new(
+            SPACES.get(..SPACES.len() - 1).unwrap_or_default(),
+        ));
+        slices.push(std::io::IoSlice::new(b"\n"));
+    }
+    let mut slices = slices.as_mut_slice();
+    let mut offset = at;
+    while !slices.is_empty() {
+        let written = match rustix::io::pwritev(file, slices, offset) {
+            Ok(written) => written,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(errno) => return Err(errno.into()),
+        };
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        offset += written as u64;
+        std::io::IoSlice::advance_slices(&mut slices, written);
+    }
+    Ok(())
 }
 
 /// The chain's end after `tail`'s last complete line (its `size` is the lines' length: set
