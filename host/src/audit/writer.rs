@@ -1048,7 +1048,7 @@ impl Shared {
 
 /// Spaces the room is written from, a page at a time (no buffer of the room's size).
 static SPACES: [u8; 4096] = [b' '; 4096];
-const _: () = assert!(ROOM_BYTES % SPACES.len() as u64 == 0 && ROOM_BYTES > 0);
+const _: () = assert!(ROOM_BYTES.is_multiple_of(SPACES.len() as u64) && ROOM_BYTES > 0);
 
 /// Writes `records` at `at`, then `room` bytes of room after them (spaces, the last a
 /// newline; `room` a multiple of [`SPACES`]' length, or 0), in one `pwritev` when it writes
