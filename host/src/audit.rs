@@ -769,10 +769,10 @@ impl fmt::Display for BreakProblem {
                 "prev is `{found}`, expected `{expected}` (the previous record was changed)"
             ),
             Self::Torn => f.write_str(
-                "last line has no newline, or is cut off by the room at the end (torn write)",
+                "the line is cut off: it has no newline, or spaces end it (a torn write or an edit)",
             ),
             Self::AfterRoom => f.write_str(
-                "bytes follow the room (spaces) at the end of the log (a torn write or an edit)",
+                "a line of room (spaces) is followed by bytes that are not room: the records should end there (a torn write or an edit)",
             ),
             Self::TooLong => write!(f, "line is longer than {MAX_RECORD_BYTES} bytes"),
         }
@@ -782,8 +782,9 @@ impl fmt::Display for BreakProblem {
 /// Checks the chain of the log at `path`: every line is a record, `seq` counts up from 0
 /// by one, and each `prev` is the hash of the line before. Stops at the first break.
 ///
-/// Takes no lock, so it can run beside a gateway writing the log; a record being written at
-/// that moment may show as [`BreakProblem::Torn`].
+/// Runs beside a gateway writing the log: it reads without a lock, and what looks cut off or
+/// misplaced is read again under the shared lock (writers take it exclusive for each group),
+/// so a record being written at that moment is not taken for a break.
 ///
 /// # Errors
 ///
@@ -962,53 +963,62 @@ fn verify_lines(
     path: &Path,
     mut seen: impl FnMut(&AuditRecord, &[u8], &str),
 ) -> Result<VerifyReport, AuditError> {
+    let read = |source| AuditError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    };
     let file = File::open(path).map_err(AuditError::io("open", path))?;
-    let mut reader = BufReader::with_capacity(TAIL_CHUNK_BYTES, file);
+    let mut reader = BufReader::with_capacity(TAIL_CHUNK_BYTES, &file);
     let mut chain = ChainCheck::default();
     let mut buf = Vec::new();
-    // Where the next line begins.
+    // Where the next line begins, and whether the log is read under a shared lock.
     let mut at = 0;
+    let mut locked = false;
     let report = |chain: &ChainCheck, first_break| VerifyReport {
         records: chain.records(),
         last_hash: chain.last_hash().to_owned(),
         first_break,
     };
     loop {
-        match next_line(&mut reader, &mut buf).map_err(AuditError::io("read", path))? {
+        let problem = match next_line(&mut reader, &mut buf).map_err(read)? {
             NextLine::End => return Ok(report(&chain, None)),
+            NextLine::Line => {
+                match chain.check(&buf) {
+                    Ok(record) => {
+                        at += buf.len() as u64 + 1;
+                        seen(&record, &buf, chain.last_hash());
+                    }
+                    Err(brk) => return Ok(report(&chain, Some(brk))),
+                }
+                continue;
+            }
             NextLine::Room => {
-                if !has_bytes_past_room(&mut reader).map_err(AuditError::io("read", path))? {
+                if !has_bytes_past_room(&mut reader).map_err(read)? {
                     return Ok(report(&chain, None));
                 }
-                // Bytes past the room: a break, unless a writer has since begun a record where
-                // the room began (its line, longer than what was read there, reaching past it).
-                let file = reader.into_inner();
-                let problem = if room_at(&file, at).map_err(AuditError::io("read", path))? {
-                    BreakProblem::AfterRoom
-                } else {
-                    BreakProblem::Torn
-                };
-                return Ok(report(&chain, Some(chain.torn_at(problem))));
+                BreakProblem::AfterRoom
             }
-            NextLine::Torn { too_long } => return Ok(report(&chain, Some(chain.torn(too_long)))),
-            NextLine::Line => match chain.check(&buf) {
-                Ok(record) => {
-                    at += buf.len() as u64 + 1;
-                    seen(&record, &buf, chain.last_hash());
-                }
-                Err(brk) => return Ok(report(&chain, Some(brk))),
-            },
+            NextLine::Torn { too_long: true } => BreakProblem::TooLong,
+            NextLine::Torn { too_long: false } => BreakProblem::Torn,
+        };
+        if locked || problem == BreakProblem::TooLong {
+            return Ok(report(&chain, Some(chain.torn_at(problem))));
         }
+        // A writer may be halfway through its write: read the rest again under the lock
+        // writers take (shared), when nobody is writing.
+        reader = relock(&file, at).map_err(read)?;
+        locked = true;
     }
 }
 
-/// Whether the byte at `offset` of `file` is room (a file that ends there counts as room).
-fn room_at(file: &File, offset: u64) -> io::Result<bool> {
-    let mut byte = [0u8; 1];
-    match file.read_at(&mut byte, offset)? {
-        0 => Ok(true),
-        _ => Ok(is_room(byte[0])),
-    }
+/// Takes the shared lock on the log `file` (writers take it exclusive, one group at a time)
+/// and returns a reader from `at`: what it reads no writer is changing.
+fn relock(file: &File, at: u64) -> io::Result<BufReader<&File>> {
+    file.lock_shared()?;
+    let mut handle = file;
+    handle.seek(SeekFrom::Start(at))?;
+    Ok(BufReader::with_capacity(TAIL_CHUNK_BYTES, file))
 }
 
 /// Reads `reader` to its end; `true` when a byte on the way is not room ([`is_room`]).
@@ -1245,6 +1255,56 @@ mod tests {
         let report = verify(&path).unwrap();
         assert!(report.is_intact(), "{:?}", report.first_break);
         assert_eq!(report.records, 21);
+    }
+
+    #[test]
+    fn a_record_being_written_is_read_once_its_writer_lets_go_not_taken_for_a_break() {
+        let (_dir, path) = log_of(3);
+        let all = lines(&path);
+        write_lines(&path, &all[..2]);
+        let last = format!("{}\n", all[2]);
+        let (first_half, second_half) = last.as_bytes().split_at(last.len() / 2);
+        // A writer holding the lock, halfway through its write.
+        let writer = OpenOptions::new().write(true).open(&path).unwrap();
+        writer.lock().unwrap();
+        let end = records_len(&path);
+        writer.write_all_at(first_half, end).unwrap();
+        let reading = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let report = verify(&path).unwrap();
+                let followed = read::Follower::new(&path).poll().unwrap().len();
+                (report, followed)
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !reading.is_finished(),
+            "the reader did not wait for the writer"
+        );
+        writer
+            .write_all_at(second_half, end + first_half.len() as u64)
+            .unwrap();
+        writer.unlock().unwrap();
+        let (report, followed) = reading.join().unwrap();
+        assert!(report.is_intact(), "{:?}", report.first_break);
+        assert_eq!((report.records, followed), (3, 3));
+    }
+
+    #[test]
+    fn a_line_cut_off_by_spaces_in_the_middle_of_the_log_is_a_break_for_every_reader() {
+        let (_dir, path) = log_of(3);
+        let mut bytes = fs::read(&path).unwrap();
+        let end = bytes.iter().position(|b| *b == b'\n').unwrap();
+        // The first record's closing brace becomes a space: it reads like a record cut off.
+        bytes[end - 1] = b' ';
+        fs::write(&path, &bytes).unwrap();
+        let brk = verify(&path).unwrap().first_break.unwrap();
+        assert_eq!((brk.line, brk.problem.clone()), (1, BreakProblem::Torn));
+        match read::Follower::new(&path).poll() {
+            Err(read::ReadError::Broken(found)) => assert_eq!(found, brk),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

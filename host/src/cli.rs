@@ -1124,6 +1124,7 @@ fn audit_verify(
                 "file": path.display().to_string(),
                 "records": head.records,
                 "hash": head.hash,
+                "checked": problem.is_some() || report.first_break.is_none() || head.records <= report.records,
                 "problem": problem.as_ref().map(ToString::to_string),
             })),
         });
@@ -1237,11 +1238,12 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
             written.map_err(failure)?;
             if let Some(brk) = &report.first_break {
                 sink.flush().map_err(failure)?;
-                return Err(failure(anyhow!(
-                    "audit log `{}`: the chain breaks at {brk}; exported the {} records before it",
+                eprintln!(
+                    "toolward: audit log `{}`: chain broken at {brk}; exported the {} records before it",
                     config.audit.file.display(),
                     report.records
-                )));
+                );
+                return Ok(ExitCode::from(EXIT_FOUND));
             }
             toolward::audit::AuditHead {
                 records: report.records,

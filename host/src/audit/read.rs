@@ -10,12 +10,14 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufReader, Read as _, Seek as _, SeekFrom};
+use std::io::{BufReader, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{AuditDecision, AuditError, AuditRecord, ChainBreak, ChainCheck, NextLine};
+use super::{
+    AuditDecision, AuditError, AuditRecord, BreakProblem, ChainBreak, ChainCheck, NextLine,
+};
 
 /// How often `tail -f` looks for new records, in milliseconds: 200. A person watching does
 /// not notice a fifth of a second; the cost is one `stat` and one read.
@@ -146,8 +148,9 @@ impl Follower {
     }
 
     /// The records written since the last call (all of them the first time), each with its
-    /// JSON. Reading stops at the room at the end of the log; a record still being written
-    /// waits for the next call.
+    /// JSON. Reading stops at the room at the end of the log. A line that looks cut off, or
+    /// bytes past the room, are read again under the shared lock writers take, so a record
+    /// being written is waited for; seen under the lock, they are a break, wherever they are.
     ///
     /// # Errors
     ///
@@ -155,7 +158,7 @@ impl Follower {
     /// than what was read, [`ReadError::Audit`] when it cannot be read.
     pub fn poll(&mut self) -> Result<Vec<(AuditRecord, Value)>, ReadError> {
         let io = |action| AuditError::io(action, &self.path);
-        let mut file = match File::open(&self.path) {
+        let file = match File::open(&self.path) {
             Ok(file) => file,
             // A log not written yet: `tail -f` waits for its first record.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.offset == 0 => {
@@ -171,35 +174,38 @@ impl Follower {
                 now: len,
             });
         }
-        file.seek(SeekFrom::Start(self.offset))
+        let mut handle = &file;
+        handle
+            .seek(SeekFrom::Start(self.offset))
             .map_err(io("read"))?;
-        let mut reader = BufReader::new(file.take(len - self.offset));
+        let mut reader = BufReader::new(&file);
+        let mut locked = false;
         let mut line = Vec::new();
         let mut out = Vec::new();
         loop {
-            match super::next_line(&mut reader, &mut line).map_err(io("read"))? {
+            let problem = match super::next_line(&mut reader, &mut line).map_err(io("read"))? {
                 NextLine::Line => {
                     let record = self.chain.check(&line).map_err(ReadError::Broken)?;
                     self.offset += line.len() as u64 + 1;
                     out.push((record, serde_json::from_slice(&line).unwrap_or(Value::Null)));
+                    continue;
                 }
-                NextLine::Torn { too_long: true } => {
-                    return Err(ReadError::Broken(self.chain.torn(true)));
-                }
+                NextLine::End => return Ok(out),
                 NextLine::Room => {
-                    let past = super::has_bytes_past_room(&mut reader).map_err(io("read"))?;
-                    let file = reader.into_inner().into_inner();
-                    if past && super::room_at(&file, self.offset).map_err(io("read"))? {
-                        return Err(ReadError::Broken(
-                            self.chain.torn_at(super::BreakProblem::AfterRoom),
-                        ));
+                    if !super::has_bytes_past_room(&mut reader).map_err(io("read"))? {
+                        return Ok(out);
                     }
-                    return Ok(out);
+                    BreakProblem::AfterRoom
                 }
-                NextLine::End | NextLine::Torn { too_long: false } => {
-                    return Ok(out);
-                }
+                NextLine::Torn { too_long: true } => BreakProblem::TooLong,
+                NextLine::Torn { too_long: false } => BreakProblem::Torn,
+            };
+            if locked || problem == BreakProblem::TooLong {
+                return Err(ReadError::Broken(self.chain.torn_at(problem)));
             }
+            // A writer may be halfway through its write: read on under the shared lock.
+            reader = super::relock(&file, self.offset).map_err(io("read"))?;
+            locked = true;
         }
     }
 }
@@ -479,7 +485,7 @@ mod tests {
             let shown = show(&path, &Filter::default()).unwrap();
             assert_eq!(shown.records.len(), 1, "{inserted:?}");
             let expected = shown.first_break.unwrap();
-            assert_eq!(expected.problem, super::super::BreakProblem::AfterRoom);
+            assert_eq!(expected.problem, BreakProblem::AfterRoom);
             match Follower::new(&path).poll() {
                 Err(ReadError::Broken(brk)) => assert_eq!(brk, expected, "{inserted:?}"),
                 other => panic!("{inserted:?}: {other:?}"),
