@@ -10,7 +10,7 @@
 //! | `seq`  | position in the log, `0` for the first record, `+1` for each record after it |
 //! | `time` | milliseconds since the Unix epoch (UTC), from the host's clock; the same unit the WIT `call.time` uses, so a record and the call it describes compare directly |
 //! | `prev` | SHA-256, lowercase hex, of the previous line's bytes without its newline; 64 zeros for the first record |
-//! | `kind` | one of [`AuditKind`] (`load`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `refusal`, `recovered`) |
+//! | `kind` | one of [`AuditKind`] (`load`, `server-start`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `refusal`, `recovered`) |
 //! | ...    | the event fields of [`AuditEvent`] that apply; an absent field is left out, never `null` |
 //!
 //! Changing, inserting or deleting a line breaks the chain at the first line after the change
@@ -401,6 +401,12 @@ pub enum AuditKind {
     Refusal,
     /// The log was reopened after a torn last line was truncated away.
     Recovered,
+    /// A server was started, at the load or again after it failed: `server`, and in `detail`
+    /// the attempt (0 at the load) and the confinement actually applied
+    /// ([`crate::confine::Confinement`]; the launcher refuses to start a server less confined
+    /// than it was asked). A restart that would have been less confined than the first start
+    /// is not made: a `refusal` names the server and why.
+    ServerStart,
 }
 
 impl fmt::Display for AuditKind {
@@ -416,6 +422,7 @@ impl fmt::Display for AuditKind {
             Self::Result => "result",
             Self::Refusal => "refusal",
             Self::Recovered => "recovered",
+            Self::ServerStart => "server-start",
         })
     }
 }

@@ -188,6 +188,12 @@ enum Command {
         /// Deny TCP `bind` and `connect`.
         #[arg(long)]
         deny_tcp: bool,
+        /// Start the server in user, mount and PID namespaces with every `--deny` covered.
+        #[arg(long)]
+        namespaces: bool,
+        /// A network namespace of its own (with `--namespaces`).
+        #[arg(long)]
+        deny_network: bool,
         /// Restrict, print `landlock-abi N` and exit.
         #[arg(long)]
         probe: bool,
@@ -424,6 +430,8 @@ pub fn main() -> ExitCode {
         deny,
         allow,
         deny_tcp,
+        namespaces,
+        deny_network,
         probe,
         command,
     } = cli.command
@@ -433,6 +441,8 @@ pub fn main() -> ExitCode {
                 deny,
                 allow,
                 deny_tcp,
+                namespaces,
+                deny_network,
                 command,
             },
             probe,

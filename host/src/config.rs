@@ -204,9 +204,9 @@ const LISTEN_KEYS: &[&str] = &[
     "session_idle_timeout_ms",
 ];
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
-const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "launcher"];
+const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "launcher", "namespaces"];
 /// Keys of a server's `confine`.
-const SERVER_CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "unconfined"];
+const SERVER_CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "unconfined"];
 /// Shortest bearer token accepted in `listen.tokens`, in characters: 32. A token is the only
 /// thing between the network and the operator's tools.
 pub const MIN_TOKEN_CHARS: usize = 32;
@@ -395,7 +395,7 @@ impl fmt::Debug for TelemetryConfig {
 
 /// The top-level `confine`: what every confined stdio server is denied besides the defaults
 /// of [`crate::confine`] (the state folder, the config, rules, manifest and audit log).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfineConfig {
     /// Paths every server is denied (`confine.deny`; a leading `~/` is toolward's `HOME`,
     /// other relative paths resolve against the config folder). Empty by default; `~/.ssh`
@@ -404,10 +404,33 @@ pub struct ConfineConfig {
     /// Whether servers are denied TCP (`confine.deny_tcp`, default `false`); a server's own
     /// `confine.deny_tcp` wins.
     pub deny_tcp: bool,
+    /// Whether servers get a network namespace of their own, with no network at all
+    /// (`confine.deny_network`, default `false`); a server's own `confine.deny_network` wins.
+    /// Needs [`ConfineConfig::namespaces`]; without them, TCP is denied by Landlock instead.
+    pub deny_network: bool,
+    /// Whether confined servers run in user, mount and PID namespaces as well as under
+    /// Landlock (`confine.namespaces`, default `true`): each withheld path covered by an empty
+    /// read-only mount, the other servers' processes out of sight ([`crate::confine`]).
+    /// `false` leaves Landlock alone, as where the namespaces are unavailable.
+    pub namespaces: bool,
     /// The `toolward` binary that starts confined servers (`confine.launcher`). `None`: the
     /// running program when it is `toolward`, else the `TOOLWARD_BIN` variable (embedders,
     /// tests); with neither, servers start unconfined and the load report says so.
     pub launcher: Option<PathBuf>,
+}
+
+impl Default for ConfineConfig {
+    /// Nothing denied beside the defaults, TCP and the network allowed, namespaces on, the
+    /// launcher found as [`crate::confine::launcher`] says.
+    fn default() -> Self {
+        ConfineConfig {
+            deny: Vec::new(),
+            deny_tcp: false,
+            deny_network: false,
+            namespaces: true,
+            launcher: None,
+        }
+    }
 }
 
 /// How one stdio server is confined (its `confine`, over the top-level one).
@@ -419,6 +442,8 @@ pub enum ServerConfine {
         deny: Vec<PathBuf>,
         /// The server's `confine.deny_tcp`, else the top-level one.
         deny_tcp: bool,
+        /// The server's `confine.deny_network`, else the top-level one.
+        deny_network: bool,
     },
     /// Started as the operator, unconfined (`confine.unconfined`, a stated reason).
     Unconfined {
@@ -432,6 +457,7 @@ impl Default for ServerConfine {
         ServerConfine::Confined {
             deny: Vec::new(),
             deny_tcp: false,
+            deny_network: false,
         }
     }
 }
@@ -1105,7 +1131,7 @@ impl Reader<'_> {
         &self,
         map: &Map<String, Value>,
         path: &JsonPath,
-    ) -> Result<(Vec<PathBuf>, Option<bool>), ConfigError> {
+    ) -> Result<(Vec<PathBuf>, Option<bool>, Option<bool>), ConfigError> {
         let mut deny = Vec::new();
         if let Some(value) = map.get("deny") {
             let deny_path = path.key("deny");
@@ -1120,16 +1146,26 @@ impl Reader<'_> {
             .get("deny_tcp")
             .map(|value| as_bool(value, &path.key("deny_tcp")))
             .transpose()?;
-        Ok((deny, deny_tcp))
+        let deny_network = map
+            .get("deny_network")
+            .map(|value| as_bool(value, &path.key("deny_network")))
+            .transpose()?;
+        Ok((deny, deny_tcp, deny_network))
     }
 
     fn confine(&self, value: &Value, path: &JsonPath) -> Result<ConfineConfig, ConfigError> {
         let map = as_object(value, path)?;
         check_keys(map, path, CONFINE_KEYS)?;
-        let (deny, deny_tcp) = self.confine_fields(map, path)?;
+        let (deny, deny_tcp, deny_network) = self.confine_fields(map, path)?;
+        let namespaces = map
+            .get("namespaces")
+            .map(|value| as_bool(value, &path.key("namespaces")))
+            .transpose()?;
         Ok(ConfineConfig {
             deny,
             deny_tcp: deny_tcp.unwrap_or(false),
+            deny_network: deny_network.unwrap_or(false),
+            namespaces: namespaces.unwrap_or(true),
             launcher: self.optional_path(map, path, "launcher")?,
         })
     }
@@ -1144,6 +1180,7 @@ impl Reader<'_> {
             return Ok(ServerConfine::Confined {
                 deny: top.deny.clone(),
                 deny_tcp: top.deny_tcp,
+                deny_network: top.deny_network,
             });
         };
         let path = path.key("confine");
@@ -1157,7 +1194,10 @@ impl Reader<'_> {
                     "give the reason this server must run unconfined: it is shown in every load report",
                 ));
             }
-            if let Some(key) = ["deny", "deny_tcp"].iter().find(|k| map.contains_key(**k)) {
+            if let Some(key) = ["deny", "deny_tcp", "deny_network"]
+                .iter()
+                .find(|k| map.contains_key(**k))
+            {
                 return Err(path
                     .key(key)
                     .invalid("an unconfined server is denied nothing"));
@@ -1166,12 +1206,13 @@ impl Reader<'_> {
                 reason: reason.to_owned(),
             });
         }
-        let (own, deny_tcp) = self.confine_fields(map, &path)?;
+        let (own, deny_tcp, deny_network) = self.confine_fields(map, &path)?;
         let mut deny = top.deny.clone();
         deny.extend(own);
         Ok(ServerConfine::Confined {
             deny,
             deny_tcp: deny_tcp.unwrap_or(top.deny_tcp),
+            deny_network: deny_network.unwrap_or(top.deny_network),
         })
     }
 
@@ -1912,6 +1953,7 @@ mod tests {
                     PathBuf::from("/etc/toolward/secrets")
                 ],
                 deny_tcp: false,
+                deny_network: false,
             }
         );
         assert_eq!(
@@ -1919,6 +1961,7 @@ mod tests {
             ServerConfine::Confined {
                 deny: vec![PathBuf::from("/home/op/.ssh"), PathBuf::from("/srv/keys")],
                 deny_tcp: true,
+                deny_network: false,
             }
         );
         assert_eq!(

@@ -61,6 +61,18 @@ pub const PROBE_FLAG: &str = "--probe";
 /// What the probe prints before the Landlock ABI it obtained (`0`: none).
 pub const PROBE_PREFIX: &str = "landlock-abi ";
 
+/// The probe's line when the namespaces of the first layer can be made.
+pub const NAMESPACES_OK: &str = "namespaces ok";
+
+/// What the probe prints before why the namespaces cannot be made.
+pub const NAMESPACES_UNAVAILABLE: &str = "namespaces unavailable: ";
+
+/// The launcher's flag that makes the namespaces of the first layer ([`namespace`]).
+pub const NAMESPACES_FLAG: &str = "--namespaces";
+
+/// The launcher's flag that gives the server a network namespace of its own.
+pub const DENY_NETWORK_FLAG: &str = "--deny-network";
+
 /// Most entries the launcher grants (the entries of all the folders on the way to the
 /// withheld paths): each is an open file and a system call, and a folder of more entries
 /// than this on that way (a shared `/tmp`?) is better given as the config's folder.
@@ -131,6 +143,13 @@ pub enum ConfineError {
         #[source]
         source: std::io::Error,
     },
+    /// The namespaces of the first layer could not be made or the withheld paths covered
+    /// ([`namespace`]).
+    #[error("confine: namespaces: {reason}")]
+    Namespace {
+        /// The step that failed and the kernel's answer.
+        reason: String,
+    },
     /// The launcher was given no program.
     #[error(
         "confine: no program to start: `toolward __confine [--deny PATH]... -- PROGRAM [ARGS]...`"
@@ -142,8 +161,13 @@ pub enum ConfineError {
 /// `allow` beneath them, and denies TCP when `deny_tcp`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Confinement {
-    /// The `toolward` binary run as launcher.
+    /// What is executed as the launcher, fixed when toolward first needed it
+    /// ([`launcher`]): `/proc/self/exe` (the binary toolward itself runs, whatever has since
+    /// been renamed or replaced at its path) or `/proc/self/fd/N` (a configured launcher held
+    /// open). Never a path looked up again.
     pub launcher: PathBuf,
+    /// The launcher's path as the operator knows it, for reports.
+    pub launcher_shown: PathBuf,
     /// Absolute paths withheld from the server.
     pub deny: Vec<PathBuf>,
     /// Absolute paths granted even beneath a withheld one (the server's own folder).
@@ -152,6 +176,13 @@ pub struct Confinement {
     pub deny_tcp: bool,
     /// The Landlock ABI the probe obtained (1 or more).
     pub abi: u32,
+    /// The first layer: user, mount and PID namespaces in which the withheld paths are
+    /// covered and siblings hidden ([`namespace`]); `Err` says why it is not applied (not
+    /// available here, or turned off by `confine.namespaces`), and Landlock then stands alone.
+    pub namespaces: Result<(), String>,
+    /// Whether the server gets a network namespace of its own (no network at all;
+    /// `confine.deny_network`). Only with [`Confinement::namespaces`].
+    pub deny_network: bool,
 }
 
 impl Confinement {
@@ -169,15 +200,63 @@ impl Confinement {
         if self.deny_tcp {
             out.push("--deny-tcp".into());
         }
+        if self.namespaces.is_ok() {
+            out.push(NAMESPACES_FLAG.into());
+            if self.deny_network {
+                out.push(DENY_NETWORK_FLAG.into());
+            }
+        }
         out.push("--".into());
         out.push(program.into());
         out.extend(args.iter().map(OsString::from));
         out
     }
 
-    /// Whether TCP is really denied: asked for, and the kernel has TCP rules.
+    /// Whether TCP is really denied: asked for, and the kernel has TCP rules (or no network
+    /// at all).
     pub fn tcp_denied(&self) -> bool {
-        self.deny_tcp && self.abi >= TCP_ABI
+        (self.deny_tcp && self.abi >= TCP_ABI) || self.network_denied()
+    }
+
+    /// Whether the server has no network at all (a network namespace of its own).
+    pub fn network_denied(&self) -> bool {
+        self.deny_network && self.namespaces.is_ok()
+    }
+
+    /// Why a start confined as `self` would be less confined than `first` (the server's
+    /// first start): `None` when it is at least as confined. A restart is refused otherwise.
+    pub fn weaker_than(&self, first: &Confinement) -> Option<String> {
+        if self.abi < first.abi {
+            return Some(format!(
+                "Landlock ABI {} instead of {}",
+                self.abi, first.abi
+            ));
+        }
+        if first.namespaces.is_ok()
+            && let Err(why) = &self.namespaces
+        {
+            return Some(format!("without its namespaces ({why})"));
+        }
+        if first.tcp_denied() && !self.tcp_denied() {
+            return Some("with TCP allowed".to_owned());
+        }
+        if first.network_denied() && !self.network_denied() {
+            return Some("with the network reachable".to_owned());
+        }
+        if let Some(path) = first.deny.iter().find(|path| !self.deny.contains(path)) {
+            return Some(format!("with `{}` no longer withheld", path.display()));
+        }
+        None
+    }
+}
+
+/// Why a start as `now` would be less confined than the server's first start, `first`
+/// (both `None` when unconfined): `None` when it is at least as confined.
+pub fn weaker_start(first: Option<&Confinement>, now: Option<&Confinement>) -> Option<String> {
+    match (first, now) {
+        (None, _) => None,
+        (Some(_), None) => Some("unconfined".to_owned()),
+        (Some(first), Some(now)) => now.weaker_than(first),
     }
 }
 
@@ -217,9 +296,23 @@ impl Plan {
                         c.abi
                     ),
                 };
+                let tcp = if c.network_denied() {
+                    "no network (a network namespace of its own)".to_owned()
+                } else {
+                    tcp
+                };
+                let layers = match &c.namespaces {
+                    Ok(()) => format!(
+                        "Landlock ABI {} and namespaces (withheld paths covered, its own PID namespace)",
+                        c.abi
+                    ),
+                    Err(why) => format!(
+                        "Landlock ABI {} alone, without namespaces ({why}): metadata of withheld paths (chmod, chown, times, attributes) and watches on them are not denied, and other processes are in sight",
+                        c.abi
+                    ),
+                };
                 format!(
-                    "Landlock ABI {}: {} paths withheld (the state folder, config, rules, manifest and audit log among them), {tcp}",
-                    c.abi,
+                    "{layers}: {} paths withheld (the state folder, config, rules, manifest and audit log among them), {tcp}",
                     c.deny.len()
                 )
             }
@@ -233,14 +326,18 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
     if !matches!(server.transport, ServerTransport::Stdio { .. }) {
         return None;
     }
-    let (extra, deny_tcp) = match &server.confine {
+    let (extra, deny_tcp, deny_network) = match &server.confine {
         ServerConfine::Unconfined { reason } => {
             return Some(Plan::Unconfined {
                 reason: format!("unconfined by the config: {reason}"),
                 chosen: true,
             });
         }
-        ServerConfine::Confined { deny, deny_tcp } => (deny, *deny_tcp),
+        ServerConfine::Confined {
+            deny,
+            deny_tcp,
+            deny_network,
+        } => (deny, *deny_tcp, *deny_network),
     };
     let Some(launcher) = launcher(config) else {
         return Some(Plan::Unconfined {
@@ -250,14 +347,8 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
             chosen: false,
         });
     };
-    let abi = match landlock_abi(&launcher) {
-        Ok(0) => {
-            return Some(Plan::Unconfined {
-                reason: "unconfined: Landlock is not available on this kernel (Linux 5.13+ with Landlock enabled), so the server can read and write the state folder, the manifest and the audit log".to_owned(),
-                chosen: false,
-            });
-        }
-        Ok(abi) => abi,
+    let launcher = match launcher {
+        Ok(launcher) => launcher,
         Err(reason) => {
             return Some(Plan::Unconfined {
                 reason: format!("unconfined: {reason}"),
@@ -265,14 +356,38 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
             });
         }
     };
+    let probed = match landlock_abi(&launcher.exec) {
+        Ok(probed) => probed,
+        Err(reason) => {
+            return Some(Plan::Unconfined {
+                reason: format!("unconfined: {reason}"),
+                chosen: false,
+            });
+        }
+    };
+    let abi = probed.abi;
+    if abi == 0 {
+        return Some(Plan::Unconfined {
+            reason: "unconfined: Landlock is not available on this kernel (Linux 5.13+ with Landlock enabled), so the server can read and write the state folder, the manifest and the audit log".to_owned(),
+            chosen: false,
+        });
+    }
     let mut deny = default_denied(config);
     deny.extend(extra.iter().cloned());
+    let namespaces = if config.confine.namespaces {
+        probed.namespaces
+    } else {
+        Err("turned off by `confine.namespaces`".to_owned())
+    };
     Some(Plan::Confined(Confinement {
-        launcher,
+        launcher: launcher.exec,
+        launcher_shown: launcher.shown,
         deny,
         allow: vec![config.servers_dir.join(&server.name)],
         deny_tcp,
         abi,
+        namespaces,
+        deny_network,
     }))
 }
 
@@ -303,23 +418,72 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
         }
     }
     deny.push(config.servers_dir.clone());
+    // The user's runtime folder: the session bus and systemd's user manager listen there, and
+    // `systemd-run --user` starts a process outside every confinement.
+    #[cfg(target_os = "linux")]
+    deny.push(PathBuf::from(format!(
+        "/run/user/{}",
+        rustix::process::getuid().as_raw()
+    )));
     deny
 }
 
+/// The launcher of a process: what is executed, and the path the operator knows it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// `/proc/self/exe` or `/proc/self/fd/N`: see [`Confinement::launcher`].
+    pub exec: PathBuf,
+    /// Its path, for reports.
+    pub shown: PathBuf,
+}
+
 /// The launcher for `config`: [`crate::config::ConfineConfig::launcher`], else the running
-/// program when its name is `toolward`, else [`LAUNCHER_ENV`]; `None` when none is set.
-pub fn launcher(config: &Config) -> Option<PathBuf> {
+/// program when its name is `toolward`, else [`LAUNCHER_ENV`]; `None` when none is set,
+/// `Some(Err)` naming the file and why when the named file cannot be opened.
+///
+/// It is fixed the first time it is asked for: the running program is executed as
+/// `/proc/self/exe` (which a rename or replacement of the file at its path does not change),
+/// and a named launcher is opened once and executed through its descriptor from then on. A
+/// restart therefore runs what the first start ran, even after `cargo install` or a package
+/// manager replaced the binary, or a server renamed it aside.
+pub fn launcher(config: &Config) -> Option<Result<Launcher, String>> {
     if let Some(launcher) = &config.confine.launcher {
-        return Some(launcher.clone());
+        return Some(held(launcher));
     }
     if let Ok(exe) = std::env::current_exe()
         && exe.file_stem().is_some_and(|stem| stem == "toolward")
     {
-        return Some(exe);
+        return Some(Ok(Launcher {
+            exec: PathBuf::from("/proc/self/exe"),
+            shown: exe,
+        }));
     }
     std::env::var_os(LAUNCHER_ENV)
         .filter(|value| !value.is_empty())
-        .map(PathBuf::from)
+        .map(|value| held(Path::new(&value)))
+}
+
+/// The launcher named `path`, opened the first time and held for the process's life.
+fn held(path: &Path) -> Result<Launcher, String> {
+    use std::collections::btree_map::Entry;
+    use std::os::fd::AsRawFd;
+    static HELD: Mutex<BTreeMap<PathBuf, std::fs::File>> = Mutex::new(BTreeMap::new());
+    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    let file = match held.entry(path.to_owned()) {
+        Entry::Occupied(entry) => entry.into_mut(),
+        // Read-only and close-on-exec: executable through `/proc/self/fd/N` until the `exec`
+        // of the launcher itself, and never inherited by a server.
+        Entry::Vacant(entry) => entry.insert(std::fs::File::open(path).map_err(|e| {
+            format!(
+                "the launcher `{}` cannot be opened ({e}): set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
+                path.display()
+            )
+        })?),
+    };
+    Ok(Launcher {
+        exec: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),
+        shown: path.to_owned(),
+    })
 }
 
 /// The Landlock ABI `launcher` obtains (0: Landlock is unavailable), probed once per
@@ -329,8 +493,8 @@ pub fn launcher(config: &Config) -> Option<PathBuf> {
 /// # Errors
 /// One line naming the launcher when it cannot be run or does not answer the probe (not a
 /// `toolward` binary, or one without confinement).
-pub fn landlock_abi(launcher: &Path) -> Result<u32, String> {
-    static PROBES: Mutex<BTreeMap<PathBuf, Result<u32, String>>> = Mutex::new(BTreeMap::new());
+pub fn landlock_abi(launcher: &Path) -> Result<Probed, String> {
+    static PROBES: Mutex<BTreeMap<PathBuf, Result<Probed, String>>> = Mutex::new(BTreeMap::new());
     let mut probes = PROBES.lock().unwrap_or_else(PoisonError::into_inner);
     probes
         .entry(launcher.to_owned())
@@ -338,7 +502,16 @@ pub fn landlock_abi(launcher: &Path) -> Result<u32, String> {
         .clone()
 }
 
-fn probe(launcher: &Path) -> Result<u32, String> {
+/// What the probe of a launcher found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probed {
+    /// The Landlock ABI obtained (0: none).
+    pub abi: u32,
+    /// Whether the namespaces of the first layer can be made, or why not.
+    pub namespaces: Result<(), String>,
+}
+
+fn probe(launcher: &Path) -> Result<Probed, String> {
     let failed = |why: String| {
         format!(
             "the launcher `{}` failed its probe ({why}): set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
@@ -356,8 +529,19 @@ fn probe(launcher: &Path) -> Result<u32, String> {
         .lines()
         .find_map(|line| line.strip_prefix(PROBE_PREFIX))
         .and_then(|abi| abi.trim().parse::<u32>().ok());
+    let namespaces = if stdout.lines().any(|line| line == NAMESPACES_OK) {
+        Ok(())
+    } else {
+        Err(stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(NAMESPACES_UNAVAILABLE))
+            .map_or_else(
+                || "the launcher did not say".to_owned(),
+                crate::listing::visible,
+            ))
+    };
     match abi {
-        Some(abi) if output.status.success() => Ok(abi),
+        Some(abi) if output.status.success() => Ok(Probed { abi, namespaces }),
         _ => {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let first = stderr.lines().next().unwrap_or_default();
@@ -392,13 +576,7 @@ pub struct Grant {
 /// not exist is left out, not an error); [`ConfineError::TooManyEntries`] past
 /// [`MAX_GRANTED_ENTRIES`].
 pub fn grants(deny: &[PathBuf], allow: &[PathBuf]) -> Result<Vec<Grant>, ConfineError> {
-    let mut withheld: BTreeSet<PathBuf> = BTreeSet::new();
-    for path in deny {
-        withheld.insert(resolve(path)?);
-    }
-    // A withheld path inside another is already withheld.
-    let outer: Vec<PathBuf> = withheld.iter().cloned().collect();
-    withheld.retain(|path| !outer.iter().any(|o| o != path && path.starts_with(o)));
+    let withheld: BTreeSet<PathBuf> = withheld(deny)?.into_iter().collect();
     let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
     for path in &withheld {
         ancestors.extend(path.ancestors().skip(1).map(Path::to_path_buf));
@@ -453,6 +631,21 @@ pub fn grants(deny: &[PathBuf], allow: &[PathBuf]) -> Result<Vec<Grant>, Confine
     Ok(out)
 }
 
+/// The withheld paths of `deny`, resolved ([`resolve`]), sorted, none beneath another (a
+/// withheld path inside another is already withheld).
+///
+/// # Errors
+/// [`ConfineError::Resolve`].
+pub fn withheld(deny: &[PathBuf]) -> Result<Vec<PathBuf>, ConfineError> {
+    let mut withheld: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in deny {
+        withheld.insert(resolve(path)?);
+    }
+    let outer: Vec<PathBuf> = withheld.iter().cloned().collect();
+    withheld.retain(|path| !outer.iter().any(|o| o != path && path.starts_with(o)));
+    Ok(withheld.into_iter().collect())
+}
+
 /// `path` made absolute with every symbolic link resolved; for a path that does not exist,
 /// its deepest existing ancestor resolved and the rest appended as written (without `..`).
 fn resolve(path: &Path) -> Result<PathBuf, ConfineError> {
@@ -500,6 +693,10 @@ pub struct LaunchRequest {
     pub allow: Vec<PathBuf>,
     /// `--deny-tcp`.
     pub deny_tcp: bool,
+    /// `--namespaces`: the first layer ([`namespace`]).
+    pub namespaces: bool,
+    /// `--deny-network`: a network namespace of its own (with `--namespaces`).
+    pub deny_network: bool,
     /// The program and its arguments, after `--`.
     pub command: Vec<OsString>,
 }
@@ -520,6 +717,35 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
         Ok(grants) => grants,
         Err(e) => return e,
     };
+    #[cfg(target_os = "linux")]
+    if request.namespaces {
+        let withheld = match withheld(&request.deny) {
+            Ok(withheld) => withheld,
+            Err(e) => return e,
+        };
+        let allow: Vec<PathBuf> = request
+            .allow
+            .iter()
+            .filter_map(|path| std::fs::canonicalize(path).ok())
+            .collect();
+        let isolation = namespace::Isolation {
+            withheld: &withheld,
+            allow: &allow,
+            network: request.deny_network,
+        };
+        match namespace::enter(&isolation) {
+            Err(e) => return e,
+            Ok(namespace::Side::Relay(init)) => namespace::relay(init),
+            Ok(namespace::Side::Init) => {}
+        }
+        // Init: Landlock as the second layer, on init and so on the server it starts.
+        match restrict(&grants, request.deny_tcp) {
+            Ok(0) => return ConfineError::NotEnforced,
+            Ok(_) => {}
+            Err(e) => return e,
+        }
+        return namespace::init(program, args);
+    }
     match restrict(&grants, request.deny_tcp) {
         Ok(0) => return ConfineError::NotEnforced,
         Ok(_) => {}
@@ -534,6 +760,14 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
 /// # Errors
 /// [`ConfineError::Landlock`].
 pub fn probe_self() -> Result<u32, ConfineError> {
+    // The namespaces first: a process restricted by Landlock may not mount.
+    #[cfg(target_os = "linux")]
+    match namespace::probe() {
+        Ok(()) => println!("{NAMESPACES_OK}"),
+        Err(why) => println!("{NAMESPACES_UNAVAILABLE}{why}"),
+    }
+    #[cfg(not(target_os = "linux"))]
+    println!("{NAMESPACES_UNAVAILABLE}a Linux feature");
     let root = [Grant {
         path: PathBuf::from("/"),
         folder: true,
@@ -544,6 +778,20 @@ pub fn probe_self() -> Result<u32, ConfineError> {
 #[cfg(unix)]
 fn exec(program: &OsString, args: &[OsString]) -> ConfineError {
     use std::os::unix::process::CommandExt;
+    // Nothing above stderr reaches the server: a descriptor toolward inherited without
+    // close-on-exec (a shell's pipe) is closed at the `exec`.
+    #[cfg(target_os = "linux")]
+    {
+        #[expect(unsafe_code, reason = "close_range takes integers; no safe wrapper")]
+        // SAFETY: marks descriptors close-on-exec; nothing is closed before the `exec`.
+        let _ = unsafe {
+            libc::close_range(
+                3,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+            )
+        };
+    }
     // The environment, standard streams and working directory are the launcher's: toolward
     // set them for the server.
     let source = std::process::Command::new(program).args(args).exec();
@@ -638,6 +886,10 @@ fn restrict(grants: &[Grant], deny_tcp: bool) -> Result<u32, ConfineError> {
 fn restrict(_grants: &[Grant], _deny_tcp: bool) -> Result<u32, ConfineError> {
     Ok(0)
 }
+
+#[cfg(target_os = "linux")]
+#[path = "confine/namespace.rs"]
+pub mod namespace;
 
 #[cfg(test)]
 #[path = "confine/tests.rs"]

@@ -184,8 +184,19 @@ impl Toolward {
                 ..AuditEvent::new(AuditKind::Refusal)
             })?;
         }
+        // Each server's start at the load, with the confinement applied.
+        let starts: Vec<AuditEvent> = registry
+            .servers()
+            .filter_map(|server| {
+                let upstream = registry.upstream(server)?.ok()?;
+                Some(crate::supervise::start_record(server, 0, &upstream))
+            })
+            .collect();
+        if !starts.is_empty() {
+            audit.append_batch(starts)?;
+        }
         let registry = Arc::new(registry);
-        let supervisors = Supervisors::start(&config, &registry);
+        let supervisors = Supervisors::start(&config, &registry, Some(Arc::clone(&audit)));
         let telemetry = match &config.telemetry {
             None => None,
             Some(settings) => {

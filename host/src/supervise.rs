@@ -15,6 +15,11 @@
 //!   registered: a tool whose description or input schema hash differs, or which the server
 //!   no longer lists, is withdrawn (its calls are refused with the reason) before the
 //!   connection is put back. Nothing is added: the tool set is fixed at load.
+//! - A restart runs the launcher the first start ran ([`crate::confine::launcher`] is fixed
+//!   at first use) and is refused when it would come out less confined than the server's
+//!   first start ([`crate::confine::weaker_start`]): the server is then down, its clients are
+//!   told why, and a `refusal` record says so. Every start that happens is recorded
+//!   (`server-start`, with the attempt and the confinement applied; [`start_record`]).
 //!
 //! [`Limits::restart_backoff_ms`]: crate::config::Limits::restart_backoff_ms
 //! [`Limits::restart_attempts`]: crate::config::Limits::restart_attempts
@@ -24,10 +29,13 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use crate::audit::{AuditEvent, AuditKind};
 use crate::config::{Config, MAX_RESTART_BACKOFF_MS, ServerConfig};
+use crate::confine::Confinement;
 use crate::listing::{self, ListingBounds};
 use crate::load::error_chain;
 use crate::registry::{Connection, RegisteredTool, Registry};
+use crate::store::audit::AuditStore;
 use crate::transport::{FailureReason, Upstream};
 
 /// How long a restarted server must stay up before its count of attempts in a row starts
@@ -42,8 +50,13 @@ pub struct Supervisors {
 }
 
 impl Supervisors {
-    /// Starts one supervisor per server `registry` connected, with the limits of `config`.
-    pub fn start(config: &Config, registry: &Arc<Registry>) -> Supervisors {
+    /// Starts one supervisor per server `registry` connected, with the limits of `config`;
+    /// restarts and refused restarts are recorded in `audit` when there is one.
+    pub fn start(
+        config: &Config,
+        registry: &Arc<Registry>,
+        audit: Option<Arc<dyn AuditStore>>,
+    ) -> Supervisors {
         let tasks = registry
             .servers()
             .filter_map(|server| {
@@ -52,6 +65,7 @@ impl Supervisors {
                     config.clone(),
                     server_config,
                     Arc::clone(registry),
+                    audit.clone(),
                 )))
             })
             .collect();
@@ -81,8 +95,48 @@ pub fn backoff(first: Duration, attempt: u64) -> Duration {
         .min(Duration::from_millis(MAX_RESTART_BACKOFF_MS))
 }
 
+/// The `server-start` record of server `server`'s start number `attempt` (0: at the load)
+/// as `upstream` was started: the confinement applied, or that it runs unconfined.
+pub fn start_record(server: &str, attempt: u64, upstream: &Upstream) -> AuditEvent {
+    AuditEvent {
+        server: Some(server.to_owned()),
+        detail: Some(serde_json::json!({
+            "attempt": attempt,
+            "pid": upstream.process_id(),
+            "confinement": upstream.confinement().map(confinement_detail),
+        })),
+        ..AuditEvent::new(AuditKind::ServerStart)
+    }
+}
+
+fn confinement_detail(c: &Confinement) -> serde_json::Value {
+    serde_json::json!({
+        "landlock_abi": c.abi,
+        "namespaces": c.namespaces.is_ok(),
+        "namespaces_unavailable": c.namespaces.as_ref().err(),
+        "withheld": c.deny,
+        "tcp_denied": c.tcp_denied(),
+        "network_denied": c.network_denied(),
+        "launcher": c.launcher_shown,
+    })
+}
+
+/// Queues `event` in `audit`, if any (never blocks: a restart waits for no sync).
+fn record(audit: Option<&Arc<dyn AuditStore>>, event: AuditEvent) {
+    if let Some(audit) = audit
+        && let Err(e) = audit.write(vec![event])
+    {
+        tracing::error!(error = %e, "cannot record a server's start in the audit log");
+    }
+}
+
 /// Watches one server until it is closed or given up on.
-async fn supervise(config: Config, server_config: ServerConfig, registry: Arc<Registry>) {
+async fn supervise(
+    config: Config,
+    server_config: ServerConfig,
+    registry: Arc<Registry>,
+    audit: Option<Arc<dyn AuditStore>>,
+) {
     let server = server_config.name.clone();
     let limits = &server_config.limits;
     let registered: Vec<RegisteredTool> = registry
@@ -91,10 +145,14 @@ async fn supervise(config: Config, server_config: ServerConfig, registry: Arc<Re
         .cloned()
         .collect();
     let mut in_a_row: u64 = 0;
+    let mut attempts: u64 = 0;
+    // How the first start was confined: no restart may come out less confined.
+    let mut first: Option<Option<Confinement>> = None;
     loop {
         let Some(Connection::Up(upstream)) = registry.connection(&server) else {
             return;
         };
+        let first = &*first.get_or_insert_with(|| upstream.confinement().cloned());
         let up_since = Instant::now();
         let reason = watch(&registry, &server, &upstream).await;
         if reason == FailureReason::Closed {
@@ -133,8 +191,35 @@ async fn supervise(config: Config, server_config: ServerConfig, registry: Arc<Re
             }
             registry.tell_clients(restarting);
             tokio::time::sleep(delay).await;
+            let spec = crate::pin::stdio_spec(&config, &server_config).ok();
+            let now = spec.as_ref().and_then(|spec| spec.confine.as_ref());
+            if spec.is_some()
+                && let Some(weaker) = crate::confine::weaker_start(first.as_ref(), now)
+            {
+                let down = format!(
+                    "{why}; it was not restarted: it would have run less confined than its first start ({weaker}), so it is marked failed: restart toolward to start it again"
+                );
+                record(
+                    audit.as_ref(),
+                    AuditEvent {
+                        server: Some(server.clone()),
+                        reason: Some(down.clone()),
+                        ..AuditEvent::new(AuditKind::Refusal)
+                    },
+                );
+                registry.set_connection(
+                    &server,
+                    Connection::Down {
+                        reason: down.clone(),
+                    },
+                );
+                registry.tell_clients(format!("{down}: its tools answer with an error"));
+                return;
+            }
+            attempts += 1;
             match restart(&config, &server_config, &registered).await {
                 Ok((upstream, withdrawn)) => {
+                    record(audit.as_ref(), start_record(&server, attempts, &upstream));
                     for (tool, reason) in &withdrawn {
                         registry.withdraw(&tool.exposed_name, reason.clone());
                         registry.tell_clients(format!(

@@ -819,6 +819,9 @@ struct Connection {
     shared: Arc<Shared>,
     done: watch::Receiver<bool>,
     pid: Option<u32>,
+    /// How the server was started confined, as the launcher was asked (it refuses to start a
+    /// server less confined): `None` for an unconfined or HTTP server.
+    confinement: Option<crate::confine::Confinement>,
 }
 
 impl Connection {
@@ -919,7 +922,12 @@ impl Upstream {
             tasks,
             done_tx,
         ));
-        let connection = Connection { shared, done, pid };
+        let connection = Connection {
+            shared,
+            done,
+            pid,
+            confinement: spec.confine.clone(),
+        };
         Upstream::handshake(connection, limits, |_| {}).await
     }
 
@@ -978,6 +986,12 @@ impl Upstream {
     /// Who the server said it is.
     pub fn identity(&self) -> &ServerIdentity {
         &self.handle.identity
+    }
+
+    /// How the server was started confined ([`StdioSpec::confine`]); `None` for an
+    /// unconfined or HTTP server.
+    pub fn confinement(&self) -> Option<&crate::confine::Confinement> {
+        self.handle.connection.confinement.as_ref()
     }
 
     /// The process id of the server's process (the leader of its group on Unix); `None` for

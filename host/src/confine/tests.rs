@@ -118,11 +118,14 @@ fn with_nothing_withheld_everything_is_granted() {
 #[test]
 fn the_launcher_is_asked_with_each_path_then_the_program_after_a_separator() {
     let confinement = Confinement {
-        launcher: PathBuf::from("/bin/toolward"),
+        launcher: PathBuf::from("/proc/self/exe"),
+        launcher_shown: PathBuf::from("/bin/toolward"),
         deny: vec![PathBuf::from("/s"), PathBuf::from("/c.json")],
         allow: vec![PathBuf::from("/h/fs")],
         deny_tcp: true,
         abi: 7,
+        namespaces: Err("off".to_owned()),
+        deny_network: false,
     };
     let args = confinement.launcher_args("node", &["--deny".to_owned(), "x".to_owned()]);
     let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
@@ -150,6 +153,84 @@ fn the_launcher_is_asked_with_each_path_then_the_program_after_a_separator() {
     };
     assert!(!old.tcp_denied());
     assert!(Plan::Confined(old).describe().contains("TCP NOT denied"));
+}
+
+fn confinement() -> Confinement {
+    Confinement {
+        launcher: PathBuf::from("/proc/self/exe"),
+        launcher_shown: PathBuf::from("/bin/toolward"),
+        deny: vec![PathBuf::from("/s"), PathBuf::from("/c.json")],
+        allow: vec![PathBuf::from("/h/fs")],
+        deny_tcp: true,
+        abi: 6,
+        namespaces: Ok(()),
+        deny_network: true,
+    }
+}
+
+#[test]
+fn the_launcher_is_asked_for_namespaces_and_no_network_only_when_they_apply() {
+    let args = |c: &Confinement| -> Vec<String> {
+        c.launcher_args("node", &[])
+            .iter()
+            .map(|a| a.to_str().unwrap().to_owned())
+            .collect()
+    };
+    let with = args(&confinement());
+    assert!(with.contains(&"--namespaces".to_owned()));
+    assert!(with.contains(&"--deny-network".to_owned()));
+    let without = args(&Confinement {
+        namespaces: Err("unavailable".to_owned()),
+        ..confinement()
+    });
+    assert!(!without.contains(&"--namespaces".to_owned()));
+    assert!(!without.contains(&"--deny-network".to_owned()));
+}
+
+#[test]
+fn a_start_less_confined_than_the_first_is_named_and_an_equal_or_stronger_one_is_not() {
+    let first = confinement();
+    assert_eq!(weaker_start(Some(&first), Some(&first.clone())), None);
+    assert_eq!(weaker_start(None, None), None);
+    assert_eq!(weaker_start(None, Some(&first)), None);
+    assert_eq!(
+        weaker_start(Some(&first), None).as_deref(),
+        Some("unconfined")
+    );
+    let cases = [
+        Confinement {
+            abi: 5,
+            ..first.clone()
+        },
+        Confinement {
+            namespaces: Err("unavailable".to_owned()),
+            ..first.clone()
+        },
+        Confinement {
+            deny_network: false,
+            deny_tcp: false,
+            ..first.clone()
+        },
+        Confinement {
+            deny: vec![PathBuf::from("/s")],
+            ..first.clone()
+        },
+    ];
+    for weaker in &cases {
+        assert!(
+            weaker_start(Some(&first), Some(weaker)).is_some(),
+            "{weaker:?} is weaker"
+        );
+    }
+    let more = Confinement {
+        deny: vec![
+            PathBuf::from("/s"),
+            PathBuf::from("/c.json"),
+            PathBuf::from("/new"),
+        ],
+        ..first.clone()
+    };
+    assert_eq!(weaker_start(Some(&first), Some(&more)), None);
 }
 
 fn config(value: serde_json::Value, base: &Path) -> Config {

@@ -260,6 +260,7 @@ impl Upstream {
             shared: Arc::clone(&shared),
             done,
             pid: None,
+            confinement: None,
         };
         let upstream = Upstream::handshake(connection, limits, |identity| {
             // The identity's version is one of ours, so always a valid header value.

@@ -1,0 +1,518 @@
+//! The launcher's first layer (Linux): user, mount and PID namespaces, made without
+//! privileges, in which each withheld path is covered by an empty read-only mount and the
+//! server sees only its own processes. Landlock stays the second layer ([`super::restrict`]).
+//!
+//! Landlock governs opening, reading, writing, creating and removing, but not a file's
+//! metadata (`chmod`, `chown`, `utimes`, extended attributes) nor `inotify`/`fanotify`
+//! watches: a server running as the operator could `chmod` the state folder's keys, or watch
+//! the approvals queue. Covered by a read-only `tmpfs` (a folder) or a read-only bind of an
+//! empty file (a file), a withheld path answers any of those with the cover's
+//! `EROFS`/emptiness, and a watch sees nothing. The mounts cannot be taken off from inside:
+//! the server is restricted by Landlock, which refuses `mount`, `umount` and `pivot_root` to a
+//! restricted process, and a namespace it makes of its own copies them locked.
+//!
+//! # The processes
+//!
+//! ```text
+//! toolward ─► launcher (relay, toolward's child, outside) ─► init (PID 1 inside) ─► server
+//! ```
+//!
+//! The relay is the process toolward started: it forwards the signals toolward sends
+//! ([`FORWARDED`]) to init and exits as init exits. Init reaps every process of the namespace,
+//! forwards the signals to the server, and exits with the server's status (`128 + N` for a
+//! server ended by signal `N`); when init exits the kernel ends every other process of the
+//! namespace, so a server's descendants never outlive it. All three stay in the process group
+//! toolward made, so closing the group closes them (a `SIGKILL` to init ends the namespace).
+//!
+//! IDs are mapped one to one (the operator's uid and gid to themselves, nothing else), so a
+//! server that checks ownership (git's `safe.directory`) sees the owners it would outside.
+//!
+//! Where ambient authority is used: this file writes `/proc/self/{setgroups,uid_map,gid_map}`
+//! and mounts over the withheld paths, inside the namespaces it made.
+#![expect(
+    unsafe_code,
+    reason = "unshare, fork, mount, sigwaitinfo and waitpid have no safe wrappers among our dependencies"
+)]
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::ConfineError;
+
+/// The signals the relay and init pass on to the server: those toolward or a terminal sends
+/// to end or nudge a process. `SIGKILL` and `SIGSTOP` cannot be caught; a `SIGKILL` to the
+/// relay ends init through its parent-death signal.
+pub const FORWARDED: [i32; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// Where the empty file that covers withheld files is made: a `tmpfs` mounted here for a
+/// moment, before the namespace's own `/proc` is mounted over the same place.
+const STAGING: &str = "/proc";
+
+/// What the launcher does in the namespaces: cover `withheld` (resolved paths; those that do
+/// not exist are left to Landlock), bind `allow` back where it lies beneath a covered folder,
+/// and, with `network`, start the server in a network namespace of its own (no interfaces
+/// but a loopback that is down: no network at all).
+#[derive(Debug)]
+pub struct Isolation<'a> {
+    /// Resolved withheld paths, none beneath another.
+    pub withheld: &'a [PathBuf],
+    /// Paths granted beneath a withheld folder (the server's own folder).
+    pub allow: &'a [PathBuf],
+    /// A network namespace of its own.
+    pub network: bool,
+}
+
+fn os_error(what: &str) -> ConfineError {
+    ConfineError::Namespace {
+        reason: format!("{what}: {}", std::io::Error::last_os_error()),
+    }
+}
+
+fn c_path(path: &Path) -> Result<CString, ConfineError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| ConfineError::Namespace {
+        reason: format!("`{}` holds a NUL byte", path.display()),
+    })
+}
+
+/// The signals init and the relay wait for: [`FORWARDED`] and `SIGCHLD`.
+fn waited_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset write into the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in FORWARDED.iter().chain([&libc::SIGCHLD]) {
+            libc::sigaddset(&mut set, *signal);
+        }
+        set
+    }
+}
+
+/// Writes `text` to `/proc/self/NAME`.
+fn write_proc_self(name: &str, text: &str) -> Result<(), ConfineError> {
+    std::fs::write(format!("/proc/self/{name}"), text).map_err(|e| ConfineError::Namespace {
+        reason: format!("cannot write `/proc/self/{name}`: {e}"),
+    })
+}
+
+/// Which side of the fork a caller of [`enter`] is on.
+#[derive(Debug)]
+pub enum Side {
+    /// The relay, outside: [`relay`] it.
+    Relay(libc::pid_t),
+    /// Init, PID 1 inside the namespaces, with the withheld paths covered.
+    Init,
+}
+
+/// Makes the user, mount and PID (and, with `network`, network) namespaces, maps the
+/// operator's ids to themselves and forks: the parent becomes the relay, the child (PID 1)
+/// covers the withheld paths. Signals of [`waited_signals`] are blocked on both sides from
+/// here on (the server's are unblocked before its `exec`).
+///
+/// # Errors
+/// [`ConfineError::Namespace`] naming the step that failed: namespaces unavailable (a
+/// container, a distribution that restricts unprivileged user namespaces) or a mount refused.
+/// An error in the child is written to stderr and ends it with
+/// [`super::LAUNCH_FAILED_EXIT`], which the relay passes on.
+pub fn enter(isolation: &Isolation<'_>) -> Result<Side, ConfineError> {
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if isolation.network {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: unshare takes flags only; this process has one thread (the launcher runs before
+    // anything starts one), which user namespaces require.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return Err(os_error(
+            "cannot make user, mount and PID namespaces (unshare)",
+        ));
+    }
+    write_proc_self("setgroups", "deny")?;
+    write_proc_self("uid_map", &format!("{uid} {uid} 1"))?;
+    write_proc_self("gid_map", &format!("{gid} {gid} 1"))?;
+    let signals = waited_signals();
+    // SAFETY: sigprocmask with a set we own; fork in a process of one thread.
+    let pid = unsafe {
+        libc::sigprocmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut());
+        libc::fork()
+    };
+    match pid {
+        -1 => Err(os_error(
+            "cannot start the namespace's first process (fork)",
+        )),
+        0 => {
+            // SAFETY: prctl with integers: init ends when the relay does.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+            if let Err(e) = cover(isolation.withheld, isolation.allow) {
+                eprintln!("toolward: {e}");
+                // SAFETY: ends this process without running the relay's destructors twice.
+                unsafe { libc::_exit(i32::from(super::LAUNCH_FAILED_EXIT)) };
+            }
+            Ok(Side::Init)
+        }
+        child => Ok(Side::Relay(child)),
+    }
+}
+
+/// Covers the withheld paths in this mount namespace: each file by a read-only bind of an
+/// empty file, then `/proc` by the PID namespace's own, then each folder by an empty
+/// read-only `tmpfs` with the allowed folders beneath it bound back.
+fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
+    // Held before the withheld folders are covered: a folder to bind back beneath one. Opened
+    // here, in the new mount namespace: a mount of another namespace cannot be bound.
+    let mut allowed = Vec::new();
+    for path in allow {
+        if !withheld.iter().any(|w| path.starts_with(w) && path != w) {
+            continue;
+        }
+        if let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags_path()
+            .open(path)
+        {
+            allowed.push((path.clone(), OwnedFd::from(file)));
+        }
+    }
+    let none = c"none";
+    let root = c"/";
+    // SAFETY: mount with valid C strings: nothing mounted here propagates back out.
+    if unsafe {
+        libc::mount(
+            none.as_ptr(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(os_error("cannot make the mount namespace private"));
+    }
+    let hardened = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    let mut files = Vec::new();
+    let mut folders = Vec::new();
+    for path in withheld {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => folders.push(path),
+            Ok(_) => files.push(path),
+            // Not there: Landlock withholds it where it would be created.
+            Err(_) => {}
+        }
+    }
+    let staging = Path::new(STAGING);
+    if !files.is_empty() {
+        mount_tmpfs(staging, hardened)?;
+        let empty = staging.join("empty");
+        std::fs::write(&empty, "").map_err(|e| ConfineError::Namespace {
+            reason: format!("cannot make the empty file that covers withheld files: {e}"),
+        })?;
+        for file in &files {
+            bind(&empty, file, false)?;
+            remount_read_only(file, hardened)?;
+        }
+        umount(staging)?;
+    }
+    mount(c"proc", staging, Some(c"proc"), hardened, None)
+        .map_err(|e| e.context("cannot mount the PID namespace's own `/proc`"))?;
+    for folder in folders {
+        mount_tmpfs(folder, hardened)?;
+        for (path, handle) in &allowed {
+            let Ok(beneath) = path.strip_prefix(folder) else {
+                continue;
+            };
+            let target = folder.join(beneath);
+            std::fs::create_dir_all(&target).map_err(|e| ConfineError::Namespace {
+                reason: format!("cannot make `{}` in its cover: {e}", target.display()),
+            })?;
+            let source = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+            bind(&source, &target, true)?;
+        }
+        remount_read_only(folder, hardened)?;
+    }
+    // A working folder beneath a cover would still reach what it covers: resolve it again.
+    if let Ok(cwd) = std::env::current_dir() {
+        let _ = std::env::set_current_dir(cwd);
+    }
+    Ok(())
+}
+
+/// A mount's error, to which a step's name is added.
+struct MountError(std::io::Error);
+
+impl MountError {
+    fn context(self, what: &str) -> ConfineError {
+        ConfineError::Namespace {
+            reason: format!("{what}: {}", self.0),
+        }
+    }
+}
+
+fn mount(
+    source: &std::ffi::CStr,
+    target: &Path,
+    fstype: Option<&std::ffi::CStr>,
+    flags: libc::c_ulong,
+    data: Option<&std::ffi::CStr>,
+) -> Result<(), MountError> {
+    let target = CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| MountError(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: valid C strings or null pointers, as mount(2) takes them.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.map_or(std::ptr::null(), std::ffi::CStr::as_ptr),
+            flags,
+            data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(MountError(std::io::Error::last_os_error()))
+    }
+}
+
+/// An empty `tmpfs` over `folder`, writable until [`remount_read_only`]; its root's mode
+/// `0700` keeps it the operator's alone.
+fn mount_tmpfs(folder: &Path, flags: libc::c_ulong) -> Result<(), ConfineError> {
+    mount(
+        c"tmpfs",
+        folder,
+        Some(c"tmpfs"),
+        flags,
+        Some(c"mode=0700,size=64k,nr_inodes=64"),
+    )
+    .map_err(|e| e.context(&format!("cannot cover `{}`", folder.display())))
+}
+
+fn bind(source: &Path, target: &Path, recursive: bool) -> Result<(), ConfineError> {
+    let source_c = c_path(source)?;
+    let mut flags = libc::MS_BIND;
+    if recursive {
+        flags |= libc::MS_REC;
+    }
+    mount(&source_c, target, None, flags, None)
+        .map_err(|e| e.context(&format!("cannot mount over `{}`", target.display())))
+}
+
+fn remount_read_only(target: &Path, flags: libc::c_ulong) -> Result<(), ConfineError> {
+    mount(
+        c"none",
+        target,
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+        None,
+    )
+    .map_err(|e| {
+        e.context(&format!(
+            "cannot make the cover of `{}` read-only",
+            target.display()
+        ))
+    })
+}
+
+fn umount(target: &Path) -> Result<(), ConfineError> {
+    let target_c = c_path(target)?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::umount2(target_c.as_ptr(), 0) } != 0 {
+        return Err(os_error(&format!("cannot unmount `{}`", target.display())));
+    }
+    Ok(())
+}
+
+/// Waits for one of [`waited_signals`] (blocked by [`enter`]).
+fn wait_signal(signals: &libc::sigset_t) -> i32 {
+    loop {
+        // SAFETY: sigwaitinfo writes into a siginfo we own.
+        let signal = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::sigwaitinfo(signals, &mut info)
+        };
+        if signal > 0 {
+            return signal;
+        }
+    }
+}
+
+/// The exit code that passes on a wait status: the code, or `128 + N` for signal `N`.
+fn exit_code(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        i32::from(super::LAUNCH_FAILED_EXIT)
+    }
+}
+
+/// Points standard input, output and error at `/dev/null`: the relay and init must not hold
+/// the server's pipes, or toolward would not see the server close its output or end.
+fn release_standard_streams() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors of this process.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// The relay: passes [`FORWARDED`] signals on to init and exits as it exits.
+pub fn relay(init: libc::pid_t) -> ! {
+    release_standard_streams();
+    let signals = waited_signals();
+    loop {
+        let signal = wait_signal(&signals);
+        if signal != libc::SIGCHLD {
+            // SAFETY: kill with integers.
+            unsafe { libc::kill(init, signal) };
+            continue;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes into an integer we own.
+        let pid = unsafe { libc::waitpid(init, &mut status, libc::WNOHANG) };
+        if pid == init {
+            // SAFETY: ends the process with init's status.
+            unsafe { libc::_exit(exit_code(status)) };
+        }
+    }
+}
+
+/// Init: starts the server (signals unblocked, every descriptor above stderr closed at its
+/// `exec`), reaps every process of the namespace, passes [`FORWARDED`] signals on to the
+/// server, and exits with its status when it ends.
+pub fn init(program: &OsString, args: &[OsString]) -> ConfineError {
+    let signals = waited_signals();
+    // SAFETY: fork in a process of one thread.
+    let server = unsafe { libc::fork() };
+    if server == -1 {
+        return os_error("cannot start the server (fork)");
+    }
+    if server == 0 {
+        // SAFETY: sigprocmask with a set we own.
+        unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &signals, std::ptr::null_mut()) };
+        let error = super::exec(program, args);
+        eprintln!("toolward: {error}");
+        // SAFETY: ends the child that could not become the server.
+        unsafe { libc::_exit(i32::from(super::LAUNCH_FAILED_EXIT)) };
+    }
+    release_standard_streams();
+    loop {
+        let signal = wait_signal(&signals);
+        if signal != libc::SIGCHLD {
+            // SAFETY: kill with integers.
+            unsafe { libc::kill(server, signal) };
+            continue;
+        }
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes into an integer we own.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            if pid == server {
+                // SAFETY: ends init; the kernel ends the namespace's other processes.
+                unsafe { libc::_exit(exit_code(status)) };
+            }
+        }
+    }
+}
+
+/// Whether this process can make the namespaces and cover a path: forks a throwaway
+/// process that does what [`enter`] does (with nothing withheld) and reports.
+///
+/// # Errors
+/// Why the namespaces are unavailable, one line.
+pub fn probe() -> Result<(), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("cannot probe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the descriptors pipe2 just made are ours alone.
+    let (read, write) = unsafe {
+        (
+            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
+            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
+        )
+    };
+    // SAFETY: fork in a process of one thread (the probe runs before anything starts one).
+    let pid = unsafe { libc::fork() };
+    if pid == -1 {
+        return Err(format!("cannot probe: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        drop(read);
+        let mut out = std::fs::File::from(write);
+        let code = match enter(&Isolation {
+            withheld: &[],
+            allow: &[],
+            network: false,
+        }) {
+            Ok(Side::Init) => {
+                // A cover of a folder as a launch makes one.
+                match mount_tmpfs(Path::new("/tmp"), libc::MS_NOSUID) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        let _ = std::io::Write::write_all(&mut out, e.to_string().as_bytes());
+                        1
+                    }
+                }
+            }
+            Ok(Side::Relay(init)) => {
+                drop(out);
+                let mut status = 0;
+                // SAFETY: waitpid writes into an integer we own.
+                unsafe { libc::waitpid(init, &mut status, 0) };
+                exit_code(status)
+            }
+            Err(e) => {
+                let _ = std::io::Write::write_all(&mut out, e.to_string().as_bytes());
+                1
+            }
+        };
+        // SAFETY: ends the throwaway process.
+        unsafe { libc::_exit(code) };
+    }
+    drop(write);
+    let mut reason = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut reason);
+    let mut status = 0;
+    // SAFETY: waitpid writes into an integer we own.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if exit_code(status) == 0 {
+        return Ok(());
+    }
+    let reason = reason.trim();
+    Err(if reason.is_empty() {
+        format!("the probe ended with status {}", exit_code(status))
+    } else {
+        reason.replace(['\n', '\r'], " ")
+    })
+}
+
+/// `O_PATH`, for a handle on a folder that is only bound elsewhere.
+trait PathOnly {
+    fn custom_flags_path(&mut self) -> &mut Self;
+}
+
+impl PathOnly for std::fs::OpenOptions {
+    fn custom_flags_path(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_PATH | libc::O_CLOEXEC)
+    }
+}
