@@ -7,6 +7,7 @@
 mod confine;
 mod drift;
 mod durability;
+mod escapes;
 mod facts;
 mod hidden_text;
 mod js_guests;

@@ -37,6 +37,10 @@
 //! system's error (`Permission denied (os error 13)`). `read` reads the file of the call's
 //! `path` argument, `write` creates or truncates it and writes to it, `connect` opens a TCP
 //! connection to its `address` (`127.0.0.1:PORT`); `env` answers `HOME` and `TMPDIR`.
+//! `chmod` makes `path` mode 0777 and `rename` renames `path` to `to`; `watch` puts an
+//! inotify watch on `path`, waits `ms` milliseconds (default 500) and answers `events: N`;
+//! `procs` answers every process it can see, one line each: `PID CMDLINE` and, when readable,
+//! `environ: ENVIRON` (NULs as spaces); `fds` answers its open descriptors (`0 1 2 ...`).
 //!
 //! Top-level keys shape the process: `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
 //! leaves it running (children, grandchildren); `"stderr_flood": true` writes standard error
@@ -193,22 +197,41 @@ fn main() {
                 if let Some(probe) = action["probe"].as_str() {
                     let arguments = &message["params"]["arguments"];
                     let path = arguments["path"].as_str().unwrap_or_default();
-                    let outcome =
-                        match probe {
-                            "read" => std::fs::read(path)
-                                .map(|bytes| format!("ok: {} bytes", bytes.len())),
-                            "write" => std::fs::write(path, "written by the server")
-                                .map(|()| "ok".to_owned()),
-                            "connect" => {
-                                let address = arguments["address"].as_str().unwrap_or_default();
-                                std::net::TcpStream::connect(address).map(|_| "ok".to_owned())
-                            }
-                            _ => Ok(format!(
-                                "HOME={} TMPDIR={}",
-                                std::env::var("HOME").unwrap_or_default(),
-                                std::env::var("TMPDIR").unwrap_or_default()
-                            )),
-                        };
+                    let outcome = match probe {
+                        "read" => {
+                            std::fs::read(path).map(|bytes| format!("ok: {} bytes", bytes.len()))
+                        }
+                        "write" => {
+                            std::fs::write(path, "written by the server").map(|()| "ok".to_owned())
+                        }
+                        "connect" => {
+                            let address = arguments["address"].as_str().unwrap_or_default();
+                            std::net::TcpStream::connect(address).map(|_| "ok".to_owned())
+                        }
+                        "chmod" => {
+                            use std::os::unix::fs::PermissionsExt;
+                            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))
+                                .map(|()| "ok".to_owned())
+                        }
+                        "rename" => {
+                            let to = arguments["to"].as_str().unwrap_or_default();
+                            std::fs::rename(path, to).map(|()| "ok".to_owned())
+                        }
+                        "watch" => watch(path, arguments["ms"].as_u64().unwrap_or(500)),
+                        "procs" => Ok(procs()),
+                        "fds" => std::fs::read_dir("/proc/self/fd").map(|entries| {
+                            let mut fds: Vec<u32> = entries
+                                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                                .collect();
+                            fds.sort_unstable();
+                            fds.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+                        }),
+                        _ => Ok(format!(
+                            "HOME={} TMPDIR={}",
+                            std::env::var("HOME").unwrap_or_default(),
+                            std::env::var("TMPDIR").unwrap_or_default()
+                        )),
+                    };
                     let text = outcome.unwrap_or_else(|e| e.to_string());
                     let result = json!({"content": [{"type": "text", "text": text}]});
                     let _ = writeln!(
@@ -284,4 +307,65 @@ fn main() {
             break;
         }
     }
+}
+
+/// Puts an inotify watch on `path` for `ms` milliseconds and counts the events it sees.
+fn watch(path: &str, ms: u64) -> std::io::Result<String> {
+    let path = std::ffi::CString::new(path).unwrap();
+    // SAFETY: plain system calls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_ALL_EVENTS) < 0 {
+            let error = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(error);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+        let mut events = 0;
+        let mut buffer = [0u8; 4096];
+        while std::time::Instant::now() < deadline {
+            let n = libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len());
+            if n > 0 {
+                let mut offset = 0usize;
+                while offset < n as usize {
+                    let event = buffer.as_ptr().add(offset).cast::<libc::inotify_event>();
+                    events += 1;
+                    offset += std::mem::size_of::<libc::inotify_event>()
+                        + std::ptr::read_unaligned(event).len as usize;
+                }
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        libc::close(fd);
+        Ok(format!("events: {events}"))
+    }
+}
+
+/// Every process this one can see in `/proc`: its command line and, when readable, its
+/// environment.
+fn procs() -> String {
+    let mut out = String::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.parse::<u32>().is_ok()) else {
+            continue;
+        };
+        let text = |file: &str| {
+            std::fs::read(format!("/proc/{pid}/{file}"))
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        };
+        out.push_str(&format!("{pid} {}\n", text("cmdline").unwrap_or_default()));
+        if let Some(environ) = text("environ") {
+            out.push_str(&format!("environ: {environ}\n"));
+        }
+    }
+    out
 }

@@ -15,7 +15,7 @@ use crate::support::toolward_binary;
 /// `None` (after saying why) when it has none.
 fn launcher() -> Option<PathBuf> {
     let bin = toolward_binary()?.to_path_buf();
-    let abi = toolward::confine::landlock_abi(&bin).unwrap();
+    let abi = toolward::confine::landlock_abi(&bin).unwrap().abi;
     if abi == 0 {
         eprintln!("skipped: this kernel has no Landlock, so servers cannot be confined");
         return None;
@@ -37,17 +37,25 @@ fn probes() -> Value {
 
 const PROBES: &[&str] = &["read", "write", "connect", "env"];
 
-/// Calls `tool` with `arguments` and returns its text; the probes answer, never fail.
+/// Calls `tool` with `arguments` and returns its text, or [`REFUSED`] for any error of the
+/// kernel's; the probes answer, never fail.
 async fn probe(toolward: &Toolward, tool: &str, arguments: Value) -> String {
     let result = toolward
         .call(tool, arguments.as_object().cloned(), Arc::new(DenyAll))
         .await;
     assert!(!result.is_error(), "{tool}: {}", result.result);
-    result.text()
+    let text = result.text();
+    // Landlock answers `EACCES`; beneath a folder the namespaces cover, the path is not
+    // there at all (`ENOENT`); a covered file is read-only (`EROFS`).
+    if text.contains("(os error ") {
+        REFUSED.to_owned()
+    } else {
+        text
+    }
 }
 
-/// What the kernel answers a refused `open` or `connect`: `EACCES`.
-const REFUSED: &str = "Permission denied (os error 13)";
+/// What a probe the kernel refused answers (see [`probe`]).
+const REFUSED: &str = "refused by the kernel";
 
 fn confinement(toolward: &Toolward, server: &str) -> toolward::load::ConfinementReport {
     toolward

@@ -1,0 +1,417 @@
+//! Confinement escapes (issue 27), each through the `toolward` binary as an operator runs it
+//! (`pin`, then `serve` on stdio with an MCP client's messages): a confined server that
+//! renames the launcher aside and puts a script in its place, then dies, comes back through
+//! the binary toolward runs, still confined; it cannot `chmod` or watch what is withheld; it
+//! sees only its own processes, not its siblings' command lines or environments; it gets no
+//! descriptor toolward inherited. The metadata and sibling cases run as the operator and, where
+//! the tests run as root, again as a second, non-root OS user (`nobody`). A config that turns
+//! the namespaces off is reported as Landlock alone, per server, by `check`.
+//!
+//! Each test skips, saying why, where the kernel has no Landlock or no unprivileged user
+//! namespaces, except in CI (`CI` set), where namespaces are required.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::*;
+use crate::support::toolward_binary;
+
+/// The uid of the second, non-root OS user.
+const NOBODY: u32 = 65534;
+
+/// The binary, when this kernel has Landlock and the namespaces; `None` (said why) when not.
+fn binary() -> Option<PathBuf> {
+    let bin = toolward_binary()?.to_path_buf();
+    let probed = toolward::confine::landlock_abi(&bin).unwrap();
+    if probed.abi == 0 {
+        eprintln!("skipped: this kernel has no Landlock, so servers cannot be confined");
+        return None;
+    }
+    if let Err(why) = &probed.namespaces {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs unprivileged user namespaces: {why}"
+        );
+        eprintln!("skipped: no namespaces here: {why}");
+        return None;
+    }
+    Some(bin)
+}
+
+/// The probes the fake server answers, as tools of one scenario.
+fn scenario() -> Value {
+    let tools = [
+        "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash",
+    ];
+    let listed: Vec<String> = tools.iter().map(|t| tool(t)).collect();
+    let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+    let mut actions: serde_json::Map<String, Value> = tools
+        .iter()
+        .map(|t| ((*t).to_owned(), json!({ "probe": t })))
+        .collect();
+    actions.insert("crash".to_owned(), json!({ "exit": true }));
+    json!({ "pages": [page(&listed)], "actions": actions })
+}
+
+const TOOLS: &[&str] = &[
+    "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash",
+];
+
+/// `toolward serve` on stdio, initialized, as an MCP client drives it.
+struct Serve {
+    child: Child,
+    stdin: ChildStdin,
+    answers: mpsc::Receiver<Value>,
+    next_id: u64,
+}
+
+impl Serve {
+    fn start(mut command: Command) -> Serve {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message.get("id").is_some() && sender.send(message).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut serve = Serve {
+            child,
+            stdin,
+            answers,
+            next_id: 1,
+        };
+        serve.send(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "escapes-test", "version": "1"}}}),
+        );
+        assert_eq!(serve.answer()["id"], 0);
+        serve.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        serve
+    }
+
+    fn send(&mut self, message: &Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn answer(&self) -> Value {
+        self.answers
+            .recv_timeout(Duration::from_secs(60))
+            .expect("toolward serve answered in time")
+    }
+
+    /// Calls `tool` with `arguments`: its text, and whether it is a tool error.
+    fn call(&mut self, tool: &str, arguments: Value) -> (String, bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}));
+        let answer = self.answer();
+        assert_eq!(answer["id"], id, "{answer}");
+        let result = &answer["result"];
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (text, result["isError"] == json!(true))
+    }
+
+    /// Calls a probe that must answer (not a tool error).
+    fn probe(&mut self, tool: &str, arguments: Value) -> String {
+        let (text, is_error) = self.call(tool, arguments);
+        assert!(!is_error, "{tool}: {text}");
+        text
+    }
+
+    fn close(self) {
+        let Serve {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        child.wait().unwrap();
+    }
+}
+
+/// The bench's config written, owned by `uid` when given (the files and folders of the
+/// bench), then `toolward pin` run as that user.
+fn prepared(bench: &Bench, bin: &Path, uid: Option<u32>) -> PathBuf {
+    bench.config();
+    let config = bench.path().join("toolward.json");
+    if let Some(uid) = uid {
+        chown_tree(bench.path(), uid);
+    }
+    let mut pin = command(bin, uid);
+    pin.args(["pin", "--config"]).arg(&config);
+    let output = pin.output().unwrap();
+    assert!(
+        output.status.success(),
+        "pin: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    config
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    let status = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{uid}"))
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The binary run as `uid` when given (std drops the supplementary groups when root sets a
+/// uid).
+fn command(bin: &Path, uid: Option<u32>) -> Command {
+    let mut command = Command::new(bin);
+    // The binary finds its launcher itself, as an operator's does.
+    command.env_remove(toolward::confine::LAUNCHER_ENV);
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
+        command.env("HOME", "/nonexistent");
+    }
+    command
+}
+
+fn serve(bin: &Path, config: &Path, uid: Option<u32>) -> Serve {
+    let mut serve = command(bin, uid);
+    serve.args(["serve", "--config"]).arg(config);
+    Serve::start(serve)
+}
+
+/// The mode bits of `path`.
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// Whether a probe's answer is a refusal (the kernel's error), not `ok`.
+fn refused(text: &str) -> bool {
+    text.contains("(os error")
+}
+
+/// From inside, the state folder, its keys and queue, the config, the rules and the manifest
+/// can be neither `chmod`ed nor watched, and another server's processes are out of sight.
+fn metadata_watching_and_siblings_are_out_of_reach(uid: Option<u32>) {
+    let Some(bin) = binary() else { return };
+    let secret = "sibling-secret-0123456789";
+    let bench = Bench::new("escapes-metadata")
+        .server("probe", scenario(), TOOLS)
+        .server("sibling", scenario(), TOOLS);
+    let marker = bench.server_marker("sibling");
+    let bench = bench.with_server_setting(
+        "sibling",
+        "env",
+        json!({ "SIBLING_SECRET": secret, MARKER_VARIABLE: marker }),
+    );
+    let config = prepared(&bench, &bin, uid);
+    let mut serve = serve(&bin, &config, uid);
+    let state = bench.path().join("state");
+    let pending = state.join("approvals/pending");
+    std::fs::create_dir_all(&pending).unwrap();
+    if let Some(uid) = uid {
+        chown_tree(&state, uid);
+    }
+    let withheld: Vec<PathBuf> = [
+        state.clone(),
+        state.join("approval-key"),
+        state.join("approvals"),
+        config.clone(),
+        bench.path().join("rules.json"),
+        bench.path().join("manifest.json"),
+    ]
+    .into_iter()
+    .filter(|path| path.exists())
+    .collect();
+    assert!(withheld.len() >= 5, "{withheld:?}");
+    for path in &withheld {
+        let before = mode(path);
+        let text = serve.probe("probe__chmod", json!({ "path": path }));
+        assert!(refused(&text), "chmod of `{}`: {text}", path.display());
+        assert_eq!(mode(path), before, "`{}` changed mode", path.display());
+    }
+    // A watch on the queue sees nothing of a call held meanwhile.
+    let writer = {
+        let pending = pending.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            std::fs::write(pending.join("01JHELD.json"), "{}").unwrap();
+        })
+    };
+    let (watched, _) = serve.call("probe__watch", json!({ "path": pending, "ms": 600 }));
+    writer.join().unwrap();
+    assert!(
+        watched == "events: 0" || refused(&watched),
+        "a watch on the queue: {watched}"
+    );
+    let (watched, _) = serve.call("probe__watch", json!({ "path": state, "ms": 300 }));
+    assert!(
+        watched == "events: 0" || refused(&watched),
+        "a watch on the state folder: {watched}"
+    );
+    // The sibling's command line and environment are out of sight; so is toolward.
+    let procs = serve.probe("probe__procs", json!({}));
+    assert!(!procs.contains(secret), "{procs}");
+    assert!(!procs.contains("sibling.json"), "{procs}");
+    assert!(!procs.contains(" serve --config"), "{procs}");
+    assert!(procs.contains("probe.json"), "it sees itself: {procs}");
+    serve.close();
+    bench.assert_no_processes_left();
+}
+
+#[test]
+fn as_the_operator_withheld_paths_cannot_be_chmodded_or_watched_and_siblings_are_hidden() {
+    metadata_watching_and_siblings_are_out_of_reach(None);
+}
+
+#[test]
+fn as_another_user_withheld_paths_cannot_be_chmodded_or_watched_and_siblings_are_hidden() {
+    // As root, again as `nobody`; as anyone else the first test is this one.
+    if toolward::store::state_dir::euid() != 0 {
+        eprintln!("skipped: running as a second OS user needs root, to switch to uid {NOBODY}");
+        return;
+    }
+    metadata_watching_and_siblings_are_out_of_reach(Some(NOBODY));
+}
+
+/// A server that renames the launcher aside, puts a script that starts servers unconfined
+/// in its place (as an attacker, or an upgrade, would), then dies, is restarted through the
+/// binary toolward runs: still confined, and recorded so.
+#[test]
+fn a_restart_after_the_launcher_is_renamed_and_replaced_runs_confined() {
+    let Some(bin) = binary() else { return };
+    let bench = Bench::new("escapes-restart")
+        .server("probe", scenario(), TOOLS)
+        .with(
+            "limits",
+            json!({ "call_timeout_ms": 5000, "restart_backoff_ms": 20 }),
+        );
+    // toolward as an operator installs it, in a folder no confinement withholds.
+    let installed = bench.path().join("bin/toolward");
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::copy(&bin, &installed).unwrap();
+    let config = prepared(&bench, &installed, None);
+    let mut serve = serve(&installed, &config, None);
+    let key = bench.path().join("state/approval-key");
+    assert!(key.exists());
+    assert!(refused(&serve.probe("probe__read", json!({ "path": key }))));
+    let aside = bench.path().join("bin/toolward.aside");
+    assert_eq!(
+        serve.probe("probe__rename", json!({ "path": installed, "to": aside })),
+        "ok"
+    );
+    std::fs::write(
+        &installed,
+        "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&installed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, crashed) = serve.call("probe__crash", json!({}));
+    assert!(crashed);
+    // Back after the restart: the key is still out of reach.
+    let mut answer = String::new();
+    for _ in 0..200 {
+        let (text, is_error) = serve.call("probe__read", json!({ "path": key }));
+        if !is_error {
+            answer = text;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(refused(&answer), "after the restart: {answer}");
+    serve.close();
+    let starts: Vec<Value> = crate::support::audit_records(&bench.path().join("state/audit.jsonl"))
+        .into_iter()
+        .filter(|r| r["kind"] == "server-start")
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:#?}");
+    for (attempt, start) in starts.iter().enumerate() {
+        assert_eq!(start["server"], "probe");
+        assert_eq!(start["detail"]["attempt"], attempt);
+        let confinement = &start["detail"]["confinement"];
+        assert_eq!(confinement["namespaces"], true, "{start}");
+        assert!(confinement["landlock_abi"].as_u64().unwrap() >= 1);
+    }
+    bench.assert_no_processes_left();
+}
+
+/// A descriptor toolward inherited without close-on-exec (a shell's pipe) is not the
+/// server's.
+#[test]
+fn a_descriptor_toolward_inherited_does_not_reach_a_server() {
+    let Some(bin) = binary() else { return };
+    let bench = Bench::new("escapes-fds").server("probe", scenario(), TOOLS);
+    let config = prepared(&bench, &bin, None);
+    let inherited = std::fs::File::open(bench.path().join("rules.json")).unwrap();
+    let mut command = command(&bin, None);
+    command.args(["serve", "--config"]).arg(&config);
+    {
+        use std::os::fd::AsRawFd;
+        let fd = inherited.as_raw_fd();
+        // SAFETY: dup2 in the child before exec, onto a descriptor without close-on-exec.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || {
+                if libc::dup2(fd, 251) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut serve = Serve::start(command);
+    let fds = serve.probe("probe__fds", json!({}));
+    let fds: Vec<&str> = fds.split(' ').collect();
+    assert!(!fds.contains(&"251"), "{fds:?}");
+    assert_eq!(&fds[..3], ["0", "1", "2"]);
+    serve.close();
+    bench.assert_no_processes_left();
+}
+
+/// With `confine.namespaces` off (as where they are unavailable), Landlock stands alone and
+/// `check` says so, per server, with what is then not defended; reads stay refused.
+#[test]
+fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
+    let Some(bin) = binary() else { return };
+    let bench = Bench::new("escapes-fallback")
+        .server("probe", scenario(), TOOLS)
+        .with("confine", json!({ "namespaces": false }));
+    let config = prepared(&bench, &bin, None);
+    let output = Command::new(&bin)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("alone, without namespaces (turned off by `confine.namespaces`)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("metadata"), "{stdout}");
+    let mut serve = serve(&bin, &config, None);
+    let key = bench.path().join("state/approval-key");
+    assert!(refused(&serve.probe("probe__read", json!({ "path": key }))));
+    // Landlock alone does not cover metadata: the sibling's processes are in sight.
+    let procs = serve.probe("probe__procs", json!({}));
+    assert!(procs.contains(" serve --config"), "{procs}");
+    serve.close();
+    bench.assert_no_processes_left();
+}
