@@ -364,7 +364,7 @@ fn probe(launcher: &Path) -> Result<u32, String> {
             Err(failed(format!(
                 "{}: {}",
                 output.status,
-                crate::listing::visible(first)
+                crate::text::escape(first)
             )))
         }
     }

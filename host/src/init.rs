@@ -142,8 +142,8 @@ impl Survey {
                 let _ = writeln!(
                     out,
                     "  {:12} {}",
-                    crate::listing::visible(&server.name),
-                    crate::listing::visible(&describe(&entry))
+                    crate::text::escape(&server.name),
+                    crate::text::escape(&describe(&entry))
                 );
             }
         }
@@ -154,7 +154,7 @@ impl Survey {
                     out,
                     "  {}/{}: {}",
                     s.client,
-                    crate::listing::visible(&s.name),
+                    crate::text::escape(&s.name),
                     s.reason
                 );
             }
@@ -437,9 +437,9 @@ pub fn ask(candidates: Vec<Candidate>) -> std::io::Result<Vec<Candidate>> {
         let entry = describe(&candidate.entry);
         eprint!(
             "import `{}` from {} ({})? [y/N] ",
-            crate::listing::visible(&candidate.name),
+            crate::text::escape(&candidate.name),
             candidate.client.id,
-            crate::listing::visible(&entry)
+            crate::text::escape(&entry)
         );
         std::io::stderr().flush()?;
         let answer = lines.next().transpose()?.unwrap_or_default();
