@@ -8,6 +8,7 @@ mod confine;
 mod drift;
 mod durability;
 mod facts;
+mod foreign_text;
 mod hidden_text;
 mod js_guests;
 mod listings;
