@@ -1040,9 +1040,10 @@ pub fn component_cache_dir(config: &Config) -> PathBuf {
     config.state_dir.join(crate::component::CACHE_FOLDER)
 }
 
-/// The config's rules file, bounded ([`MAX_RULES_BYTES`]), without a byte order mark.
+/// The config's rules file, bounded ([`MAX_RULES_BYTES`]), owned by the operator or root and
+/// writable by no one else ([`operator_file::read_trusted`]), without a byte order mark.
 fn read_rules(config: &Config) -> Result<Vec<u8>, OperatorFileError> {
-    let bytes = operator_file::read(&config.rules.file, "rules file", MAX_RULES_BYTES)?;
+    let bytes = operator_file::read_trusted(&config.rules.file, "rules file", MAX_RULES_BYTES)?;
     Ok(operator_file::without_bom(&bytes).to_vec())
 }
 
