@@ -56,7 +56,7 @@
 //! terminal of `toolward call`, `toolward approvals list`) and [`display_arguments`] (also in
 //! the elicitation message) show every top-level argument name, each value cut to
 //! [`MAX_DISPLAYED_VALUE_CHARS`] with its full length stated, and escape control,
-//! bidirectional and invisible characters with [`escape_for_display`], so what a person
+//! bidirectional and invisible characters with [`text::escape`], so what a person
 //! approves is what they read.
 
 use std::fmt;
@@ -74,6 +74,7 @@ use crate::audit::{AuditEvent, AuditKind};
 use crate::canonical;
 use crate::store::AuditStore;
 use crate::store::{Key, StateDir, StateError, check_private};
+use crate::text;
 
 /// How often a [`QueueApprover`] looks for an answer file.
 pub const QUEUE_POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -317,7 +318,7 @@ impl AnsweredBy {
 impl fmt::Display for AnsweredBy {
     /// `queue: user `alice` (uid 1000)`, `elicitation: principal `ci``, `terminal: nobody`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let who = self.answerer.as_deref().map(escape_for_display);
+        let who = self.answerer.as_deref().map(text::escape);
         match (&who, self.uid, self.channel) {
             (None, _, channel) => write!(f, "{}: nobody", channel.as_str()),
             (Some(name), Some(uid), channel) => {
@@ -397,8 +398,8 @@ impl Approver for DenyAll {
         Box::pin(std::future::ready(Answer {
             verdict: ApprovalAnswer::Denied(format!(
                 "tool `{}` on server `{}` needs an approval and no approver is available",
-                escape_for_display(&request.exposed_tool),
-                escape_for_display(&request.server)
+                text::escape(&request.exposed_tool),
+                text::escape(&request.server)
             )),
             by: AnsweredBy::nobody(Channel::Unavailable),
         }))
@@ -581,7 +582,7 @@ fn verify_answer(bytes: &[u8], request: &ApprovalRequest, key: &Key) -> Result<A
     if file.call_id != request.call_id {
         return Err(format!(
             "it answers call `{}`, not this one",
-            escape_for_display(&file.call_id)
+            text::escape(&file.call_id)
         ));
     }
     if file.arguments_sha256 != request.arguments_sha256
@@ -624,7 +625,7 @@ fn entry_problem(entry: &PendingFile, stem: &str, key: &Key) -> Option<String> {
     if request.call_id != stem {
         return Some(format!(
             "its call id `{}` is not its file's name",
-            escape_for_display(&request.call_id)
+            text::escape(&request.call_id)
         ));
     }
     if canonical::sha256_hex(request.arguments.as_bytes()) != request.arguments_sha256 {
@@ -1007,8 +1008,8 @@ impl Approver for QueueApprover {
                 Err(error) => {
                     return refuse(format!(
                         "the approval request for tool `{}` on server `{}` could not be queued: {}",
-                        escape_for_display(&request.exposed_tool),
-                        escape_for_display(&request.server),
+                        text::escape(&request.exposed_tool),
+                        text::escape(&request.server),
                         crate::load::error_chain(&error)
                     ));
                 }
@@ -1016,8 +1017,8 @@ impl Approver for QueueApprover {
             tracing::info!(
                 call_id = %call_id,
                 "call `{call_id}` of tool `{}` on server `{}` waits for an approval: run `toolward approvals approve {call_id}` or `toolward approvals deny {call_id}`",
-                escape_for_display(&request.exposed_tool),
-                escape_for_display(&request.server)
+                text::escape(&request.exposed_tool),
+                text::escape(&request.server)
             );
             let name = entry_name(&call_id);
             let mut forgeries = 0;
@@ -1304,21 +1305,21 @@ fn place_answer(
 }
 
 /// A request as lines for a person: each field on its own line, every value escaped with
-/// [`escape_for_display`], the arguments as [`display_arguments`] shows them. The terminal of
+/// [`text::escape`], the arguments as [`display_arguments`] shows them. The terminal of
 /// `toolward call` and `toolward approvals list` show this.
 pub fn display_request(request: &ApprovalRequest) -> String {
     format!(
         "call {}\n  tool:      {} (server {}, upstream tool {})\n  effect:    {}\n  reason:    {}\n  arguments (sha256 {}):\n{}\n  principal: {}, session {}",
-        escape_for_display(&request.call_id),
-        escape_for_display(&request.exposed_tool),
-        escape_for_display(&request.server),
-        escape_for_display(&request.tool),
-        escape_for_display(&request.effect),
-        escape_for_display(&request.reason),
-        escape_for_display(&request.arguments_sha256),
+        text::escape(&request.call_id),
+        text::escape(&request.exposed_tool),
+        text::escape(&request.server),
+        text::escape(&request.tool),
+        text::escape(&request.effect),
+        text::escape(&request.reason),
+        text::escape(&request.arguments_sha256),
         display_arguments(&request.arguments),
-        escape_for_display(&request.principal),
-        escape_for_display(&request.session),
+        text::escape(&request.principal),
+        text::escape(&request.session),
     )
 }
 
@@ -1326,7 +1327,7 @@ pub fn display_request(request: &ApprovalRequest) -> String {
 /// argument (`    name: value`), in the canonical order (by name): every name is shown; each
 /// value (its canonical JSON text) is cut to [`MAX_DISPLAYED_VALUE_CHARS`] (its beginning and its end) and each name to
 /// [`MAX_DISPLAYED_NAME_CHARS`], with the full length stated; everything is escaped with
-/// [`escape_for_display`]. Text that is not a JSON object is shown as one cut value. The one
+/// [`text::escape`]. Text that is not a JSON object is shown as one cut value. The one
 /// format of arguments in every place a person approves (terminal, `approvals list`,
 /// elicitation).
 pub fn display_arguments(arguments: &str) -> String {
@@ -1362,7 +1363,7 @@ pub fn display_arguments(arguments: &str) -> String {
 fn cut(text: &str, limit: usize) -> String {
     let total = text.chars().count();
     if total <= limit {
-        return escape_for_display(text);
+        return text::escape(text);
     }
     let tail = limit / 4;
     let head = limit - tail;
@@ -1370,32 +1371,9 @@ fn cut(text: &str, limit: usize) -> String {
     let last: String = text.chars().skip(total - tail).collect();
     format!(
         "{}…{} ({total} characters, the first {head} and the last {tail} shown)",
-        escape_for_display(&first),
-        escape_for_display(&last)
+        text::escape(&first),
+        text::escape(&last)
     )
-}
-
-/// `text` with every character a person could not see, or that changes how the rest reads,
-/// escaped as `\u{…}`: control characters (line breaks included), bidirectional embeddings,
-/// overrides and isolates (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C), zero-width
-/// and invisible characters, variation selectors, line and paragraph separators and tag
-/// characters: every kind [`crate::listing::hidden_character`] names.
-pub fn escape_for_display(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if is_hidden(c) {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn is_hidden(c: char) -> bool {
-    // Everything review output escapes (listing::hidden_character), line breaks and every
-    // other control, and presentation selectors too: an approver reads arguments, not emoji.
-    c.is_control() || crate::listing::hidden_character(c).is_some()
 }
 
 pub(crate) fn check_call_id(call_id: &str) -> Result<(), ApprovalError> {
@@ -1407,7 +1385,7 @@ pub(crate) fn check_call_id(call_id: &str) -> Result<(), ApprovalError> {
     } else {
         let shown: String = call_id.chars().take(MAX_CALL_ID_CHARS).collect();
         Err(ApprovalError::InvalidCallId {
-            call_id: escape_for_display(&shown),
+            call_id: text::escape(&shown),
         })
     }
 }

@@ -55,9 +55,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::approval::{
-    Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, escape_for_display,
-};
+use crate::approval::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver};
 use crate::audit::{AuditDecision, AuditEvent, AuditKind, ComponentHashes};
 use crate::canonical::{self, Value};
 use crate::component::{CallView, Decision, Policy};
@@ -68,6 +66,7 @@ use crate::store::AuditStore;
 use crate::store::RequestStateLedger;
 use crate::store::facts::{Change, FactKeys, FactScopes, FactStore, Facts};
 use crate::telemetry::{CallTrace, Telemetry};
+use crate::text;
 use crate::transport::Upstream;
 
 /// How often a held call sends a progress notification while it waits for an approval, when
@@ -1493,18 +1492,9 @@ fn cap_strings(value: &mut Json, budget: &mut usize) -> bool {
     }
 }
 
-/// Untrusted text made safe for a one-line message: at most [`MAX_QUOTED_BYTES`], hidden
-/// characters escaped, backticks replaced.
+/// Untrusted text for a one-line message: [`text::quote`] at [`MAX_QUOTED_BYTES`].
 fn quote(text: &str) -> String {
-    let mut end = text.len().min(MAX_QUOTED_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut quoted = escape_for_display(text.get(..end).unwrap_or_default()).replace('`', "'");
-    if end < text.len() {
-        quoted.push('…');
-    }
-    quoted
+    text::quote(text, MAX_QUOTED_BYTES)
 }
 
 fn now_ms() -> u64 {

@@ -984,8 +984,11 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
     if json {
         println!("{:#}", result.result);
     } else {
-        // Results come from a server nobody here wrote: escape what could drive the terminal.
-        let text = toolward::listing::visible(&result.text());
+        // Results come from a server nobody here wrote: escape what could drive the terminal,
+        // keeping the result's lines as lines.
+        let text = toolward::text::lines(&result.text())
+            .collect::<Vec<_>>()
+            .join("\n");
         if result.is_error() {
             println!("tool error: {text}");
         } else {

@@ -750,7 +750,7 @@ impl Config {
             path: path.to_path_buf(),
             source,
         };
-        let bytes = match operator_file::read(path, "config file", MAX_CONFIG_BYTES) {
+        let bytes = match operator_file::read_trusted(path, "config file", MAX_CONFIG_BYTES) {
             Ok(bytes) => bytes,
             Err(operator_file::OperatorFileError::TooLarge { .. }) => {
                 return Err(ConfigError::TooLarge {

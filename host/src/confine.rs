@@ -548,7 +548,7 @@ fn probe(launcher: &Path) -> Result<Probed, String> {
             Err(failed(format!(
                 "{}: {}",
                 output.status,
-                crate::listing::visible(first)
+                crate::text::escape(first)
             )))
         }
     }

@@ -71,12 +71,13 @@ mod stdio;
 
 use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, QueueApprover,
-    display_arguments, escape_for_display,
+    display_arguments,
 };
 use crate::call::{CallContext, CallPath, new_ulid};
 use crate::config::{self, Config};
 use crate::registry::Connection;
 use crate::registry::RegisteredTool;
+use crate::text;
 use input_required::{InputRequiredApprover, RequestStates, Retry};
 
 /// The `serverInfo.name` the gateway gives clients.
@@ -273,7 +274,7 @@ impl Gateway {
             params
                 .and_then(|p| p.get(key))
                 .and_then(Json::as_str)
-                .map(escape_for_display)
+                .map(text::escape)
         };
         let number = |key: &str| params.and_then(|p| p.get(key)).and_then(Json::as_u64);
         let what = match (text("method").as_deref(), text("tool")) {
@@ -516,14 +517,14 @@ impl ServerHandler for Gateway {
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
                 format!(
                     "method `{}` is not served: toolward serves tools only",
-                    escape_for_display(&request.method)
+                    text::escape(&request.method)
                 ),
                 None,
             ));
         }
         let params = request.params.unwrap_or(Json::Null);
         let tool = match params.get("name") {
-            Some(Json::String(name)) => format!("tool `{}`", escape_for_display(name)),
+            Some(Json::String(name)) => format!("tool `{}`", text::escape(name)),
             _ => String::from("a tool"),
         };
         let kind = config::type_name;
@@ -643,7 +644,7 @@ impl ServerHandler for Gateway {
             None => json!({
                 "content": [{ "type": "text", "text": format!(
                     "the call of tool `{}` was cancelled by the client",
-                    escape_for_display(&request.name)
+                    text::escape(&request.name)
                 ) }],
                 "isError": true,
             }),
@@ -651,7 +652,7 @@ impl ServerHandler for Gateway {
         let result: CallToolResult = serde_json::from_value(result).unwrap_or_else(|error| {
             CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
                 "the result of tool `{}` cannot be encoded: {error}",
-                escape_for_display(&request.name)
+                text::escape(&request.name)
             ))])
         });
         Ok(CallToolResponse::Complete(result))
@@ -769,11 +770,11 @@ impl Approver for ElicitationApprover {
 fn elicitation_message(request: &ApprovalRequest) -> String {
     format!(
         "approve tool `{}` on server `{}`: effect {}; the policy held it: {}\narguments (sha256 {}):\n{}",
-        escape_for_display(&request.exposed_tool),
-        escape_for_display(&request.server),
-        escape_for_display(&request.effect),
-        escape_for_display(&request.reason),
-        escape_for_display(&request.arguments_sha256),
+        text::escape(&request.exposed_tool),
+        text::escape(&request.server),
+        text::escape(&request.effect),
+        text::escape(&request.reason),
+        text::escape(&request.arguments_sha256),
         display_arguments(&request.arguments),
     )
 }

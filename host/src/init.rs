@@ -142,8 +142,8 @@ impl Survey {
                 let _ = writeln!(
                     out,
                     "  {:12} {}",
-                    crate::listing::visible(&server.name),
-                    crate::listing::visible(&describe(&entry))
+                    crate::text::escape(&server.name),
+                    crate::text::escape(&describe(&entry))
                 );
             }
         }
@@ -154,7 +154,7 @@ impl Survey {
                     out,
                     "  {}/{}: {}",
                     s.client,
-                    crate::listing::visible(&s.name),
+                    crate::text::escape(&s.name),
                     s.reason
                 );
             }
@@ -416,11 +416,21 @@ fn write_private_file(path: &Path, text: &str) -> Result<(), InitError> {
         })
 }
 
+/// Writes a file readable by all and writable by its owner only (0644 on Unix, whatever the
+/// umask lets group write): toolward refuses a rules file group or others can write.
 fn write_file(path: &Path, text: &str) -> Result<(), InitError> {
-    std::fs::write(path, text).map_err(|source| InitError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o644);
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|source| InitError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Asks on the terminal, server by server, which to import (`y` imports).
@@ -437,9 +447,9 @@ pub fn ask(candidates: Vec<Candidate>) -> std::io::Result<Vec<Candidate>> {
         let entry = describe(&candidate.entry);
         eprint!(
             "import `{}` from {} ({})? [y/N] ",
-            crate::listing::visible(&candidate.name),
+            crate::text::escape(&candidate.name),
             candidate.client.id,
-            crate::listing::visible(&entry)
+            crate::text::escape(&entry)
         );
         std::io::stderr().flush()?;
         let answer = lines.next().transpose()?.unwrap_or_default();

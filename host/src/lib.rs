@@ -30,6 +30,7 @@ pub mod start;
 pub mod store;
 pub mod supervise;
 pub mod telemetry;
+pub mod text;
 pub mod transport;
 
 pub use start::Toolward;

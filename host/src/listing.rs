@@ -33,9 +33,10 @@
 //!   [`MAX_TOOL_VALUE_DEPTH`] (so that the pinned manifest, which nests them two levels deeper
 //!   than a page does, can always be read back);
 //! - text aimed at the model holds a character the operator reviewing it would not see (see
-//!   [`hidden_character`]): in the `name`, `title` or `description`, or in any key or string
-//!   value of `inputSchema`, `outputSchema` or `annotations`. The reason names the code point
-//!   (`U+200B`) and where it sits (`description`, or the schema and a JSON Pointer).
+//!   [`crate::text::hidden_character`]): in the `name`, `title` or `description`, or in any
+//!   key or string value of `inputSchema`, `outputSchema` or `annotations`. The reason names
+//!   the code point (`U+200B`) and where it sits (`description`, or the schema and a JSON
+//!   Pointer).
 //!
 //! An optional member (`description`, `title`, `outputSchema`, `annotations`) that is `null`
 //! counts as absent. A name listed twice, on one page or on two, is a duplicate
@@ -47,6 +48,7 @@ use std::collections::{HashMap, HashSet};
 use crate::canonical::{self, CanonicalError, Value};
 use crate::component::Annotations;
 use crate::config::Limits;
+use crate::text::{self, hidden_character, presentation_selector};
 use crate::transport::{TransportError, Upstream};
 
 /// Deepest nesting of a tool's `inputSchema`, `outputSchema` or `annotations`, in JSON levels
@@ -55,8 +57,8 @@ use crate::transport::{TransportError, Upstream};
 /// manifest that embeds these values a few levels deeper still parses.
 pub const MAX_TOOL_VALUE_DEPTH: usize = crate::schema::MAX_SCHEMA_DEPTH;
 
-/// Longest piece of server text (a cursor) quoted in an error message, in characters.
-const MAX_QUOTED_CHARS: usize = 128;
+/// Longest piece of server text (a cursor) quoted in an error message, in bytes.
+const MAX_QUOTED_BYTES: usize = 128;
 
 /// The bounds on one server's listing. Every field is a config limit (`limits`, or a
 /// server's own `limits`), with the config's defaults:
@@ -203,7 +205,7 @@ pub enum ListingError {
         server: String,
         /// The page, counted from 1.
         page: u64,
-        /// The cursor, made visible (see [`visible`]) and shortened.
+        /// The cursor, escaped (see [`crate::text`]) and shortened.
         cursor: String,
     },
     /// More pages than [`ListingBounds::max_pages`].
@@ -351,7 +353,7 @@ impl ListingBuilder {
                 return Err(ListingError::CursorRepeated {
                     server: self.server.clone(),
                     page: page_number,
-                    cursor: quote(cursor),
+                    cursor: text::quote(cursor, MAX_QUOTED_BYTES),
                 });
             }
             if page_number >= self.bounds.max_pages {
@@ -456,95 +458,6 @@ pub fn parse_page(
     })
 }
 
-/// What kind of character `c` is when a reviewer reading it would not see it, or `None` for
-/// a visible character:
-///
-/// - `"control character"`: C0 controls U+0000–U+001F, DEL U+007F and C1 controls
-///   U+0080–U+009F. Tab and line feed are layout, not hidden, where text may span lines
-///   (descriptions, titles, string values in schemas); a carriage return there is layout only
-///   right before a line feed (a lone one moves a terminal's cursor back over the line).
-///   Names and schema keys take no control character at all. Those cases are decided by the
-///   callers of this function, which reports every control;
-/// - `"zero-width character"`: U+200B–U+200F, U+2060–U+2064, U+FEFF;
-/// - `"bidirectional control"`: U+061C, U+202A–U+202E, U+2066–U+2069;
-/// - `"tag character"`: U+E0000–U+E007F;
-/// - `"line or paragraph separator"`: U+2028, U+2029 (a line break to some readers, none to
-///   others);
-/// - `"variation selector"`: U+FE00–U+FE0F, U+E0100–U+E01EF (one selector can stand for any
-///   byte, so a run of them carries text nobody sees); U+FE0E and U+FE0F right after a
-///   visible character choose how it is drawn (emoji or text) and are allowed there, see
-///   [`presentation_selector`];
-/// - `"invisible character"`: the rest of Unicode's default-ignorable code points (U+00AD,
-///   U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180B–U+180F, U+2065, U+206A–U+206F, U+3164,
-///   U+FFA0, U+FFF0–U+FFF8, U+1BCA0–U+1BCA3, U+1D173–U+1D17A, U+E0080–U+E0FFF), the format
-///   controls U+110BD, U+110CD, U+13430–U+1343F, U+FFF9–U+FFFB, and the blanks U+2800 and
-///   U+1D159 that draw as nothing.
-pub fn hidden_character(c: char) -> Option<&'static str> {
-    match c {
-        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Some("control character"),
-        '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}' => {
-            Some("zero-width character")
-        }
-        '\u{61c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
-            Some("bidirectional control")
-        }
-        '\u{e0000}'..='\u{e007f}' => Some("tag character"),
-        '\u{2028}' | '\u{2029}' => Some("line or paragraph separator"),
-        '\u{fe00}'..='\u{fe0f}' | '\u{e0100}'..='\u{e01ef}' => Some("variation selector"),
-        '\u{ad}'
-        | '\u{34f}'
-        | '\u{115f}'
-        | '\u{1160}'
-        | '\u{17b4}'
-        | '\u{17b5}'
-        | '\u{180b}'..='\u{180f}'
-        | '\u{2065}'
-        | '\u{206a}'..='\u{206f}'
-        | '\u{2800}'
-        | '\u{3164}'
-        | '\u{ffa0}'
-        | '\u{fff0}'..='\u{fffb}'
-        | '\u{110bd}'
-        | '\u{110cd}'
-        | '\u{13430}'..='\u{1343f}'
-        | '\u{1bca0}'..='\u{1bca3}'
-        | '\u{1d159}'
-        | '\u{1d173}'..='\u{1d17a}'
-        | '\u{e0080}'..='\u{e0fff}' => Some("invisible character"),
-        _ => None,
-    }
-}
-
-/// Whether `c`, right after `previous`, is a presentation selector: U+FE0E (text) or U+FE0F
-/// (emoji) following a character that is itself visible (not hidden, not white space), as in
-/// `⚠️`. Such a selector only chooses how that character is drawn; a second selector in a row,
-/// or one after nothing visible, is hidden text.
-pub fn presentation_selector(c: char, previous: Option<char>) -> bool {
-    matches!(c, '\u{fe0e}' | '\u{fe0f}')
-        && previous.is_some_and(|p| !p.is_whitespace() && hidden_character(p).is_none())
-}
-
-/// `text` with every character a reviewer would not see (see [`hidden_character`]) written
-/// as `\u{XXXX}` (uppercase hex, at least four digits), for review output: diffs, reports,
-/// error messages. Tab, line feed and a carriage return right before a line feed are kept.
-/// A backslash is left as it is, so text that already spells `\u{200B}` reads the same as
-/// text that held the character.
-pub fn visible(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    let mut previous = None;
-    while let Some(c) = chars.next() {
-        let layout = c == '\t' || c == '\n' || (c == '\r' && chars.peek() == Some(&'\n'));
-        if !layout && hidden_character(c).is_some() && !presentation_selector(c, previous) {
-            out.push_str(&format!("\\u{{{:04X}}}", u32::from(c)));
-        } else {
-            out.push(c);
-        }
-        previous = Some(c);
-    }
-    out
-}
-
 /// The first hidden character of `text` with its kind; `layout` allows tab, line feed and a
 /// carriage return before a line feed.
 fn find_hidden(text: &str, layout: bool) -> Option<(char, &'static str)> {
@@ -599,7 +512,7 @@ fn check_strings(value: &Value, what: &str) -> Result<(), String> {
         match value {
             Value::String(text) => {
                 if let Some((c, kind)) = find_hidden(text, true) {
-                    let at = format!("{what} at `{}`", visible(&pointer));
+                    let at = format!("{what} at `{}`", text::escape(&pointer));
                     return Err(hidden_reason(c, kind, &at));
                 }
             }
@@ -613,7 +526,7 @@ fn check_strings(value: &Value, what: &str) -> Result<(), String> {
                 for (key, item) in members.iter().rev() {
                     let member = format!("{pointer}/{}", canonical::pointer_token(key));
                     if let Some((c, kind)) = find_hidden(key, false) {
-                        let at = format!("{what} in the key at `{}`", visible(&member));
+                        let at = format!("{what} in the key at `{}`", text::escape(&member));
                         return Err(hidden_reason(c, kind, &at));
                     }
                     stack.push((member, item));
@@ -767,16 +680,6 @@ fn read_annotations(raw: &Value) -> Result<Annotations, String> {
         idempotent_hint: hint("idempotentHint")?,
         open_world_hint: hint("openWorldHint")?,
     })
-}
-
-/// Server text for an error message: hidden characters made visible, at most
-/// [`MAX_QUOTED_CHARS`] characters.
-fn quote(text: &str) -> String {
-    let shown = visible(text);
-    match shown.char_indices().nth(MAX_QUOTED_CHARS) {
-        Some((end, _)) => format!("{}…", shown.get(..end).unwrap_or_default()),
-        None => shown,
-    }
 }
 
 /// A length as `u64` (lengths in memory always fit).

@@ -41,6 +41,7 @@ use crate::registry::{RegisteredTool, Registry};
 use crate::schema;
 use crate::store::StateDir;
 use crate::store::facts::FactScopes;
+use crate::text;
 use crate::transport::Upstream;
 
 /// Errors that stop a load as a whole (a server's or a tool's trouble never does).
@@ -207,7 +208,7 @@ impl LoadReport {
             for r in &s.refused {
                 out.push(format!(
                     "tool `{}` of server `{}` is refused: {}",
-                    listing::visible(&r.tool),
+                    text::escape(&r.tool),
                     s.server,
                     r.reason
                 ));
@@ -228,8 +229,8 @@ impl LoadReport {
                     out,
                     "server `{}` ({} {}, protocol {})",
                     s.server,
-                    listing::visible(&id.name),
-                    listing::visible(&id.version),
+                    text::escape(&id.name),
+                    text::escape(&id.version),
                     id.protocol_version
                 ),
                 None => writeln!(out, "server `{}`", s.server),
@@ -260,12 +261,7 @@ impl LoadReport {
                 );
             }
             for r in &s.refused {
-                let _ = writeln!(
-                    out,
-                    "  REFUSED     {}: {}",
-                    listing::visible(&r.tool),
-                    r.reason
-                );
+                let _ = writeln!(out, "  REFUSED     {}: {}", text::escape(&r.tool), r.reason);
                 for p in &r.pointers {
                     let _ = writeln!(out, "                at `{p}`");
                 }
@@ -279,14 +275,14 @@ impl LoadReport {
                 let _ = writeln!(
                     out,
                     "  unclassified {} (not registered)",
-                    listing::visible(&u.tool)
+                    text::escape(&u.tool)
                 );
             }
             for u in &s.unpinned {
                 let _ = writeln!(
                     out,
                     "  unpinned    {} (ignored; run `toolward pin` to review it)",
-                    listing::visible(u)
+                    text::escape(u)
                 );
             }
             for n in &s.notes {
@@ -466,10 +462,10 @@ pub async fn load(
         if pinned.server_name != identity.name || pinned.server_version != identity.version {
             server_report.notes.push(format!(
                 "the server now says it is `{} {}`; it was pinned as `{} {}`",
-                listing::visible(&identity.name),
-                listing::visible(&identity.version),
-                listing::visible(&pinned.server_name),
-                listing::visible(&pinned.server_version)
+                text::escape(&identity.name),
+                text::escape(&identity.version),
+                text::escape(&pinned.server_name),
+                text::escape(&pinned.server_version)
             ));
         }
 
@@ -529,7 +525,7 @@ pub fn register_candidates(
         let reason = if !pattern.is_match(&tool.exposed_name) {
             Some(format!(
                 "its exposed name `{}` does not match `tool_name_pattern` `{}`",
-                listing::visible(&tool.exposed_name),
+                text::escape(&tool.exposed_name),
                 config.tool_name_pattern
             ))
         } else if seen.get(&tool.exposed_name).copied().unwrap_or(0) > 1 {
@@ -598,7 +594,7 @@ fn rules_notes(
         if !configured.contains(&server) {
             notes.push(format!(
                 "the rules name server `{}`, which the config does not have{}",
-                listing::visible(server),
+                text::escape(server),
                 did_you_mean(server, configured.iter().copied())
             ));
             continue;
@@ -617,13 +613,13 @@ fn rules_notes(
             if let Some(refusal) = refused.iter().find(|r| r.tool == tool) {
                 notes.push(format!(
                     "the rules classify tool `{}` of server `{server}`, which the server lists but toolward refused: {}",
-                    listing::visible(tool),
+                    text::escape(tool),
                     refusal.reason
                 ));
             } else {
                 notes.push(format!(
                     "the rules classify tool `{}` of server `{server}`, which the server does not list{}",
-                    listing::visible(tool),
+                    text::escape(tool),
                     did_you_mean(tool, listed.iter().map(String::as_str))
                 ));
             }
@@ -638,7 +634,7 @@ fn did_you_mean<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> St
         .map(|candidate| (strsim::jaro_winkler(name, candidate), candidate))
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, candidate)| format!(" (did you mean `{}`?)", listing::visible(candidate)))
+        .map(|(_, candidate)| format!(" (did you mean `{}`?)", text::escape(candidate)))
         .unwrap_or_default()
 }
 
@@ -722,7 +718,7 @@ pub fn check_server(
             name,
             format!(
                 "server `{server}` listed tool `{}` more than once; every entry is refused",
-                listing::visible(name)
+                text::escape(name)
             ),
         ));
     }
@@ -810,7 +806,7 @@ pub fn check_server(
             Ok(None) => {
                 report.unclassified.push(Unclassified {
                     tool: tool.name.clone(),
-                    description: listing::visible(&tool.description),
+                    description: text::escape(&tool.description),
                     annotations: tool.annotations.clone(),
                 });
                 continue;
@@ -989,10 +985,11 @@ fn register(
     })
 }
 
-/// A unified diff of two descriptions, pinned → listed, hidden characters made visible.
+/// A unified diff of two descriptions, pinned → listed, line by line, each line escaped
+/// ([`text::lines`]): the diff's own line breaks are the only ones in it.
 pub fn text_diff(pinned: &str, listed: &str) -> String {
-    let pinned = listing::visible(pinned);
-    let listed = listing::visible(listed);
+    let pinned = text::lines(pinned).collect::<Vec<_>>().join("\n");
+    let listed = text::lines(listed).collect::<Vec<_>>().join("\n");
     similar::TextDiff::from_lines(&pinned, &listed)
         .unified_diff()
         .header("pinned", "listed")
@@ -1043,9 +1040,10 @@ pub fn component_cache_dir(config: &Config) -> PathBuf {
     config.state_dir.join(crate::component::CACHE_FOLDER)
 }
 
-/// The config's rules file, bounded ([`MAX_RULES_BYTES`]), without a byte order mark.
+/// The config's rules file, bounded ([`MAX_RULES_BYTES`]), owned by the operator or root and
+/// writable by no one else ([`operator_file::read_trusted`]), without a byte order mark.
 fn read_rules(config: &Config) -> Result<Vec<u8>, OperatorFileError> {
-    let bytes = operator_file::read(&config.rules.file, "rules file", MAX_RULES_BYTES)?;
+    let bytes = operator_file::read_trusted(&config.rules.file, "rules file", MAX_RULES_BYTES)?;
     Ok(operator_file::without_bom(&bytes).to_vec())
 }
 

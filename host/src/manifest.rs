@@ -67,9 +67,9 @@ use std::path::{Path, PathBuf};
 
 use crate::canonical::{self, CanonicalError, Value};
 use crate::config::operator_file::{self, OperatorFileError};
-use crate::listing::visible;
 use crate::schema;
 use crate::store::{StateDir, StateError};
+use crate::text::{self, escape as visible};
 
 pub mod compact;
 
@@ -914,12 +914,12 @@ fn tool_diffs(a: &PinnedServer, b: &PinnedServer) -> Vec<ToolDiff> {
     diffs
 }
 
-/// A unified line diff of two texts, hidden characters made visible. Each text gets a final
-/// line feed first, so a description without one (the common case) diffs without a
+/// A unified line diff of two texts, each line escaped ([`text::lines`]). Each text gets a
+/// final line feed first, so a description without one (the common case) diffs without a
 /// "no newline" marker, and one that gained or lost a final line feed still shows.
 fn text_diff(old: &str, new: &str) -> String {
-    let old = format!("{}\n", visible(old));
-    let new = format!("{}\n", visible(new));
+    let old: String = text::lines(old).map(|line| line + "\n").collect();
+    let new: String = text::lines(new).map(|line| line + "\n").collect();
     similar::TextDiff::from_lines(&old, &new)
         .unified_diff()
         .context_radius(DIFF_CONTEXT_LINES)

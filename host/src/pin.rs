@@ -34,8 +34,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, Limits, ServerConfig, ServerTransport};
-use crate::listing::{self, Listing, ListingBounds, ListingError, visible};
+use crate::listing::{self, Listing, ListingBounds, ListingError};
 use crate::manifest::{self, Manifest, ManifestDiff, PinnedServer, PinnedTool};
+use crate::text::escape as visible;
 use crate::transport::{
     HttpSpec, MAX_FRAME_BYTES, MAX_HTTP_BODY_BYTES, ServerIdentity, StdioSpec, TransportError,
     TransportLimits, Upstream,

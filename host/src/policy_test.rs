@@ -316,10 +316,10 @@ impl CaseReport {
     /// and actual verdicts and the actual reason; a summary line last. Text a component
     /// wrote (reasons, what it printed, a setup error) and the cases' names are shown with
     /// control, bidirectional and invisible characters escaped
-    /// ([`crate::approval::escape_for_display`]), so a policy cannot move the cursor,
+    /// ([`crate::text::escape`]), so a policy cannot move the cursor,
     /// recolour or retitle the terminal that reads its report.
     pub fn render(&self) -> String {
-        use crate::approval::escape_for_display as shown;
+        use crate::text::escape as shown;
         let mut out = String::new();
         let sha = self.sha256.get(..12).unwrap_or(&self.sha256);
         let _ = writeln!(out, "component `{}` (sha256 {sha}…)", self.component);
@@ -469,7 +469,7 @@ mod tests {
             "{shown:?}"
         );
         assert!(!shown.contains('\u{202e}'), "{shown:?}");
-        assert!(shown.contains("\\u{1b}[2J"), "{shown}");
+        assert!(shown.contains("\\u{001B}[2J"), "{shown}");
         let failed = CaseReport {
             setup_error: Some(hostile.to_owned()),
             ..report

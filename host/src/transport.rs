@@ -512,30 +512,9 @@ pub enum TransportError {
     },
 }
 
-/// `text` made safe to quote in a one-line message: at most [`MAX_QUOTED_BYTES`] (the start),
-/// control characters escaped, backticks replaced.
+/// Server text for a one-line message: [`crate::text::quote`] at [`MAX_QUOTED_BYTES`].
 fn quote(text: &str) -> String {
-    let mut end = text.len().min(MAX_QUOTED_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut quoted = one_line(text.get(..end).unwrap_or_default());
-    if end < text.len() {
-        quoted.push('…');
-    }
-    quoted
-}
-
-fn one_line(text: &str) -> String {
-    let mut line = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '`' => line.push('\''),
-            c if c.is_control() => line.extend(c.escape_default()),
-            c => line.push(c),
-        }
-    }
-    line
+    crate::text::quote(text, MAX_QUOTED_BYTES)
 }
 
 /// `: `…`` for a non-empty HTTP error body, else nothing.
@@ -554,7 +533,11 @@ fn stderr_suffix(stderr: &str) -> String {
     if trimmed.is_empty() {
         String::new()
     } else {
-        format!("; its standard error ends with `{}`", one_line(trimmed))
+        // Already cut to `STDERR_IN_ERROR_BYTES`, the end kept: quoted whole.
+        format!(
+            "; its standard error ends with `{}`",
+            crate::text::quote(trimmed, trimmed.len())
+        )
     }
 }
 

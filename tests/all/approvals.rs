@@ -211,7 +211,7 @@ async fn approvals_list_shows_every_argument_and_approve_refuses_a_hand_edited_e
     assert!(listed.status.success(), "{shown}");
     assert!(shown.contains(r#"    path: "/home/me/.bashrc""#), "{shown}");
     assert!(
-        shown.contains(r#"    content: "\u{202e}AAAA"#)
+        shown.contains(r#"    content: "\u{202E}AAAA"#)
             && shown.contains("(3075 characters, the first 384 and the last 128 shown)"),
         "{shown}"
     );

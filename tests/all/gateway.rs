@@ -208,7 +208,7 @@ async fn the_gateway_asks_through_elicitation_when_the_client_declares_it() {
         // A 3 KB `content` sorts before `path`; `path` is shown all the same.
         assert!(message.contains("\n    path: \""), "{message}");
         assert!(
-            message.contains("\n    content: \"\\u{202e}yyy")
+            message.contains("\n    content: \"\\u{202E}yyy")
                 && message.contains("(3003 characters, the first 384 and the last 128 shown)"),
             "{message}"
         );

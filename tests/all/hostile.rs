@@ -9,6 +9,7 @@ mod drift;
 mod durability;
 mod escapes;
 mod facts;
+mod foreign_text;
 mod hidden_text;
 mod js_guests;
 mod listings;

@@ -1,6 +1,7 @@
 //! What toolward trusts on disk, through the `toolward` binary: the operator's files are read
-//! bounded (an endless or blocking source is refused before it is read), the manifest and the
-//! state folder must be the operator's own, and a compiled component planted in the cache is
+//! bounded (an endless or blocking source is refused before it is read), the config and rules
+//! files must be the operator's or root's, the manifest and the state folder the operator's
+//! own, and a compiled component planted in the cache is
 //! compiled again, not run.
 
 use std::os::unix::fs::PermissionsExt;
@@ -137,6 +138,46 @@ fn a_manifest_others_can_write_or_another_user_owns_is_refused_with_the_fix() {
         "{}",
         stderr(&check)
     );
+}
+
+#[test]
+fn a_config_or_rules_file_others_can_write_or_another_user_owns_is_refused_with_the_fix() {
+    let Some(bin) = toolward_binary() else { return };
+    let (dir, config) = setup(bin);
+    let rules = dir.path().join("rules.json");
+    for file in [&config, &rules] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let check = run(bin, "check", &config);
+        assert_eq!(check.status.code(), Some(2), "{}", stderr(&check));
+        assert!(
+            stderr(&check).contains(&format!(
+                "`{}` has mode 0664: group or others can change what toolward lets through; review it, then run `chmod go-w {}`",
+                file.display(),
+                file.display()
+            )),
+            "{}",
+            stderr(&check)
+        );
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let check = run(bin, "check", &config);
+    assert!(check.status.success(), "{}", stderr(&check));
+
+    let Some(other) = other_user() else { return };
+    for (file, what) in [(&config, "config file"), (&rules, "rules file")] {
+        std::os::unix::fs::chown(file, Some(other), None).unwrap();
+        let check = run(bin, "check", &config);
+        assert_eq!(check.status.code(), Some(2), "{}", stderr(&check));
+        assert!(
+            stderr(&check).contains(&format!(
+                "the {what} `{}` is owned by uid {other}, not by uid 0 that toolward runs as nor by root",
+                file.display()
+            )) && stderr(&check).contains(&format!("run `chown 0 {}`", file.display())),
+            "{}",
+            stderr(&check)
+        );
+        std::os::unix::fs::chown(file, Some(0), None).unwrap();
+    }
 }
 
 #[test]

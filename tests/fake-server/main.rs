@@ -29,7 +29,8 @@
 //! content blocks of one byte each; `{"non_utf8": true}` answers a text holding bytes that
 //! are not UTF-8; `{"close_stdout": true}` closes standard output and keeps running. Before
 //! any answer, `{"notify": N}` sends N `notifications/message` of `notify_bytes` bytes each
-//! (default 100), and `{"list_changed": N}` (or `true`, once) sends N
+//! (default 100; `notify_text` sends that text instead, `notify_level` sets the level,
+//! default `debug`, and `notify_logger` a logger), and `{"list_changed": N}` (or `true`, once) sends N
 //! `notifications/tools/list_changed`.
 //!
 //! `{"probe": "read" | "write" | "connect" | "env"}` tries something the server's sandbox may
@@ -42,7 +43,8 @@
 //! `procs` answers every process it can see, one line each: `PID CMDLINE` and, when readable,
 //! `environ: ENVIRON` (NULs as spaces); `fds` answers its open descriptors (`0 1 2 ...`).
 //!
-//! Top-level keys shape the process: `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
+//! Top-level keys shape the process: `"exit": CODE` exits with CODE right after writing
+//! `stderr`, before reading anything; `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
 //! leaves it running (children, grandchildren); `"stderr_flood": true` writes standard error
 //! without end; `"calls_log": "PATH"` appends the arguments of every `tools/call` received,
 //! one JSON line each, before answering; `"meta_log": "PATH"` likewise appends its
@@ -69,6 +71,9 @@ fn main() {
             .expect("scenario JSON");
     if let Some(text) = scenario["stderr"].as_str() {
         eprintln!("{text}");
+    }
+    if let Some(code) = scenario["exit"].as_i64() {
+        std::process::exit(code as i32);
     }
     if let Some(script) = scenario["spawn"].as_str() {
         // Left running on purpose: the host must end it.
@@ -146,9 +151,20 @@ fn main() {
                     writeln!(log, "{}", message["params"]["_meta"]).expect("meta log");
                 }
                 for n in 0..action["notify"].as_u64().unwrap_or(0) {
-                    let data = "n".repeat(action["notify_bytes"].as_u64().unwrap_or(100) as usize);
+                    let data = match action["notify_text"].as_str() {
+                        Some(text) => text.to_owned(),
+                        None => format!(
+                            "{n} {}",
+                            "n".repeat(action["notify_bytes"].as_u64().unwrap_or(100) as usize)
+                        ),
+                    };
+                    let level = action["notify_level"].as_str().unwrap_or("debug");
+                    let mut params = json!({"level": level, "data": data});
+                    if let Some(logger) = action["notify_logger"].as_str() {
+                        params["logger"] = json!(logger);
+                    }
                     let line = json!({"jsonrpc": "2.0", "method": "notifications/message",
-                        "params": {"level": "debug", "data": format!("{n} {data}")}});
+                        "params": params});
                     if writeln!(stdout, "{line}").is_err() {
                         return;
                     }

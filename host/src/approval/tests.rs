@@ -39,15 +39,6 @@ fn write_private(path: &Path, bytes: &[u8]) {
 }
 
 #[test]
-fn escape_for_display_shows_bidi_overrides_and_line_breaks() {
-    assert_eq!(
-        escape_for_display("a\u{202E}b\nc\u{200B}d"),
-        "a\\u{202e}b\\u{a}c\\u{200b}d"
-    );
-    assert_eq!(escape_for_display("plain é ✓"), "plain é ✓");
-}
-
-#[test]
 fn a_long_content_never_hides_the_path_beside_it() {
     let arguments = canonical::canonicalize(
         serde_json::json!({ "content": "x".repeat(3072), "path": "/home/me/.ssh/authorized_keys" })
@@ -108,8 +99,8 @@ fn hidden_characters_in_argument_names_and_values_are_escaped() {
     )
     .unwrap();
     let shown = display_arguments(&arguments);
-    assert!(shown.contains(r"pa\u{202e}th"), "{shown}");
-    assert!(shown.contains(r"safe\u{200b}.txt\u{e0041}"), "{shown}");
+    assert!(shown.contains(r"pa\u{202E}th"), "{shown}");
+    assert!(shown.contains(r"safe\u{200B}.txt\u{E0041}"), "{shown}");
     assert!(
         !shown.contains('\u{202E}') && !shown.contains('\u{200B}'),
         "{shown}"
@@ -122,7 +113,7 @@ fn hidden_characters_in_argument_names_and_values_are_escaped() {
     );
     let shown = display_arguments("[\"not\u{202E}an object\"]");
     assert!(
-        shown.contains(r"(not a JSON object)") && shown.contains(r"\u{202e}"),
+        shown.contains(r"(not a JSON object)") && shown.contains(r"\u{202E}"),
         "{shown}"
     );
 }

@@ -232,23 +232,19 @@ pub fn last_matching(
 /// The header of [`render_row`]'s table.
 pub const TABLE_HEADER: &str = "time (UTC)               seq    kind               call        principal    tool                          decision  reason";
 
-/// One record as a table row: time, seq, kind, call id, principal, tool, decision, reason
-/// (cut to one line). Text from servers and clients is made visible, never interpreted.
+/// One record as a table row: time, seq, kind, call id, principal, tool, decision, reason.
+/// Text from servers, clients and policies is escaped ([`crate::text::escape`]), never
+/// interpreted: each row is one line, whatever the record holds.
 #[must_use]
 pub fn render_row(record: &AuditRecord) -> String {
     let e = &record.event;
-    let text = |v: &Option<String>| crate::listing::visible(v.as_deref().unwrap_or("-"));
+    let text = |v: &Option<String>| crate::text::escape(v.as_deref().unwrap_or("-"));
     let decision = e.decision.map_or("-", |d| match d {
         AuditDecision::Allow => "allow",
         AuditDecision::Deny => "deny",
         AuditDecision::Hold => "hold",
     });
-    let mut reason = text(&e.reason);
-    if let Some((first, _)) = reason.split_once('\n') {
-        // `visible` keeps a carriage return before a line feed (layout): cut it too, or it
-        // would send the cursor back over the row.
-        reason = format!("{} …", first.strip_suffix('\r').unwrap_or(first));
-    }
+    let reason = text(&e.reason);
     let mut out = String::new();
     let _ = write!(
         out,
@@ -409,8 +405,33 @@ mod tests {
             },
         };
         let row = render_row(&record);
-        assert!(row.ends_with("bad\\u{001B}[31mRED …"), "{row:?}");
+        assert!(
+            row.ends_with("bad\\u{001B}[31mRED\\r\\nINJECTED audit line"),
+            "{row:?}"
+        );
         assert!(!row.chars().any(char::is_control), "{row:?}");
+    }
+
+    #[test]
+    fn a_row_escapes_line_breaks_tabs_and_bidi_controls_in_the_tool_and_principal_columns() {
+        let record = AuditRecord {
+            seq: 7,
+            time: 0,
+            prev: String::new(),
+            event: AuditEvent {
+                tool: Some("s__t\nFAKE ROW\tx".to_owned()),
+                principal: Some("ci\r\u{202e}nimda\u{200b}".to_owned()),
+                ..AuditEvent::new(AuditKind::Decision)
+            },
+        };
+        let row = render_row(&record);
+        assert!(row.contains("s__t\\nFAKE ROW\\tx"), "{row:?}");
+        assert!(row.contains("ci\\r\\u{202E}nimda\\u{200B}"), "{row:?}");
+        assert!(
+            !row.chars()
+                .any(|c| c.is_control() || crate::text::is_escaped(c)),
+            "{row:?}"
+        );
     }
 
     #[test]

@@ -175,7 +175,7 @@ impl ReplayReport {
     #[must_use]
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let visible = crate::listing::visible;
+        let visible = crate::text::escape;
         if self.changed.is_empty() {
             let _ = writeln!(
                 out,

@@ -237,10 +237,10 @@ pub(super) fn accept_commands(report: &toolward::load::LoadReport, config: &Path
                 out.push_str(&format!(
                     "  accept `{}/{}`: toolward pin --config {} --tool {}/{}\n",
                     server.server,
-                    toolward::listing::visible(&refusal.tool),
+                    toolward::text::escape(&refusal.tool),
                     config.display(),
                     server.server,
-                    toolward::listing::visible(&refusal.tool)
+                    toolward::text::escape(&refusal.tool)
                 ));
             }
         }
@@ -388,29 +388,9 @@ fn report_head_mismatch(config: &toolward::config::Config, config_path: &Path) -
     }
 }
 
-/// `text` (JSON) with every character a terminal could act on or hide written as a `\uXXXX`
-/// escape: DEL and the C1 controls (JSON escapes only those below U+0020) and what
-/// [`toolward::listing::hidden_character`] names (bidi controls, zero-width and other
-/// default-ignorable code points). Such characters stand only inside JSON strings, so the
-/// result is the same JSON value.
-fn escape_for_terminal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if ('\u{7f}'..='\u{9f}').contains(&c) || toolward::listing::hidden_character(c).is_some() {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn print_record(record: &toolward::audit::AuditRecord, raw: &Value, json: bool) {
     if json {
-        println!("{}", escape_for_terminal(&raw.to_string()));
+        println!("{}", toolward::text::escape_json(&raw.to_string()));
     } else {
         println!("{}", audit_read::render_row(record));
     }
@@ -557,19 +537,4 @@ pub(super) fn audit_replay(
     } else {
         ExitCode::SUCCESS
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape_for_terminal;
-
-    #[test]
-    fn json_for_the_terminal_escapes_bidi_and_c1_controls_and_stays_the_same_json() {
-        let value = serde_json::json!({"content": "\u{202e}evil\u{9b}31m\u{7f}ok é"});
-        let text = escape_for_terminal(&value.to_string());
-        assert!(!text.contains('\u{202e}') && !text.contains('\u{9b}') && !text.contains('\u{7f}'));
-        assert!(text.contains("\\u202e") && text.contains("\\u009b") && text.contains('é'));
-        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, value);
-    }
 }

@@ -9,6 +9,13 @@
 //! - a regular file longer than its limit is refused from its length, and the read itself
 //!   stops one byte past the limit, so a file that grows while it is read is refused too.
 //!
+//! The config file and the rules file decide what toolward lets through, so they are read with
+//! [`read_trusted`], which also checks the opened file's owner and mode
+//! ([`check_owner_and_mode`]): owned by the effective user toolward runs as, or by root, and
+//! writable by neither group nor others. Otherwise whoever else can write them (another local
+//! user, or a server that changed their mode) would set the policy. The manifest has its own,
+//! stricter check ([`crate::manifest::Manifest::read`]).
+//!
 //! The limits, each in bytes: [`crate::config::MAX_CONFIG_BYTES`],
 //! [`MAX_RULES_BYTES`], [`MAX_SETTINGS_BYTES`], [`MAX_COMPONENT_BYTES`],
 //! [`crate::manifest::MAX_MANIFEST_BYTES`], [`MAX_CASES_BYTES`].
@@ -77,6 +84,36 @@ pub enum OperatorFileError {
         /// The limit, bytes.
         limit: u64,
     },
+    /// Owned by someone other than the effective user or root.
+    #[error(
+        "the {what} `{}` is owned by uid {owner}, not by uid {euid} that toolward runs as nor by root: whoever owns it decides what toolward lets through; review it, then run `chown {euid} {}`",
+        path.display(),
+        path.display()
+    )]
+    Owner {
+        /// What the file is for.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// The effective uid toolward runs as.
+        euid: u32,
+    },
+    /// Writable by group or others.
+    #[error(
+        "the {what} `{}` has mode {mode:04o}: group or others can change what toolward lets through; review it, then run `chmod go-w {}`",
+        path.display(),
+        path.display()
+    )]
+    Writable {
+        /// What the file is for.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
 /// The bytes of the operator's file at `path` (what it is for in `what`, for messages), at
@@ -131,6 +168,58 @@ pub fn read_with_metadata(
         return Err(too_large(read));
     }
     Ok((bytes, meta))
+}
+
+/// As [`read`], for a file that sets policy (the config, the rules file): the opened file is
+/// also checked by [`check_owner_and_mode`].
+///
+/// # Errors
+/// As [`read`], and [`OperatorFileError::Owner`] or [`OperatorFileError::Writable`].
+pub fn read_trusted(
+    path: &Path,
+    what: &'static str,
+    limit: u64,
+) -> Result<Vec<u8>, OperatorFileError> {
+    let (bytes, meta) = read_with_metadata(path, what, limit)?;
+    check_owner_and_mode(&meta, path, what)?;
+    Ok(bytes)
+}
+
+/// Refuses a file (`meta`, of the file opened) that is owned by neither the effective user nor
+/// root, or that group or others may write (Unix; elsewhere nothing is checked). A symbolic
+/// link is followed: what counts is the file read.
+///
+/// # Errors
+/// [`OperatorFileError::Owner`] or [`OperatorFileError::Writable`], naming `what`, `path` and
+/// the command that fixes it.
+pub fn check_owner_and_mode(
+    meta: &Metadata,
+    path: &Path,
+    what: &'static str,
+) -> Result<(), OperatorFileError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let euid = crate::store::state_dir::euid();
+        if meta.uid() != euid && meta.uid() != 0 {
+            return Err(OperatorFileError::Owner {
+                what,
+                path: path.to_owned(),
+                owner: meta.uid(),
+                euid,
+            });
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(OperatorFileError::Writable {
+                what,
+                path: path.to_owned(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (meta, path, what);
+    Ok(())
 }
 
 /// `bytes` without a leading UTF-8 byte order mark: JSON (RFC 8259, section 8.1) does not
@@ -237,6 +326,56 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let error = read(dir.path(), "rules file", 100).unwrap_err().to_string();
         assert!(error.contains("is a folder, not a regular file"), "{error}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_trusted_file_writable_by_group_or_others_is_refused_naming_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rules.json");
+        std::fs::write(&file, "{}").unwrap();
+        for mode in [0o664, 0o646] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let error = read_trusted(&file, "rules file", 100)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with(&format!(
+                    "the rules file `{}` has mode {mode:04o}",
+                    file.display()
+                )) && error.ends_with(&format!("run `chmod go-w {}`", file.display())),
+                "{error}"
+            );
+        }
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_trusted(&file, "rules file", 100).unwrap(), b"{}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_trusted_file_owned_by_another_user_is_refused_naming_the_fix() {
+        use std::os::unix::fs::MetadataExt;
+        let euid = crate::store::state_dir::euid();
+        if euid != 0 {
+            eprintln!("SKIPPED: needs root, to chown the file to uid 65534");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolward.json");
+        std::fs::write(&file, "{}").unwrap();
+        std::os::unix::fs::chown(&file, Some(65534), None).unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().uid(), 65534);
+        let error = read_trusted(&file, "config file", 100)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            format!(
+                "the config file `{0}` is owned by uid 65534, not by uid 0 that toolward runs as nor by root: whoever owns it decides what toolward lets through; review it, then run `chown 0 {0}`",
+                file.display()
+            )
+        );
     }
 
     #[test]

@@ -35,10 +35,9 @@ use rmcp::model::{InputRequest, InputRequests, InputRequiredResult};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
-use crate::approval::{
-    Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, escape_for_display,
-};
+use crate::approval::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel};
 use crate::store::{Key, Redemption, RequestStateLedger, StateDir, StateDirLedger};
+use crate::text;
 
 /// The key (in the state folder) that MACs `requestState`s: `request-state-key`. With the
 /// PostgreSQL store the key is the database's instead (`toolward_keys`, shared by every
@@ -376,8 +375,8 @@ impl Approver for InputRequiredApprover {
                 Err(problem) => {
                     tracing::warn!(
                         "refused a `requestState` from principal `{}` for tool `{}`: {problem}",
-                        escape_for_display(&request.principal),
-                        escape_for_display(&request.exposed_tool)
+                        text::escape(&request.principal),
+                        text::escape(&request.exposed_tool)
                     );
                     return nobody(problem.to_string());
                 }

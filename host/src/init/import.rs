@@ -106,7 +106,8 @@ pub fn candidates(
             client: in_clients.first().copied().unwrap_or_default(),
             name: name.clone(),
             reason: format!(
-                "server `{name}` is defined differently in {}: not imported; choose one with `--client`",
+                "server `{}` is defined differently in {}: not imported; choose one with `--client`",
+                crate::text::escape(&name),
                 in_clients.join(", ")
             ),
         });
@@ -135,7 +136,8 @@ fn blocker(entry: &Map<String, Value>) -> Option<String> {
         };
         if let Some(variable) = client_variable(value, *key == "env") {
             return Some(format!(
-                "its `{key}` uses the client's variable `{variable}`, which only the client can fill in; toolward does not guess it: add the server by hand"
+                "its `{key}` uses the client's variable `{}`, which only the client can fill in; toolward does not guess it: add the server by hand",
+                crate::text::escape(&variable)
             ));
         }
     }

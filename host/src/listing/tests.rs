@@ -592,18 +592,6 @@ fn a_schema_nested_too_deep_is_malformed() {
 }
 
 #[test]
-fn visible_escapes_hidden_characters_and_keeps_layout() {
-    assert_eq!(visible("a\u{200B}b"), "a\\u{200B}b");
-    assert_eq!(visible("x\u{E0041}"), "x\\u{E0041}");
-    assert_eq!(
-        visible("tab\tline\nwin\r\nlone\rend"),
-        "tab\tline\nwin\r\nlone\\u{000D}end"
-    );
-    assert_eq!(visible("\u{1b}[31m"), "\\u{001B}[31m");
-    assert_eq!(visible("plain café"), "plain café");
-}
-
-#[test]
 fn hidden_character_classifies_the_ranges_at_their_edges() {
     for c in ['\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}'] {
         assert_eq!(hidden_character(c), Some("control character"), "{c:?}");
@@ -709,7 +697,7 @@ fn invisible_characters_and_variation_selectors_refuse_the_tool_but_an_emoji_sel
     }
     let entry = serde_json::json!({"name": "t", "description": "careful \u{26a0}\u{fe0f} 1\u{fe0f}\u{20e3}", "inputSchema": {}});
     let tool = single(&entry.to_string()).tool.unwrap();
-    assert_eq!(visible(&tool.description), tool.description);
+    assert!(text::escape(&tool.description).contains("\u{26a0}\\u{FE0F}"));
 }
 
 #[test]

@@ -63,9 +63,7 @@ const HIDDEN: &[(&str, &str, &str)] = &[
 /// Whether `text` holds a character a terminal would act on or a reviewer would not see.
 fn holds_hidden(text: &str) -> bool {
     text.chars().any(|c| {
-        c != '\n'
-            && c != '\t'
-            && (c.is_control() || toolward::listing::hidden_character(c).is_some())
+        c != '\n' && c != '\t' && (c.is_control() || toolward::text::hidden_character(c).is_some())
     })
 }
 
