@@ -537,7 +537,7 @@ fn probe(launcher: &Path) -> Result<Probed, String> {
             .find_map(|line| line.strip_prefix(NAMESPACES_UNAVAILABLE))
             .map_or_else(
                 || "the launcher did not say".to_owned(),
-                crate::listing::visible,
+                crate::text::escape,
             ))
     };
     match abi {

@@ -502,7 +502,7 @@ pub fn probe() -> Result<(), String> {
     Err(if reason.is_empty() {
         format!("the probe ended with status {}", exit_code(status))
     } else {
-        reason.replace(['\n', '\r'], " ")
+        crate::text::escape(reason)
     })
 }
 
