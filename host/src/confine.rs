@@ -379,6 +379,8 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
     } else {
         Err("turned off by `confine.namespaces`".to_owned())
     };
+    // Without its own network namespace, a server denied the network is at least denied TCP.
+    let deny_tcp = deny_tcp || (deny_network && namespaces.is_err());
     Some(Plan::Confined(Confinement {
         launcher: launcher.exec,
         launcher_shown: launcher.shown,

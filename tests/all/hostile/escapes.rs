@@ -45,9 +45,7 @@ fn binary() -> Option<PathBuf> {
 
 /// The probes the fake server answers, as tools of one scenario.
 fn scenario() -> Value {
-    let tools = [
-        "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash",
-    ];
+    let tools = TOOLS;
     let listed: Vec<String> = tools.iter().map(|t| tool(t)).collect();
     let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
     let mut actions: serde_json::Map<String, Value> = tools
@@ -59,7 +57,7 @@ fn scenario() -> Value {
 }
 
 const TOOLS: &[&str] = &[
-    "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash",
+    "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash", "connect",
 ];
 
 /// `toolward serve` on stdio, initialized, as an MCP client drives it.
@@ -413,5 +411,31 @@ fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
     let procs = serve.probe("probe__procs", json!({}));
     assert!(procs.contains(" serve --config"), "{procs}");
     serve.close();
+    bench.assert_no_processes_left();
+}
+
+/// A server denied the network reaches no address, not even loopback; its sibling does.
+#[test]
+fn a_server_denied_the_network_reaches_no_address_not_even_loopback() {
+    let Some(bin) = binary() else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let bench = Bench::new("escapes-network")
+        .server("closed", scenario(), TOOLS)
+        .server("open", scenario(), TOOLS)
+        .with_server_setting("closed", "confine", json!({ "deny_network": true }));
+    let config = prepared(&bench, &bin, None);
+    let mut serve = serve(&bin, &config, None);
+    let connect = json!({ "address": address });
+    let closed = serve.probe("closed__connect", connect.clone());
+    assert!(refused(&closed), "{closed}");
+    assert_eq!(serve.probe("open__connect", connect), "ok");
+    serve.close();
+    let starts = crate::support::audit_records(&bench.path().join("state/audit.jsonl"));
+    let closed = starts
+        .iter()
+        .find(|r| r["kind"] == "server-start" && r["server"] == "closed")
+        .unwrap();
+    assert_eq!(closed["detail"]["confinement"]["network_denied"], true);
     bench.assert_no_processes_left();
 }
