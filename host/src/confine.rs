@@ -715,6 +715,14 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
     let Some((program, args)) = request.command.split_first() else {
         return ConfineError::NoProgram;
     };
+    // Nothing above stderr that toolward inherited stays open here (init would hold it for
+    // the server's whole life): the launcher opens what it needs from now on.
+    #[cfg(target_os = "linux")]
+    {
+        #[expect(unsafe_code, reason = "close_range takes integers; no safe wrapper")]
+        // SAFETY: closes descriptors this process holds and has not used.
+        let _ = unsafe { libc::close_range(3, libc::c_uint::MAX, 0) };
+    }
     let grants = match grants(&request.deny, &request.allow) {
         Ok(grants) => grants,
         Err(e) => return e,

@@ -130,17 +130,11 @@ impl Toolward {
                 reason: "no manifest: run `toolward pin` and review what it writes".to_owned(),
             });
         };
-        let components = load::prepare_components(&config, config.guest.clone(), &state)?;
-        let (registry, report) = load::load(
-            &config,
-            &components.rules,
-            &manifest,
-            components.digests.clone(),
-        )
-        .await?;
         // The head lives in the state folder (opened above, first: it is created 0700, and
         // the log is often inside it); other processes on this config write the same log,
-        // each under the file's lock.
+        // each under the file's lock. Opened before any server starts: a log made after a
+        // server started would not be covered in its namespaces (only Landlock would withhold
+        // it, and Landlock does not withhold a file's mode).
         let (audit, approvals, fleet) = match shared {
             Some(shared) => shared,
             None => {
@@ -157,6 +151,14 @@ impl Toolward {
                 (audit, approvals, None)
             }
         };
+        let components = load::prepare_components(&config, config.guest.clone(), &state)?;
+        let (registry, report) = load::load(
+            &config,
+            &components.rules,
+            &manifest,
+            components.digests.clone(),
+        )
+        .await?;
         let hashes = ComponentHashes {
             rules_sha256: components.digests.get("rules").cloned(),
             policy_sha256: components.digests.get("policy").cloned(),

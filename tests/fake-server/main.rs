@@ -41,7 +41,9 @@
 //! `chmod` makes `path` mode 0777 and `rename` renames `path` to `to`; `watch` puts an
 //! inotify watch on `path`, waits `ms` milliseconds (default 500) and answers `events: N`;
 //! `procs` answers every process it can see, one line each: `PID CMDLINE` and, when readable,
-//! `environ: ENVIRON` (NULs as spaces); `fds` answers its open descriptors (`0 1 2 ...`).
+//! `environ: ENVIRON` (NULs as spaces); `fds` answers its open descriptors (`0 1 2 ...`), or
+//! those of process `pid` when given; `caps` answers its `CapEff` and `CapBnd` lines;
+//! `mount_ro` answers `ro` or `rw` for the mount holding `path`.
 //!
 //! Top-level keys shape the process: `"exit": CODE` exits with CODE right after writing
 //! `stderr`, before reading anything; `"spawn": "SCRIPT"` runs `sh -c SCRIPT` at start and
@@ -235,7 +237,33 @@ fn main() {
                         }
                         "watch" => watch(path, arguments["ms"].as_u64().unwrap_or(500)),
                         "procs" => Ok(procs()),
-                        "fds" => std::fs::read_dir("/proc/self/fd").map(|entries| {
+                        "caps" => std::fs::read_to_string("/proc/self/status").map(|status| {
+                            status
+                                .lines()
+                                .filter(|l| l.starts_with("CapEff") || l.starts_with("CapBnd"))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        }),
+                        "mount_ro" => {
+                            let c = std::ffi::CString::new(path).unwrap();
+                            // SAFETY: statvfs writes into a struct we own.
+                            let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+                            if unsafe { libc::statvfs(c.as_ptr(), &mut stat) } == 0 {
+                                Ok(if stat.f_flag & libc::ST_RDONLY != 0 {
+                                    "ro"
+                                } else {
+                                    "rw"
+                                }
+                                .to_owned())
+                            } else {
+                                Err(std::io::Error::last_os_error())
+                            }
+                        }
+                        "fds" => std::fs::read_dir(format!(
+                            "/proc/{}/fd",
+                            arguments["pid"].as_str().unwrap_or("self")
+                        ))
+                        .map(|entries| {
                             let mut fds: Vec<u32> = entries
                                 .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
                                 .collect();

@@ -100,6 +100,9 @@ pub enum OperatorFileError {
         /// The effective uid toolward runs as.
         euid: u32,
     },
+    /// The folder holding it is writable by group or others.
+    #[error(transparent)]
+    FolderWritable(Box<FolderWritable>),
     /// Writable by group or others.
     #[error(
         "the {what} `{}` has mode {mode:04o}: group or others can change what toolward lets through; review it, then run `chmod go-w {}`",
@@ -114,6 +117,26 @@ pub enum OperatorFileError {
         /// Its permission bits.
         mode: u32,
     },
+}
+
+/// The folder holding an operator's file is writable by group or others (and not sticky):
+/// they could put another file in its place.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the folder `{}` holding the {what} `{}` has mode {mode:04o}: group or others could replace the file; review it, then run `chmod go-w {}`",
+    folder.display(),
+    path.display(),
+    folder.display()
+)]
+pub struct FolderWritable {
+    /// What the file is for.
+    pub what: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// Its folder.
+    pub folder: PathBuf,
+    /// The folder's permission bits.
+    pub mode: u32,
 }
 
 /// The bytes of the operator's file at `path` (what it is for in `what`, for messages), at
@@ -182,7 +205,44 @@ pub fn read_trusted(
 ) -> Result<Vec<u8>, OperatorFileError> {
     let (bytes, meta) = read_with_metadata(path, what, limit)?;
     check_owner_and_mode(&meta, path, what)?;
+    check_folder(path, what)?;
     Ok(bytes)
+}
+
+/// Refuses `path` when the folder holding it (as written, before any symbolic link is
+/// followed: that is where a file can be put in its place) is writable by group or others
+/// without the sticky bit. A confined server cannot change such a folder's mode from inside
+/// (the namespaces withhold its metadata only where they apply; see SECURITY.md), and another
+/// local user could otherwise swap the file for one toolward then trusts.
+///
+/// # Errors
+/// [`OperatorFileError::FolderWritable`] naming the folder and the fix.
+pub fn check_folder(path: &Path, what: &'static str) -> Result<(), OperatorFileError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let folder = match path.parent() {
+            Some(folder) if !folder.as_os_str().is_empty() => folder.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let Ok(meta) = std::fs::metadata(&folder) else {
+            return Ok(());
+        };
+        let sticky = meta.mode() & 0o1000 != 0;
+        if meta.mode() & 0o022 != 0 && !sticky {
+            return Err(OperatorFileError::FolderWritable(Box::new(
+                FolderWritable {
+                    what,
+                    path: path.to_owned(),
+                    folder,
+                    mode: meta.mode() & 0o7777,
+                },
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (path, what);
+    Ok(())
 }
 
 /// Refuses a file (`meta`, of the file opened) that is owned by neither the effective user nor

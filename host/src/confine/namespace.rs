@@ -153,7 +153,8 @@ pub fn enter(isolation: &Isolation<'_>) -> Result<Side, ConfineError> {
         0 => {
             // SAFETY: prctl with integers: init ends when the relay does.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-            if let Err(e) = cover(isolation.withheld, isolation.allow) {
+            if let Err(e) = cover(isolation.withheld, isolation.allow).and_then(|()| seal(uid, gid))
+            {
                 eprintln!("toolward: {e}");
                 // SAFETY: ends this process without running the relay's destructors twice.
                 unsafe { libc::_exit(i32::from(super::LAUNCH_FAILED_EXIT)) };
@@ -224,6 +225,20 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     }
     mount(c"proc", staging, Some(c"proc"), hardened, None)
         .map_err(|e| e.context("cannot mount the PID namespace's own `/proc`"))?;
+    // What the kernel lets uid 0 write by its uid alone, capabilities or not (`core_pattern`
+    // would run a program as root outside every namespace): read-only, for a server run by
+    // root. Nothing an unprivileged server could write is lost.
+    for path in ["/proc/sys", "/proc/sysrq-trigger"] {
+        let path = Path::new(path);
+        if path.exists() {
+            bind(path, path, false)?;
+            remount_read_only(path, hardened)?;
+        }
+    }
+    let sys = Path::new("/sys");
+    if sys.is_dir() {
+        remount_read_only(sys, locked_flags(sys))?;
+    }
     for folder in folders {
         mount_tmpfs(folder, hardened)?;
         for (path, handle) in &allowed {
@@ -320,6 +335,106 @@ fn remount_read_only(target: &Path, flags: libc::c_ulong) -> Result<(), ConfineE
             target.display()
         ))
     })
+}
+
+/// The flags of the mount at `path` that a remount must keep (a mount copied from the
+/// parent namespace is locked: its `nosuid`, `nodev`, `noexec` and access-time flags cannot be
+/// cleared, only kept).
+fn locked_flags(path: &Path) -> libc::c_ulong {
+    let Ok(c) = c_path(path) else { return 0 };
+    // SAFETY: statvfs writes into a struct we own.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut stat) } != 0 {
+        return 0;
+    }
+    let pairs = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    pairs
+        .iter()
+        .filter(|(st, _)| stat.f_flag & *st != 0)
+        .fold(0, |flags, (_, ms)| flags | *ms)
+}
+
+/// Locks the covers and gives up every capability, before Landlock and the server:
+///
+/// - a second user and mount namespace, so every mount above is a locked copy that no
+///   capability in any namespace the server can make takes off or clones apart
+///   (`open_tree`);
+/// - no capability left, none in the bounding set, none ambient, and securebits that keep an
+///   `exec` as uid 0 from giving any back: a server run by root is root by its uid (it owns
+///   root's files) but holds no capability, not even in its own namespace;
+/// - init not dumpable, so the server (same uid) can neither trace it nor read its `/proc`
+///   entries.
+fn seal(uid: libc::uid_t, gid: libc::gid_t) -> Result<(), ConfineError> {
+    // SAFETY: unshare takes flags only; this process has one thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        return Err(os_error(
+            "cannot lock the covers in a second namespace (unshare)",
+        ));
+    }
+    write_proc_self("setgroups", "deny")?;
+    write_proc_self("uid_map", &format!("{uid} {uid} 1"))?;
+    write_proc_self("gid_map", &format!("{gid} {gid} 1"))?;
+    const SECBITS: libc::c_ulong = 0x01 // NOROOT
+        | 0x02 // NOROOT_LOCKED
+        | 0x04 // NO_SETUID_FIXUP
+        | 0x08 // NO_SETUID_FIXUP_LOCKED
+        | 0x20 // KEEP_CAPS_LOCKED (off)
+        | 0x40 // NO_CAP_AMBIENT_RAISE
+        | 0x80; // NO_CAP_AMBIENT_RAISE_LOCKED
+    // SAFETY: prctl with integers.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBITS, 0, 0, 0) } != 0 {
+        return Err(os_error("cannot set securebits"));
+    }
+    // SAFETY: prctl with integers.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    for cap in 0..64 {
+        // SAFETY: prctl with integers; capabilities past the kernel's last answer EINVAL.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+    }
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = CapHeader {
+        // _LINUX_CAPABILITY_VERSION_3: two 32-bit words of each set.
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads the header and two data words we own.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(os_error("cannot give up capabilities (capset)"));
+    }
+    // SAFETY: prctl with integers.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    Ok(())
 }
 
 fn umount(target: &Path) -> Result<(), ConfineError> {

@@ -57,7 +57,8 @@ fn scenario() -> Value {
 }
 
 const TOOLS: &[&str] = &[
-    "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash", "connect",
+    "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash", "connect", "caps",
+    "mount_ro",
 ];
 
 /// `toolward serve` on stdio, initialized, as an MCP client drives it.
@@ -270,6 +271,22 @@ fn metadata_watching_and_siblings_are_out_of_reach(uid: Option<u32>) {
     assert!(!procs.contains("sibling.json"), "{procs}");
     assert!(!procs.contains(" serve --config"), "{procs}");
     assert!(procs.contains("probe.json"), "it sees itself: {procs}");
+    // No capability, even as root, even in its own namespace: nothing to take the covers
+    // off or clone a mount without them with (`open_tree`), nor to trace init with.
+    let caps = serve.probe("probe__caps", json!({}));
+    assert_eq!(
+        caps, "CapEff:\t0000000000000000 CapBnd:\t0000000000000000",
+        "{caps}"
+    );
+    // What the kernel lets uid 0 write by its uid alone (`core_pattern` runs a program as
+    // root outside every namespace) is read-only.
+    for path in ["/proc/sys/kernel", "/sys/kernel"] {
+        assert_eq!(
+            serve.probe("probe__mount_ro", json!({ "path": path })),
+            "ro",
+            "{path}"
+        );
+    }
     serve.close();
     bench.assert_no_processes_left();
 }
@@ -379,6 +396,12 @@ fn a_descriptor_toolward_inherited_does_not_reach_a_server() {
     let fds: Vec<&str> = fds.split(' ').collect();
     assert!(!fds.contains(&"251"), "{fds:?}");
     assert_eq!(&fds[..3], ["0", "1", "2"]);
+    // Nor does the launcher's init hold it (nor can the server look).
+    let (init, _) = serve.call("probe__fds", json!({ "pid": "1" }));
+    assert!(
+        refused(&init) || !init.split(' ').any(|fd| fd == "251"),
+        "init: {init}"
+    );
     serve.close();
     bench.assert_no_processes_left();
 }
@@ -438,4 +461,46 @@ fn a_server_denied_the_network_reaches_no_address_not_even_loopback() {
         .unwrap();
     assert_eq!(closed["detail"]["confinement"]["network_denied"], true);
     bench.assert_no_processes_left();
+}
+
+/// The audit log of the default layout (`audit.jsonl` beside the config) exists, and so is
+/// covered, before the first server starts: on the first run too, a server cannot `chmod` it.
+#[test]
+fn on_the_first_run_the_default_audit_log_is_covered_before_any_server_starts() {
+    let Some(bin) = binary() else { return };
+    let bench = Bench::new("escapes-first-log")
+        .server("probe", scenario(), TOOLS)
+        .with("audit", json!({}));
+    let config = prepared(&bench, &bin, None);
+    let log = bench.path().join("audit.jsonl");
+    assert!(!log.exists(), "the bench starts with no log");
+    let mut serve = serve(&bin, &config, None);
+    let before = mode(&log);
+    let text = serve.probe("probe__chmod", json!({ "path": log }));
+    assert!(refused(&text), "chmod of the new log: {text}");
+    assert_eq!(mode(&log), before);
+    serve.close();
+    bench.assert_no_processes_left();
+}
+
+/// A config folder others can write (a server that ran without namespaces could have made it
+/// so, and another user then swap the config) is refused, naming the folder and the fix.
+#[test]
+fn a_config_folder_others_can_write_is_refused_naming_the_fix() {
+    let Some(bin) = toolward_binary() else { return };
+    let bench = Bench::new("escapes-folder").server("probe", scenario(), TOOLS);
+    let config = prepared(&bench, bin, None);
+    std::fs::set_permissions(bench.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = Command::new(bin)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("run `chmod go-w {}`", bench.path().display())),
+        "{stderr}"
+    );
+    std::fs::set_permissions(bench.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
 }
