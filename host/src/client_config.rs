@@ -104,6 +104,24 @@ pub enum ClientConfigError {
         /// The toolward config.
         config: PathBuf,
     },
+    /// Two servers' different values would be moved under one variable.
+    #[error(
+        "`{config}` refers to variable `{variable}` for servers `{first}` and `{second}`, which have different values in `{path}`: one value would reach both servers; give each its own variable in `{config}` (as `toolward init` does now)",
+        first = crate::text::escape(first),
+        second = crate::text::escape(second)
+    )]
+    SharedVariable {
+        /// The client's file.
+        path: PathBuf,
+        /// The toolward config.
+        config: PathBuf,
+        /// The variable.
+        variable: String,
+        /// The server whose value was moved first.
+        first: String,
+        /// The server with another value.
+        second: String,
+    },
     /// `disconnect` without an earlier `connect`.
     #[error("`{client}` was not connected by this config (no `{record}`)")]
     NotConnected {
@@ -276,6 +294,9 @@ pub fn connect(
     let servers = edit::servers(spec, path, &text)?;
     let mut replaced = Vec::new();
     let mut env = BTreeMap::new();
+    // Each variable moved in this run, with the server it came from: two servers' different
+    // values under one name would give one server the other's secret.
+    let mut moved: BTreeMap<String, (String, String)> = BTreeMap::new();
     let mut already = false;
     for server in &servers {
         if server.name == TOOLWARD_ENTRY {
@@ -300,7 +321,21 @@ pub fn connect(
         }
         if toolward.manages(&server.name, &server.entry) {
             replaced.push(server.name.clone());
-            moved_env(&toolward.servers, server, &mut env);
+            for (var, value) in moved_env(&toolward.servers, server) {
+                if let Some((other, earlier)) = moved.get(&var)
+                    && *earlier != value
+                {
+                    return Err(ClientConfigError::SharedVariable {
+                        path: path.to_path_buf(),
+                        config: toolward.config.clone(),
+                        variable: var,
+                        first: other.clone(),
+                        second: server.name.clone(),
+                    });
+                }
+                env.insert(var.clone(), value.clone());
+                moved.insert(var, (server.name.clone(), value));
+            }
         }
     }
     if replaced.is_empty() {
@@ -348,10 +383,11 @@ pub fn connect(
 }
 
 /// The `env` values of the client's `server` that `toolward.json` refers to as `${VAR}`,
-/// keyed by `VAR`, into `env`. Headers are treated the same way.
-fn moved_env(ours: &Map<String, Value>, server: &ClientServer, env: &mut BTreeMap<String, String>) {
+/// as `(VAR, value)`. Headers are treated the same way.
+fn moved_env(ours: &Map<String, Value>, server: &ClientServer) -> Vec<(String, String)> {
+    let mut out = Vec::new();
     let Some(Value::Object(entry)) = ours.get(&server.name) else {
-        return;
+        return out;
     };
     let theirs = clients::flatten_entry(&server.entry);
     for key in ["env", "headers"] {
@@ -366,9 +402,10 @@ fn moved_env(ours: &Map<String, Value>, server: &ClientServer, env: &mut BTreeMa
             else {
                 continue;
             };
-            env.insert(var.to_owned(), value.clone());
+            out.push((var.to_owned(), value.clone()));
         }
     }
+    out
 }
 
 /// `NAME` of a value that is exactly `${NAME}`.

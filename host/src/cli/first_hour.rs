@@ -110,6 +110,20 @@ pub(super) async fn init(
                 .join(", ")
         );
     }
+    for renamed in &report.renamed {
+        println!(
+            "server `{}`'s {} `{}` is `${{{}}}`, not `${{{}}}`: that name is another secret's, and each secret has its own",
+            toolward::text::escape(&renamed.server),
+            if renamed.place == "headers" {
+                "header"
+            } else {
+                "env variable"
+            },
+            toolward::text::escape(&renamed.key),
+            renamed.variable,
+            renamed.wanted
+        );
+    }
     for place in &report.secret_looking {
         eprintln!(
             "toolward: warning: {place} looks like it holds a secret; it is copied into `{}` (0600) as it is: move it into the server's `env` and refer to it as `${{VAR}}`",

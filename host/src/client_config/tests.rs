@@ -252,3 +252,39 @@ impl CstInputValueForTest {
         )
     }
 }
+
+#[test]
+fn connect_refuses_to_move_two_servers_values_under_one_variable() {
+    let mut m = machine();
+    m.toolward.servers = serde_json::json!({
+        "github": {"url": "https://e/mcp", "headers": {"Authorization": "${GITHUB_AUTHORIZATION}"}},
+        "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "${GITHUB_AUTHORIZATION}"}},
+    })
+    .as_object()
+    .unwrap()
+    .clone();
+    let spec = client_by_id("claude-desktop").unwrap();
+    let path = client_path(spec, &m.home, &m.project);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let client = serde_json::json!({"mcpServers": {
+        "github": {"url": "https://e/mcp", "headers": {"Authorization": "Bearer gh"}},
+        "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "docs-value"}},
+    }});
+    std::fs::write(&path, client.to_string()).unwrap();
+    let error = connect(spec, &path, &m.toolward).unwrap_err();
+    assert!(
+        matches!(&error, ClientConfigError::SharedVariable { variable, .. } if variable == "GITHUB_AUTHORIZATION"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), client.to_string());
+    // The same value under one name is one secret: nothing crosses.
+    let same = serde_json::json!({"mcpServers": {
+        "github": {"url": "https://e/mcp", "headers": {"Authorization": "v"}},
+        "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "v"}},
+    }});
+    std::fs::write(&path, same.to_string()).unwrap();
+    assert!(matches!(
+        connect(spec, &path, &m.toolward).unwrap(),
+        Outcome::Changed(_)
+    ));
+}
