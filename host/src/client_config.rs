@@ -24,6 +24,7 @@
 
 mod clients;
 mod edit;
+mod nesting;
 
 pub use clients::{ClientSpec, FileFormat, KNOWN_CLIENTS, client_by_id, flatten_entry};
 
@@ -39,6 +40,13 @@ use crate::canonical::sha256_hex;
 /// Largest client config file read, in bytes: 16 MiB. Claude Code's `~/.claude.json` keeps
 /// its history and grows to a few MiB; a settings file past this is not one a person edits.
 pub const MAX_CLIENT_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Deepest nesting of arrays and objects (TOML tables) read in a client's file, in levels (the
+/// top-level object is level 1): 128. The JSONC parser recurses once per level, and so do the
+/// walks over what it returns, so the depth is measured without recursion before any of them
+/// runs (a file nested 200,000 deep would otherwise overflow the stack and abort). Real client
+/// files nest under ten levels; 128 is also `serde_json`'s limit for toolward's own files.
+pub const MAX_CLIENT_FILE_DEPTH: usize = 128;
 
 /// The name of the entry [`connect`] adds to the client's server map. Tools then reach the
 /// model as `toolward`'s, named `server__tool`.
@@ -69,6 +77,20 @@ pub enum ClientConfigError {
         bytes: u64,
         /// [`MAX_CLIENT_FILE_BYTES`].
         limit: u64,
+    },
+    /// The file nests deeper than [`MAX_CLIENT_FILE_DEPTH`].
+    #[error(
+        "client config `{path}` of `{client}` nests {depth} levels deep, over the limit of {limit} levels: toolward does not read it"
+    )]
+    TooDeep {
+        /// The client.
+        client: String,
+        /// The file.
+        path: PathBuf,
+        /// How deep it nests, in levels.
+        depth: usize,
+        /// [`MAX_CLIENT_FILE_DEPTH`].
+        limit: usize,
     },
     /// The file does not parse in its client's format.
     #[error(
