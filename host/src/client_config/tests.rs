@@ -302,14 +302,11 @@ fn a_client_file_nested_to_the_limit_is_read_and_connected_on_a_small_stack() {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let fs = serde_json::json!({"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"], "env": {"API_TOKEN": "t"}});
     // The top-level object, `mcpServers`, `fs`, `extra`, then arrays to the limit.
+    let arrays = MAX_CLIENT_FILE_DEPTH - 3;
     let text = format!(
-        "{{\"mcpServers\": {{\"fs\": {}, \"x\": {{\"command\": \"y\", \"extra\": {}}}}}}}",
-        fs,
-        format!(
-            "{}1{}",
-            "[".repeat(MAX_CLIENT_FILE_DEPTH - 3),
-            "]".repeat(MAX_CLIENT_FILE_DEPTH - 3)
-        )
+        "{{\"mcpServers\": {{\"fs\": {fs}, \"x\": {{\"command\": \"y\", \"extra\": {}1{}}}}}}}",
+        "[".repeat(arrays),
+        "]".repeat(arrays)
     );
     assert_eq!(nesting::json_depth(&text), MAX_CLIENT_FILE_DEPTH);
     std::fs::write(&path, &text).unwrap();
