@@ -261,6 +261,7 @@ fn secret_looking(servers: &Value) -> Vec<String> {
         return found;
     };
     for (name, server) in servers {
+        let name = crate::text::escape(name);
         if let Some(url) = server.get("url").and_then(Value::as_str)
             && looks_secret(url)
         {

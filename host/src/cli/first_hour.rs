@@ -96,6 +96,7 @@ pub(super) async fn init(
     };
     let report = toolward::init::write(dir, &chosen).await.map_err(usage)?;
     for (client, names) in toolward::init::by_client(&report) {
+        let names: Vec<String> = names.iter().map(|n| toolward::text::escape(n)).collect();
         println!("imported from {client}: {}", names.join(", "));
     }
     if !report.variables.is_empty() {
