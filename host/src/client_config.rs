@@ -24,6 +24,7 @@
 
 mod clients;
 mod edit;
+mod nesting;
 
 pub use clients::{ClientSpec, FileFormat, KNOWN_CLIENTS, client_by_id, flatten_entry};
 
@@ -39,6 +40,13 @@ use crate::canonical::sha256_hex;
 /// Largest client config file read, in bytes: 16 MiB. Claude Code's `~/.claude.json` keeps
 /// its history and grows to a few MiB; a settings file past this is not one a person edits.
 pub const MAX_CLIENT_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Deepest nesting of arrays and objects (TOML tables) read in a client's file, in levels (the
+/// top-level object is level 1): 128. The JSONC parser recurses once per level, and so do the
+/// walks over what it returns, so the depth is measured without recursion before any of them
+/// runs (a file nested 200,000 deep would otherwise overflow the stack and abort). Real client
+/// files nest under ten levels; 128 is also `serde_json`'s limit for toolward's own files.
+pub const MAX_CLIENT_FILE_DEPTH: usize = 128;
 
 /// The name of the entry [`connect`] adds to the client's server map. Tools then reach the
 /// model as `toolward`'s, named `server__tool`.
@@ -69,6 +77,20 @@ pub enum ClientConfigError {
         bytes: u64,
         /// [`MAX_CLIENT_FILE_BYTES`].
         limit: u64,
+    },
+    /// The file nests deeper than [`MAX_CLIENT_FILE_DEPTH`].
+    #[error(
+        "client config `{path}` of `{client}` nests {depth} levels deep, over the limit of {limit} levels: toolward does not read it"
+    )]
+    TooDeep {
+        /// The client.
+        client: String,
+        /// The file.
+        path: PathBuf,
+        /// How deep it nests, in levels.
+        depth: usize,
+        /// [`MAX_CLIENT_FILE_DEPTH`].
+        limit: usize,
     },
     /// The file does not parse in its client's format.
     #[error(
@@ -103,6 +125,24 @@ pub enum ClientConfigError {
         path: PathBuf,
         /// The toolward config.
         config: PathBuf,
+    },
+    /// Two servers' different values would be moved under one variable.
+    #[error(
+        "`{config}` refers to variable `{variable}` for servers `{first}` and `{second}`, which have different values in `{path}`: one value would reach both servers; give each its own variable in `{config}` (as `toolward init` does now)",
+        first = crate::text::escape(first),
+        second = crate::text::escape(second)
+    )]
+    SharedVariable {
+        /// The client's file.
+        path: PathBuf,
+        /// The toolward config.
+        config: PathBuf,
+        /// The variable.
+        variable: String,
+        /// The server whose value was moved first.
+        first: String,
+        /// The server with another value.
+        second: String,
     },
     /// `disconnect` without an earlier `connect`.
     #[error("`{client}` was not connected by this config (no `{record}`)")]
@@ -276,6 +316,9 @@ pub fn connect(
     let servers = edit::servers(spec, path, &text)?;
     let mut replaced = Vec::new();
     let mut env = BTreeMap::new();
+    // Each variable moved in this run, with the server it came from: two servers' different
+    // values under one name would give one server the other's secret.
+    let mut moved: BTreeMap<String, (String, String)> = BTreeMap::new();
     let mut already = false;
     for server in &servers {
         if server.name == TOOLWARD_ENTRY {
@@ -300,7 +343,21 @@ pub fn connect(
         }
         if toolward.manages(&server.name, &server.entry) {
             replaced.push(server.name.clone());
-            moved_env(&toolward.servers, server, &mut env);
+            for (var, value) in moved_env(&toolward.servers, server) {
+                if let Some((other, earlier)) = moved.get(&var)
+                    && *earlier != value
+                {
+                    return Err(ClientConfigError::SharedVariable {
+                        path: path.to_path_buf(),
+                        config: toolward.config.clone(),
+                        variable: var,
+                        first: other.clone(),
+                        second: server.name.clone(),
+                    });
+                }
+                env.insert(var.clone(), value.clone());
+                moved.insert(var, (server.name.clone(), value));
+            }
         }
     }
     if replaced.is_empty() {
@@ -348,10 +405,11 @@ pub fn connect(
 }
 
 /// The `env` values of the client's `server` that `toolward.json` refers to as `${VAR}`,
-/// keyed by `VAR`, into `env`. Headers are treated the same way.
-fn moved_env(ours: &Map<String, Value>, server: &ClientServer, env: &mut BTreeMap<String, String>) {
+/// as `(VAR, value)`. Headers are treated the same way.
+fn moved_env(ours: &Map<String, Value>, server: &ClientServer) -> Vec<(String, String)> {
+    let mut out = Vec::new();
     let Some(Value::Object(entry)) = ours.get(&server.name) else {
-        return;
+        return out;
     };
     let theirs = clients::flatten_entry(&server.entry);
     for key in ["env", "headers"] {
@@ -366,9 +424,10 @@ fn moved_env(ours: &Map<String, Value>, server: &ClientServer, env: &mut BTreeMa
             else {
                 continue;
             };
-            env.insert(var.to_owned(), value.clone());
+            out.push((var.to_owned(), value.clone()));
         }
     }
+    out
 }
 
 /// `NAME` of a value that is exactly `${NAME}`.

@@ -930,6 +930,9 @@ fn is_var_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// A `confine` object's `deny` paths and its two network switches, as read.
+type ConfineFields = (Vec<PathBuf>, Option<bool>, Option<bool>);
+
 /// Walks the document by hand so every error can name its path.
 struct Reader<'a> {
     base_dir: &'a Path,
@@ -1131,7 +1134,7 @@ impl Reader<'_> {
         &self,
         map: &Map<String, Value>,
         path: &JsonPath,
-    ) -> Result<(Vec<PathBuf>, Option<bool>, Option<bool>), ConfigError> {
+    ) -> Result<ConfineFields, ConfigError> {
         let mut deny = Vec::new();
         if let Some(value) = map.get("deny") {
             let deny_path = path.key("deny");

@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::manifest::Manifest;
 use crate::store::StateDir;
 
-pub use import::{Candidate, Skipped};
+pub use import::{Candidate, Renamed, Skipped};
 
 /// The file names `init` writes in its folder.
 pub const CONFIG_FILE: &str = "toolward.json";
@@ -204,6 +204,9 @@ pub struct InitReport {
     pub tools: usize,
     /// Variables `toolward.json` refers to, whose values stay in the client's config.
     pub variables: Vec<String>,
+    /// Variables named with a suffix because another secret wanted the same name (see
+    /// [`import::toolward_servers`]): each secret has a variable of its own.
+    pub renamed: Vec<Renamed>,
     /// Servers that could not be pinned, with why; their tools are missing from the rules.
     pub failures: Vec<String>,
     /// Arguments and URLs copied into `toolward.json` that look like they carry a secret
@@ -258,6 +261,7 @@ fn secret_looking(servers: &Value) -> Vec<String> {
         return found;
     };
     for (name, server) in servers {
+        let name = crate::text::escape(name);
         if let Some(url) = server.get("url").and_then(Value::as_str)
             && looks_secret(url)
         {
@@ -299,7 +303,11 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         path: dir.to_path_buf(),
         source,
     })?;
-    let (servers, secrets) = import::toolward_servers(chosen);
+    let import::Imported {
+        servers,
+        secrets,
+        renamed,
+    } = import::toolward_servers(chosen);
     let value = json!({
         "mcpServers": servers,
         "rules": { "file": RULES_FILE },
@@ -355,6 +363,7 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
             .collect(),
         tools,
         variables: secrets.keys().cloned().collect(),
+        renamed,
         secret_looking: secret_looking(&value["mcpServers"]),
         failures: outcome
             .failures

@@ -464,3 +464,229 @@ fn first_hour_from_client_config_to_connected_client_and_back() {
     ));
     assert_eq!(std::fs::read_to_string(&client_file).unwrap(), client_text);
 }
+
+/// A fake server scenario with one tool, `environ`, that answers the server's environment.
+fn environ_scenario(name: &str) -> String {
+    let tools = json!({"tools": [{
+        "name": "environ",
+        "description": "Shows the environment.",
+        "inputSchema": {"type": "object"},
+    }]});
+    json!({
+        "server_info": {"name": name, "version": "1.0.0"},
+        "protocol_version": "2025-06-18",
+        "pages": [tools.to_string()],
+        "actions": {"environ": {"probe": "environ"}},
+    })
+    .to_string()
+}
+
+#[test]
+fn each_server_receives_only_its_own_secrets_after_init_and_connect() {
+    let Some(_) = toolward_binary() else { return };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (url, seen) = runtime.block_on(crate::http::serve());
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut scenarios = Vec::new();
+    for name in ["docs", "notes"] {
+        let path = work.join(format!("{name}.json"));
+        std::fs::write(&path, environ_scenario(name)).unwrap();
+        scenarios.push(path.display().to_string());
+    }
+    // Secrets whose variables clashed: `github`'s `Authorization` header and `docs`'s
+    // `GITHUB_AUTHORIZATION`, and `docs`'s `API_KEY` and `notes`'s `api-key`.
+    let own: [(&str, &str, &str, &str); 4] = [
+        ("github", "headers", "Authorization", "Bearer gh-token-1"),
+        ("docs", "env", "GITHUB_AUTHORIZATION", "docs-auth-2"),
+        ("docs", "env", "API_KEY", "docs-key-3"),
+        ("notes", "env", "api-key", "notes-key-4"),
+    ];
+    let client_file = home.join(".config/Claude/claude_desktop_config.json");
+    std::fs::create_dir_all(client_file.parent().unwrap()).unwrap();
+    let client = json!({"mcpServers": {
+        "github": {"type": "http", "url": url, "headers": {"Authorization": own[0].3}},
+        "docs": {"command": FAKE_SERVER, "args": [scenarios[0]],
+                 "env": {"GITHUB_AUTHORIZATION": own[1].3, "API_KEY": own[2].3}},
+        "notes": {"command": FAKE_SERVER, "args": [scenarios[1]], "env": {"api-key": own[3].3}},
+    }});
+    std::fs::write(&client_file, serde_json::to_string_pretty(&client).unwrap()).unwrap();
+
+    let out = ok(&toolward(
+        &home,
+        &work,
+        &["init", "--dir", "tw", "--client", "claude-desktop", "--yes"],
+    ));
+    // Each rename is reported.
+    assert!(
+        out.lines().any(|l| l.contains("`github`")
+            && l.contains("`Authorization`")
+            && l.contains("${GITHUB_AUTHORIZATION_2}")),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("`notes`")
+            && l.contains("`api-key`")
+            && l.contains("${API_KEY_2}")),
+        "{out}"
+    );
+    let tw = work.join("tw");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(tw.join("toolward.json")).unwrap()).unwrap();
+    // Pinning reached `github` with its own token.
+    let pinned_with: Vec<Option<String>> = seen.lock().unwrap().clone();
+    assert!(!pinned_with.is_empty());
+    assert!(
+        pinned_with.iter().all(|h| h.as_deref() == Some(own[0].3)),
+        "{pinned_with:?}"
+    );
+    let mut rules: Value =
+        serde_json::from_str(&std::fs::read_to_string(tw.join("rules.json")).unwrap()).unwrap();
+    for server in rules["servers"].as_object_mut().unwrap().values_mut() {
+        for rule in server["tools"].as_object_mut().unwrap().values_mut() {
+            *rule = json!({"effect": "read-only"});
+        }
+    }
+    std::fs::write(tw.join("rules.json"), rules.to_string()).unwrap();
+
+    let config_path = tw.join("toolward.json");
+    ok(&toolward(
+        &home,
+        &work,
+        &[
+            "client",
+            "connect",
+            "claude-desktop",
+            "--config",
+            config_path.to_str().unwrap(),
+        ],
+    ));
+    let connected: Value =
+        serde_json::from_str(&std::fs::read_to_string(&client_file).unwrap()).unwrap();
+    let entry = &connected["mcpServers"]["toolward"];
+    let env = entry["env"].as_object().unwrap();
+    // Every secret has a variable of its own, and it holds that server's value.
+    let mut variables = Vec::new();
+    for (server, place, key, value) in own {
+        let reference = config["mcpServers"][server][place][key].as_str().unwrap();
+        let variable = reference
+            .strip_prefix("${")
+            .and_then(|r| r.strip_suffix('}'))
+            .unwrap();
+        assert_eq!(env[variable], value, "{server} {place} {key}: {reference}");
+        variables.push(variable.to_owned());
+    }
+    variables.sort();
+    variables.dedup();
+    assert_eq!(variables.len(), own.len(), "{variables:?}");
+    assert_eq!(env.len(), own.len(), "{env:?}");
+
+    // Started as the client starts it, each stdio server sees its own values and no other's,
+    // and `github` is sent its own token only.
+    let results = calls_through_client_entry(
+        entry,
+        &home,
+        &[
+            ("docs__environ", json!({})),
+            ("notes__environ", json!({})),
+            ("github__echo", json!({"text": "hi"})),
+        ],
+    );
+    let environ = |r: &Value| -> Vec<String> {
+        r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{r}"))
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let docs = environ(&results[0]);
+    let notes = environ(&results[1]);
+    for (server, seen_env) in [("docs", &docs), ("notes", &notes)] {
+        for (owner, place, key, value) in own {
+            let line = format!("{key}={value}");
+            if owner == server && place == "env" {
+                assert!(
+                    seen_env.contains(&line),
+                    "{server} lacks {line}: {seen_env:?}"
+                );
+            } else {
+                assert!(
+                    !seen_env.iter().any(|l| l.contains(value)),
+                    "{server} sees {owner}'s {key}: {seen_env:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        results[2]["result"]["content"][0]["text"], "hi",
+        "{}",
+        results[2]
+    );
+    let sent: Vec<Option<String>> = seen.lock().unwrap().clone();
+    assert!(sent.len() > pinned_with.len(), "github was called");
+    assert!(
+        sent.iter().all(|h| h.as_deref() == Some(own[0].3)),
+        "{sent:?}"
+    );
+}
+
+#[test]
+fn init_and_connect_refuse_a_client_config_nested_too_deep_naming_it_and_the_limit() {
+    let Some(_) = toolward_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    let client_file = home.join(".config/Claude/claude_desktop_config.json");
+    std::fs::create_dir_all(client_file.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    // JSONC, 200,000 levels deep, under the size limit.
+    let depth = 200_000;
+    let deep = format!(
+        "// a comment\n{{\"mcpServers\": {{}}, \"deep\": {}{}}}",
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    );
+    std::fs::write(&client_file, deep).unwrap();
+    std::fs::write(
+        work.join("toolward.json"),
+        json!({
+            "mcpServers": {"fs": {"command": "npx", "args": ["fs"]}},
+            "rules": {"file": "rules.json"},
+            "manifest": "manifest.json",
+            "state_dir": "state",
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(work.join("rules.json"), "{\"servers\": {}}").unwrap();
+    let config = work.join("toolward.json");
+    for args in [
+        vec!["init", "--list"],
+        vec!["init", "--dir", "tw", "--yes"],
+        vec![
+            "client",
+            "connect",
+            "claude-desktop",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    ] {
+        let out = toolward(&home, &work, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("`{}`", client_file.display())),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "{depth} levels deep, over the limit of 128 levels"
+            )),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert!(!work.join("tw").exists());
+}

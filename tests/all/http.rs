@@ -21,7 +21,7 @@ const LISTING: &str = r#"{"tools": [{"name": "echo", "description": "Echoes.", "
 
 /// A minimal MCP server over streamable HTTP: JSON answers, one session id, an `echo` tool.
 /// Returns its URL and the `Authorization` header of every request it received.
-async fn serve() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+pub(crate) async fn serve() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));

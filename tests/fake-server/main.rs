@@ -40,6 +40,7 @@
 //! connection to its `address` (`127.0.0.1:PORT`); `env` answers `HOME` and `TMPDIR`.
 //! `chmod` makes `path` mode 0777 and `rename` renames `path` to `to`; `watch` puts an
 //! inotify watch on `path`, waits `ms` milliseconds (default 500) and answers `events: N`;
+//! `environ` answers its whole environment, one `NAME=VALUE` a line, sorted;
 //! `procs` answers every process it can see, one line each: `PID CMDLINE` and, when readable,
 //! `environ: ENVIRON` (NULs as spaces); `fds` answers its open descriptors (`0 1 2 ...`), or
 //! those of process `pid` when given; `caps` answers its `CapEff` and `CapBnd` lines;
@@ -270,6 +271,19 @@ fn main() {
                             fds.sort_unstable();
                             fds.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
                         }),
+                        "environ" => {
+                            let mut vars: Vec<String> = std::env::vars_os()
+                                .map(|(name, value)| {
+                                    format!(
+                                        "{}={}",
+                                        name.to_string_lossy(),
+                                        value.to_string_lossy()
+                                    )
+                                })
+                                .collect();
+                            vars.sort();
+                            Ok(vars.join("\n"))
+                        }
                         _ => Ok(format!(
                             "HOME={} TMPDIR={}",
                             std::env::var("HOME").unwrap_or_default(),

@@ -96,6 +96,7 @@ pub(super) async fn init(
     };
     let report = toolward::init::write(dir, &chosen).await.map_err(usage)?;
     for (client, names) in toolward::init::by_client(&report) {
+        let names: Vec<String> = names.iter().map(|n| toolward::text::escape(n)).collect();
         println!("imported from {client}: {}", names.join(", "));
     }
     if !report.variables.is_empty() {
@@ -108,6 +109,20 @@ pub(super) async fn init(
                 .map(|v| format!("${{{v}}}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+    for renamed in &report.renamed {
+        println!(
+            "server `{}`'s {} `{}` is `${{{}}}`, not `${{{}}}`: that name is another secret's, and each secret has its own",
+            toolward::text::escape(&renamed.server),
+            if renamed.place == "headers" {
+                "header"
+            } else {
+                "env variable"
+            },
+            toolward::text::escape(&renamed.key),
+            renamed.variable,
+            renamed.wanted
         );
     }
     for place in &report.secret_looking {

@@ -8,7 +8,10 @@ use jsonc_parser::ParseOptions;
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use serde_json::{Map, Value};
 
-use super::{ClientConfigError, ClientServer, ClientSpec, FileFormat, TOOLWARD_ENTRY};
+use super::nesting::{json_depth, toml_depth};
+use super::{
+    ClientConfigError, ClientServer, ClientSpec, FileFormat, MAX_CLIENT_FILE_DEPTH, TOOLWARD_ENTRY,
+};
 
 /// The entry `connect` writes.
 #[derive(Debug, Clone)]
@@ -28,6 +31,30 @@ fn parse_error(spec: &ClientSpec, path: &Path, message: impl ToString) -> Client
     }
 }
 
+/// Refuses a file nesting `depth` levels, over [`MAX_CLIENT_FILE_DEPTH`].
+fn within_depth(spec: &ClientSpec, path: &Path, depth: usize) -> Result<(), ClientConfigError> {
+    if depth > MAX_CLIENT_FILE_DEPTH {
+        return Err(ClientConfigError::TooDeep {
+            client: spec.id.to_owned(),
+            path: path.to_path_buf(),
+            depth,
+            limit: MAX_CLIENT_FILE_DEPTH,
+        });
+    }
+    Ok(())
+}
+
+/// JSONC `text`, parsed into a value once its depth is known to be within
+/// [`MAX_CLIENT_FILE_DEPTH`].
+fn json_value(spec: &ClientSpec, path: &Path, text: &str) -> Result<Value, ClientConfigError> {
+    within_depth(spec, path, json_depth(text))?;
+    Ok(
+        jsonc_parser::parse_to_serde_value(text, &ParseOptions::default())
+            .map_err(|e| parse_error(spec, path, e))?
+            .unwrap_or(Value::Object(Map::new())),
+    )
+}
+
 /// The servers of the file's server map.
 pub(super) fn servers(
     spec: &ClientSpec,
@@ -35,14 +62,8 @@ pub(super) fn servers(
     text: &str,
 ) -> Result<Vec<ClientServer>, ClientConfigError> {
     let root = match spec.format {
-        FileFormat::Json => jsonc_parser::parse_to_serde_value(text, &ParseOptions::default())
-            .map_err(|e| parse_error(spec, path, e))?
-            .unwrap_or(Value::Object(Map::new())),
-        FileFormat::Toml => {
-            let doc: toml_edit::DocumentMut =
-                text.parse().map_err(|e| parse_error(spec, path, e))?;
-            table_to_json(doc.as_table())
-        }
+        FileFormat::Json => json_value(spec, path, text)?,
+        FileFormat::Toml => table_to_json(toml_doc(spec, path, text)?.as_table()),
     };
     let Value::Object(mut root) = root else {
         return Err(parse_error(spec, path, "the top level is not an object"));
@@ -185,6 +206,7 @@ pub(super) fn json_servers(
     path: &Path,
     text: &str,
 ) -> Result<(CstRootNode, CstObject), ClientConfigError> {
+    within_depth(spec, path, json_depth(text))?;
     let root = CstRootNode::parse(text, &ParseOptions::default())
         .map_err(|e| parse_error(spec, path, e))?;
     let top = root
@@ -246,7 +268,9 @@ fn toml_doc(
     path: &Path,
     text: &str,
 ) -> Result<toml_edit::DocumentMut, ClientConfigError> {
-    text.parse().map_err(|e| parse_error(spec, path, e))
+    let doc: toml_edit::DocumentMut = text.parse().map_err(|e| parse_error(spec, path, e))?;
+    within_depth(spec, path, toml_depth(&doc))?;
+    Ok(doc)
 }
 
 fn toml_servers<'d>(

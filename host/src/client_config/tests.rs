@@ -252,3 +252,137 @@ impl CstInputValueForTest {
         )
     }
 }
+
+/// `inner` wrapped in `depth - 1` arrays inside the top-level object, with brackets in a
+/// string and a comment that must not count.
+fn nested_jsonc(depth: usize, inner: &str) -> String {
+    format!(
+        "{{ /* [[[[ */ \"note\": \"{{{{{{{{\", \"deep\": {}{inner}{} }}",
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+#[test]
+fn a_client_file_nested_past_the_limit_is_refused_by_every_reader_naming_the_file_and_limit() {
+    let m = machine();
+    let spec = client_by_id("claude-desktop").unwrap();
+    let path = client_path(spec, &m.home, &m.project);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let deep = nested_jsonc(200_000, "1");
+    std::fs::write(&path, &deep).unwrap();
+    let too_deep = |error: ClientConfigError| {
+        assert!(
+            matches!(
+                error,
+                ClientConfigError::TooDeep {
+                    depth: 200_000,
+                    limit: MAX_CLIENT_FILE_DEPTH,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("limit of 128 levels"), "{message}");
+    };
+    too_deep(discover(&m.home, &m.project).unwrap_err());
+    too_deep(connect(spec, &path, &m.toolward).unwrap_err());
+    too_deep(edit::connect(spec, &path, &deep, &[], &edit_entry()).unwrap_err());
+    too_deep(edit::disconnect(spec, &path, "{}", &deep, &[]).unwrap_err());
+    too_deep(edit::disconnect(spec, &path, &deep, "{}", &[]).unwrap_err());
+}
+
+#[test]
+fn a_client_file_nested_to_the_limit_is_read_and_connected_on_a_small_stack() {
+    let m = machine();
+    let spec = client_by_id("claude-desktop").unwrap();
+    let path = client_path(spec, &m.home, &m.project);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let fs = serde_json::json!({"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"], "env": {"API_TOKEN": "t"}});
+    // The top-level object, `mcpServers`, `fs`, `extra`, then arrays to the limit.
+    let arrays = MAX_CLIENT_FILE_DEPTH - 3;
+    let text = format!(
+        "{{\"mcpServers\": {{\"fs\": {fs}, \"x\": {{\"command\": \"y\", \"extra\": {}1{}}}}}}}",
+        "[".repeat(arrays),
+        "]".repeat(arrays)
+    );
+    assert_eq!(nesting::json_depth(&text), MAX_CLIENT_FILE_DEPTH);
+    std::fs::write(&path, &text).unwrap();
+    let (home, project, toolward) = (m.home.clone(), m.project.clone(), m.toolward.clone());
+    let outcome = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            assert_eq!(discover(&home, &project).unwrap()[0].servers.len(), 2);
+            connect(spec, &path, &toolward).unwrap()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(outcome, Outcome::Changed(vec!["fs".to_owned()]));
+}
+
+#[test]
+fn a_toml_client_file_nested_past_the_limit_is_refused() {
+    let m = machine();
+    let spec = client_by_id("codex").unwrap();
+    let path = client_path(spec, &m.home, &m.project);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let key = vec!["k"; 70].join(".");
+    let text = format!(
+        "a = {}1{}",
+        format!("{{ {key} = ").repeat(3),
+        " }".repeat(3)
+    );
+    std::fs::write(&path, &text).unwrap();
+    let error = discover(&m.home, &m.project).unwrap_err();
+    assert!(
+        matches!(error, ClientConfigError::TooDeep { .. }),
+        "{error}"
+    );
+}
+
+fn edit_entry() -> edit::ToolwardEntry {
+    edit::ToolwardEntry {
+        command: "toolward".to_owned(),
+        args: Vec::new(),
+        env: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn connect_refuses_to_move_two_servers_values_under_one_variable() {
+    let mut m = machine();
+    m.toolward.servers = serde_json::json!({
+        "github": {"url": "https://e/mcp", "headers": {"Authorization": "${GITHUB_AUTHORIZATION}"}},
+        "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "${GITHUB_AUTHORIZATION}"}},
+    })
+    .as_object()
+    .unwrap()
+    .clone();
+    let spec = client_by_id("claude-desktop").unwrap();
+    let path = client_path(spec, &m.home, &m.project);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let client = serde_json::json!({"mcpServers": {
+        "github": {"url": "https://e/mcp", "headers": {"Authorization": "Bearer gh"}},
+        "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "docs-value"}},
+    }});
+    std::fs::write(&path, client.to_string()).unwrap();
+    let error = connect(spec, &path, &m.toolward).unwrap_err();
+    assert!(
+        matches!(&error, ClientConfigError::SharedVariable { variable, .. } if variable == "GITHUB_AUTHORIZATION"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), client.to_string());
+    // The same value under one name is one secret: nothing crosses.
+    let same = serde_json::json!({"mcpServers": {
+        "github": {"url": "https://e/mcp", "headers": {"Authorization": "v"}},
+        "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "v"}},
+    }});
+    std::fs::write(&path, same.to_string()).unwrap();
+    assert!(matches!(
+        connect(spec, &path, &m.toolward).unwrap(),
+        Outcome::Changed(_)
+    ));
+}

@@ -2,7 +2,7 @@
 //! which can be imported as they are, which cannot and why, and which `${VAR}` each secret
 //! becomes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
@@ -174,29 +174,138 @@ fn same_server(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
         .all(|k| a.get(*k) == b.get(*k))
 }
 
-/// The `mcpServers` of `toolward.json` for `chosen`, and the value of each `${VAR}` it uses
-/// (the client's values, for pinning now; they are never written to toolward's files).
+/// A secret's variable named other than its first choice, because another secret of the
+/// chosen servers wanted the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renamed {
+    /// The server whose secret it is.
+    pub server: String,
+    /// Where the secret is in the server's entry: `env` or `headers`.
+    pub place: &'static str,
+    /// Its key there (the variable or header name).
+    pub key: String,
+    /// The name it would have had.
+    pub wanted: String,
+    /// The name it has.
+    pub variable: String,
+}
+
+/// What [`toolward_servers`] makes of the chosen servers.
+#[derive(Debug, Clone, Default)]
+pub struct Imported {
+    /// The `mcpServers` of `toolward.json`, each secret as `${VAR}`.
+    pub servers: Map<String, Value>,
+    /// The value of each `${VAR}` (the client's values, for pinning now; they are never
+    /// written to toolward's files).
+    pub secrets: BTreeMap<String, String>,
+    /// The variables named with a suffix because their first choice was taken.
+    pub renamed: Vec<Renamed>,
+}
+
+/// Names of the environment toolward's own process (or its loader) reads. The toolward entry's
+/// `env` is that process's environment, so a server's variable by one of these names is
+/// prefixed with the server's name: its value reaches that server only.
+const OWN_VARIABLES: &[&str] = &["PATH", "HOME", "TMPDIR", "USER", "SHELL"];
+/// Prefixes of the same (the loader's `LD_PRELOAD`, toolward's own settings, Rust's runtime).
+const OWN_PREFIXES: &[&str] = &["LD_", "DYLD_", "TOOLWARD_", "RUST_", "MALLOC_"];
+
+fn own_variable(name: &str) -> bool {
+    OWN_VARIABLES.contains(&name) || OWN_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// One secret of a chosen server: an `env` value or a header.
+struct Secret<'c> {
+    /// Index of its server in `chosen`.
+    server: usize,
+    server_name: &'c str,
+    place: &'static str,
+    key: &'c str,
+    /// The name it wants.
+    wanted: String,
+    /// Whether `wanted` is the server's own variable name, unchanged.
+    exact: bool,
+}
+
+/// The `mcpServers` of `toolward.json` for `chosen`, the value of each `${VAR}` it uses,
+/// and the variables renamed.
 ///
-/// Each `env` value becomes `${NAME}` (the variable's own name) and each header
-/// `${SERVER_HEADER}`, upper-cased with `_` for anything else; a name two servers would give
-/// different values is prefixed with the server's name.
+/// Every secret (each `env` value and each header of each server) gets a variable of its
+/// own, so that after `client connect` each server receives its own values and no other's.
+/// The name wanted is the `env` key itself, or `SERVER_HEADER` for a header, upper-cased with
+/// `_` for anything else; an `env` key that more than one chosen server has, or that toolward's
+/// own process reads ([`OWN_VARIABLES`]), is prefixed with the server's name. Names are
+/// compared as they end up, after that: when two secrets want the same, the one whose name is
+/// its own `env` key unchanged keeps it, then the first by server, place and key; the others
+/// get the first free `_2`, `_3`, … and are listed in [`Imported::renamed`].
 #[must_use]
-pub fn toolward_servers(chosen: &[Candidate]) -> (Map<String, Value>, BTreeMap<String, String>) {
-    // How many chosen servers give each env name a different value.
-    let mut values_of: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+pub fn toolward_servers(chosen: &[Candidate]) -> Imported {
+    // How many chosen servers have each env key.
+    let mut servers_with: BTreeMap<&str, usize> = BTreeMap::new();
     for candidate in chosen {
         if let Some(Value::Object(env)) = candidate.entry.get("env") {
-            for (name, value) in env {
-                let seen = values_of.entry(name.as_str()).or_default();
-                if !seen.contains(&value) {
-                    seen.push(value);
-                }
+            for name in env.keys() {
+                *servers_with.entry(name.as_str()).or_default() += 1;
             }
         }
     }
+    let mut secrets_of = Vec::new();
+    for (index, candidate) in chosen.iter().enumerate() {
+        for place in ["env", "headers"] {
+            let Some(Value::Object(values)) = candidate.entry.get(place) else {
+                continue;
+            };
+            for key in values.keys() {
+                let own = place == "env"
+                    && servers_with.get(key.as_str()).is_none_or(|n| *n < 2)
+                    && !own_variable(&variable_name(key));
+                let wanted = if own {
+                    variable_name(key)
+                } else {
+                    variable_name(&format!("{}_{key}", candidate.name))
+                };
+                secrets_of.push(Secret {
+                    server: index,
+                    server_name: &candidate.name,
+                    place,
+                    key,
+                    exact: own && wanted == *key,
+                    wanted,
+                });
+            }
+        }
+    }
+    secrets_of.sort_by(|a, b| {
+        (!a.exact, a.server_name, a.place, a.key).cmp(&(!b.exact, b.server_name, b.place, b.key))
+    });
+    // A suffixed name never takes a name another secret wants as it is.
+    let wanted: BTreeSet<&str> = secrets_of.iter().map(|s| s.wanted.as_str()).collect();
+    let mut taken = BTreeSet::new();
+    let mut variables: BTreeMap<(usize, &str, &str), String> = BTreeMap::new();
+    let mut renamed = Vec::new();
+    for secret in &secrets_of {
+        let variable = if taken.contains(&secret.wanted) {
+            let free = (2usize..)
+                .map(|n| format!("{}_{n}", secret.wanted))
+                .find(|name| !taken.contains(name) && !wanted.contains(name.as_str()))
+                .unwrap_or_default();
+            renamed.push(Renamed {
+                server: secret.server_name.to_owned(),
+                place: secret.place,
+                key: secret.key.to_owned(),
+                wanted: secret.wanted.clone(),
+                variable: free.clone(),
+            });
+            free
+        } else {
+            secret.wanted.clone()
+        };
+        taken.insert(variable.clone());
+        variables.insert((secret.server, secret.place, secret.key), variable);
+    }
+    renamed.sort_by(|a, b| (&a.server, a.place, &a.key).cmp(&(&b.server, b.place, &b.key)));
     let mut servers = Map::new();
     let mut secrets = BTreeMap::new();
-    for candidate in chosen {
+    for (index, candidate) in chosen.iter().enumerate() {
         let mut entry = Map::new();
         for key in IMPORTED_KEYS {
             let Some(value) = candidate.entry.get(*key) else {
@@ -206,11 +315,8 @@ pub fn toolward_servers(chosen: &[Candidate]) -> (Map<String, Value>, BTreeMap<S
                 ("env" | "headers", Value::Object(values)) => {
                     let mut refs = Map::new();
                     for (name, secret) in values {
-                        let shared = values_of.get(name.as_str()).is_some_and(|v| v.len() > 1);
-                        let var = if *key == "headers" || shared {
-                            variable_name(&format!("{}_{name}", candidate.name))
-                        } else {
-                            variable_name(name)
+                        let Some(var) = variables.get(&(index, *key, name.as_str())) else {
+                            continue;
                         };
                         if let Value::String(secret) = secret {
                             secrets.insert(var.clone(), secret.clone());
@@ -228,7 +334,11 @@ pub fn toolward_servers(chosen: &[Candidate]) -> (Map<String, Value>, BTreeMap<S
         }
         servers.insert(candidate.name.clone(), Value::Object(entry));
     }
-    (servers, secrets)
+    Imported {
+        servers,
+        secrets,
+        renamed,
+    }
 }
 
 /// `text` as an environment variable name: upper-case ASCII letters, digits and `_`, not
@@ -328,7 +438,12 @@ mod tests {
         )];
         let (chosen, _) = candidates(&clients, &[], &[]);
         assert_eq!(chosen[0].dropped, ["timeout"]);
-        let (servers, secrets) = toolward_servers(&chosen);
+        let Imported {
+            servers,
+            secrets,
+            renamed,
+        } = toolward_servers(&chosen);
+        assert!(renamed.is_empty(), "{renamed:?}");
         let text = serde_json::to_string(&servers).unwrap();
         for secret in ["one", "two", "other"] {
             assert!(!text.contains(&format!("\"{secret}\"")), "{text}");
@@ -342,6 +457,110 @@ mod tests {
         assert_eq!(secrets["A_TOKEN"], "one");
         assert_eq!(secrets["B_TOKEN"], "other");
         assert_eq!(secrets["B_AUTHORIZATION"], "Bearer two");
+    }
+
+    #[test]
+    fn secrets_whose_names_clash_once_normalised_each_get_their_own_variable_and_are_reported() {
+        let clients = [found(
+            "claude-desktop",
+            json!({
+                "github": {"url": "https://e/mcp", "headers": {"Authorization": "Bearer gh", "api-key": "gh-key"}},
+                "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "docs-auth", "API_KEY": "docs-key"}},
+                "notes": {"command": "n", "env": {"api-key": "notes-key", "API_KEY_2": "notes-2"}},
+            }),
+        )];
+        let (chosen, _) = candidates(&clients, &[], &[]);
+        let Imported {
+            servers,
+            secrets,
+            renamed,
+        } = toolward_servers(&chosen);
+        // The server's own variable name keeps it; the derived names take a suffix, never one
+        // another secret wants as it is (`API_KEY_2`).
+        assert_eq!(
+            servers["docs"]["env"]["GITHUB_AUTHORIZATION"],
+            "${GITHUB_AUTHORIZATION}"
+        );
+        assert_eq!(servers["docs"]["env"]["API_KEY"], "${API_KEY}");
+        assert_eq!(
+            servers["github"]["headers"]["Authorization"],
+            "${GITHUB_AUTHORIZATION_2}"
+        );
+        assert_eq!(servers["github"]["headers"]["api-key"], "${GITHUB_API_KEY}");
+        assert_eq!(servers["notes"]["env"]["api-key"], "${API_KEY_3}");
+        assert_eq!(servers["notes"]["env"]["API_KEY_2"], "${API_KEY_2}");
+        let values: Vec<(&str, &str)> = secrets
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            values,
+            [
+                ("API_KEY", "docs-key"),
+                ("API_KEY_2", "notes-2"),
+                ("API_KEY_3", "notes-key"),
+                ("GITHUB_API_KEY", "gh-key"),
+                ("GITHUB_AUTHORIZATION", "docs-auth"),
+                ("GITHUB_AUTHORIZATION_2", "Bearer gh"),
+            ]
+        );
+        let renames: Vec<(&str, &str, &str, &str)> = renamed
+            .iter()
+            .map(|r| {
+                (
+                    r.server.as_str(),
+                    r.key.as_str(),
+                    r.wanted.as_str(),
+                    r.variable.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            renames,
+            [
+                (
+                    "github",
+                    "Authorization",
+                    "GITHUB_AUTHORIZATION",
+                    "GITHUB_AUTHORIZATION_2"
+                ),
+                ("notes", "api-key", "API_KEY", "API_KEY_3"),
+            ]
+        );
+    }
+
+    #[test]
+    fn variable_names_do_not_depend_on_the_order_servers_are_chosen_in() {
+        let servers = json!({
+            "b": {"command": "x", "env": {"a-b": "1"}},
+            "a": {"command": "x", "env": {"a.b": "2"}},
+            "c": {"url": "https://e", "headers": {"x": "3"}},
+            "c-x": {"command": "x", "env": {"C.X": "4"}},
+        });
+        let (mut chosen, _) = candidates(&[found("claude-desktop", servers)], &[], &[]);
+        let forward = toolward_servers(&chosen);
+        chosen.reverse();
+        let backward = toolward_servers(&chosen);
+        assert_eq!(forward.servers, backward.servers);
+        assert_eq!(forward.secrets, backward.secrets);
+        assert_eq!(forward.renamed, backward.renamed);
+        assert_eq!(forward.servers["a"]["env"]["a.b"], "${A_B}");
+        assert_eq!(forward.servers["b"]["env"]["a-b"], "${A_B_2}");
+        assert_eq!(forward.servers["c"]["headers"]["x"], "${C_X}");
+        assert_eq!(forward.servers["c-x"]["env"]["C.X"], "${C_X_2}");
+    }
+
+    #[test]
+    fn a_variable_toolwards_own_process_reads_is_prefixed_with_its_server() {
+        let clients = [found(
+            "claude-desktop",
+            json!({"s": {"command": "x", "env": {"PATH": "/opt/s", "LD_PRELOAD": "/x.so", "TOKEN": "t"}}}),
+        )];
+        let (chosen, _) = candidates(&clients, &[], &[]);
+        let servers = toolward_servers(&chosen).servers;
+        assert_eq!(servers["s"]["env"]["PATH"], "${S_PATH}");
+        assert_eq!(servers["s"]["env"]["LD_PRELOAD"], "${S_LD_PRELOAD}");
+        assert_eq!(servers["s"]["env"]["TOKEN"], "${TOKEN}");
     }
 
     #[test]
