@@ -50,6 +50,7 @@ impl Fleet {
 
     /// As [`Fleet::new`], the server named `server`.
     async fn with_server(url: &str, server: &str) -> Fleet {
+        crate::store_contract::migrate(url).await;
         let fleet = Fleet {
             dir: tempfile::tempdir().unwrap(),
         };

@@ -64,13 +64,14 @@ impl std::fmt::Debug for PgAudit {
 }
 
 impl PgAudit {
-    /// Connects (creating the schema when missing), reads the chain's head, and starts the
-    /// writer thread.
+    /// Connects, checks the schema version ([`PgStore::check_schema`]), reads the chain's
+    /// head, and starts the writer thread.
     ///
     /// # Errors
     ///
     /// [`PgError::Connect`] naming the store when the database cannot be reached within
-    /// [`super::CONNECT_TIMEOUT`]; [`PgError::Query`] when the schema cannot be created.
+    /// [`super::CONNECT_TIMEOUT`]; [`PgError::NotMigrated`] or [`PgError::SchemaTooNew`];
+    /// [`PgError::Query`] when the head cannot be read.
     pub async fn open(store: &PgStore) -> Result<PgAudit, PgError> {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
@@ -213,10 +214,10 @@ impl AuditStore for PgAudit {
     }
 }
 
-/// The pool, the schema, and the head as the database has it.
+/// The pool, the schema version checked, and the head as the database has it.
 async fn start(store: &PgStore) -> Result<(Pool, AuditHead), PgError> {
     let pool = store.pool()?;
-    store.prepare(&pool).await?;
+    store.check_schema(&pool).await?;
     let found = read_head(store, &pool).await?;
     Ok((pool, found))
 }
@@ -398,7 +399,7 @@ pub async fn export(
     out: &mut (dyn std::io::Write + Send),
 ) -> Result<AuditHead, PgError> {
     let pool = store.pool()?;
-    store.prepare(&pool).await?;
+    store.check_schema(&pool).await?;
     let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
     // One snapshot for every page and the head, so a gateway writing meanwhile does not
     // make the export disagree with itself.
@@ -469,7 +470,7 @@ pub async fn import(store: &PgStore, log: &std::path::Path) -> Result<AuditHead,
     }
     let lines: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
     let pool = store.pool()?;
-    store.prepare(&pool).await?;
+    store.check_schema(&pool).await?;
     let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
     let tx = client
         .transaction()
