@@ -588,7 +588,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                     filter,
                     json,
                 },
-        } => audit_show(&config, &filter, json),
+        } => audit_show(&config, &filter, json).await,
         Command::Audit {
             command:
                 AuditCommand::Tail {
@@ -598,7 +598,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                     filter,
                     json,
                 },
-        } => audit_tail(&config, follow, lines, &filter, json),
+        } => audit_tail(&config, follow, lines, &filter, json).await,
         Command::Audit {
             command:
                 AuditCommand::Replay {
