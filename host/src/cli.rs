@@ -131,6 +131,11 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// The PostgreSQL store of a fleet (`store.postgres`).
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Policy components: inspect one, or test one against decision cases.
     Policy {
         #[command(subcommand)]
@@ -223,6 +228,22 @@ enum ApprovalsCommand {
         /// Why, for the model and the audit log.
         #[arg(long)]
         reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCommand {
+    /// Create the schema, or bring an older one to this toolward's version, and grant each
+    /// role of docs/fleet.md (`toolward_gateway`, `toolward_approver`, `toolward_auditor`)
+    /// what it needs. Run it as the role that owns the tables, before the first gateway
+    /// starts and after each upgrade of toolward; running it again changes nothing. Every
+    /// other command runs no DDL and refuses a schema that is missing or older.
+    ///
+    /// Example: `toolward store migrate --config toolward.json`
+    Migrate {
+        /// The config file (its `store.postgres`).
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
     },
 }
 
@@ -567,7 +588,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                     filter,
                     json,
                 },
-        } => audit_show(&config, &filter, json),
+        } => audit_show(&config, &filter, json).await,
         Command::Audit {
             command:
                 AuditCommand::Tail {
@@ -577,7 +598,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                     filter,
                     json,
                 },
-        } => audit_tail(&config, follow, lines, &filter, json),
+        } => audit_tail(&config, follow, lines, &filter, json).await,
         Command::Audit {
             command:
                 AuditCommand::Replay {
@@ -607,6 +628,9 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             json,
         } => call(&config, &tool, &args, json).await,
         Command::Approvals { config, command } => approvals(&config, command).await,
+        Command::Store {
+            command: StoreCommand::Migrate { config },
+        } => store_migrate(&config).await,
         Command::Audit {
             command: AuditCommand::Verify { file, config, json },
         } => match (file, config) {
@@ -1024,28 +1048,95 @@ async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
     }
 }
 
-/// The approvals store `config` names: its PostgreSQL database, else its state folder.
-fn approvals_store(config: &Config) -> Result<Box<dyn toolward::store::ApprovalStore>, Failure> {
+/// The PostgreSQL store at `url`, named by the config at `config_path` (which its errors
+/// ask to migrate).
+fn pg_store(url: &str, config_path: &Path) -> Result<toolward::store::postgres::PgStore, Failure> {
+    Ok(toolward::store::postgres::PgStore::new(url)
+        .map_err(usage)?
+        .with_config_file(config_path))
+}
+
+/// The approvals store `config` names: its PostgreSQL database (its schema version checked),
+/// else its state folder.
+async fn approvals_store(
+    config: &Config,
+    config_path: &Path,
+) -> Result<Box<dyn toolward::store::ApprovalStore>, Failure> {
     Ok(match &config.store {
         toolward::config::StoreConfig::StateDir => Box::new(
             toolward::store::StateDirApprovals::new(config.state_dir.clone()),
         ),
         toolward::config::StoreConfig::Postgres { url } => {
-            let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
-            Box::new(
-                toolward::store::postgres::PgApprovals::new(
-                    &store,
-                    config.limits.approval_timeout(),
-                )
-                .map_err(failure)?,
+            let store = pg_store(url, config_path)?;
+            let approvals = toolward::store::postgres::PgApprovals::new(
+                &store,
+                config.limits.approval_timeout(),
             )
+            .map_err(failure)?;
+            approvals.check_schema().await.map_err(failure)?;
+            Box::new(approvals)
         }
     })
 }
 
+/// `toolward store migrate --config`: creates or upgrades the PostgreSQL schema and grants
+/// the roles of docs/fleet.md, as the role that owns the tables.
+async fn store_migrate(config_path: &Path) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+        return Err(usage(anyhow!(
+            "`{}` names no `store.postgres`: only a PostgreSQL store is migrated (the state folder needs no step)",
+            config_path.display()
+        )));
+    };
+    let store = pg_store(url, config_path)?;
+    let pool = store.pool().map_err(failure)?;
+    let migration = store.migrate(&pool).await.map_err(failure)?;
+    let name = &migration.store;
+    match migration.from {
+        None => println!(
+            "PostgreSQL store {name}: created the schema, version {}",
+            migration.to
+        ),
+        Some(from) if from < migration.to => println!(
+            "PostgreSQL store {name}: migrated the schema from version {from} to {}",
+            migration.to
+        ),
+        Some(_) => println!(
+            "PostgreSQL store {name}: schema version {} already; nothing to create",
+            migration.to
+        ),
+    }
+    if migration.key_made {
+        println!("made the fleet's `requestState` key (`toolward_keys`)");
+    }
+    if !migration.granted.is_empty() {
+        println!(
+            "granted the rights of docs/fleet.md to {}",
+            quoted(&migration.granted)
+        );
+    }
+    for role in &migration.missing {
+        println!(
+            "role `{role}` does not exist: granted it nothing (create it as docs/fleet.md shows, then run `migrate` again)"
+        );
+    }
+    println!("schema version {}", migration.to);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `a`, `b`, `c`: each in backticks.
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 async fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let store = approvals_store(&config)?;
+    let store = approvals_store(&config, config_path).await?;
     match command {
         ApprovalsCommand::List { json } => {
             let entries = store.list().await.map_err(failure)?;
@@ -1178,7 +1269,7 @@ fn audit_verify(
 async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     if let toolward::config::StoreConfig::Postgres { url } = &config.store {
-        let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+        let store = pg_store(url, config_path)?;
         let dir = std::env::temp_dir().join(format!(
             "toolward-verify-{}-{}",
             std::process::id(),
@@ -1234,7 +1325,7 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
     };
     let head = match &config.store {
         toolward::config::StoreConfig::Postgres { url } => {
-            let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+            let store = pg_store(url, config_path)?;
             toolward::store::postgres::audit::export(&store, &mut *sink)
                 .await
                 .map_err(failure)?
@@ -1278,7 +1369,7 @@ async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failu
             config_path.display()
         )));
     };
-    let store = toolward::store::postgres::PgStore::new(url).map_err(usage)?;
+    let store = pg_store(url, config_path)?;
     let head = toolward::store::postgres::audit::import(&store, file)
         .await
         .map_err(failure)?;

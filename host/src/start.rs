@@ -104,7 +104,10 @@ impl Toolward {
         let shared = match &config.store {
             StoreConfig::StateDir => None,
             StoreConfig::Postgres { url } => {
-                let store = PgStore::new(url)?;
+                let mut store = PgStore::new(url)?;
+                if let Some(file) = &config.file {
+                    store = store.with_config_file(file);
+                }
                 let audit: Arc<dyn AuditStore> = Arc::new(PgAudit::open(&store).await?);
                 let approvals: Arc<dyn ApprovalStore> =
                     Arc::new(PgApprovals::new(&store, config.limits.approval_timeout())?);

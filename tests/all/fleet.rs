@@ -39,17 +39,23 @@ fn calls_in_run() -> usize {
 /// A folder with the fake server `s` (`echo` read-only, `write` local-change: held), its
 /// rules, a manifest, and configs `gw1.json`, `gw2.json` on the database `url`, each with its
 /// own state folder.
-struct Fleet {
-    dir: tempfile::TempDir,
+pub(crate) struct Fleet {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Fleet {
-    async fn new(url: &str) -> Fleet {
+    pub(crate) async fn new(url: &str) -> Fleet {
         Fleet::with_server(url, "s").await
     }
 
     /// As [`Fleet::new`], the server named `server`.
     async fn with_server(url: &str, server: &str) -> Fleet {
+        crate::store_contract::migrate(url).await;
+        Fleet::unmigrated(url, server).await
+    }
+
+    /// As [`Fleet::with_server`], without migrating the database first.
+    pub(crate) async fn unmigrated(url: &str, server: &str) -> Fleet {
         let fleet = Fleet {
             dir: tempfile::tempdir().unwrap(),
         };
@@ -96,8 +102,21 @@ impl Fleet {
         fleet
     }
 
-    fn config(&self, n: usize) -> PathBuf {
+    pub(crate) fn config(&self, n: usize) -> PathBuf {
         self.dir.path().join(format!("gw{n}.json"))
+    }
+
+    /// A copy of `gw1.json` named `NAME.json`, on the database `url` (another role), with a
+    /// state folder of its own.
+    pub(crate) fn config_for(&self, name: &str, url: &str) -> PathBuf {
+        let mut document: Value =
+            serde_json::from_str(&std::fs::read_to_string(self.config(1)).unwrap()).unwrap();
+        document["store"] = json!({"postgres": url});
+        document["state_dir"] = json!(format!("state-{name}"));
+        document["servers_dir"] = json!(format!("servers-{name}"));
+        let path = self.dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, document.to_string()).unwrap();
+        path
     }
 
     /// Runs `toolward ARGS --config gwN.json`; its exit status and standard output alone.
@@ -156,13 +175,13 @@ impl Fleet {
 }
 
 /// A `toolward serve --listen` process, killed when dropped.
-struct Gateway {
+pub(crate) struct Gateway {
     child: Child,
     url: String,
 }
 
 impl Gateway {
-    fn start(config: &Path) -> Gateway {
+    pub(crate) fn start(config: &Path) -> Gateway {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -199,7 +218,7 @@ impl Gateway {
         }
     }
 
-    async fn client(&self) -> Upstream {
+    pub(crate) async fn client(&self) -> Upstream {
         let spec = HttpSpec {
             url: self.url.clone(),
             headers: BTreeMap::from([(String::from("Authorization"), format!("Bearer {TOKEN}"))]),
@@ -222,7 +241,7 @@ impl Drop for Gateway {
     }
 }
 
-async fn call(client: &Upstream, tool: &str, arguments: Value) -> Result<Value, String> {
+pub(crate) async fn call(client: &Upstream, tool: &str, arguments: Value) -> Result<Value, String> {
     client
         .call_tool(
             tool,

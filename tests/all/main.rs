@@ -13,6 +13,7 @@ mod cedar;
 mod component;
 mod first_hour;
 mod fleet;
+mod fleet_roles;
 mod gateway;
 mod hostile;
 mod http;

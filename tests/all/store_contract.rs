@@ -40,6 +40,13 @@ pub fn test_database_url(test: &str) -> Option<String> {
     }
 }
 
+/// Creates or upgrades the schema of the database at `url` (`toolward store migrate`), as the
+/// role `url` names: every other open of the store refuses a database nobody migrated.
+pub async fn migrate(url: &str) {
+    let store = PgStore::new(url).unwrap();
+    store.migrate(&store.pool().unwrap()).await.unwrap();
+}
+
 /// Opens the stores under test, as many times as a contract needs (several gateways, or
 /// several processes on one state folder).
 pub enum Stores {
@@ -54,8 +61,10 @@ impl Stores {
         Stores::StateDir(tempfile::tempdir().unwrap())
     }
 
-    fn postgres(test: &str) -> Option<Stores> {
-        test_database_url(test).map(|url| Stores::Postgres(Box::new(PgStore::new(&url).unwrap())))
+    async fn postgres(test: &str) -> Option<Stores> {
+        let url = test_database_url(test)?;
+        migrate(&url).await;
+        Some(Stores::Postgres(Box::new(PgStore::new(&url).unwrap())))
     }
 
     fn state(&self) -> PathBuf {
@@ -143,7 +152,7 @@ macro_rules! contract {
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $pg() {
-            if let Some(stores) = Stores::postgres(stringify!($pg)) {
+            if let Some(stores) = Stores::postgres(stringify!($pg)).await {
                 $name(&stores).await;
             }
         }
@@ -599,13 +608,14 @@ CREATE TABLE toolward_audit (seq bigint PRIMARY KEY CHECK (seq >= 0), line bytea
 CREATE TABLE toolward_audit_head (id integer PRIMARY KEY CHECK (id = 1), next_seq bigint NOT NULL, last_hash text NOT NULL);
 ";
 
-/// A database a version 1 toolward created is migrated by the first gateway of this version
-/// to open it: the counters and ledger tables are added, the version row moves to 2, and the
-/// counters and ledger work on it.
+/// A database a version 1 toolward created is refused by every open of this version, naming
+/// `toolward store migrate`, until `migrate` adds the counters and ledger tables and moves the
+/// version row to 2; the counters and ledger then work on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_database_is_migrated_to_version_2_with_the_facts_and_ledger_tables() {
+async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_with_the_facts_and_ledger_tables()
+ {
     let Some(url) = test_database_url(
-        "a_version_1_database_is_migrated_to_version_2_with_the_facts_and_ledger_tables",
+        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_with_the_facts_and_ledger_tables",
     ) else {
         return;
     };
@@ -623,6 +633,14 @@ async fn a_version_1_database_is_migrated_to_version_2_with_the_facts_and_ledger
     let v1 = v1_pool.get().await.unwrap();
     v1.batch_execute(SCHEMA_V1).await.unwrap();
 
+    let refused = PgFacts::open(&store).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("holds schema version 1")
+            && refused.contains("run `toolward store migrate --config PATH`"),
+        "{refused}"
+    );
+    let migration = store.migrate(&v1_pool).await.unwrap();
+    assert_eq!((migration.from, migration.to), (Some(1), 2));
     let facts = PgFacts::open(&store).await.unwrap();
     let version: i32 = v1
         .query_one("SELECT version FROM toolward_schema", &[])

@@ -411,14 +411,119 @@ fn print_record(record: &toolward::audit::AuditRecord, raw: &Value, json: bool) 
     }
 }
 
-/// `toolward audit show`.
-pub(super) fn audit_show(
+/// The reader of the config's PostgreSQL chain, when `store.postgres` names one.
+async fn pg_reader(
+    config: &toolward::config::Config,
+    config_path: &Path,
+) -> Result<Option<toolward::store::postgres::audit::Reader>, Failure> {
+    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+        return Ok(None);
+    };
+    let store = super::pg_store(url, config_path)?;
+    toolward::store::postgres::audit::Reader::open(&store)
+        .await
+        .map(Some)
+        .map_err(failure)
+}
+
+/// Says where the database's chain breaks or does not end at its head row, on standard
+/// error; whether it does.
+fn report_pg_problem(
+    read: &toolward::store::postgres::audit::ReadRecords,
+    store: &str,
+    config_path: &Path,
+) -> bool {
+    let problem = match (&read.first_break, &read.head_problem) {
+        (Some(brk), _) => format!("chain broken at {brk}; nothing past it is shown"),
+        (None, Some(problem)) => {
+            format!("{problem}; what is shown may be cut short or rewritten")
+        }
+        (None, None) => return false,
+    };
+    eprintln!(
+        "toolward: {store}: {problem} (`toolward audit verify --config {}`)",
+        config_path.display()
+    );
+    true
+}
+
+/// `toolward audit show` on a PostgreSQL store: the chain read in one snapshot with its
+/// head row.
+async fn audit_show_pg(
+    mut reader: toolward::store::postgres::audit::Reader,
+    config_path: &Path,
+    filter: &Filter,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let read = reader.read_new().await.map_err(failure)?;
+    if !json {
+        println!("{}", audit_read::TABLE_HEADER);
+    }
+    let mut shown = 0usize;
+    for (record, raw) in read.records.iter().filter(|(r, _)| filter.matches(r)) {
+        print_record(record, raw, json);
+        shown += 1;
+    }
+    if !json {
+        println!("{shown} of {} records match", read.records.len());
+    }
+    let store = format!("PostgreSQL store {}", reader.store_name());
+    Ok(if report_pg_problem(&read, &store, config_path) {
+        ExitCode::from(EXIT_FOUND)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `toolward audit tail [-f]` on a PostgreSQL store: the database asked for new records
+/// every [`audit_read::FOLLOW_POLL_MS`].
+async fn audit_tail_pg(
+    mut reader: toolward::store::postgres::audit::Reader,
+    config_path: &Path,
+    (follow, lines): (bool, usize),
+    filter: &Filter,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let store = format!("PostgreSQL store {}", reader.store_name());
+    let read = reader.read_new().await.map_err(failure)?;
+    if !json {
+        println!("{}", audit_read::TABLE_HEADER);
+    }
+    let problem = report_pg_problem(&read, &store, config_path);
+    for (record, raw) in audit_read::last_matching(read.records, filter, lines) {
+        print_record(&record, &raw, json);
+    }
+    if !follow || read.first_break.is_some() {
+        return Ok(if problem {
+            ExitCode::from(EXIT_FOUND)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(audit_read::FOLLOW_POLL_MS)).await;
+        let read = reader.read_new().await.map_err(failure)?;
+        for (record, raw) in read.records.iter().filter(|(r, _)| filter.matches(r)) {
+            print_record(record, raw, json);
+        }
+        if read.first_break.is_some() {
+            report_pg_problem(&read, &store, config_path);
+            return Ok(ExitCode::from(EXIT_FOUND));
+        }
+    }
+}
+
+/// `toolward audit show`: the config's PostgreSQL store when it names one, else its log.
+pub(super) async fn audit_show(
     config_path: &Path,
     args: &AuditFilterArgs,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let config = read_config_for_files(config_path)?;
     let filter = filter_of(args)?;
+    if let Some(reader) = pg_reader(&config, config_path).await? {
+        return audit_show_pg(reader, config_path, &filter, json).await;
+    }
     let shown = audit_read::show(&config.audit.file, &filter).map_err(failure)?;
     if !json {
         println!("{}", audit_read::TABLE_HEADER);
@@ -443,8 +548,9 @@ pub(super) fn audit_show(
     }
 }
 
-/// `toolward audit tail [-f]`.
-pub(super) fn audit_tail(
+/// `toolward audit tail [-f]`: the config's PostgreSQL store when it names one, else its
+/// log.
+pub(super) async fn audit_tail(
     config_path: &Path,
     follow: bool,
     lines: usize,
@@ -453,6 +559,9 @@ pub(super) fn audit_tail(
 ) -> Result<ExitCode, Failure> {
     let config = read_config_for_files(config_path)?;
     let filter = filter_of(args)?;
+    if let Some(reader) = pg_reader(&config, config_path).await? {
+        return audit_tail_pg(reader, config_path, (follow, lines), &filter, json).await;
+    }
     let path = &config.audit.file;
     let mut follower = audit_read::Follower::new(path);
     let broken = |e: audit_read::ReadError| {

@@ -8,9 +8,13 @@
 //!
 //! # Schema
 //!
-//! Created by toolward at first connection (`CREATE TABLE IF NOT EXISTS`, under an advisory
-//! lock so two gateways starting together do not race), version [`SCHEMA_VERSION`] kept in
-//! `toolward_schema`; a database of a newer version is refused. See `docs/fleet.md`.
+//! Created and upgraded by one explicit step, `toolward store migrate` ([`PgStore::migrate`]),
+//! run by the role that owns the tables: `CREATE TABLE IF NOT EXISTS` under an advisory lock,
+//! version [`SCHEMA_VERSION`] kept in `toolward_schema`, and the rights of each role of
+//! docs/fleet.md granted ([`GRANTS`]). Every other open ([`PgStore::check_schema`]) only reads
+//! the version: it runs no DDL and writes nothing, so gateways, approvers and auditors need
+//! none of the owner's rights, and it refuses a database that is missing the schema or holds an
+//! older or newer version.
 //!
 //! | table | rows |
 //! |---|---|
@@ -22,16 +26,16 @@
 //! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`]) |
 //! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`]) |
 //!
-//! Version 2 added the last two tables; a version 1 database is migrated at the first
-//! connection of a version 2 toolward (the tables created, the version row moved to 2), after
-//! which a version 1 toolward refuses it: upgrade every gateway of the fleet together.
+//! Version 2 added the last two tables; `migrate` takes a version 1 database to version 2 (the
+//! tables created, the version row moved to 2), after which a version 1 toolward refuses it:
+//! upgrade every gateway of the fleet together.
 //!
 //! # Who the store trusts
 //!
 //! The database's access control is the boundary: whoever can write these tables can forge
 //! an approval or rewrite the chain's tail (the chain still shows a rewrite of anything
-//! before the head a verifier kept). Give the gateways' role `INSERT`/`UPDATE` on these
-//! tables only, and the approvers theirs; see SECURITY.md.
+//! before the head a verifier kept). [`GRANTS`] gives each role only what it needs; see
+//! docs/fleet.md and SECURITY.md.
 
 use std::fmt;
 use std::sync::Arc;
@@ -67,6 +71,60 @@ pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most connections one gateway opens to the database, per pool (the audit writer and the
 /// approvals each have one): 8.
 pub const MAX_CONNECTIONS: usize = 8;
+
+/// The roles of docs/fleet.md that [`PgStore::migrate`] grants rights to, when they exist:
+/// the gateways (`toolward_gateway`), the people who answer approvals (`toolward_approver`)
+/// and the auditors (`toolward_auditor`). Login roles are made members of them; the fourth
+/// role, the owner of the tables (`toolward_owner` in the docs), runs `migrate` and needs no
+/// grant.
+pub const ROLES: &[&str] = &["toolward_gateway", "toolward_approver", "toolward_auditor"];
+
+/// What each role of [`ROLES`] may do on each table, as the statements [`PgStore::migrate`]
+/// runs (one a line, each ending `TO ROLE;`): docs/fleet.md shows this text, and a test keeps
+/// the two the same. A schema version that adds a table adds its grants here, so `migrate`
+/// extends the roles with it.
+///
+/// Nothing grants `DELETE`, `TRUNCATE` or a write of `line` on `toolward_audit` to anyone but
+/// the owner: a gateway appends records and moves the head; an approver answers a held call
+/// (the answer columns only); an auditor reads. `toolward_keys` (the `requestState` MAC
+/// key) is the gateways' alone.
+pub const GRANTS: &str = "\
+GRANT SELECT ON toolward_schema TO toolward_gateway;
+GRANT SELECT, INSERT ON toolward_audit TO toolward_gateway;
+GRANT SELECT, UPDATE ON toolward_audit_head TO toolward_gateway;
+GRANT SELECT, INSERT, UPDATE (state) ON toolward_approvals TO toolward_gateway;
+GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_facts TO toolward_gateway;
+GRANT SELECT, INSERT, DELETE ON toolward_request_states TO toolward_gateway;
+GRANT SELECT ON toolward_keys TO toolward_gateway;
+GRANT SELECT ON toolward_schema TO toolward_approver;
+GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms) ON toolward_approvals TO toolward_approver;
+GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head TO toolward_auditor;
+";
+
+/// The statements of [`GRANTS`], without their `;`.
+fn grants() -> impl Iterator<Item = &'static str> {
+    GRANTS
+        .lines()
+        .map(|line| line.trim().trim_end_matches(';'))
+        .filter(|line| !line.is_empty())
+}
+
+/// What [`PgStore::migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migration {
+    /// The store, as [`PgStore::name`] names it.
+    pub store: String,
+    /// The version found before: `None` when the database held no toolward schema.
+    pub from: Option<i32>,
+    /// The version now: [`SCHEMA_VERSION`].
+    pub to: i32,
+    /// Whether the `requestState` key was made (the first migration).
+    pub key_made: bool,
+    /// The roles of [`ROLES`] granted their rights.
+    pub granted: Vec<&'static str>,
+    /// The roles of [`ROLES`] that do not exist, so were granted nothing.
+    pub missing: Vec<&'static str>,
+}
 
 /// The advisory lock key taken while creating the schema (`'toolward'` in ASCII).
 const SCHEMA_LOCK_KEY: i64 = 0x746f_6f6c_7761_7264;
@@ -127,6 +185,20 @@ pub enum PgError {
         /// Why.
         reason: String,
     },
+    /// The database holds no toolward schema, or an older version than this toolward's:
+    /// every open but `migrate` refuses it, since none of them runs DDL.
+    #[error(
+        "PostgreSQL store {store}: {}, and this toolward needs version {SCHEMA_VERSION}: run `toolward store migrate --config {config}` as the role that owns the tables (docs/fleet.md)",
+        found.map_or_else(|| String::from("holds no toolward schema"), |v| format!("holds schema version {v}"))
+    )]
+    NotMigrated {
+        /// The store.
+        store: String,
+        /// The version found; `None` when there is none.
+        found: Option<i32>,
+        /// The config file to name in the command, or `PATH`.
+        config: String,
+    },
     /// The database holds a newer schema than this toolward knows.
     #[error(
         "PostgreSQL store {store}: schema version {found} is newer than this toolward's {SCHEMA_VERSION}: upgrade toolward"
@@ -146,6 +218,7 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
     name: Arc<str>,
+    config_file: Arc<str>,
 }
 
 impl fmt::Debug for PgStore {
@@ -190,7 +263,16 @@ impl PgStore {
             config,
             tls: tokio_postgres_rustls::MakeRustlsConnect::new(tls_config),
             name,
+            config_file: Arc::from("PATH"),
         })
+    }
+
+    /// The config file that names this store, for the command an error asks to run
+    /// (`toolward store migrate --config FILE`); `PATH` when not given.
+    #[must_use]
+    pub fn with_config_file(mut self, file: &std::path::Path) -> PgStore {
+        self.config_file = Arc::from(file.display().to_string());
+        self
     }
 
     /// The store as messages name it: `` `postgres://HOST:PORT/DATABASE` `` (user and password
@@ -253,14 +335,69 @@ impl PgStore {
         Ok((client, driver))
     }
 
-    /// Connects once and creates the schema when it is missing: what `start` does so an
-    /// unreachable database is a clear error before any server starts.
+    /// Reads the schema version and refuses a database this toolward cannot use: what every
+    /// open of the store does (gateway, approvals, audit), and all it does to the schema. It
+    /// runs no DDL and writes nothing, so a role granted only what docs/fleet.md gives it
+    /// passes; creating and upgrading the schema is [`PgStore::migrate`], run by the tables'
+    /// owner.
     ///
     /// # Errors
     ///
-    /// [`PgError::Connect`] when the database cannot be reached; [`PgError::Query`] when the
-    /// schema cannot be created; [`PgError::SchemaTooNew`].
-    pub async fn prepare(&self, pool: &Pool) -> Result<(), PgError> {
+    /// [`PgError::Connect`] when the database cannot be reached; [`PgError::NotMigrated`]
+    /// when it holds no toolward schema or an older version; [`PgError::SchemaTooNew`];
+    /// [`PgError::Query`] when the version cannot be read (the role may not `SELECT` on
+    /// `toolward_schema`).
+    pub async fn check_schema(&self, pool: &Pool) -> Result<(), PgError> {
+        let client = pool.get().await.map_err(|e| self.connect_error(e))?;
+        let found = self.read_version(&client).await?;
+        match found {
+            Some(found) if found > SCHEMA_VERSION => Err(PgError::SchemaTooNew {
+                store: self.name.to_string(),
+                found,
+            }),
+            Some(SCHEMA_VERSION) => Ok(()),
+            found => Err(PgError::NotMigrated {
+                store: self.name.to_string(),
+                found,
+                config: self.config_file.to_string(),
+            }),
+        }
+    }
+
+    /// The version row of `toolward_schema`; `None` when the table or its row is missing.
+    async fn read_version(
+        &self,
+        client: &impl deadpool_postgres::GenericClient,
+    ) -> Result<Option<i32>, PgError> {
+        // Looked up first rather than caught as an error: a failed statement would abort the
+        // transaction `migrate` reads it in.
+        let exists: bool = client
+            .query_one("SELECT to_regclass('toolward_schema') IS NOT NULL", &[])
+            .await
+            .map_err(|e| self.query_error("read the schema version", e))?
+            .get(0);
+        if !exists {
+            return Ok(None);
+        }
+        client
+            .query_opt("SELECT version FROM toolward_schema WHERE id = 1", &[])
+            .await
+            .map(|row| row.map(|row| row.get(0)))
+            .map_err(|e| self.query_error("read the schema version", e))
+    }
+
+    /// Creates the schema, or brings an older one to [`SCHEMA_VERSION`], and grants each
+    /// role of docs/fleet.md ([`ROLES`]) what it needs on every table ([`GRANTS`]), in one
+    /// transaction under an advisory lock (two migrations at once do not race). Run by the
+    /// role that owns the tables (`toolward store migrate`); idempotent: on a current schema
+    /// it creates nothing and grants again what is already granted. A role of [`ROLES`] that
+    /// does not exist is left out and named in the result.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError::Connect`]; [`PgError::SchemaTooNew`]; [`PgError::Query`] when a statement
+    /// fails (the role may lack `CREATE` on the schema, or not own the tables).
+    pub async fn migrate(&self, pool: &Pool) -> Result<Migration, PgError> {
         let mut client = pool.get().await.map_err(|e| self.connect_error(e))?;
         let tx = client
             .transaction()
@@ -269,32 +406,27 @@ impl PgStore {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY])
             .await
             .map_err(|e| self.query_error("lock the schema", e))?;
-        tx.batch_execute(SCHEMA)
-            .await
-            .map_err(|e| self.query_error("create the schema", e))?;
-        let found: i32 = tx
-            .query_one("SELECT version FROM toolward_schema WHERE id = 1", &[])
-            .await
-            .map_err(|e| self.query_error("read the schema version", e))?
-            .get(0);
-        if found > SCHEMA_VERSION {
+        let from = self.read_version(&tx).await?;
+        if let Some(found) = from.filter(|found| *found > SCHEMA_VERSION) {
             return Err(PgError::SchemaTooNew {
                 store: self.name.to_string(),
                 found,
             });
         }
-        // The fleet's `requestState` key, made once by whoever prepares the schema first
-        // (read first, so that a role granted only `SELECT` on the table can prepare it
-        // afterwards), inside the schema transaction and under its lock.
-        let has_key = tx
+        tx.batch_execute(SCHEMA)
+            .await
+            .map_err(|e| self.query_error("create the schema", e))?;
+        // The fleet's `requestState` key, made once, inside the schema transaction and under
+        // its lock.
+        let key_made = tx
             .query_opt(
                 "SELECT 1 FROM toolward_keys WHERE name = $1",
                 &[&REQUEST_STATE_KEY_NAME],
             )
             .await
             .map_err(|e| self.query_error("read the request-state key", e))?
-            .is_some();
-        if !has_key {
+            .is_none();
+        if key_made {
             let mut key = [0u8; crate::store::state_dir::KEY_BYTES];
             getrandom::fill(&mut key).map_err(|e| PgError::Query {
                 store: self.name.to_string(),
@@ -302,15 +434,53 @@ impl PgStore {
                 reason: e.to_string(),
             })?;
             tx.execute(
-                "INSERT INTO toolward_keys (name, key) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO toolward_keys (name, key) VALUES ($1, $2)",
                 &[&REQUEST_STATE_KEY_NAME, &key.as_slice()],
             )
             .await
             .map_err(|e| self.query_error("store the request-state key", e))?;
         }
+        let names: Vec<&str> = ROLES.to_vec();
+        let existing: Vec<String> = tx
+            .query(
+                "SELECT rolname::text FROM pg_roles WHERE rolname = ANY($1)",
+                &[&names],
+            )
+            .await
+            .map_err(|e| self.query_error("look up the roles", e))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut granted = Vec::new();
+        let mut missing = Vec::new();
+        for role in ROLES {
+            if existing.iter().any(|name| name == role) {
+                granted.push(*role);
+            } else {
+                missing.push(*role);
+            }
+        }
+        for statement in grants() {
+            if granted
+                .iter()
+                .any(|role| statement.ends_with(&format!(" TO {role}")))
+            {
+                tx.batch_execute(statement)
+                    .await
+                    .map_err(|e| self.query_error("grant the roles their rights", e))?;
+            }
+        }
         tx.commit()
             .await
-            .map_err(|e| self.query_error("commit the schema", e))
+            .map_err(|e| self.query_error("commit the schema", e))?;
+        Ok(Migration {
+            store: self.name.to_string(),
+            from,
+            to: SCHEMA_VERSION,
+            key_made,
+            granted,
+            missing,
+        })
     }
 
     pub(crate) fn connect_error(&self, error: impl std::error::Error) -> PgError {
@@ -365,8 +535,8 @@ fn describe(config: &tokio_postgres::Config) -> String {
 }
 
 /// The schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 database it adds the
-/// version 2 tables and moves the version row (never down: a newer version is left for
-/// [`PgStore::prepare`] to refuse).
+/// version 2 tables and moves the version row (never down: [`PgStore::migrate`] refuses a
+/// newer version before running it).
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
@@ -458,5 +628,61 @@ impl PruneTimer {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grants_migrate_runs_are_the_ones_docs_fleet_md_shows() {
+        let docs = include_str!("../../../docs/fleet.md");
+        assert!(
+            docs.contains(&format!("```sql\n{GRANTS}```")),
+            "docs/fleet.md's grants block differs from `GRANTS`"
+        );
+    }
+
+    #[test]
+    fn every_grant_names_one_role_of_roles_and_none_grants_a_rewrite_of_audit_records() {
+        for statement in grants() {
+            assert_eq!(
+                ROLES
+                    .iter()
+                    .filter(|role| statement.ends_with(&format!(" TO {role}")))
+                    .count(),
+                1,
+                "{statement}"
+            );
+            if statement.contains(" toolward_audit ") || statement.contains(" toolward_audit,") {
+                assert!(
+                    !["UPDATE", "DELETE", "TRUNCATE"]
+                        .iter()
+                        .any(|right| statement
+                            .split(" ON ")
+                            .next()
+                            .is_some_and(|rights| rights.contains(right))),
+                    "{statement}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_unmigrated_store_names_the_migrate_command_and_the_database_without_the_password() {
+        let store = PgStore::new("postgres://gw:s3cret@db.internal:5433/fleet")
+            .unwrap()
+            .with_config_file(std::path::Path::new("gw.json"));
+        let error = PgError::NotMigrated {
+            store: store.name().to_owned(),
+            found: Some(1),
+            config: store.config_file.to_string(),
+        }
+        .to_string();
+        assert_eq!(
+            error,
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 2: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+        );
     }
 }

@@ -353,6 +353,7 @@ async fn a_request_state_held_on_one_gateway_of_a_database_is_approved_on_anothe
     ) else {
         return;
     };
+    crate::store_contract::migrate(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = write_config(dir.path(), json!({}), json!({})).await;
     config.store = toolward::config::StoreConfig::Postgres { url };

@@ -89,13 +89,13 @@ impl PgApprovals {
         })
     }
 
-    /// Creates the schema when missing.
+    /// Refuses a database without this toolward's schema, as [`PgStore::check_schema`].
     ///
     /// # Errors
     ///
-    /// As [`PgStore::prepare`].
-    pub async fn prepare(&self) -> Result<(), PgError> {
-        self.inner.store.prepare(&self.inner.pool).await
+    /// As [`PgStore::check_schema`].
+    pub async fn check_schema(&self) -> Result<(), PgError> {
+        self.inner.store.check_schema(&self.inner.pool).await
     }
 
     fn name_quoted(&self) -> String {

@@ -64,13 +64,14 @@ impl std::fmt::Debug for PgAudit {
 }
 
 impl PgAudit {
-    /// Connects (creating the schema when missing), reads the chain's head, and starts the
-    /// writer thread.
+    /// Connects, checks the schema version ([`PgStore::check_schema`]), reads the chain's
+    /// head, and starts the writer thread.
     ///
     /// # Errors
     ///
     /// [`PgError::Connect`] naming the store when the database cannot be reached within
-    /// [`super::CONNECT_TIMEOUT`]; [`PgError::Query`] when the schema cannot be created.
+    /// [`super::CONNECT_TIMEOUT`]; [`PgError::NotMigrated`] or [`PgError::SchemaTooNew`];
+    /// [`PgError::Query`] when the head cannot be read.
     pub async fn open(store: &PgStore) -> Result<PgAudit, PgError> {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
@@ -213,10 +214,10 @@ impl AuditStore for PgAudit {
     }
 }
 
-/// The pool, the schema, and the head as the database has it.
+/// The pool, the schema version checked, and the head as the database has it.
 async fn start(store: &PgStore) -> Result<(Pool, AuditHead), PgError> {
     let pool = store.pool()?;
-    store.prepare(&pool).await?;
+    store.check_schema(&pool).await?;
     let found = read_head(store, &pool).await?;
     Ok((pool, found))
 }
@@ -398,7 +399,7 @@ pub async fn export(
     out: &mut (dyn std::io::Write + Send),
 ) -> Result<AuditHead, PgError> {
     let pool = store.pool()?;
-    store.prepare(&pool).await?;
+    store.check_schema(&pool).await?;
     let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
     // One snapshot for every page and the head, so a gateway writing meanwhile does not
     // make the export disagree with itself.
@@ -469,7 +470,7 @@ pub async fn import(store: &PgStore, log: &std::path::Path) -> Result<AuditHead,
     }
     let lines: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
     let pool = store.pool()?;
-    store.prepare(&pool).await?;
+    store.check_schema(&pool).await?;
     let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
     let tx = client
         .transaction()
@@ -517,4 +518,146 @@ pub async fn import(store: &PgStore, log: &std::path::Path) -> Result<AuditHead,
         records: report.records,
         hash: report.last_hash,
     })
+}
+
+/// What one [`Reader::read_new`] found: the records written since the last read, each
+/// checked against the chain from the first record, and whether they end at the head row.
+#[derive(Debug, Clone)]
+pub struct ReadRecords {
+    /// The records, in `seq` order, each with its JSON (as on record, so fields other
+    /// versions add are kept).
+    pub records: Vec<(AuditRecord, serde_json::Value)>,
+    /// Where the chain breaks: nothing past it is returned, now or later.
+    pub first_break: Option<crate::audit::ChainBreak>,
+    /// The head row, read in the same snapshot as the records.
+    pub head: AuditHead,
+    /// How the chain read does not end at the head row (rows past the head missing, or the
+    /// last one rewritten); `None` when it does, or the chain broke first.
+    pub head_problem: Option<String>,
+}
+
+/// Reads the database's chain for people (`toolward audit show` and `audit tail [-f]` on a
+/// PostgreSQL store): each [`Reader::read_new`] returns the records since the last, checked
+/// as `audit verify` checks them, in one read-only snapshot with the head row.
+pub struct Reader {
+    store: PgStore,
+    pool: Pool,
+    chain: crate::audit::ChainCheck,
+    broken: bool,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("store", &self.store.name())
+            .field("records", &self.chain.records())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reader {
+    /// The store, as [`PgStore::name`] names it.
+    #[must_use]
+    pub fn store_name(&self) -> &str {
+        self.store.name()
+    }
+
+    /// A reader at the start of `store`'s chain; the schema version checked.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgStore::check_schema`].
+    pub async fn open(store: &PgStore) -> Result<Reader, PgError> {
+        let pool = store.pool()?;
+        store.check_schema(&pool).await?;
+        Ok(Reader {
+            store: store.clone(),
+            pool,
+            chain: crate::audit::ChainCheck::default(),
+            broken: false,
+        })
+    }
+
+    /// The records written since the last call (all of them the first time), up to the head
+    /// row of the same snapshot.
+    ///
+    /// # Errors
+    ///
+    /// [`PgError`] naming the store when it cannot be read; a broken chain is
+    /// [`ReadRecords::first_break`].
+    pub async fn read_new(&mut self) -> Result<ReadRecords, PgError> {
+        let store = &self.store;
+        let mut client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| store.query_error("begin reading the audit chain", e))?;
+        let row = tx
+            .query_one(
+                "SELECT next_seq, last_hash FROM toolward_audit_head WHERE id = 1",
+                &[],
+            )
+            .await
+            .map_err(|e| store.query_error("read the audit head", e))?;
+        let end: i64 = row.get(0);
+        let head = AuditHead {
+            records: u64::try_from(end).unwrap_or_default(),
+            hash: row.get(1),
+        };
+        let mut records = Vec::new();
+        let mut first_break = None;
+        while !self.broken {
+            let from = i64::try_from(self.chain.records()).unwrap_or(i64::MAX);
+            let rows = tx
+                .query(
+                    "SELECT line FROM toolward_audit WHERE seq >= $1 AND seq < $2 ORDER BY seq LIMIT $3",
+                    &[&from, &end, &EXPORT_PAGE_ROWS],
+                )
+                .await
+                .map_err(|e| store.query_error("read audit records", e))?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let line: &[u8] = row.get(0);
+                match self.chain.check(line) {
+                    Ok(record) => records.push((
+                        record,
+                        serde_json::from_slice(line).unwrap_or(serde_json::Value::Null),
+                    )),
+                    Err(brk) => {
+                        first_break = Some(brk);
+                        self.broken = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let head_problem = if self.broken {
+            None
+        } else if self.chain.records() < head.records {
+            Some(format!(
+                "the head row names {} records, the table chains {}: records are missing",
+                head.records,
+                self.chain.records()
+            ))
+        } else if self.chain.last_hash() != head.hash {
+            Some(format!(
+                "the last record hashes to {}, the head row says {}: it was rewritten",
+                self.chain.last_hash(),
+                head.hash
+            ))
+        } else {
+            None
+        };
+        Ok(ReadRecords {
+            records,
+            first_break,
+            head,
+            head_problem,
+        })
+    }
 }

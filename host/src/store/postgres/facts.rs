@@ -130,14 +130,15 @@ fn millis(at_ms: u64) -> i64 {
 }
 
 impl PgFacts {
-    /// The counters of `store`, its schema created when missing.
+    /// The counters of `store`.
     ///
     /// # Errors
     ///
-    /// As [`PgStore::prepare`]: the database cannot be reached, or holds a newer schema.
+    /// As [`PgStore::check_schema`]: the database cannot be reached, or holds no schema of
+    /// this toolward's version.
     pub async fn open(store: &PgStore) -> Result<PgFacts, PgError> {
         let pool = store.pool()?;
-        store.prepare(&pool).await?;
+        store.check_schema(&pool).await?;
         Ok(PgFacts {
             store: store.clone(),
             pool,

@@ -49,14 +49,15 @@ impl std::fmt::Debug for PgLedger {
 }
 
 impl PgLedger {
-    /// The ledger of `store`, its schema created when missing.
+    /// The ledger of `store`, and the fleet's key [`PgStore::migrate`] made.
     ///
     /// # Errors
     ///
-    /// As [`PgStore::prepare`]: the database cannot be reached, or holds a newer schema.
+    /// As [`PgStore::check_schema`]: the database cannot be reached, or holds no schema of
+    /// this toolward's version; [`PgError::Query`] when the key cannot be read.
     pub async fn open(store: &PgStore) -> Result<PgLedger, PgError> {
         let pool = store.pool()?;
-        store.prepare(&pool).await?;
+        store.check_schema(&pool).await?;
         let client = pool.get().await.map_err(|e| store.connect_error(e))?;
         let row = client
             .query_one(
@@ -79,7 +80,7 @@ impl PgLedger {
         })
     }
 
-    /// The fleet's `requestState` MAC key (`toolward_keys`, made once with the schema): every
+    /// The fleet's `requestState` MAC key (`toolward_keys`, made once by `migrate`): every
     /// gateway on the database MACs and verifies with it, so a client's retry is accepted by
     /// any of them without copying a file.
     pub fn key(&self) -> &Key {

@@ -1,0 +1,419 @@
+//! The roles of docs/fleet.md against the real PostgreSQL (`TOOLWARD_TEST_DATABASE_URL`, a
+//! superuser's URL; see `store_contract` for when these fail or skip without it).
+//!
+//! Each test makes a fresh database, runs the docs' role block (read from docs/fleet.md, so
+//! the doc is what is tested), migrates as `toolward_owner` through the binary unless it
+//! tests the refusal of an unmigrated database, and then acts as each role: through the
+//! binary for what toolward does, and through a connection of the role's own for what the
+//! role must be refused.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolward::store::postgres::PgStore;
+
+use crate::fleet::{Fleet, Gateway, call};
+use crate::store_contract::test_database_url;
+use crate::support::toolward_binary;
+
+/// The login roles the docs' block creates, and their passwords there.
+const OWNER: (&str, &str) = ("toolward_owner", "OWNER-PASSWORD");
+const GATEWAY: (&str, &str) = ("toolward_gw1", "GW1-PASSWORD");
+const APPROVER: (&str, &str) = ("toolward_alice", "ALICE-PASSWORD");
+const AUDITOR: (&str, &str) = ("toolward_audit1", "AUDIT1-PASSWORD");
+
+/// Roles belong to the cluster, not to a database: the tests of this binary create them one
+/// at a time (a role made by an earlier run, or by another test, is kept).
+static ROLES_MADE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The SQL block of docs/fleet.md that creates the roles (the one the operator runs as a
+/// superuser), as it is written there.
+fn docs_role_block() -> String {
+    let docs = std::fs::read_to_string(crate::support::repo().join("docs/fleet.md")).unwrap();
+    let start = docs
+        .find("```sql\n-- the owner, and the three groups")
+        .expect("docs/fleet.md has no role block");
+    let block = &docs[start + "```sql\n".len()..];
+    block[..block.find("```").unwrap()].to_owned()
+}
+
+/// A fresh database with the roles of docs/fleet.md, not migrated yet.
+struct RoleDatabase {
+    /// `postgres://` up to the port, without a user.
+    server: String,
+    name: String,
+    admin_url: String,
+    fleet: Fleet,
+}
+
+impl RoleDatabase {
+    async fn new(test: &str) -> Option<RoleDatabase> {
+        let admin_url = test_database_url(test)?;
+        let admin = PgStore::new(&admin_url).unwrap().pool().unwrap();
+        let name = format!(
+            "toolward_roles_{}",
+            toolward::call::new_ulid().to_lowercase()
+        );
+        admin
+            .get()
+            .await
+            .unwrap()
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let (base, _) = admin_url.rsplit_once('/').unwrap();
+        let host = base.rsplit_once('@').map_or(base, |(_, host)| host);
+        let server = format!("postgres://{}", host.trim_start_matches("postgres://"));
+        let (user_part, _) = admin_url.rsplit_once('@').unwrap();
+        let fleet = Fleet::unmigrated(&format!("{base}/{name}"), "s").await;
+        let db = RoleDatabase {
+            admin_url: format!("{user_part}@{host}/{name}"),
+            server,
+            name,
+            fleet,
+        };
+        db.run_docs_role_block().await;
+        Some(db)
+    }
+
+    /// Runs the docs' role block as the superuser, on this database: each statement as
+    /// written, the database's name put in for `toolward`.
+    async fn run_docs_role_block(&self) {
+        let _one_at_a_time = ROLES_MADE.lock().await;
+        let client = connect(&self.admin_url).await;
+        let block = docs_role_block().replace(
+            "ON DATABASE toolward ",
+            &format!("ON DATABASE {} ", self.name),
+        );
+        let statements = block
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for statement in statements
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            match client.batch_execute(statement).await {
+                Ok(()) => {}
+                // Made by an earlier run or test: roles outlive databases.
+                Err(e)
+                    if statement.starts_with("CREATE ROLE")
+                        && e.code().map(|c| c.code()) == Some(DUPLICATE_OBJECT) => {}
+                Err(e) => panic!("docs/fleet.md: `{statement}` failed: {e}"),
+            }
+        }
+    }
+
+    /// The URL of this database as `role`.
+    fn url(&self, (role, password): (&str, &str)) -> String {
+        let host = self.server.trim_start_matches("postgres://");
+        format!("postgres://{role}:{password}@{host}/{}", self.name)
+    }
+
+    /// A config of the fleet's, on this database as `role`.
+    fn config(&self, role: (&str, &str)) -> std::path::PathBuf {
+        self.fleet.config_for(role.0, &self.url(role))
+    }
+
+    /// A connection as `role`, to try what it must be refused.
+    async fn connect(&self, role: (&str, &str)) -> deadpool_postgres::Object {
+        connect(&self.url(role)).await
+    }
+
+    /// `toolward store migrate` as the owner, through the binary.
+    fn migrate(&self) -> String {
+        let (ok, stdout, stderr) = toolward(&self.config(OWNER), &["store", "migrate"]);
+        assert!(ok, "migrate as the owner failed: {stdout}{stderr}");
+        stdout
+    }
+
+    async fn drop_database(self) {
+        let admin = PgStore::new(&self.admin_url.replace(&self.name, "toolward"))
+            .unwrap()
+            .pool()
+            .unwrap();
+        let _ = admin
+            .get()
+            .await
+            .unwrap()
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await;
+    }
+}
+
+/// SQLSTATE `insufficient_privilege`: what every refused statement must fail with.
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+
+/// SQLSTATE `duplicate_object`: a role that exists already.
+const DUPLICATE_OBJECT: &str = "42710";
+
+/// One connection to `url` (through toolward's store, so with its TLS settings).
+async fn connect(url: &str) -> deadpool_postgres::Object {
+    PgStore::new(url)
+        .unwrap()
+        .pool()
+        .unwrap()
+        .get()
+        .await
+        .unwrap()
+}
+
+/// Runs `toolward ARGS --config CONFIG`: whether it succeeded, its stdout and its stderr.
+fn toolward(config: &Path, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(toolward_binary().unwrap())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Asserts that `statement`, run as the role of `client`, is refused for lack of privilege.
+async fn assert_denied(client: &deadpool_postgres::Object, role: &str, statement: &str) {
+    match client.batch_execute(statement).await {
+        Ok(()) => panic!("`{role}` was allowed `{statement}`"),
+        Err(e) => assert_eq!(
+            e.code().map(|c| c.code()),
+            Some(INSUFFICIENT_PRIVILEGE),
+            "`{role}`: `{statement}`: {e}"
+        ),
+    }
+}
+
+/// Every record of the database's chain, read as the auditor (`audit export`).
+fn exported(db: &RoleDatabase) -> Vec<Value> {
+    let out = db.fleet.dir.path().join("export.jsonl");
+    let (ok, stdout, stderr) = toolward(
+        &db.config(AUDITOR),
+        &["audit", "export", "--out", out.to_str().unwrap()],
+    );
+    assert!(ok, "audit export as the auditor failed: {stdout}{stderr}");
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
+    let Some(db) = RoleDatabase::new("migrate as the owner").await else {
+        return;
+    };
+    let first = db.migrate();
+    assert!(
+        first.contains("created the schema, version 2")
+            && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
+            && first.contains("schema version 2"),
+        "{first}"
+    );
+    let again = db.migrate();
+    assert!(
+        again.contains("schema version 2 already; nothing to create")
+            && !again.contains("made the fleet's"),
+        "{again}"
+    );
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_role_calls_and_is_audited_but_cannot_delete_or_update_audit_rows() {
+    let Some(db) = RoleDatabase::new("gateway role").await else {
+        return;
+    };
+    db.migrate();
+    let (ok, stdout, stderr) = toolward(
+        &db.config(GATEWAY),
+        &["call", "s__echo", "--args", r#"{"as": "gateway"}"#],
+    );
+    assert!(ok, "a call as the gateway failed: {stdout}{stderr}");
+    let records = exported(&db);
+    let kinds: Vec<&str> = records
+        .iter()
+        .filter(|r| r["tool"] == "s__echo")
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["call-received", "decision", "forwarded", "result"],
+        "{records:?}"
+    );
+
+    let gateway = db.connect(GATEWAY).await;
+    for statement in [
+        "DELETE FROM toolward_audit",
+        "UPDATE toolward_audit SET line = line",
+        "TRUNCATE toolward_audit",
+        "DELETE FROM toolward_approvals",
+        "UPDATE toolward_approvals SET answerer = 'gw'",
+        "UPDATE toolward_schema SET version = 3",
+        "CREATE TABLE toolward_more (x int)",
+    ] {
+        assert_denied(&gateway, GATEWAY.0, statement).await;
+    }
+    let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
+    assert!(ok && stdout.contains("chain intact"), "{stdout}{stderr}");
+    drop(gateway);
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
+    let Some(db) = RoleDatabase::new("approver role").await else {
+        return;
+    };
+    db.migrate();
+    let gateway = Gateway::start(&db.config(GATEWAY));
+    let client = gateway.client().await;
+    let run = toolward::call::new_ulid();
+    let held = tokio::spawn({
+        let run = run.clone();
+        async move { call(&client, "s__write", json!({"run": run})).await }
+    });
+    let approver = db.config(APPROVER);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let call_id = loop {
+        let (ok, stdout, stderr) = toolward(&approver, &["approvals", "list", "--json"]);
+        assert!(
+            ok,
+            "approvals list as the approver failed: {stdout}{stderr}"
+        );
+        let listed: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+        if let Some(entry) = listed
+            .iter()
+            .find(|e| e["arguments"].as_str().is_some_and(|a| a.contains(&run)))
+        {
+            break entry["call_id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "the held call was never listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (ok, stdout, stderr) = toolward(&approver, &["approvals", "approve", &call_id]);
+    assert!(ok, "approve as the approver failed: {stdout}{stderr}");
+    let result = held.await.unwrap().unwrap();
+    assert_eq!(result["isError"], json!(false), "{result}");
+    drop(gateway);
+    assert!(
+        exported(&db)
+            .iter()
+            .any(|r| r["kind"] == "approval-answered" && r["call_id"] == json!(call_id)),
+        "the answer is not on record"
+    );
+
+    let approver = db.connect(APPROVER).await;
+    for statement in [
+        "INSERT INTO toolward_audit (seq, line) VALUES (1000000, '\\x7b7d')",
+        "UPDATE toolward_audit_head SET next_seq = 0",
+        "SELECT * FROM toolward_audit",
+        "SELECT * FROM toolward_keys",
+        "UPDATE toolward_approvals SET request = '{}'",
+        "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ('x', '{}', 'x', 0, 0)",
+    ] {
+        assert_denied(&approver, APPROVER.0, statement).await;
+    }
+    drop(approver);
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auditor_role_verifies_shows_and_tails_the_database_chain_but_cannot_write_anything() {
+    let Some(db) = RoleDatabase::new("auditor role").await else {
+        return;
+    };
+    db.migrate();
+    let (ok, stdout, stderr) = toolward(
+        &db.config(GATEWAY),
+        &["call", "s__echo", "--args", r#"{"as": "auditor"}"#],
+    );
+    assert!(ok, "a call as the gateway failed: {stdout}{stderr}");
+    let auditor = db.config(AUDITOR);
+    let (ok, stdout, stderr) = toolward(&auditor, &["audit", "verify"]);
+    assert!(
+        ok && stdout.contains("chain intact") && stdout.contains(": matches"),
+        "{stdout}{stderr}"
+    );
+    // `show` and `tail` read the database the config names, not an `audit.jsonl` beside it.
+    let (ok, stdout, stderr) = toolward(&auditor, &["audit", "show", "--decision", "allow"]);
+    assert!(ok, "audit show as the auditor failed: {stdout}{stderr}");
+    assert!(
+        stdout.contains("s__echo") && stdout.contains(" records match"),
+        "{stdout}{stderr}"
+    );
+    let records = exported(&db);
+    let (ok, stdout, stderr) = toolward(&auditor, &["audit", "tail", "-n", "1", "--json"]);
+    assert!(ok, "audit tail as the auditor failed: {stdout}{stderr}");
+    let last: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(last, records[records.len() - 1], "{stdout}");
+
+    let auditor = db.connect(AUDITOR).await;
+    for statement in [
+        "INSERT INTO toolward_audit (seq, line) VALUES (1000000, '\\x7b7d')",
+        "DELETE FROM toolward_audit",
+        "UPDATE toolward_audit_head SET next_seq = 0",
+        "UPDATE toolward_approvals SET state = 'approved'",
+        "INSERT INTO toolward_request_states (call_id, expires_ms) VALUES ('x', 0)",
+        "DELETE FROM toolward_facts",
+        "UPDATE toolward_schema SET version = 3",
+        "SELECT * FROM toolward_keys",
+        "CREATE TABLE toolward_more (x int)",
+    ] {
+        assert_denied(&auditor, AUDITOR.0, statement).await;
+    }
+    drop(auditor);
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_creates_nothing() {
+    let Some(db) = RoleDatabase::new("unmigrated").await else {
+        return;
+    };
+    let config = db.config(GATEWAY);
+    let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
+    assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
+    let expected = format!(
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 2: run `toolward store migrate --config {}` as the role that owns the tables",
+        db.server,
+        db.name,
+        config.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(
+        !stderr.contains(GATEWAY.1),
+        "the password was printed: {stderr}"
+    );
+    // The auditor and the approver refuse the same way.
+    for (role, args) in [
+        (AUDITOR, &["audit", "verify"][..]),
+        (APPROVER, &["approvals", "list"][..]),
+    ] {
+        let (ok, stdout, stderr) = toolward(&db.config(role), args);
+        assert!(
+            !ok && stderr.contains("run `toolward store migrate --config"),
+            "{}: {stdout}{stderr}",
+            role.0
+        );
+    }
+    let owner = db.connect(OWNER).await;
+    let tables: i64 = owner
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'toolward%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "a refused open created tables");
+    drop(owner);
+    db.drop_database().await;
+}
