@@ -1130,10 +1130,6 @@ impl Reader<'_> {
     }
 
     /// `deny` and `deny_tcp` of a `confine` object (top-level or a server's).
-    #[expect(
-        clippy::type_complexity,
-        reason = "one private caller destructures the three fields at once"
-    )]
     fn confine_fields(
         &self,
         map: &Map<String, Value>,
