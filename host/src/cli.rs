@@ -864,10 +864,7 @@ async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
 async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
     let config = read_config(config_path)?;
     match toolward::Toolward::start(config).await {
-        Ok(toolward) => {
-            print_audit_head(&toolward);
-            Ok(toolward)
-        }
+        Ok(toolward) => Ok(toolward),
         Err(
             error @ toolward::start::StartFailure::Audit(
                 toolward::audit::AuditError::HeadMismatch { .. },
@@ -884,6 +881,7 @@ async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
 
 async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     let toolward = start(config_path).await?;
+    print_audit_head(&toolward);
     for message in toolward.report().messages() {
         tracing::warn!("{message}");
     }
@@ -910,6 +908,7 @@ async fn serve_http(
     allow_non_loopback: bool,
 ) -> Result<ExitCode, Failure> {
     let toolward = start(config_path).await?;
+    print_audit_head(&toolward);
     for message in toolward.report().messages() {
         tracing::warn!("{message}");
     }
@@ -1406,7 +1405,8 @@ fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the audit log's head at start, so the operator can keep it elsewhere.
+/// Prints the audit log's head when a gateway starts (`serve`), so the operator can keep it
+/// elsewhere; `call`, one call from a terminal, does not repeat it (`audit verify` prints it).
 fn print_audit_head(toolward: &toolward::Toolward) {
     if let Some(head) = toolward.audit_head() {
         eprintln!("toolward: {}: head {head}", toolward.audit_store());
