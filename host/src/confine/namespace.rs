@@ -210,6 +210,7 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
             Err(_) => {}
         }
     }
+    hold_ancestors(withheld)?;
     let staging = Path::new(STAGING);
     if !files.is_empty() {
         mount_tmpfs(staging, hardened)?;
@@ -257,6 +258,45 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     // A working folder beneath a cover would still reach what it covers: resolve it again.
     if let Ok(cwd) = std::env::current_dir() {
         let _ = std::env::set_current_dir(cwd);
+    }
+    Ok(())
+}
+
+/// Makes each folder on the way to a withheld path (below `/`) read-only, with every entry in
+/// it bound back as it was: the folder itself, the config's folder among them, can then be
+/// neither `chmod`ed nor have its times changed from inside (a server that made the config's
+/// folder writable to others for a moment let another user swap the config), while what lies
+/// in it stays as writable as before. Nothing is lost: Landlock already refuses creating,
+/// removing and renaming directly in these folders. A rename or link between two entries of
+/// one of them now crosses a mount (`EXDEV`).
+fn hold_ancestors(withheld: &[PathBuf]) -> Result<(), ConfineError> {
+    let mut ancestors: Vec<&Path> = withheld
+        .iter()
+        .flat_map(|path| path.ancestors().skip(1))
+        .filter(|folder| folder.parent().is_some())
+        .collect();
+    ancestors.sort();
+    ancestors.dedup();
+    for folder in &ancestors {
+        bind(folder, folder, true)?;
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = folder.join(entry.file_name());
+            let kind = entry.file_type();
+            if ancestors.contains(&path.as_path())
+                || withheld.contains(&path)
+                || kind.is_ok_and(|kind| kind.is_symlink())
+            {
+                continue;
+            }
+            // Gone since it was listed, or a kind that cannot be bound: it stays read-only.
+            let _ = bind(&path, &path, true);
+        }
+    }
+    for folder in &ancestors {
+        remount_read_only(folder, locked_flags(folder))?;
     }
     Ok(())
 }

@@ -220,6 +220,8 @@ fn metadata_watching_and_siblings_are_out_of_reach(uid: Option<u32>) {
         "env",
         json!({ "SIBLING_SECRET": secret, MARKER_VARIABLE: marker }),
     );
+    let beside = bench.path().join("sandbox");
+    std::fs::create_dir_all(&beside).unwrap();
     let config = prepared(&bench, &bin, uid);
     let mut serve = serve(&bin, &config, uid);
     let state = bench.path().join("state");
@@ -228,6 +230,17 @@ fn metadata_watching_and_siblings_are_out_of_reach(uid: Option<u32>) {
     if let Some(uid) = uid {
         chown_tree(&state, uid);
     }
+    // The folders on the way to what is withheld keep their mode too: the config's folder
+    // made writable to others for a moment would let another user swap the config.
+    let folder_mode = mode(bench.path());
+    let text = serve.probe("probe__chmod", json!({ "path": bench.path() }));
+    assert!(refused(&text), "chmod of the config's folder: {text}");
+    assert_eq!(mode(bench.path()), folder_mode);
+    // What lies beside the withheld paths stays writable.
+    assert_eq!(
+        serve.probe("probe__write", json!({ "path": beside.join("new.txt") })),
+        "ok"
+    );
     let withheld: Vec<PathBuf> = [
         state.clone(),
         state.join("approval-key"),
