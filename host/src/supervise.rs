@@ -121,6 +121,14 @@ fn confinement_detail(c: &Confinement) -> serde_json::Value {
     })
 }
 
+/// Marks `server` down for good with `down` as the reason its tools answer with, and tells
+/// the clients.
+fn mark_down(registry: &Registry, server: &str, down: String) {
+    let told = format!("{down}: its tools answer with an error");
+    registry.set_connection(server, Connection::Down { reason: down });
+    registry.tell_clients(told);
+}
+
 /// Queues `event` in `audit`, if any (never blocks: a restart waits for no sync).
 fn record(audit: Option<&Arc<dyn AuditStore>>, event: AuditEvent) {
     if let Some(audit) = audit
@@ -170,13 +178,7 @@ async fn supervise(
                     0 => format!("{why}; it is not restarted (`restart_attempts` is 0)"),
                     n => format!("{why}; it was not restarted after {n} attempts in a row"),
                 };
-                registry.set_connection(
-                    &server,
-                    Connection::Down {
-                        reason: down.clone(),
-                    },
-                );
-                registry.tell_clients(format!("{down}: its tools answer with an error"));
+                mark_down(&registry, &server, down);
                 return;
             }
             in_a_row += 1;
@@ -207,13 +209,7 @@ async fn supervise(
                         ..AuditEvent::new(AuditKind::Refusal)
                     },
                 );
-                registry.set_connection(
-                    &server,
-                    Connection::Down {
-                        reason: down.clone(),
-                    },
-                );
-                registry.tell_clients(format!("{down}: its tools answer with an error"));
+                mark_down(&registry, &server, down);
                 return;
             }
             attempts += 1;

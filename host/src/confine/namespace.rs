@@ -273,7 +273,9 @@ fn hold_ancestors(withheld: &[PathBuf]) -> Result<(), ConfineError> {
     let mut ancestors: Vec<&Path> = withheld
         .iter()
         .flat_map(|path| path.ancestors().skip(1))
-        .filter(|folder| folder.parent().is_some())
+        // Not `/`; and a folder on the way to a withheld path that does not exist yet (a state
+        // folder made later) is not there to hold.
+        .filter(|folder| folder.parent().is_some() && folder.is_dir())
         .collect();
     ancestors.sort();
     ancestors.dedup();
