@@ -37,6 +37,7 @@
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::ConfineError;
@@ -178,7 +179,7 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
         }
         if let Ok(file) = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags_path()
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
             .open(path)
         {
             allowed.push((path.clone(), OwnedFd::from(file)));
@@ -654,15 +655,4 @@ pub fn probe() -> Result<(), String> {
     } else {
         crate::text::escape(reason)
     })
-}
-
-/// `O_PATH`, for a handle on a folder that is only bound elsewhere.
-trait PathOnly {
-    fn custom_flags_path(&mut self) -> &mut Self;
-}
-
-impl PathOnly for std::fs::OpenOptions {
-    fn custom_flags_path(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_PATH | libc::O_CLOEXEC)
-    }
 }
