@@ -70,10 +70,11 @@ use std::time::Duration;
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
 use serde::{Deserialize, Serialize};
 
+use crate::audit::AuditStore;
 use crate::audit::{AuditEvent, AuditKind};
 use crate::canonical;
-use crate::store::AuditStore;
-use crate::store::{Key, StateDir, StateError, check_private};
+pub use crate::identity::{AnsweredBy, Channel, MAX_PASSWD_BYTES, OsUser, current_os_user};
+use crate::state_dir::{Key, StateDir, StateError, check_private};
 use crate::text;
 
 /// How often a [`QueueApprover`] looks for an answer file.
@@ -102,9 +103,6 @@ pub const MAX_DISPLAYED_NAME_CHARS: usize = 128;
 /// Most `approval-forged` records written for one held call: a process that keeps dropping
 /// answer files cannot fill the audit log. Forgeries past it are still ignored and logged.
 pub const MAX_FORGERIES_AUDITED: usize = 16;
-
-/// Most bytes of `/etc/passwd` read to name the operating-system user: 4 MiB.
-pub const MAX_PASSWD_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The key (in the state folder) that MACs pending entries and answers.
 pub const APPROVAL_KEY: &str = "approval-key";
@@ -236,134 +234,6 @@ pub enum ApprovalAnswer {
     Denied(String),
     /// Nobody answered in time: a deny.
     TimedOut,
-}
-
-/// Through which channel an approval was asked and answered (`channel` of
-/// [`AnsweredBy`], kebab-case in the audit record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Channel {
-    /// A terminal of the process that made the call (`toolward call`).
-    Terminal,
-    /// MCP elicitation, answered by the person at the client of a principal.
-    Elicitation,
-    /// The state folder's queue, answered with `toolward approvals` by an operating-system
-    /// user.
-    Queue,
-    /// An embedding program's own approver ([`FnApprover`] or its own [`Approver`]).
-    Embedder,
-    /// Nobody could be asked ([`DenyAll`]).
-    Unavailable,
-}
-
-impl Channel {
-    /// The channel's name as recorded (`terminal`, `elicitation`, `queue`, `embedder`,
-    /// `unavailable`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Terminal => "terminal",
-            Self::Elicitation => "elicitation",
-            Self::Queue => "queue",
-            Self::Embedder => "embedder",
-            Self::Unavailable => "unavailable",
-        }
-    }
-}
-
-/// Who answered an approval and how: recorded as `answered_by` in the `approval-answered`
-/// audit record.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct AnsweredBy {
-    /// The channel the approval went through.
-    pub channel: Channel,
-    /// Who answered: the operating-system user's name (terminal, queue), the principal of
-    /// the client's connection (elicitation), what an embedder calls itself. `None` when
-    /// nobody answered (a timeout, a failure to ask).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answerer: Option<String>,
-    /// The operating-system user's effective uid (terminal, queue).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<u32>,
-}
-
-impl AnsweredBy {
-    /// Nobody answered through `channel` (a timeout, a failure to ask).
-    pub fn nobody(channel: Channel) -> AnsweredBy {
-        AnsweredBy {
-            channel,
-            answerer: None,
-            uid: None,
-        }
-    }
-
-    /// The operating-system user `user`, through `channel`.
-    pub fn os_user(channel: Channel, user: &OsUser) -> AnsweredBy {
-        AnsweredBy {
-            channel,
-            answerer: Some(user.name.clone()),
-            uid: Some(user.uid),
-        }
-    }
-
-    /// The person at the client of `principal`, through MCP elicitation.
-    pub fn principal(principal: &str) -> AnsweredBy {
-        AnsweredBy {
-            channel: Channel::Elicitation,
-            answerer: Some(principal.to_owned()),
-            uid: None,
-        }
-    }
-}
-
-impl fmt::Display for AnsweredBy {
-    /// `queue: user `alice` (uid 1000)`, `elicitation: principal `ci``, `terminal: nobody`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let who = self.answerer.as_deref().map(text::escape);
-        match (&who, self.uid, self.channel) {
-            (None, _, channel) => write!(f, "{}: nobody", channel.as_str()),
-            (Some(name), Some(uid), channel) => {
-                write!(f, "{}: user `{name}` (uid {uid})", channel.as_str())
-            }
-            (Some(name), None, Channel::Elicitation) => {
-                write!(f, "elicitation: principal `{name}`")
-            }
-            (Some(name), None, channel) => write!(f, "{}: `{name}`", channel.as_str()),
-        }
-    }
-}
-
-/// An operating-system user: the effective uid of this process and its name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OsUser {
-    /// The effective uid.
-    pub uid: u32,
-    /// The name `/etc/passwd` gives the uid (read at most [`MAX_PASSWD_BYTES`]), else the
-    /// `USER` variable, else `uid N`.
-    pub name: String,
-}
-
-/// The operating-system user this process runs as (see [`OsUser`]).
-pub fn current_os_user() -> OsUser {
-    let uid = crate::store::state_dir::euid();
-    let from_passwd = std::fs::File::open("/etc/passwd").ok().and_then(|file| {
-        let mut bytes = Vec::new();
-        file.take(MAX_PASSWD_BYTES).read_to_end(&mut bytes).ok()?;
-        passwd_name(&String::from_utf8_lossy(&bytes), uid)
-    });
-    let name = from_passwd
-        .or_else(|| std::env::var("USER").ok().filter(|name| !name.is_empty()))
-        .unwrap_or_else(|| format!("uid {uid}"));
-    OsUser { uid, name }
-}
-
-/// The name of `uid` in the text of a `passwd` file (`name:password:uid:...` lines).
-fn passwd_name(passwd: &str, uid: u32) -> Option<String> {
-    passwd.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        let found: u32 = fields.nth(1)?.parse().ok()?;
-        (found == uid && !name.is_empty()).then(|| name.to_owned())
-    })
 }
 
 /// An approver's answer: the verdict and who gave it through which channel.
@@ -748,14 +618,14 @@ impl Queue {
         let file = match open_entry(&self.answers, &name, &path) {
             Ok(None) => return None,
             Ok(Some(file)) => file,
-            Err(error) => return Some(Err((crate::load::error_chain(&error), None))),
+            Err(error) => return Some(Err((crate::text::error_chain(&error), None))),
         };
         let identity = file.metadata().ok().map(|meta| {
             use std::os::unix::fs::MetadataExt as _;
             (meta.dev(), meta.ino())
         });
         let answer = read_all(&file, &path)
-            .map_err(|error| crate::load::error_chain(&error))
+            .map_err(|error| crate::text::error_chain(&error))
             .and_then(|bytes| verify_answer(&bytes, request, &self.key));
         Some(answer.map_err(|why| (why, identity)))
     }
@@ -827,7 +697,7 @@ fn entry_name(call_id: &str) -> String {
 /// A fresh name for a file written before it is renamed or linked into place; it starts
 /// with `.`, so listings skip it.
 fn temporary_name(call_id: &str) -> String {
-    format!(".{call_id}.{}.tmp", crate::call::new_ulid())
+    format!(".{call_id}.{}.tmp", crate::ids::new_ulid())
 }
 
 /// Creates the new file `name` in `dir`, mode `0600`, for writing.
@@ -836,7 +706,7 @@ fn create_private(dir: &Dir, name: &str, path: &Path) -> Result<std::fs::File, A
     options
         .write(true)
         .create_new(true)
-        .mode(crate::store::state_dir::FILE_MODE);
+        .mode(crate::state_dir::FILE_MODE);
     dir.open_with(name, &options)
         .map(cap_std::fs::File::into_std)
         .map_err(|source| ApprovalError::Io {
@@ -1010,7 +880,7 @@ impl Approver for QueueApprover {
                         "the approval request for tool `{}` on server `{}` could not be queued: {}",
                         text::escape(&request.exposed_tool),
                         text::escape(&request.server),
-                        crate::load::error_chain(&error)
+                        crate::text::error_chain(&error)
                     ));
                 }
             };

@@ -108,9 +108,11 @@ use crate::canonical::sha256_hex;
 pub mod head;
 pub mod read;
 pub mod replay;
+pub mod store;
 pub mod writer;
 
 pub use head::{AuditHead, HeadProblem, read_head};
+pub use store::AuditStore;
 pub use writer::{AuditLog, LOG_MODE, SYNC_DELAY};
 
 /// The `prev` of the first record: 64 zeros (the width of a SHA-256 in hex).
@@ -244,10 +246,10 @@ pub enum AuditError {
     },
     /// The PostgreSQL store could not take or return records.
     #[error(transparent)]
-    Postgres(#[from] crate::store::postgres::PgError),
+    Postgres(#[from] crate::database::PgError),
     /// The state folder, or the head file in it, cannot be used.
     #[error(transparent)]
-    State(#[from] crate::store::StateError),
+    State(#[from] crate::state_dir::StateError),
     /// The head file does not hold a head.
     #[error(
         "audit head `{path}` is not a head written by toolward: check the log with `toolward audit verify LOG` against a head kept elsewhere (one an earlier start printed) before removing this file, which makes the log's end its head"
@@ -523,7 +525,7 @@ pub struct AuditEvent {
     /// (`{"channel": "queue", "answerer": "alice", "uid": 1000}`); no `answerer` when nobody
     /// did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answered_by: Option<crate::approval::AnsweredBy>,
+    pub answered_by: Option<crate::identity::AnsweredBy>,
     /// Whether the server's result was a tool error (`isError`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
@@ -1211,10 +1213,10 @@ mod tests {
     }
 
     /// A state folder and a log with a head in it, of `n` records.
-    fn headed_log_of(n: u64) -> (tempfile::TempDir, PathBuf, crate::store::StateDir) {
+    fn headed_log_of(n: u64) -> (tempfile::TempDir, PathBuf, crate::state_dir::StateDir) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let state = crate::store::StateDir::open(&dir.path().join("state")).unwrap();
+        let state = crate::state_dir::StateDir::open(&dir.path().join("state")).unwrap();
         let log = AuditLog::open_with_head(&path, AuditSync::Always, &state).unwrap();
         for i in 0..n {
             log.append(event(AuditKind::CallReceived, &format!("c{i}")))

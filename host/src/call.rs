@@ -50,21 +50,24 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::ids::{new_ulid, now_ms};
 
 use serde_json::{Map, Value as Json, json};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::approval::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver};
+use crate::audit::AuditStore;
 use crate::audit::{AuditDecision, AuditEvent, AuditKind, ComponentHashes};
 use crate::canonical::{self, Value};
 use crate::component::{CallView, Decision, Policy};
 use crate::config::{self, Config};
+use crate::facts::{Change, FactKeys, FactScopes, FactStore, Facts};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
-use crate::store::AuditStore;
+use crate::schema::validator::build_validator;
 use crate::store::RequestStateLedger;
-use crate::store::facts::{Change, FactKeys, FactScopes, FactStore, Facts};
 use crate::telemetry::{CallTrace, Telemetry};
 use crate::text;
 use crate::transport::Upstream;
@@ -1243,56 +1246,6 @@ impl Run<'_> {
     }
 }
 
-/// A validator for `schema` under `dialect`, offline: the `jsonschema` crate never reads a
-/// file or fetches a URL for it.
-///
-/// # Errors
-/// The schema's problem, values masked.
-pub fn build_validator(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, String> {
-    compile(schema, dialect).map_err(|problem| problem.reason)
-}
-
-/// Why a schema cannot be compiled into a validator (see [`check_validator`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidatorProblem {
-    /// The JSON Pointer of the place in the schema the validator refuses (`""`: the root).
-    pub pointer: String,
-    /// What is wrong there, values masked.
-    pub reason: String,
-}
-
-/// Checks that `schema` compiles into a validator under `dialect`, as every call of the tool
-/// will need: load refuses a tool whose schema passes toolward's own checks but not the
-/// validator's (an `items` array under 2020-12, a `pattern` that is not a regular
-/// expression), rather than offer a tool whose every call would fail.
-///
-/// # Errors
-/// The place and the problem.
-pub fn check_validator(schema: &Value, dialect: Dialect) -> Result<(), ValidatorProblem> {
-    compile(schema, dialect).map(|_| ())
-}
-
-fn compile(schema: &Value, dialect: Dialect) -> Result<jsonschema::Validator, ValidatorProblem> {
-    let draft = match dialect {
-        Dialect::Draft7 => jsonschema::Draft::Draft7,
-        Dialect::Draft201909 => jsonschema::Draft::Draft201909,
-        Dialect::Draft202012 => jsonschema::Draft::Draft202012,
-    };
-    // `to_serde_json` is lossy for numbers beyond `i64`/`u64` and non-`f64` decimals: a bound
-    // such as `9007199254740993` is compared as the nearest `f64`. The pinned hash still
-    // covers the exact text.
-    jsonschema::options()
-        .with_draft(draft)
-        .offline()
-        .build(&schema.to_serde_json())
-        .map_err(|error| ValidatorProblem {
-            // Compiling validates the schema as an instance of its meta-schema: the instance
-            // path is the place in the schema.
-            pointer: error.instance_path().to_string(),
-            reason: error.masked().to_string(),
-        })
-}
-
 /// Validates `instance`; the problems, each with its instance path, values masked.
 fn problems(validator: &jsonschema::Validator, instance: &Json) -> String {
     let mut shown = Vec::new();
@@ -1497,65 +1450,9 @@ fn quote(text: &str) -> String {
     text::quote(text, MAX_QUOTED_BYTES)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// Crockford's base 32 alphabet, as ULIDs spell it.
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-/// A fresh ULID: 48 bits of milliseconds since the Unix epoch, then 80 random bits, as 26
-/// characters of Crockford's base 32. Sorts by time; unique with overwhelming probability.
-/// The random bits come from `/dev/urandom`, or, where it cannot be read, from the standard
-/// library's randomly keyed hasher mixed with a counter.
-pub fn new_ulid() -> String {
-    let time = u128::from(now_ms() & ((1 << 48) - 1));
-    let random = random_80() & ((1u128 << 80) - 1);
-    let value = (time << 80) | random;
-    (0..26)
-        .map(|index| {
-            let shift = 125 - 5 * index;
-            let digit = usize::try_from((value >> shift) & 31).unwrap_or(0);
-            char::from(CROCKFORD.get(digit).copied().unwrap_or(b'0'))
-        })
-        .collect()
-}
-
-fn random_80() -> u128 {
-    // `getrandom(2)`: one system call, no file opened per call.
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_ok() {
-        return u128::from_le_bytes(bytes);
-    }
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let state = std::collections::hash_map::RandomState::new();
-    let word = |salt: u64| {
-        let mut hasher = state.build_hasher();
-        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-        hasher.write_u64(salt);
-        hasher.write_u128(Instant::now().elapsed().as_nanos());
-        hasher.finish()
-    };
-    (u128::from(word(1)) << 64) | u128::from(word(2))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ulids_are_26_crockford_characters_and_differ() {
-        let a = new_ulid();
-        let b = new_ulid();
-        assert_eq!(a.len(), 26);
-        assert!(a.bytes().all(|c| CROCKFORD.contains(&c)), "{a}");
-        assert_ne!(a, b);
-    }
 
     #[test]
     fn content_past_the_cap_is_cut_at_a_character_boundary_and_marked() {

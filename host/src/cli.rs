@@ -726,7 +726,10 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         }
     }
     for error in outcome.failures.values() {
-        eprintln!("toolward: not pinned: {}", load::error_chain(error));
+        eprintln!(
+            "toolward: not pinned: {}",
+            toolward::text::error_chain(error)
+        );
     }
     for (server, tools) in &outcome.refused {
         for (tool, why) in tools {
@@ -1272,7 +1275,7 @@ async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode,
         let dir = std::env::temp_dir().join(format!(
             "toolward-verify-{}-{}",
             std::process::id(),
-            toolward::call::new_ulid()
+            toolward::ids::new_ulid()
         ));
         std::fs::create_dir(&dir).map_err(failure)?;
         let file = dir.join("audit.jsonl");

@@ -271,7 +271,7 @@ pub enum ComponentError {
     /// The compiled-component cache's folder, key or an entry cannot be trusted (another
     /// owner, access for group or others, a symlink) or reached.
     #[error(transparent)]
-    State(crate::store::StateError),
+    State(crate::state_dir::StateError),
     /// The compiled-component cache could not be used.
     #[error("compiled-component cache `{path}`: {reason}")]
     Cache {

@@ -633,7 +633,7 @@ pub fn grants(deny: &[PathBuf], allow: &[PathBuf]) -> Result<Vec<Grant>, Confine
     Ok(out)
 }
 
-/// The withheld paths of `deny`, resolved ([`resolve`]), sorted, none beneath another (a
+/// The withheld paths of `deny`, resolved (`resolve`), sorted, none beneath another (a
 /// withheld path inside another is already withheld).
 ///
 /// # Errors

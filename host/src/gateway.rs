@@ -73,8 +73,9 @@ use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, QueueApprover,
     display_arguments,
 };
-use crate::call::{CallContext, CallPath, new_ulid};
+use crate::call::{CallContext, CallPath};
 use crate::config::{self, Config};
+use crate::ids::new_ulid;
 use crate::registry::Connection;
 use crate::registry::RegisteredTool;
 use crate::text;
@@ -607,7 +608,7 @@ impl ServerHandler for Gateway {
         let principal = context
             .extensions
             .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<crate::listen::Principal>())
+            .and_then(|parts| parts.extensions.get::<crate::identity::Principal>())
             .map_or_else(|| self.settings.principal.clone(), |p| p.0.clone());
         // W3C Trace Context in `params._meta` (see `crate::telemetry`).
         let traceparent = context

@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use crate::client_config::{self, FoundClient};
 use crate::config::Config;
 use crate::manifest::Manifest;
-use crate::store::StateDir;
+use crate::state_dir::StateDir;
 
 pub use import::{Candidate, Renamed, Skipped};
 
@@ -72,7 +72,7 @@ pub enum InitError {
     Components(#[source] crate::load::StartError),
     /// The state folder could not be opened.
     #[error("cannot open the state folder: {0}")]
-    State(#[source] crate::store::StateError),
+    State(#[source] crate::state_dir::StateError),
     /// Pinning failed as a whole.
     #[error("cannot pin: {0}")]
     Pin(#[source] crate::pin::PinError),
@@ -189,7 +189,7 @@ fn describe(entry: &Map<String, Value>) -> String {
     line
 }
 
-/// What [`write`] wrote.
+/// What `write` wrote.
 #[derive(Debug, Clone)]
 pub struct InitReport {
     /// The config written.
@@ -368,7 +368,7 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         failures: outcome
             .failures
             .values()
-            .map(|e| crate::load::error_chain(e))
+            .map(|e| crate::text::error_chain(e))
             .collect(),
     })
 }

@@ -83,7 +83,7 @@ use tower_service::Service;
 use crate::call::CallPath;
 use crate::config::ListenConfig;
 use crate::gateway::{Gateway, GatewaySettings};
-use crate::store::StateDir;
+use crate::state_dir::StateDir;
 
 /// The file in the state folder that holds the generated token: `listen-token`.
 pub const TOKEN_FILE: &str = "listen-token";
@@ -108,10 +108,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// audit records and the result around the two waits, which take milliseconds.
 pub const CALL_IN_FLIGHT_MARGIN: Duration = Duration::from_secs(5);
 
-/// The principal of a request: the name of the token it carried. `listen` puts it in the
-/// request's extensions; the gateway reads it from there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal(pub String);
+pub use crate::identity::Principal;
 
 /// The bounds that keep `serve --listen` serving under abuse. Defaults (from
 /// [`ListenConfig::default`]): header read timeout

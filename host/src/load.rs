@@ -35,12 +35,12 @@ use crate::config::Config;
 use crate::config::operator_file::{
     self, MAX_COMPONENT_BYTES, MAX_RULES_BYTES, MAX_SETTINGS_BYTES, OperatorFileError,
 };
+use crate::facts::FactScopes;
 use crate::listing::{self, ListedTool, ListingBounds};
 use crate::manifest::{Manifest, PinnedServer};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema;
-use crate::store::StateDir;
-use crate::store::facts::FactScopes;
+use crate::state_dir::StateDir;
 use crate::text;
 use crate::transport::Upstream;
 
@@ -331,21 +331,6 @@ pub fn contradicting_hint(
     None
 }
 
-/// One line: an error and each of its sources, joined by `: `.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let more = e.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = e.source();
-    }
-    text
-}
-
 /// Connects to a configured server (as `pin` does: its own `HOME`, the same limits).
 ///
 /// # Errors
@@ -356,7 +341,7 @@ pub async fn connect(config: &Config, server: &str) -> Result<Upstream, String> 
     };
     crate::pin::connect(config, server_config)
         .await
-        .map_err(|e| error_chain(&e))
+        .map_err(|e| text::error_chain(&e))
 }
 
 /// Loads every configured server against `manifest` with the configured `rules`: the
@@ -396,7 +381,7 @@ pub async fn load(
                 Some(
                     listing::list_tools(u, &bounds)
                         .await
-                        .map_err(|e| error_chain(&e)),
+                        .map_err(|e| text::error_chain(&e)),
                 )
             }
             Err(_) => None,
@@ -841,26 +826,25 @@ fn register(
     };
     let dialect = schema::check_input_schema(&tool.input_schema)
         .map_err(|r| schema_refusal("input schema", r))?;
-    let validator_refusal = |what: &str,
-                             dialect: schema::Dialect,
-                             p: crate::call::ValidatorProblem| {
-        Refusal {
-            tool: name.clone(),
-            reason: format!(
-                "the {what} of tool `{name}` of server `{server}` is refused: it cannot be used for validation under `$schema` `{}`: {}",
-                dialect.meta_schema_uri(),
-                p.reason
-            ),
-            description_diff: None,
-            pointers: vec![p.pointer],
-        }
-    };
-    crate::call::check_validator(&tool.input_schema, dialect)
+    let validator_refusal =
+        |what: &str, dialect: schema::Dialect, p: crate::schema::validator::ValidatorProblem| {
+            Refusal {
+                tool: name.clone(),
+                reason: format!(
+                    "the {what} of tool `{name}` of server `{server}` is refused: it cannot be used for validation under `$schema` `{}`: {}",
+                    dialect.meta_schema_uri(),
+                    p.reason
+                ),
+                description_diff: None,
+                pointers: vec![p.pointer],
+            }
+        };
+    crate::schema::validator::check_validator(&tool.input_schema, dialect)
         .map_err(|p| validator_refusal("input schema", dialect, p))?;
     if let Some(output) = &tool.output_schema {
         let output_dialect =
             schema::check_output_schema(output).map_err(|r| schema_refusal("output schema", r))?;
-        crate::call::check_validator(output, output_dialect)
+        crate::schema::validator::check_validator(output, output_dialect)
             .map_err(|p| validator_refusal("output schema", output_dialect, p))?;
     }
     if let Some(hint) = contradicting_hint(&tool.annotations, classification.effect) {
@@ -923,9 +907,11 @@ fn register(
                 }
             }
         }
-        let accepted =
-            crate::call::build_validator(&canonical::Value::from_serde_json(&standalone), dialect)
-                .map(|v| v.is_valid(&value.to_serde_json()));
+        let accepted = crate::schema::validator::build_validator(
+            &canonical::Value::from_serde_json(&standalone),
+            dialect,
+        )
+        .map(|v| v.is_valid(&value.to_serde_json()));
         if accepted != Ok(true) {
             return Err(Refusal {
                 tool: name.clone(),

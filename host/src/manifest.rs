@@ -68,7 +68,7 @@ use std::path::{Path, PathBuf};
 use crate::canonical::{self, CanonicalError, Value};
 use crate::config::operator_file::{self, OperatorFileError};
 use crate::schema;
-use crate::store::{StateDir, StateError};
+use crate::state_dir::{StateDir, StateError};
 use crate::text::{self, escape as visible};
 
 pub mod compact;
@@ -461,7 +461,7 @@ fn check_owner_and_mode(meta: &fs::Metadata, path: &Path) -> Result<(), Manifest
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        let euid = crate::store::state_dir::euid();
+        let euid = crate::identity::euid();
         if meta.uid() != euid {
             return Err(ManifestError::Owner {
                 path: path.to_path_buf(),

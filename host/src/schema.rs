@@ -76,6 +76,8 @@ use std::collections::{HashMap, HashSet};
 
 use crate::canonical::{Value, pointer_token};
 
+pub mod validator;
+
 /// The deepest nesting a schema document may have, in JSON levels: the root is level 0 and
 /// each array element or object member is one level deeper than its container (so one level
 /// of `properties` costs two). Real tool schemas nest well under 20; the bound keeps every

@@ -29,10 +29,10 @@ use crate::approval::Approver;
 use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes};
 use crate::call::{CallContext, CallPath, CallResult, CallSettings};
 use crate::config::{Config, StoreConfig};
+use crate::facts::FactStore;
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
-use crate::store::facts::FactStore;
 use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
 use crate::store::{ApprovalStore, AuditStore, RequestStateLedger, StateDir, StateDirApprovals};
 use crate::supervise::Supervisors;
@@ -60,13 +60,13 @@ pub enum StartFailure {
     Audit(#[from] crate::audit::AuditError),
     /// The PostgreSQL store (`store.postgres`) cannot be reached or used.
     #[error(transparent)]
-    Store(#[from] crate::store::postgres::PgError),
+    Store(#[from] crate::database::PgError),
     /// The state folder cannot be opened or trusted (another owner, access for others).
     #[error(transparent)]
-    State(#[from] crate::store::StateError),
+    State(#[from] crate::state_dir::StateError),
     /// The fact counters in the state folder cannot be opened (`docs/facts.md`).
     #[error(transparent)]
-    Facts(#[from] crate::store::facts::FactError),
+    Facts(#[from] crate::facts::FactError),
     /// The `telemetry` section's exporter cannot start.
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
@@ -225,13 +225,13 @@ impl Toolward {
         .with_telemetry(telemetry);
         let call_path = match fleet {
             Some((facts, ledger)) => call_path.with_facts(facts).with_ledger(ledger),
-            None => call_path.with_facts(Arc::new(crate::store::facts::StateFacts::open(&state)?)),
+            None => call_path.with_facts(Arc::new(crate::facts::StateFacts::open(&state)?)),
         };
         let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));
         Ok(Toolward {
             audit,
             approvals,
-            session: crate::call::new_ulid(),
+            session: crate::ids::new_ulid(),
             supervisors,
             config,
             call_path: Arc::new(call_path),

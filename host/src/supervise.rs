@@ -29,13 +29,13 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
+use crate::audit::AuditStore;
 use crate::audit::{AuditEvent, AuditKind};
 use crate::config::{Config, MAX_RESTART_BACKOFF_MS, ServerConfig};
 use crate::confine::Confinement;
 use crate::listing::{self, ListingBounds};
-use crate::load::error_chain;
 use crate::registry::{Connection, RegisteredTool, Registry};
-use crate::store::audit::AuditStore;
+use crate::text::error_chain;
 use crate::transport::{FailureReason, Upstream};
 
 /// How long a restarted server must stay up before its count of attempts in a row starts

@@ -194,6 +194,21 @@ pub fn escape_json(json: &str) -> String {
     out
 }
 
+/// One line: an error and each of its sources, joined by `: `.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let more = e.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = e.source();
+    }
+    text
+}
+
 #[cfg(test)]
 #[path = "text/tests.rs"]
 mod tests;

@@ -263,7 +263,7 @@ async fn two_gateways_on_one_database_keep_one_chain_through_a_kill_and_share_ap
     let mut gw2 = Gateway::start(&fleet.config(2));
     let c1 = Arc::new(gw1.client().await);
     let c2 = Arc::new(gw2.client().await);
-    let run = toolward::call::new_ulid();
+    let run = toolward::ids::new_ulid();
 
     // A call held on gateway 1, approved through gateway 2's config.
     let held = tokio::spawn({
@@ -437,7 +437,7 @@ struct OwnDatabase {
 impl OwnDatabase {
     fn start() -> OwnDatabase {
         // Directly under /tmp: as root the server runs as `postgres`, which must reach it.
-        let dir = std::env::temp_dir().join(format!("toolward-pg-{}", toolward::call::new_ulid()));
+        let dir = std::env::temp_dir().join(format!("toolward-pg-{}", toolward::ids::new_ulid()));
         let output = Self::script(&dir, "start");
         let url = output
             .split('\'')
@@ -684,7 +684,7 @@ async fn two_gateways_on_one_database_forward_no_more_than_a_limit_of_calls_made
     const CALLS: usize = 24;
     // A server of its own name: the database is shared with the tests running at once, and
     // the counters key on the server and tool.
-    let server = format!("l{}", toolward::call::new_ulid().to_lowercase());
+    let server = format!("l{}", toolward::ids::new_ulid().to_lowercase());
     let fleet = Fleet::with_server(&url, &server).await;
     std::fs::write(
         fleet.dir.path().join("rules.json"),

@@ -54,7 +54,7 @@ impl RoleDatabase {
         let admin = PgStore::new(&admin_url).unwrap().pool().unwrap();
         let name = format!(
             "toolward_roles_{}",
-            toolward::call::new_ulid().to_lowercase()
+            toolward::ids::new_ulid().to_lowercase()
         );
         admin
             .get()
@@ -275,7 +275,7 @@ async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
     db.migrate();
     let gateway = Gateway::start(&db.config(GATEWAY));
     let client = gateway.client().await;
-    let run = toolward::call::new_ulid();
+    let run = toolward::ids::new_ulid();
     let held = tokio::spawn({
         let run = run.clone();
         async move { call(&client, "s__write", json!({"run": run})).await }

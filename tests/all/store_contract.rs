@@ -1,5 +1,5 @@
 //! The store contract (`toolward::store::audit`, `toolward::store::approvals`,
-//! `toolward::store::facts`, `toolward::store::request_states`), one suite run against both
+//! `toolward::facts`, `toolward::store::request_states`), one suite run against both
 //! implementations: the state folder and PostgreSQL.
 //!
 //! Each contract is a function taking a [`Stores`] factory; [`contract!`] runs it on a fresh
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use toolward::approval::{ApprovalAnswer, ApprovalRequest, Channel};
 use toolward::audit::{AuditEvent, AuditHead, AuditKind, AuditLog, AuditSync};
-use toolward::store::facts::{Change, FactKeys, FactScopes, FactStore, StateFacts};
+use toolward::facts::{Change, FactKeys, FactScopes, FactStore, StateFacts};
 use toolward::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
 use toolward::store::{
     ApprovalStore, AuditStore, Redemption, RequestStateLedger, StateDir, StateDirApprovals,
@@ -237,7 +237,7 @@ fn fact_keys(server: &str, tool: &str, session: &str) -> FactKeys {
 async fn fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled(stores: &Stores) {
     const CALLS: u64 = 40;
     let stores = [stores.facts().await, stores.facts().await];
-    let server = toolward::call::new_ulid();
+    let server = toolward::ids::new_ulid();
     let now = fact_time();
     // Every call starts at once, so the reservations overlap (on PostgreSQL, each pool opens
     // several connections).
@@ -284,7 +284,7 @@ async fn fact_stores_on_one_backing_count_together_so_a_limit_is_not_doubled(sto
 async fn reservations_of_one_scope_count_together_and_touch_no_other_scope(stores: &Stores) {
     const CALLS: u64 = 30;
     let stores = [stores.facts().await, stores.facts().await];
-    let server = toolward::call::new_ulid();
+    let server = toolward::ids::new_ulid();
     let now = fact_time();
     let start = Arc::new(tokio::sync::Barrier::new(usize::try_from(CALLS).unwrap()));
     let mut tasks = Vec::new();
@@ -317,9 +317,9 @@ async fn reservations_of_one_scope_count_together_and_touch_no_other_scope(store
 /// call: what one store settles, the other sees.
 async fn settling_a_reservation_releases_holds_or_forwards_it(stores: &Stores) {
     let (a, b) = (stores.facts().await, stores.facts().await);
-    let keys = fact_keys(&toolward::call::new_ulid(), "write", "s");
+    let keys = fact_keys(&toolward::ids::new_ulid(), "write", "s");
     let now = fact_time();
-    let seen = |facts: toolward::store::facts::Facts| {
+    let seen = |facts: toolward::facts::Facts| {
         (
             facts.get("tool.forwarded.minute").unwrap(),
             facts.get("tool.held.minute").unwrap(),
@@ -335,7 +335,7 @@ async fn settling_a_reservation_releases_holds_or_forwards_it(stores: &Stores) {
     b.record(&keys, now + 3, Change::Forward).await.unwrap();
     assert_eq!(seen(a.reserve(&keys, now + 4).await.unwrap()), (1, 1, 1));
     // A release of a reservation nobody made does not go below zero.
-    let fresh = fact_keys(&toolward::call::new_ulid(), "write", "s");
+    let fresh = fact_keys(&toolward::ids::new_ulid(), "write", "s");
     a.record(&fresh, now, Change::Release).await.unwrap();
     assert_eq!(seen(b.reserve(&fresh, now).await.unwrap()), (0, 0, 0));
 }
@@ -347,7 +347,7 @@ async fn a_counted_call_leaves_the_minute_after_60_seconds_and_the_hour_after_60
     stores: &Stores,
 ) {
     let store = stores.facts().await;
-    let keys = fact_keys(&toolward::call::new_ulid(), "write", "");
+    let keys = fact_keys(&toolward::ids::new_ulid(), "write", "");
     let at = fact_time();
     store.reserve(&keys, at).await.unwrap();
     // Looks without counting: a reservation taken back at once.
@@ -374,7 +374,7 @@ async fn a_counted_call_leaves_the_minute_after_60_seconds_and_the_hour_after_60
 async fn of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first(stores: &Stores) {
     const REDEMPTIONS: usize = 16;
     let ledgers = [stores.ledger().await, stores.ledger().await];
-    let id = toolward::call::new_ulid();
+    let id = toolward::ids::new_ulid();
     let now = fact_time();
     let mut tasks = Vec::new();
     for i in 0..REDEMPTIONS {
@@ -401,7 +401,7 @@ async fn of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first(stores:
             .unwrap(),
         Redemption::AlreadyUsed
     );
-    let other = toolward::call::new_ulid();
+    let other = toolward::ids::new_ulid();
     assert_eq!(
         ledgers[0].redeem(&other, now + 120_000, now).await.unwrap(),
         Redemption::First
@@ -414,7 +414,7 @@ async fn of_many_redemptions_at_once_on_two_ledgers_exactly_one_is_first(stores:
 async fn a_long_expired_redemption_is_pruned_and_an_unexpired_one_kept(stores: &Stores) {
     let now = fact_time();
     let grace = toolward::store::postgres::request_states::PRUNE_GRACE_MS;
-    let (old, young) = (toolward::call::new_ulid(), toolward::call::new_ulid());
+    let (old, young) = (toolward::ids::new_ulid(), toolward::ids::new_ulid());
     let first = stores.ledger().await;
     assert_eq!(
         first
@@ -431,7 +431,7 @@ async fn a_long_expired_redemption_is_pruned_and_an_unexpired_one_kept(stores: &
     let later = stores.ledger().await;
     assert_eq!(
         later
-            .redeem(&toolward::call::new_ulid(), now + 60_000, now)
+            .redeem(&toolward::ids::new_ulid(), now + 60_000, now)
             .await
             .unwrap(),
         Redemption::First
@@ -475,7 +475,7 @@ async fn writers_form_one_chain_that_verifies_against_its_head(stores: &Stores) 
     let b = stores.audit().await;
     let (before, _) = stores.export().await;
     let before = verify_export(&before, None).records;
-    let run = toolward::call::new_ulid();
+    let run = toolward::ids::new_ulid();
     let mut handles = Vec::new();
     for (w, writer) in [a, b].into_iter().enumerate() {
         for t in 0..THREADS {
@@ -552,7 +552,7 @@ async fn wait_listed(store: &dyn ApprovalStore, call_id: &str) {
 async fn held_call_is_listed_anywhere_and_the_first_answer_wins(stores: &Stores) {
     let holder = stores.approvals(Duration::from_secs(30));
     let other = stores.approvals(Duration::from_secs(30));
-    let call_id = toolward::call::new_ulid();
+    let call_id = toolward::ids::new_ulid();
     let approver = holder.approver(None);
     let asked = tokio::spawn({
         let request = request(&call_id);
@@ -588,7 +588,7 @@ async fn held_call_is_listed_anywhere_and_the_first_answer_wins(stores: &Stores)
 async fn call_no_longer_waiting_cannot_be_answered(stores: &Stores) {
     let holder = stores.approvals(Duration::from_secs(30));
     let other = stores.approvals(Duration::from_secs(30));
-    let call_id = toolward::call::new_ulid();
+    let call_id = toolward::ids::new_ulid();
     let approver = holder.approver(None);
     let wait = approver.ask(request(&call_id));
     let waited = tokio::time::timeout(Duration::from_millis(600), wait).await;
@@ -621,7 +621,7 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_wit
     };
     let admin_pool = PgStore::new(&url).unwrap().pool().unwrap();
     let admin = admin_pool.get().await.unwrap();
-    let name = format!("toolward_v1_{}", toolward::call::new_ulid().to_lowercase());
+    let name = format!("toolward_v1_{}", toolward::ids::new_ulid().to_lowercase());
     admin
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
@@ -655,7 +655,7 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_wit
     let seen = facts.reserve(&keys, now + 1).await.unwrap();
     assert_eq!(seen.get("tool.forwarded.minute"), Some(1));
     let ledger = PgLedger::open(&store).await.unwrap();
-    let id = toolward::call::new_ulid();
+    let id = toolward::ids::new_ulid();
     assert_eq!(
         ledger.redeem(&id, now + 60_000, now).await.unwrap(),
         Redemption::First

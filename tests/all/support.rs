@@ -312,7 +312,7 @@ pub fn state_of(config: &toolward::config::Config) -> toolward::store::StateDir 
 /// the rest of its test: a non-root user cannot make a file another user's.
 pub fn other_user() -> Option<u32> {
     const NOBODY: u32 = 65534;
-    if toolward::store::state_dir::euid() == 0 {
+    if toolward::identity::euid() == 0 {
         Some(NOBODY)
     } else {
         eprintln!(

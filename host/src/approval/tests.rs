@@ -118,17 +118,6 @@ fn hidden_characters_in_argument_names_and_values_are_escaped() {
     );
 }
 
-#[test]
-fn the_passwd_file_names_the_uid() {
-    let passwd = "root:x:0:0:root:/root:/bin/sh\nbroken\nalice:x:1000:1000::/home/alice:/bin/sh\n";
-    assert_eq!(passwd_name(passwd, 1000).as_deref(), Some("alice"));
-    assert_eq!(passwd_name(passwd, 0).as_deref(), Some("root"));
-    assert_eq!(passwd_name(passwd, 7), None);
-    let me = current_os_user();
-    assert_eq!(me.uid, crate::store::state_dir::euid());
-    assert!(!me.name.is_empty());
-}
-
 fn answer_bytes(
     key: &Key,
     request: &ApprovalRequest,
@@ -149,7 +138,7 @@ fn answer_bytes(
 
 #[test]
 fn a_queued_answer_counts_only_with_the_mac_of_its_own_call_verdict_and_answerer() {
-    let key = Key::from_bytes([7; crate::store::state_dir::KEY_BYTES]);
+    let key = Key::from_bytes([7; crate::state_dir::KEY_BYTES]);
     let a = request("A1", r#"{"path":"a"}"#);
     let b = request("B2", r#"{"path":"b"}"#);
     let by = AnsweredBy::os_user(
@@ -198,7 +187,7 @@ fn a_queued_answer_counts_only_with_the_mac_of_its_own_call_verdict_and_answerer
             .unwrap_err()
             .contains("MAC does not verify")
     );
-    let other_key = Key::from_bytes([8; crate::store::state_dir::KEY_BYTES]);
+    let other_key = Key::from_bytes([8; crate::state_dir::KEY_BYTES]);
     assert!(
         verify_answer(&bytes(&genuine), &a, &other_key)
             .unwrap_err()
@@ -282,7 +271,7 @@ fn answer_refuses_an_entry_edited_after_toolward_wrote_it() {
     std::fs::write(&path, &original).unwrap();
     let by = answer(&state, "A1", true, None).unwrap();
     assert_eq!(by.channel, Channel::Queue);
-    assert_eq!(by.uid, Some(crate::store::state_dir::euid()));
+    assert_eq!(by.uid, Some(crate::identity::euid()));
 }
 
 #[test]

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{AuditError, GENESIS_PREV};
 use crate::canonical::sha256_hex;
-use crate::store::state_dir::FILE_MODE;
-use crate::store::{StateDir, check_private};
+use crate::state_dir::FILE_MODE;
+use crate::state_dir::{StateDir, check_private};
 
 /// The folder of the heads, inside the state folder.
 pub const HEADS_DIR: &str = "audit-heads";
@@ -213,7 +213,7 @@ impl HeadFile {
         if let Ok(link) = dir.symlink_metadata(file_name)
             && !link.is_file()
         {
-            return Err(AuditError::State(crate::store::StateError::Kind {
+            return Err(AuditError::State(crate::state_dir::StateError::Kind {
                 path,
                 expected: "regular file",
             }));

@@ -35,7 +35,7 @@ use super::{
     Tail, content_end, is_room, next_line, now_ms, read_tail, tail_before_room,
 };
 use crate::canonical::sha256_hex;
-use crate::store::StateDir;
+use crate::state_dir::StateDir;
 
 /// The longest a record written without a sync waits for one, when no other record's sync
 /// covers it first: 100 ms. Bounds what a machine crash can take (see the module docs of
@@ -1280,7 +1280,7 @@ fn check_against_head(
 
 /// Refuses a log that is not the effective user's or that group or others can reach.
 fn check_private(meta: &std::fs::Metadata, path: &Path) -> Result<(), AuditError> {
-    let euid = crate::store::state_dir::euid();
+    let euid = crate::identity::euid();
     if meta.uid() != euid {
         return Err(AuditError::Owner {
             path: path.to_path_buf(),

@@ -19,7 +19,7 @@ fn host() -> &'static ComponentHost {
     HOST.get_or_init(|| {
         // The instrumented component compiles once for every configure in this process.
         let dir = std::env::temp_dir().join(format!("toolward-cedar-tests-{}", std::process::id()));
-        let state = crate::store::StateDir::open(&dir).unwrap();
+        let state = crate::state_dir::StateDir::open(&dir).unwrap();
         let cache = crate::component::ComponentCache::open(&state).unwrap();
         ComponentHost::new(
             GuestLimits {
@@ -598,8 +598,8 @@ fn the_component_names_exactly_the_fact_scopes_its_policies_read_and_every_scope
     ] {
         assert_eq!(scopes(whole), ["*"], "{whole}");
         assert_eq!(
-            crate::store::facts::FactScopes::from_names(scopes(whole).iter().map(String::as_str)),
-            crate::store::facts::FactScopes::ALL
+            crate::facts::FactScopes::from_names(scopes(whole).iter().map(String::as_str)),
+            crate::facts::FactScopes::ALL
         );
     }
 }

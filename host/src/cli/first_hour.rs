@@ -290,7 +290,7 @@ pub(super) async fn pin_tool(
     if let Some(error) = outcome.failures.get(server) {
         return Err(failure(anyhow!(
             "server `{server}` could not be listed: {}",
-            toolward::load::error_chain(error)
+            toolward::text::error_chain(error)
         )));
     }
     let updated = toolward::pin::tool::repin_tool(&existing, &outcome.manifest, server, tool)

@@ -20,7 +20,7 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::ComponentError;
-use crate::store::{Key, StateDir, StateError, open_private_in, replace_private_in};
+use crate::state_dir::{Key, StateDir, StateError, open_private_in, replace_private_in};
 
 /// The cache's folder in the state folder: `components`.
 pub const CACHE_FOLDER: &str = "components";

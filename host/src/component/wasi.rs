@@ -5,7 +5,7 @@
 //! `wasi:random`, `wasi:io`, `wasi:filesystem`, `wasi:sockets`). The host links
 //! `wasmtime-wasi`'s synchronous WASI 0.2 implementation ([`wasmtime_wasi::p2`]) with a
 //! context that grants nothing, and replaces what that context cannot lock down with its
-//! own functions ([`link`]):
+//! own functions (`link`):
 //!
 //! | WASI interface | what the guest gets | how |
 //! | --- | --- | --- |
@@ -27,7 +27,7 @@
 //! what it cannot make deterministic (clocks, random) or bounded (output) is replaced
 //! here, function by function. Its synchronous host functions run blocking ones through
 //! `wasmtime_wasi::runtime::in_tokio`, which panics on a Tokio runtime thread: every
-//! guest call of a component that imports WASI runs through [`off_runtime`].
+//! guest call of a component that imports WASI runs through `off_runtime`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

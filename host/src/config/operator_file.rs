@@ -260,7 +260,7 @@ pub fn check_owner_and_mode(
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        let euid = crate::store::state_dir::euid();
+        let euid = crate::identity::euid();
         if meta.uid() != euid && meta.uid() != 0 {
             return Err(OperatorFileError::Owner {
                 what,
@@ -416,7 +416,7 @@ mod tests {
     #[test]
     fn a_trusted_file_owned_by_another_user_is_refused_naming_the_fix() {
         use std::os::unix::fs::MetadataExt;
-        let euid = crate::store::state_dir::euid();
+        let euid = crate::identity::euid();
         if euid != 0 {
             eprintln!("SKIPPED: needs root, to chown the file to uid 65534");
             return;

@@ -1,6 +1,6 @@
 //! The launcher's first layer (Linux): user, mount and PID namespaces, made without
 //! privileges, in which each withheld path is covered by an empty read-only mount and the
-//! server sees only its own processes. Landlock stays the second layer ([`super::restrict`]).
+//! server sees only its own processes. Landlock stays the second layer (`restrict` in `confine`).
 //!
 //! Landlock governs opening, reading, writing, creating and removing, but not a file's
 //! metadata (`chmod`, `chown`, `utimes`, extended attributes) nor `inotify`/`fanotify`
@@ -116,7 +116,7 @@ pub enum Side {
 
 /// Makes the user, mount and PID (and, with `network`, network) namespaces, maps the
 /// operator's ids to themselves and forks: the parent becomes the relay, the child (PID 1)
-/// covers the withheld paths. Signals of [`waited_signals`] are blocked on both sides from
+/// covers the withheld paths. Signals of `waited_signals` are blocked on both sides from
 /// here on (the server's are unblocked before its `exec`).
 ///
 /// # Errors

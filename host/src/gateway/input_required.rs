@@ -9,7 +9,7 @@
 //! echoed. Any gateway of a fleet may receive the retry, so nothing of the first round is
 //! kept in memory:
 //!
-//! 1. **First round.** The policy holds the call; [`InputRequiredApprover`] seals a
+//! 1. **First round.** The policy holds the call; `InputRequiredApprover` seals a
 //!    [`RequestStateClaims`] (the call id, the principal, the exposed tool, the SHA-256 of
 //!    the final arguments and an expiry, the approval timeout from now) with an HMAC-SHA256
 //!    under `<state_dir>/request-state-key` ([`REQUEST_STATE_KEY`]; with the PostgreSQL
@@ -29,13 +29,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rmcp::model::{InputRequest, InputRequests, InputRequiredResult};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
 use crate::approval::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel};
+use crate::ids::now_ms;
 use crate::store::{Key, Redemption, RequestStateLedger, StateDir, StateDirLedger};
 use crate::text;
 
@@ -130,13 +131,6 @@ pub enum StateProblem {
         /// What failed, naming the state folder.
         reason: String,
     },
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// `claims` sealed: `tw1.` + the hex of their JSON + `.` + the hex HMAC-SHA256 of that JSON.

@@ -233,7 +233,7 @@ struct Secret<'c> {
 /// own, so that after `client connect` each server receives its own values and no other's.
 /// The name wanted is the `env` key itself, or `SERVER_HEADER` for a header, upper-cased with
 /// `_` for anything else; an `env` key that more than one chosen server has, or that toolward's
-/// own process reads ([`OWN_VARIABLES`]), is prefixed with the server's name. Names are
+/// own process reads (`OWN_VARIABLES`), is prefixed with the server's name. Names are
 /// compared as they end up, after that: when two secrets want the same, the one whose name is
 /// its own `env` key unchanged keeps it, then the first by server, place and key; the others
 /// get the first free `_2`, `_3`, … and are listed in [`Imported::renamed`].

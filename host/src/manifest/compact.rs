@@ -36,7 +36,7 @@ use cap_std::fs::Dir;
 
 use super::{Hashes, MAX_MANIFEST_BYTES, Manifest, ManifestError};
 use crate::canonical;
-use crate::store::{Key, StateDir, StateError, open_private_in, replace_private_in};
+use crate::state_dir::{Key, StateDir, StateError, open_private_in, replace_private_in};
 
 /// The compact forms' folder in the state folder: `manifests`.
 pub const COMPACT_FOLDER: &str = "manifests";

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use crate::approval::{
     AnsweredBy, ApprovalError, ApprovalRequest, Approver, PendingEntry, QueueApprover,
 };
-use crate::store::AuditStore;
-use crate::store::postgres::PgError;
+use crate::audit::AuditStore;
+use crate::database::PgError;
 
 /// A future of the approvals store.
 pub type StoreFuture<'a, T> =

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
-use crate::store::{StateDir, StateError};
+use crate::state_dir::{StateDir, StateError};
 
 /// The folder of the state folder that holds redeemed call ids: `request-states`.
 pub const REQUEST_STATES_DIR: &str = "request-states";
@@ -83,7 +83,7 @@ pub enum LedgerError {
     },
     /// The PostgreSQL store's ledger cannot be reached or written.
     #[error("the request-state ledger in {0}")]
-    Postgres(#[from] crate::store::postgres::PgError),
+    Postgres(#[from] crate::database::PgError),
 }
 
 /// The future [`RequestStateLedger::redeem`] returns: boxed, so the trait stays
@@ -136,7 +136,7 @@ pub trait RequestStateLedger: Send + Sync + fmt::Debug {
     /// The key that MACs the `requestState`s this ledger redeems, when the ledger keeps one
     /// for every gateway that shares it (PostgreSQL: `toolward_keys`); `None`: the state
     /// folder's `request-state-key` (the state folder's ledger).
-    fn key(&self) -> Option<crate::store::Key> {
+    fn key(&self) -> Option<crate::state_dir::Key> {
         None
     }
 }

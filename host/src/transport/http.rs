@@ -448,7 +448,7 @@ async fn send_other(shared: &Shared, endpoint: &Endpoint, message: Vec<u8>, meth
         Ok(Ok(())) => {}
         Ok(Err(Fault::Server(reason))) => shared.fail(reason),
         Ok(Err(Fault::Request(error))) => {
-            tracing::warn!(server = %shared.server, "{}", crate::load::error_chain(&error));
+            tracing::warn!(server = %shared.server, "{}", crate::text::error_chain(&error));
         }
         Err(_) => tracing::warn!(
             server = %shared.server,

@@ -312,7 +312,7 @@ fn as_the_operator_withheld_paths_cannot_be_chmodded_or_watched_and_siblings_are
 #[test]
 fn as_another_user_withheld_paths_cannot_be_chmodded_or_watched_and_siblings_are_hidden() {
     // As root, again as `nobody`; as anyone else the first test is this one.
-    if toolward::store::state_dir::euid() != 0 {
+    if toolward::identity::euid() != 0 {
         eprintln!("skipped: running as a second OS user needs root, to switch to uid {NOBODY}");
         return;
     }

@@ -118,7 +118,7 @@ fn a_compact_form_that_disagrees_with_the_manifest_is_not_used() {
     std::fs::write(&path, format!("{mac}\n{body}")).unwrap();
     assert_eq!(read(bytes.as_bytes(), &state).unwrap(), reviewed);
     // The same with a MAC made under another key.
-    let other = Key::from_bytes([7; crate::store::state_dir::KEY_BYTES]);
+    let other = Key::from_bytes([7; crate::state_dir::KEY_BYTES]);
     let digest = canonical::sha256_hex(bytes.as_bytes());
     let mac = other.mac_hex(&[MAC_CONTEXT, digest.as_bytes(), body.as_bytes()]);
     std::fs::write(&path, format!("{mac}\n{body}")).unwrap();

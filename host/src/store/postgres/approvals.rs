@@ -23,12 +23,12 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use tokio::sync::watch;
 
-use super::{PgError, PgStore, now_ms, this_process};
 use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, MAX_PENDING_REQUESTS,
     PendingEntry, check_call_id, current_os_user,
 };
-use crate::store::AuditStore;
+use crate::audit::AuditStore;
+use crate::database::{PgError, PgStore, now_ms, this_process};
 use crate::store::approvals::{ApprovalStore, ApprovalStoreError, StoreFuture};
 
 /// How often a waiting call looks at its row besides being woken by `NOTIFY`: 500 ms, so a

@@ -25,12 +25,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use deadpool_postgres::Pool;
 use tokio::sync::mpsc;
 
-use super::{PgError, PgStore, STATEMENT_TIMEOUT, with_causes};
+use crate::audit::AuditStore;
 use crate::audit::{
     AuditError, AuditEvent, AuditHead, AuditRecord, ComponentHashes, MAX_RECORD_BYTES,
 };
 use crate::canonical::sha256_hex;
-use crate::store::audit::AuditStore;
+use crate::database::{PgError, PgStore, STATEMENT_TIMEOUT};
+use crate::text::error_chain;
 
 /// Most groups (one call's step each) committed in one transaction: 512.
 pub const MAX_GROUPS_PER_TRANSACTION: usize = 512;
@@ -70,7 +71,7 @@ impl PgAudit {
     /// # Errors
     ///
     /// [`PgError::Connect`] naming the store when the database cannot be reached within
-    /// [`super::CONNECT_TIMEOUT`]; [`PgError::NotMigrated`] or [`PgError::SchemaTooNew`];
+    /// [`crate::database::CONNECT_TIMEOUT`]; [`PgError::NotMigrated`] or [`PgError::SchemaTooNew`];
     /// [`PgError::Query`] when the head cannot be read.
     pub async fn open(store: &PgStore) -> Result<PgAudit, PgError> {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -312,14 +313,14 @@ async fn commit(
         .get()
         .await
         .map_err(|e| store.connect_error(e).to_string())?;
-    let tx = client.transaction().await.map_err(|e| with_causes(&e))?;
+    let tx = client.transaction().await.map_err(|e| error_chain(&e))?;
     let row = tx
         .query_one(
             "SELECT next_seq, last_hash FROM toolward_audit_head WHERE id = 1 FOR UPDATE",
             &[],
         )
         .await
-        .map_err(|e| with_causes(&e))?;
+        .map_err(|e| error_chain(&e))?;
     let mut next: i64 = row.get(0);
     let mut prev: String = row.get(1);
     let mut seqs: Vec<i64> = Vec::new();
@@ -344,14 +345,14 @@ async fn commit(
         &[&seqs, &lines],
     )
     .await
-    .map_err(|e| with_causes(&e))?;
+    .map_err(|e| error_chain(&e))?;
     tx.execute(
         "UPDATE toolward_audit_head SET next_seq = $1, last_hash = $2 WHERE id = 1",
         &[&next, &prev],
     )
     .await
-    .map_err(|e| with_causes(&e))?;
-    tx.commit().await.map_err(|e| with_causes(&e))?;
+    .map_err(|e| error_chain(&e))?;
+    tx.commit().await.map_err(|e| error_chain(&e))?;
     Ok((
         replies,
         AuditHead {

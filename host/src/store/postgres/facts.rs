@@ -1,6 +1,6 @@
 //! The fact counters in PostgreSQL, shared by every gateway of a fleet: the same names,
 //! windows and reserve-then-settle guarantee as the state folder's
-//! ([`crate::store::facts::StateFacts`]), across machines.
+//! ([`crate::facts::StateFacts`]), across machines.
 //!
 //! # Rows
 //!
@@ -49,8 +49,8 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use sha2::{Digest, Sha256};
 
-use super::{PgError, PgStore, PruneTimer};
-use crate::store::facts::{
+use crate::database::{PgError, PgStore, PruneTimer};
+use crate::facts::{
     Change, FactFuture, FactKeys, FactStore, Facts, MINUTE_MS, Outcome, Scope, Window,
 };
 
@@ -265,7 +265,7 @@ impl PgFacts {
                 tracing::warn!(
                     "fact counters in PostgreSQL store {}: cannot delete old buckets: {}",
                     store.name(),
-                    super::with_causes(&error)
+                    crate::text::error_chain(&error)
                 );
             }
         }

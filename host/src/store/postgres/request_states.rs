@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use super::{PgError, PgStore, PruneTimer, REQUEST_STATE_KEY_NAME};
-use crate::store::Key;
+use crate::database::{PgError, PgStore, PruneTimer, REQUEST_STATE_KEY_NAME};
+use crate::state_dir::KEY_BYTES;
+use crate::state_dir::Key;
 use crate::store::request_states::{
     LedgerError, LedgerFuture, Redemption, RequestStateLedger, check_entry_id,
 };
-use crate::store::state_dir::KEY_BYTES;
 
 /// How often one gateway deletes expired rows, at most: every 10 s, at a redemption.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(10);

@@ -9,6 +9,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
+
+use crate::identity::euid;
 use cap_std::fs::{
     Dir, DirBuilder, DirBuilderExt, Metadata, MetadataExt, OpenOptions, OpenOptionsExt,
 };
@@ -90,11 +92,6 @@ impl fmt::Debug for StateDir {
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
-}
-
-/// The effective uid of this process.
-pub fn euid() -> u32 {
-    rustix::process::geteuid().as_raw()
 }
 
 /// Checks that `meta` (of `path`) is owned by the effective user and gives group and others

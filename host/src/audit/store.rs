@@ -18,7 +18,7 @@
 
 use std::fmt;
 
-use crate::audit::{AuditError, AuditEvent, AuditHead, AuditLog, AuditSync, ComponentHashes};
+use super::{AuditError, AuditEvent, AuditHead, AuditLog, AuditSync, ComponentHashes};
 
 /// Where audit records go. `Send + Sync`: shared behind an `Arc` by every call in flight.
 pub trait AuditStore: Send + Sync + fmt::Debug {

@@ -271,7 +271,7 @@ pub enum Change {
 pub enum FactError {
     /// The state folder, or the counters file in it, cannot be opened or trusted.
     #[error("fact counters: {0}")]
-    State(#[from] crate::store::StateError),
+    State(#[from] crate::state_dir::StateError),
     /// Reading, writing or locking the counters file failed.
     #[error("fact counters `{path}`: cannot {action}: {source}")]
     Io {
@@ -298,7 +298,7 @@ pub enum FactError {
     Stopped(String),
     /// The PostgreSQL store's counters cannot be reached or written.
     #[error("fact counters in {0}")]
-    Postgres(#[from] crate::store::postgres::PgError),
+    Postgres(#[from] crate::database::PgError),
 }
 
 /// The future a [`FactStore`] method returns: boxed, so the trait stays dyn-compatible, and

@@ -48,8 +48,8 @@ use super::{
     Change, FactError, FactFuture, FactKeys, FactStore, Facts, HOUR_MS, MINUTE_MS, Outcome, Scope,
     Window,
 };
-use crate::store::state_dir::{FILE_MODE, check_private};
-use crate::store::{StateDir, StateError};
+use crate::state_dir::{FILE_MODE, check_private};
+use crate::state_dir::{StateDir, StateError};
 
 /// The folder of the counters file inside the state folder.
 pub const FACTS_DIR: &str = "facts";
