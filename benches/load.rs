@@ -3,7 +3,7 @@
 //! server, for N = 1,000, 10,000 and 100,000, every tool classified by a rules file.
 //!
 //! - `pin`: the pages through [`ListingBuilder`] (what `listing::list_tools` does with each
-//!   page), [`pin::pin_server`], and the manifest's text ([`Manifest::to_json`], what
+//!   page), [`pin_server`], and the manifest's text ([`Manifest::to_json`], what
 //!   `toolward pin` writes);
 //! - `load`: the manifest read back ([`Manifest::parse`]), the pages listed again, then
 //!   [`load::check_server`] (pin comparison, classification by the rules component in one
@@ -44,7 +44,7 @@ use toolward::config::Config;
 use toolward::listing::{Listing, ListingBuilder};
 use toolward::load::{self, LoadReport, ServerReport};
 use toolward::manifest::Manifest;
-use toolward::pin;
+use toolward::pin::pin_server;
 use toolward::registry::Registry;
 use toolward::store::StateDir;
 use toolward::transport::ServerIdentity;
@@ -72,7 +72,7 @@ fn list(pages: &[Vec<u8>]) -> Listing {
 
 fn pin(pages: &[Vec<u8>], components: &BTreeMap<String, String>) -> String {
     let listing = list(pages);
-    let pinned = pin::pin_server(&listing, &identity()).unwrap();
+    let pinned = pin_server(&listing, &identity()).unwrap();
     Manifest {
         components: components.clone(),
         servers: BTreeMap::from([(SERVER.to_owned(), pinned)]),

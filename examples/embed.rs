@@ -2,18 +2,21 @@
 //! a config built in code, pin, start (load), list the registered tools, call one with an
 //! approver given as a closure, read the load report.
 //!
-//! Run: `bash tests/real-servers/install.sh && cargo run --example embed`.
+//! Run: `bash tests/real-servers/install.sh && cargo run -p toolward --example embed`.
 
 use std::sync::Arc;
 
 use serde_json::json;
-use toolward::approval::{ApprovalAnswer, FnApprover};
-use toolward::config::Config;
+use toolward::{ApprovalAnswer, Config, FnApprover};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let installed = std::env::var("TOOLWARD_REAL_SERVERS").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/real-servers/.installed").to_owned()
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/real-servers/.installed"
+        )
+        .to_owned()
     });
     let server =
         format!("{installed}/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
@@ -43,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
 
     // Pin: in a real deployment the operator reviews this manifest before it is used.
-    let pinned = toolward::pin::pin(&config, None, None, Default::default()).await?;
+    let pinned = toolward::pin(&config, None, None, Default::default()).await?;
     pinned.manifest.write(&config.manifest)?;
 
     let toolward = toolward::Toolward::start(config).await?;
@@ -54,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Held calls ask this closure; a runtime would ask its user.
     let approver = Arc::new(FnApprover::new(
-        |request: toolward::approval::ApprovalRequest| async move {
+        |request: toolward::ApprovalRequest| async move {
             println!(
                 "approving {} with {}",
                 request.exposed_tool, request.arguments

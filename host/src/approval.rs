@@ -194,7 +194,7 @@ pub enum ApprovalError {
 }
 
 /// A held call, as a person is asked to approve it. Every field a person reads comes from the
-/// model or a server: show it with [`display_request`].
+/// model or a server: show it with `display_request`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
     /// The call's id (a ULID), unique per call.
@@ -778,9 +778,9 @@ fn is_held(file: &std::fs::File) -> bool {
 
 /// Asks through a pending queue in the state folder (see the module documentation); a
 /// person answers with `toolward approvals approve ID` or `deny ID`, or any program with
-/// [`answer`].
+/// `answer`.
 ///
-/// Polls for the answer every [`QUEUE_POLL_INTERVAL`]. A request that cannot be written is
+/// Polls for the answer every `QUEUE_POLL_INTERVAL`. A request that cannot be written is
 /// denied with the reason. A forged answer is ignored and, with an audit log
 /// ([`QueueApprover::with_audit`]), recorded as `approval-forged`.
 #[derive(Clone)]

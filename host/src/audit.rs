@@ -327,14 +327,14 @@ pub enum AuditError {
         /// How many bytes follow the last newline.
         bytes: u64,
     },
-    /// A line is longer than [`MAX_RECORD_BYTES`].
+    /// A line is longer than `MAX_RECORD_BYTES`.
     #[error("audit record of {bytes} bytes is larger than the limit of {limit} bytes in `{path}`")]
     RecordTooLarge {
         /// The log file.
         path: PathBuf,
         /// The line's length in bytes.
         bytes: usize,
-        /// [`MAX_RECORD_BYTES`].
+        /// `MAX_RECORD_BYTES`.
         limit: usize,
     },
     /// An event could not be encoded as JSON.
@@ -363,14 +363,14 @@ pub enum AuditError {
     Clock,
 }
 
-/// When the log asks the operating system to put records on disk (see the [module
-/// docs](self#durability) for what a crash can lose in each).
+/// When the log asks the operating system to put records on disk (the `audit` module's
+/// docs, "Durability", say what a crash can lose in each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuditSync {
     /// `fdatasync` ([`File::sync_data`]) before [`AuditLog::append`] returns: the records an
     /// action needs on record are durable before it goes ahead; the others within
-    /// [`SYNC_DELAY`]. The default.
+    /// `SYNC_DELAY`. The default.
     #[default]
     Always,
     /// Leave records in the page cache: they survive a crash of toolward but not of the
@@ -405,7 +405,7 @@ pub enum AuditKind {
     Recovered,
     /// A server was started, at the load or again after it failed: `server`, and in `detail`
     /// the attempt (0 at the load) and the confinement actually applied
-    /// ([`crate::confine::Confinement`]; the launcher refuses to start a server less confined
+    /// (`crate::confine::Confinement`; the launcher refuses to start a server less confined
     /// than it was asked). A restart that would have been less confined than the first start
     /// is not made: a `refusal` names the server and why.
     ServerStart,
@@ -603,7 +603,7 @@ pub struct AuditRecord {
     pub seq: u64,
     /// Milliseconds since the Unix epoch, UTC.
     pub time: u64,
-    /// SHA-256 (lowercase hex) of the previous line without its newline; [`GENESIS_PREV`]
+    /// SHA-256 (lowercase hex) of the previous line without its newline; `GENESIS_PREV`
     /// for the first.
     pub prev: String,
     /// The event.
@@ -697,7 +697,7 @@ fn read_line(mut file: &File, start: u64, end: u64, path: &Path) -> Result<Tail,
 pub struct VerifyReport {
     /// Records that chained correctly before the first break (all of them when intact).
     pub records: u64,
-    /// The hash of the last line that chained correctly ([`GENESIS_PREV`] for an empty log):
+    /// The hash of the last line that chained correctly (`GENESIS_PREV` for an empty log):
     /// keep it elsewhere to detect a change to the last record or a cut-off end later.
     pub last_hash: String,
     /// The first break, if any; lines after it are not checked.
@@ -803,7 +803,7 @@ pub fn verify(path: &Path) -> Result<VerifyReport, AuditError> {
     verify_inner(path, None).map(|(report, _)| report)
 }
 
-/// As [`verify`], and checks the log against `head` (see [`read_head`]): the log must hold
+/// As [`verify`], and checks the log against `head` (see `read_head`): the log must hold
 /// the head's last record, with the head's hash. Returns how it differs, if it does; when
 /// the chain breaks before the head's record, only the break is reported.
 ///

@@ -92,9 +92,9 @@ const TRUNCATION_MARKER: &str = "[toolward: truncated {} bytes]";
 const STRUCTURED_DROPPED_MARKER: &str =
     "[toolward: structured content of {} bytes left out at the result cap]";
 
-/// The settings of the call path. Defaults: the `DEFAULT_*` limits of [`crate::config`]
+/// The settings of the call path. Defaults: the `DEFAULT_*` limits of `crate::config`
 /// (call timeout 300 s, approval timeout 120 s, result cap 1 MiB), arguments not recorded,
-/// progress every [`HELD_PROGRESS_INTERVAL`] while held.
+/// progress every `HELD_PROGRESS_INTERVAL` while held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallSettings {
     /// How long the server has to answer one `tools/call`.
@@ -152,7 +152,7 @@ pub struct CallContext {
     /// client asked for progress.
     pub progress: Option<UnboundedSender<Json>>,
     /// The W3C `traceparent` of the request's `params._meta`, when it had one: the call's
-    /// span continues that trace (see [`crate::telemetry`]).
+    /// span continues that trace (see `crate::telemetry`).
     pub traceparent: Option<String>,
 }
 
@@ -491,7 +491,7 @@ impl CallPath {
     }
 
     /// Counts (and gives the policy) only the facts of `scopes`, those the configured
-    /// policy reads ([`crate::load::Components::fact_scopes`]); [`FactScopes::NONE`]: no
+    /// policy reads (`crate::load::Components::fact_scopes`); `FactScopes::NONE`: no
     /// counter is touched and decision records carry no `facts`. Default: every scope.
     #[must_use]
     pub fn with_fact_scopes(mut self, scopes: FactScopes) -> Self {
@@ -525,7 +525,7 @@ impl CallPath {
         self.queue.as_ref()
     }
 
-    /// The path tracing every call to `telemetry` (see [`crate::telemetry`]); `None`: off.
+    /// The path tracing every call to `telemetry` (see `crate::telemetry`); `None`: off.
     #[must_use]
     pub fn with_telemetry(mut self, telemetry: Option<Arc<Telemetry>>) -> Self {
         self.telemetry = telemetry;

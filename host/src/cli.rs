@@ -9,14 +9,14 @@ use std::sync::Arc;
 use anyhow::{Context as _, anyhow};
 use clap::{Parser, Subcommand};
 
-use toolward::approval::{
+use crate::approval::{
     AnsweredBy, ApprovalAnswer, ApprovalRequest, Channel, FnApprover, current_os_user,
 };
-use toolward::component::{ComponentCache, ComponentHost, GuestLimits};
-use toolward::config::Config;
-use toolward::load;
-use toolward::manifest::Manifest;
-use toolward::store::StateDir;
+use crate::component::{ComponentCache, ComponentHost, GuestLimits};
+use crate::config::Config;
+use crate::load;
+use crate::manifest::Manifest;
+use crate::store::StateDir;
 
 mod first_hour;
 
@@ -458,7 +458,7 @@ pub fn main() -> ExitCode {
     } = cli.command
     {
         return confine(
-            toolward::confine::LaunchRequest {
+            crate::confine::LaunchRequest {
                 deny,
                 allow,
                 deny_tcp,
@@ -487,7 +487,7 @@ pub fn main() -> ExitCode {
         tracing::warn!(error = %e, "cannot make toolward non-dumpable; its servers may read its environment under /proc");
     }
     #[cfg(target_os = "linux")]
-    if let Err(e) = toolward::transport::become_subreaper() {
+    if let Err(e) = crate::transport::become_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; a server's descendant that leaves its process group may outlive it");
     }
     // `serve` on stdio has one client: one thread runs it all, so a call is never handed
@@ -543,7 +543,7 @@ fn read_config(path: &Path) -> Result<Config, Failure> {
         .map_err(usage)
 }
 
-/// The state folder of `config`, opened once for the command (see [`toolward::store`]).
+/// The state folder of `config`, opened once for the command (see [`crate::store`]).
 fn open_state(config: &Config) -> Result<StateDir, Failure> {
     StateDir::open(&config.state_dir).map_err(usage)
 }
@@ -669,29 +669,29 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
         } => policy_validate(&config).await,
         Command::Confine { .. } => Err(usage(anyhow!(
             "`{}` runs before the runtime starts",
-            toolward::confine::LAUNCHER_SUBCOMMAND
+            crate::confine::LAUNCHER_SUBCOMMAND
         ))),
     }
 }
 
 /// The launcher (`toolward __confine`): returns only when it could not confine itself or
 /// start the program; `--probe` prints the Landlock ABI obtained.
-fn confine(request: toolward::confine::LaunchRequest, probe: bool) -> ExitCode {
+fn confine(request: crate::confine::LaunchRequest, probe: bool) -> ExitCode {
     if probe {
-        return match toolward::confine::probe_self() {
+        return match crate::confine::probe_self() {
             Ok(abi) => {
-                println!("{}{abi}", toolward::confine::PROBE_PREFIX);
+                println!("{}{abi}", crate::confine::PROBE_PREFIX);
                 ExitCode::SUCCESS
             }
             Err(error) => {
                 eprintln!("toolward: {error}");
-                ExitCode::from(toolward::confine::LAUNCH_FAILED_EXIT)
+                ExitCode::from(crate::confine::LAUNCH_FAILED_EXIT)
             }
         };
     }
-    let error = toolward::confine::launch(&request);
+    let error = crate::confine::launch(&request);
     eprintln!("toolward: {error}");
-    ExitCode::from(toolward::confine::LAUNCH_FAILED_EXIT)
+    ExitCode::from(crate::confine::LAUNCH_FAILED_EXIT)
 }
 
 async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<ExitCode, Failure> {
@@ -709,7 +709,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     } else {
         None
     };
-    let outcome = toolward::pin::pin(
+    let outcome = crate::pin::pin(
         &config,
         server,
         existing.as_ref(),
@@ -726,10 +726,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         }
     }
     for error in outcome.failures.values() {
-        eprintln!(
-            "toolward: not pinned: {}",
-            toolward::text::error_chain(error)
-        );
+        eprintln!("toolward: not pinned: {}", crate::text::error_chain(error));
     }
     for (server, tools) in &outcome.refused {
         for (tool, why) in tools {
@@ -829,7 +826,7 @@ async fn load_and_validate(config_path: &Path) -> Result<Validated, Failure> {
     .await
     .map_err(usage)?;
     let tools = registry.tools().count();
-    let problems = toolward::cedar::validate(&components.policy, &registry).map_err(usage);
+    let problems = crate::cedar::validate(&components.policy, &registry).map_err(usage);
     registry.close().await;
     Ok(Validated {
         report,
@@ -864,14 +861,14 @@ async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
     }
 }
 
-async fn start(config_path: &Path) -> Result<toolward::Toolward, Failure> {
+async fn start(config_path: &Path) -> Result<crate::Toolward, Failure> {
     let config = read_config(config_path)?;
-    match toolward::Toolward::start(config).await {
+    match crate::Toolward::start(config).await {
         Ok(toolward) => Ok(toolward),
         Err(
-            error @ toolward::start::StartFailure::Audit(
-                toolward::audit::AuditError::HeadMismatch { .. },
-            ),
+            error @ crate::start::StartFailure::Audit(crate::audit::AuditError::HeadMismatch {
+                ..
+            }),
         ) => {
             let config = config_path.display();
             Err(usage(anyhow!(
@@ -888,8 +885,8 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     for message in toolward.report().messages() {
         tracing::warn!("{message}");
     }
-    let settings = toolward::gateway::GatewaySettings::from_config(toolward.config());
-    let served = toolward::gateway::serve_stdio(
+    let settings = crate::gateway::GatewaySettings::from_config(toolward.config());
+    let served = crate::gateway::serve_stdio(
         toolward.call_path().clone(),
         toolward.report().messages(),
         settings,
@@ -917,19 +914,19 @@ async fn serve_http(
     }
     let config = toolward.config();
     let (tokens, token_file) =
-        toolward::listen::tokens(&config.listen, toolward.state(), &config.principal)
+        crate::listen::tokens(&config.listen, toolward.state(), &config.principal)
             .map_err(usage)?;
-    let settings = toolward::gateway::GatewaySettings::from_config(config);
-    let listening = toolward::listen::serve_http(
+    let settings = crate::gateway::GatewaySettings::from_config(config);
+    let listening = crate::listen::serve_http(
         toolward.call_path().clone(),
         toolward.report().messages(),
         settings,
-        toolward::listen::ListenSettings {
+        crate::listen::ListenSettings {
             addr,
             allow_non_loopback,
             tokens,
             allowed_origins: config.listen.allowed_origins.clone(),
-            limits: toolward::listen::ListenLimits::from_config(&config.listen),
+            limits: crate::listen::ListenLimits::from_config(&config.listen),
         },
     )
     .await;
@@ -938,7 +935,7 @@ async fn serve_http(
         Err(error) => {
             toolward.shutdown().await;
             return Err(match error {
-                toolward::listen::ListenError::NotLoopback { .. } => usage(error),
+                crate::listen::ListenError::NotLoopback { .. } => usage(error),
                 other => failure(other),
             });
         }
@@ -1012,7 +1009,7 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
     } else {
         // Results come from a server nobody here wrote: escape what could drive the terminal,
         // keeping the result's lines as lines.
-        let text = toolward::text::lines(&result.text())
+        let text = crate::text::lines(&result.text())
             .collect::<Vec<_>>()
             .join("\n");
         if result.is_error() {
@@ -1031,7 +1028,7 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
 /// Shows a held call on stderr and reads `y` or `n` from stdin; anything else, or no
 /// terminal, is a deny.
 async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
-    eprintln!("{}", toolward::approval::display_request(request));
+    eprintln!("{}", crate::approval::display_request(request));
     eprint!("approve this call once? [y/N] ");
     let answer = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -1052,8 +1049,8 @@ async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
 
 /// The PostgreSQL store at `url`, named by the config at `config_path` (which its errors
 /// ask to migrate).
-fn pg_store(url: &str, config_path: &Path) -> Result<toolward::store::postgres::PgStore, Failure> {
-    Ok(toolward::store::postgres::PgStore::new(url)
+fn pg_store(url: &str, config_path: &Path) -> Result<crate::store::postgres::PgStore, Failure> {
+    Ok(crate::store::postgres::PgStore::new(url)
         .map_err(usage)?
         .with_config_file(config_path))
 }
@@ -1063,18 +1060,16 @@ fn pg_store(url: &str, config_path: &Path) -> Result<toolward::store::postgres::
 async fn approvals_store(
     config: &Config,
     config_path: &Path,
-) -> Result<Box<dyn toolward::store::ApprovalStore>, Failure> {
+) -> Result<Box<dyn crate::store::ApprovalStore>, Failure> {
     Ok(match &config.store {
-        toolward::config::StoreConfig::StateDir => Box::new(
-            toolward::store::StateDirApprovals::new(config.state_dir.clone()),
-        ),
-        toolward::config::StoreConfig::Postgres { url } => {
+        crate::config::StoreConfig::StateDir => Box::new(crate::store::StateDirApprovals::new(
+            config.state_dir.clone(),
+        )),
+        crate::config::StoreConfig::Postgres { url } => {
             let store = pg_store(url, config_path)?;
-            let approvals = toolward::store::postgres::PgApprovals::new(
-                &store,
-                config.limits.approval_timeout(),
-            )
-            .map_err(failure)?;
+            let approvals =
+                crate::store::postgres::PgApprovals::new(&store, config.limits.approval_timeout())
+                    .map_err(failure)?;
             approvals.check_schema().await.map_err(failure)?;
             Box::new(approvals)
         }
@@ -1085,7 +1080,7 @@ async fn approvals_store(
 /// the roles of docs/fleet.md, as the role that owns the tables.
 async fn store_migrate(config_path: &Path) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+    let crate::config::StoreConfig::Postgres { url } = &config.store else {
         return Err(usage(anyhow!(
             "`{}` names no `store.postgres`: only a PostgreSQL store is migrated (the state folder needs no step)",
             config_path.display()
@@ -1162,7 +1157,7 @@ async fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<Exit
                 println!("no held calls");
             } else {
                 for entry in &entries {
-                    println!("{}", toolward::approval::display_request(&entry.request));
+                    println!("{}", crate::approval::display_request(&entry.request));
                     if let Some(problem) = &entry.problem {
                         println!("  REFUSED:   {problem}: this entry cannot be answered");
                     } else if !entry.waiting {
@@ -1212,12 +1207,12 @@ fn suggested_rules(report: &load::LoadReport) -> String {
 /// `audit verify FILE`, or with `head` (the head and its file) `audit verify --config`.
 fn audit_verify(
     file: &Path,
-    head: Option<(toolward::audit::AuditHead, PathBuf)>,
+    head: Option<(crate::audit::AuditHead, PathBuf)>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let (report, problem) = match &head {
-        Some((head, _)) => toolward::audit::verify_with_head(file, head).map_err(failure)?,
-        None => (toolward::audit::verify(file).map_err(failure)?, None),
+        Some((head, _)) => crate::audit::verify_with_head(file, head).map_err(failure)?,
+        None => (crate::audit::verify(file).map_err(failure)?, None),
     };
     if json {
         let value = serde_json::json!({
@@ -1270,18 +1265,18 @@ fn audit_verify(
 /// its records exported (one snapshot) to a private temporary file, against the head row.
 async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    if let toolward::config::StoreConfig::Postgres { url } = &config.store {
+    if let crate::config::StoreConfig::Postgres { url } = &config.store {
         let store = pg_store(url, config_path)?;
         let dir = std::env::temp_dir().join(format!(
             "toolward-verify-{}-{}",
             std::process::id(),
-            toolward::ids::new_ulid()
+            crate::ids::new_ulid()
         ));
         std::fs::create_dir(&dir).map_err(failure)?;
         let file = dir.join("audit.jsonl");
         let verified = async {
             let mut out = std::io::BufWriter::new(std::fs::File::create(&file).map_err(failure)?);
-            let head = toolward::store::postgres::audit::export(&store, &mut out)
+            let head = crate::store::postgres::audit::export(&store, &mut out)
                 .await
                 .map_err(failure)?;
             drop(out);
@@ -1295,10 +1290,10 @@ async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode,
         let _ = std::fs::remove_dir_all(&dir);
         return verified;
     }
-    let state = toolward::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
     let file = &config.audit.file;
     if !file.exists() {
-        let (head, _) = toolward::audit::read_head(&state, file).map_err(failure)?;
+        let (head, _) = crate::audit::read_head(&state, file).map_err(failure)?;
         return match head {
             Some(head) if head.records > 0 => {
                 println!(
@@ -1311,7 +1306,7 @@ async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode,
             _ => Err(usage(anyhow!("no audit log at `{}`", file.display()))),
         };
     }
-    let (head, head_path) = toolward::audit::read_head(&state, file).map_err(failure)?;
+    let (head, head_path) = crate::audit::read_head(&state, file).map_err(failure)?;
     audit_verify(file, head.map(|head| (head, head_path)), json)
 }
 
@@ -1326,16 +1321,16 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),
     };
     let head = match &config.store {
-        toolward::config::StoreConfig::Postgres { url } => {
+        crate::config::StoreConfig::Postgres { url } => {
             let store = pg_store(url, config_path)?;
-            toolward::store::postgres::audit::export(&store, &mut *sink)
+            crate::store::postgres::audit::export(&store, &mut *sink)
                 .await
                 .map_err(failure)?
         }
-        toolward::config::StoreConfig::StateDir => {
+        crate::config::StoreConfig::StateDir => {
             // The record lines, each as hashed: not the room (spaces) kept at the log's end.
             let mut written = Ok(());
-            let report = toolward::audit::read_chain(&config.audit.file, |_, line| {
+            let report = crate::audit::read_chain(&config.audit.file, |_, line| {
                 if written.is_ok() {
                     written = sink.write_all(line).and_then(|()| sink.write_all(b"\n"));
                 }
@@ -1351,7 +1346,7 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
                 );
                 return Ok(ExitCode::from(EXIT_FOUND));
             }
-            toolward::audit::AuditHead {
+            crate::audit::AuditHead {
                 records: report.records,
                 hash: report.last_hash,
             }
@@ -1365,14 +1360,14 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
 /// `audit import --config FILE`.
 async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+    let crate::config::StoreConfig::Postgres { url } = &config.store else {
         return Err(usage(anyhow!(
             "`{}` names no `store.postgres`: `audit import` moves a log into a PostgreSQL store",
             config_path.display()
         )));
     };
     let store = pg_store(url, config_path)?;
-    let head = toolward::store::postgres::audit::import(&store, file)
+    let head = crate::store::postgres::audit::import(&store, file)
         .await
         .map_err(failure)?;
     println!(
@@ -1386,9 +1381,9 @@ async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failu
 /// `audit accept --config`.
 fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let state = toolward::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
     let (log, problem) =
-        toolward::audit::AuditLog::accept(&config.audit.file, config.audit.sync, &state)
+        crate::audit::AuditLog::accept(&config.audit.file, config.audit.sync, &state)
             .map_err(failure)?;
     let head = log.head();
     drop(log);
@@ -1410,7 +1405,7 @@ fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
 
 /// Prints the audit log's head when a gateway starts (`serve`), so the operator can keep it
 /// elsewhere; `call`, one call from a terminal, does not repeat it (`audit verify` prints it).
-fn print_audit_head(toolward: &toolward::Toolward) {
+fn print_audit_head(toolward: &crate::Toolward) {
     if let Some(head) = toolward.audit_head() {
         eprintln!("toolward: {}: head {head}", toolward.audit_store());
     }
@@ -1419,15 +1414,15 @@ fn print_audit_head(toolward: &toolward::Toolward) {
 /// The bytes of a component named on the command line: a `.wasm` path, or `built-in`.
 fn read_component(component: &str) -> Result<Vec<u8>, Failure> {
     if component == "built-in" {
-        return Ok(toolward::component::DEFAULT_COMPONENT.to_vec());
+        return Ok(crate::component::DEFAULT_COMPONENT.to_vec());
     }
-    if component == toolward::cedar::BUILT_IN_CEDAR {
-        return Ok(toolward::component::CEDAR_COMPONENT.to_vec());
+    if component == crate::cedar::BUILT_IN_CEDAR {
+        return Ok(crate::component::CEDAR_COMPONENT.to_vec());
     }
-    toolward::config::operator_file::read(
+    crate::config::operator_file::read(
         Path::new(component),
         "component",
-        toolward::config::operator_file::MAX_COMPONENT_BYTES,
+        crate::config::operator_file::MAX_COMPONENT_BYTES,
     )
     .map_err(usage)
 }
@@ -1442,7 +1437,7 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
         None => None,
     };
     let host = ComponentHost::new(GuestLimits::default(), cache).map_err(failure)?;
-    let sha256 = toolward::canonical::sha256_hex(&bytes);
+    let sha256 = crate::canonical::sha256_hex(&bytes);
     let loaded = match host.load(&bytes, component) {
         Ok(l) => l,
         Err(e) => {
@@ -1480,10 +1475,10 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
     .filter_map(|(ok, world)| ok.then_some(world))
     .collect();
     let cached = match loaded.cache() {
-        toolward::component::CacheOutcome::Disabled => "unknown (no --config: no cache looked at)",
-        toolward::component::CacheOutcome::Hit => "yes",
-        toolward::component::CacheOutcome::Miss => "no (compiled now, and cached)",
-        toolward::component::CacheOutcome::Replaced => {
+        crate::component::CacheOutcome::Disabled => "unknown (no --config: no cache looked at)",
+        crate::component::CacheOutcome::Hit => "yes",
+        crate::component::CacheOutcome::Miss => "no (compiled now, and cached)",
+        crate::component::CacheOutcome::Replaced => {
             "no (the cache entry failed to load; compiled again, and cached)"
         }
     };
@@ -1516,7 +1511,7 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
             .imports()
             .iter()
             .map(String::as_str)
-            .filter(|import| !toolward::component::wasi::is_provided(import))
+            .filter(|import| !crate::component::wasi::is_provided(import))
             .collect();
         println!(
             "  imports  {}",
@@ -1542,14 +1537,14 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
 }
 
 /// Each WASI import of `loaded` and what the host gives a policy for it
-/// ([`toolward::component::wasi::grant_of`]).
-fn wasi_grants(loaded: &toolward::component::LoadedComponent) -> Vec<(&str, &'static str)> {
+/// ([`crate::component::wasi::grant_of`]).
+fn wasi_grants(loaded: &crate::component::LoadedComponent) -> Vec<(&str, &'static str)> {
     loaded
         .imports()
         .iter()
         .map(String::as_str)
-        .filter(|import| toolward::component::wasi::is_provided(import))
-        .map(|import| (import, toolward::component::wasi::grant_of(import)))
+        .filter(|import| crate::component::wasi::is_provided(import))
+        .map(|import| (import, crate::component::wasi::grant_of(import)))
         .collect()
 }
 
@@ -1559,12 +1554,12 @@ fn policy_test(
     rules: Option<&Path>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
-    let mut cases = toolward::policy_test::CasesFile::from_path(cases_path).map_err(usage)?;
+    let mut cases = crate::policy_test::CasesFile::from_path(cases_path).map_err(usage)?;
     if let Some(path) = rules {
-        let text = toolward::policy_test::read_text(
+        let text = crate::policy_test::read_text(
             path,
             "policy settings",
-            toolward::config::operator_file::MAX_SETTINGS_BYTES,
+            crate::config::operator_file::MAX_SETTINGS_BYTES,
         )
         .map_err(usage)?;
         cases.settings = Some(text);
@@ -1572,24 +1567,24 @@ fn policy_test(
     // A `.cedar` file is policies for the built-in Cedar component, its settings text.
     let is_cedar = Path::new(component)
         .extension()
-        .is_some_and(|e| e == toolward::cedar::CEDAR_EXTENSION);
+        .is_some_and(|e| e == crate::cedar::CEDAR_EXTENSION);
     if is_cedar {
-        let text = toolward::policy_test::read_text(
+        let text = crate::policy_test::read_text(
             Path::new(component),
             "Cedar policy",
-            toolward::config::operator_file::MAX_SETTINGS_BYTES,
+            crate::config::operator_file::MAX_SETTINGS_BYTES,
         )
         .map_err(usage)?;
         cases.settings = Some(text);
     }
     let bytes = if is_cedar {
-        toolward::component::CEDAR_COMPONENT.to_vec()
+        crate::component::CEDAR_COMPONENT.to_vec()
     } else {
         read_component(component)?
     };
     let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
     let loaded = host.load(&bytes, component).map_err(usage)?;
-    let report = toolward::policy_test::run_cases(&host, &loaded, &cases);
+    let report = crate::policy_test::run_cases(&host, &loaded, &cases);
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(failure)?;
         println!("{text}");

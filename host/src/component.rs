@@ -180,7 +180,7 @@ pub fn default_ready_instances() -> u32 {
 }
 
 /// Bounds on every guest call. Defaults: the `DEFAULT_*` constants of this module, and
-/// [`default_ready_instances`].
+/// `default_ready_instances`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuestLimits {
     /// Fuel for one `decide` call.
@@ -193,7 +193,7 @@ pub struct GuestLimits {
     pub memory_bytes: usize,
     /// Instances live at once.
     pub max_instances: u32,
-    /// Fresh instances of each [`Policy`]'s configured snapshot that a background thread of
+    /// Fresh instances of each `Policy`'s configured snapshot that a background thread of
     /// that policy prepares ahead of decisions, so that a decision is only the call. Each
     /// instance still serves exactly one decision; the same thread drops used instances,
     /// off the decision's path. When none is ready (decisions faster than the thread), a
@@ -201,7 +201,7 @@ pub struct GuestLimits {
     /// [`GuestLimits::max_instances`]: a policy then holds at most twice this many pool
     /// slots (ready, plus used and not yet dropped) beyond its decisions in flight. 0: no
     /// thread; every decision instantiates inline and drops its instance itself. Default:
-    /// [`default_ready_instances`] (2 on 4 cores or more, else 0).
+    /// `default_ready_instances` (2 on 4 cores or more, else 0).
     pub ready_instances: u32,
 }
 

@@ -241,12 +241,12 @@ pub enum ConfigError {
     /// The config file is not a regular file (`/dev/zero`, a FIFO).
     #[error(transparent)]
     File(operator_file::OperatorFileError),
-    /// The config file is larger than [`MAX_CONFIG_BYTES`].
+    /// The config file is larger than `MAX_CONFIG_BYTES`.
     #[error("config file `{path}` is larger than the limit of {limit} bytes")]
     TooLarge {
         /// The file.
         path: PathBuf,
-        /// [`MAX_CONFIG_BYTES`].
+        /// `MAX_CONFIG_BYTES`.
         limit: u64,
     },
     /// The text is not JSON, or an object has a key twice.
@@ -312,19 +312,19 @@ pub struct Config {
     pub rules: RulesConfig,
     /// The policy that decides calls.
     pub policy: PolicyConfig,
-    /// The pinned manifest (`manifest`, default [`DEFAULT_MANIFEST`]).
+    /// The pinned manifest (`manifest`, default `DEFAULT_MANIFEST`).
     pub manifest: PathBuf,
     /// The audit log.
     pub audit: AuditConfig,
-    /// Where toolward keeps state between runs (`state_dir`, default [`DEFAULT_STATE_DIR`]).
+    /// Where toolward keeps state between runs (`state_dir`, default `DEFAULT_STATE_DIR`).
     pub state_dir: PathBuf,
-    /// The principal recorded on calls (`principal`, default [`DEFAULT_PRINCIPAL`]).
+    /// The principal recorded on calls (`principal`, default `DEFAULT_PRINCIPAL`).
     pub principal: String,
     /// Between server and tool name in an exposed name (`separator`, default
-    /// [`DEFAULT_SEPARATOR`]).
+    /// `DEFAULT_SEPARATOR`).
     pub separator: String,
     /// The pattern every exposed tool name must match, anchored with `^` and `$`
-    /// (`tool_name_pattern`, default [`DEFAULT_TOOL_NAME_PATTERN`]). Checked for anchoring
+    /// (`tool_name_pattern`, default `DEFAULT_TOOL_NAME_PATTERN`). Checked for anchoring
     /// here; compiled by the step that names tools.
     pub tool_name_pattern: String,
     /// The top-level limits (`limits`); each server's [`ServerConfig::limits`] starts from
@@ -333,12 +333,12 @@ pub struct Config {
     /// Who may use `toolward serve --listen` (`listen`).
     pub listen: ListenConfig,
     /// Bounds on the rules and policy components (`guest`; each field defaults to the
-    /// `DEFAULT_*` constant of [`crate::component`]).
+    /// `DEFAULT_*` constant of `crate::component`).
     pub guest: GuestLimits,
-    /// What confines every stdio server (`confine`; see [`crate::confine`]).
+    /// What confines every stdio server (`confine`; see `crate::confine`).
     pub confine: ConfineConfig,
     /// Where each stdio server's own `HOME` and `TMPDIR` are (`servers_dir`, default
-    /// [`DEFAULT_SERVERS_DIR`]): `<servers_dir>/<server>/home` and `.../tmp`. Never inside
+    /// `DEFAULT_SERVERS_DIR`): `<servers_dir>/<server>/home` and `.../tmp`. Never inside
     /// the state folder.
     pub servers_dir: PathBuf,
     /// Where the audit log, the approvals queue, the fact counters and the `requestState`
@@ -363,7 +363,7 @@ pub const DEFAULT_TELEMETRY_SERVICE_NAME: &str = "toolward";
 pub const DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS: u64 = 5_000;
 
 /// The top-level `telemetry`: OpenTelemetry traces and metrics over OTLP/HTTP (protobuf),
-/// see [`crate::telemetry`].
+/// see `crate::telemetry`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TelemetryConfig {
     /// The collector's base URL (`telemetry.endpoint`, `http://` or `https://`, e.g.
@@ -371,10 +371,10 @@ pub struct TelemetryConfig {
     /// `<endpoint>/v1/metrics` (the OTLP/HTTP paths).
     pub endpoint: String,
     /// The resource's `service.name` (`telemetry.service_name`, default
-    /// [`DEFAULT_TELEMETRY_SERVICE_NAME`]).
+    /// `DEFAULT_TELEMETRY_SERVICE_NAME`).
     pub service_name: String,
     /// How often spans and metrics are exported, in milliseconds
-    /// (`telemetry.export_interval_ms`, default [`DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS`]).
+    /// (`telemetry.export_interval_ms`, default `DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS`).
     pub export_interval_ms: u64,
     /// Headers sent with every export (`telemetry.headers`, `${NAME}` expanded), e.g. a
     /// collector's API key.
@@ -394,7 +394,7 @@ impl fmt::Debug for TelemetryConfig {
 }
 
 /// The top-level `confine`: what every confined stdio server is denied besides the defaults
-/// of [`crate::confine`] (the state folder, the config, rules, manifest and audit log).
+/// of `crate::confine` (the state folder, the config, rules, manifest and audit log).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfineConfig {
     /// Paths every server is denied (`confine.deny`; a leading `~/` is toolward's `HOME`,
@@ -410,7 +410,7 @@ pub struct ConfineConfig {
     pub deny_network: bool,
     /// Whether confined servers run in user, mount and PID namespaces as well as under
     /// Landlock (`confine.namespaces`, default `true`): each withheld path covered by an empty
-    /// read-only mount, the other servers' processes out of sight ([`crate::confine`]).
+    /// read-only mount, the other servers' processes out of sight (`crate::confine`).
     /// `false` leaves Landlock alone, as where the namespaces are unavailable.
     pub namespaces: bool,
     /// The `toolward` binary that starts confined servers (`confine.launcher`). `None`: the
@@ -421,7 +421,7 @@ pub struct ConfineConfig {
 
 impl Default for ConfineConfig {
     /// Nothing denied beside the defaults, TCP and the network allowed, namespaces on, the
-    /// launcher found as [`crate::confine::launcher`] says.
+    /// launcher found as `crate::confine::launcher` says.
     fn default() -> Self {
         ConfineConfig {
             deny: Vec::new(),
@@ -436,7 +436,7 @@ impl Default for ConfineConfig {
 /// How one stdio server is confined (its `confine`, over the top-level one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerConfine {
-    /// Confined with Landlock: the defaults of [`crate::confine`], plus these paths.
+    /// Confined with Landlock: the defaults of `crate::confine`, plus these paths.
     Confined {
         /// The top-level `confine.deny` followed by the server's own.
         deny: Vec<PathBuf>,
@@ -533,17 +533,17 @@ pub struct ListenConfig {
     /// passes this check.
     pub allowed_origins: Vec<String>,
     /// Time a client has to send a request's head, in milliseconds
-    /// (`listen.header_read_timeout_ms`, [`DEFAULT_HEADER_READ_TIMEOUT_MS`]); past it the
+    /// (`listen.header_read_timeout_ms`, `DEFAULT_HEADER_READ_TIMEOUT_MS`); past it the
     /// connection is closed.
     pub header_read_timeout_ms: u64,
-    /// Open connections at once (`listen.max_connections`, [`DEFAULT_MAX_CONNECTIONS`]);
+    /// Open connections at once (`listen.max_connections`, `DEFAULT_MAX_CONNECTIONS`);
     /// past it, new connections wait to be accepted.
     pub max_connections: u64,
     /// Live sessions of one principal (`listen.max_sessions_per_principal`,
-    /// [`DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`]); past it, `initialize` gets 429.
+    /// `DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`); past it, `initialize` gets 429.
     pub max_sessions_per_principal: u64,
     /// Time without a message after which a session is closed, in milliseconds
-    /// (`listen.session_idle_timeout_ms`, [`DEFAULT_SESSION_IDLE_TIMEOUT_MS`]).
+    /// (`listen.session_idle_timeout_ms`, `DEFAULT_SESSION_IDLE_TIMEOUT_MS`).
     pub session_idle_timeout_ms: u64,
 }
 
@@ -608,7 +608,7 @@ pub enum StoreConfig {
     #[default]
     StateDir,
     /// `{"postgres": URL}`: one PostgreSQL database for a fleet (see
-    /// [`crate::store::postgres`]); `URL` is a libpq URL or key-value string, `${NAME}`
+    /// `crate::store::postgres`); `URL` is a libpq URL or key-value string, `${NAME}`
     /// expanded (keep the password in a variable, not in the file).
     Postgres {
         /// The connection string, variables expanded. Never printed: it may hold a password.
@@ -628,7 +628,7 @@ impl fmt::Debug for StoreConfig {
 /// `audit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditConfig {
-    /// The log (`audit.file`, default [`DEFAULT_AUDIT_FILE`]).
+    /// The log (`audit.file`, default `DEFAULT_AUDIT_FILE`).
     pub file: PathBuf,
     /// When records reach the disk (`audit.sync`, `always` or `none`, default `always`).
     pub sync: AuditSync,
@@ -641,29 +641,29 @@ pub struct AuditConfig {
 /// `DEFAULT_` constant of this module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// [`DEFAULT_START_TIMEOUT_MS`].
+    /// `DEFAULT_START_TIMEOUT_MS`.
     pub start_timeout_ms: u64,
-    /// [`DEFAULT_REQUEST_TIMEOUT_MS`].
+    /// `DEFAULT_REQUEST_TIMEOUT_MS`.
     pub request_timeout_ms: u64,
-    /// [`DEFAULT_CALL_TIMEOUT_MS`].
+    /// `DEFAULT_CALL_TIMEOUT_MS`.
     pub call_timeout_ms: u64,
-    /// [`DEFAULT_APPROVAL_TIMEOUT_MS`].
+    /// `DEFAULT_APPROVAL_TIMEOUT_MS`.
     pub approval_timeout_ms: u64,
-    /// [`DEFAULT_MAX_LISTING_PAGES`].
+    /// `DEFAULT_MAX_LISTING_PAGES`.
     pub max_listing_pages: u64,
-    /// [`DEFAULT_MAX_TOOLS`].
+    /// `DEFAULT_MAX_TOOLS`.
     pub max_tools: u64,
-    /// [`DEFAULT_MAX_PAGE_BYTES`].
+    /// `DEFAULT_MAX_PAGE_BYTES`.
     pub max_page_bytes: u64,
-    /// [`DEFAULT_MAX_LISTING_BYTES`].
+    /// `DEFAULT_MAX_LISTING_BYTES`.
     pub max_listing_bytes: u64,
-    /// [`DEFAULT_MAX_TOOL_BYTES`].
+    /// `DEFAULT_MAX_TOOL_BYTES`.
     pub max_tool_bytes: u64,
-    /// [`DEFAULT_MAX_RESULT_BYTES`].
+    /// `DEFAULT_MAX_RESULT_BYTES`.
     pub max_result_bytes: u64,
-    /// [`DEFAULT_RESTART_ATTEMPTS`]; `0` never restarts.
+    /// `DEFAULT_RESTART_ATTEMPTS`; `0` never restarts.
     pub restart_attempts: u64,
-    /// [`DEFAULT_RESTART_BACKOFF_MS`].
+    /// `DEFAULT_RESTART_BACKOFF_MS`.
     pub restart_backoff_ms: u64,
 }
 
@@ -736,7 +736,7 @@ impl Limits {
 type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
 
 impl Config {
-    /// Reads the config file at `path` (at most [`MAX_CONFIG_BYTES`]); relative paths in it
+    /// Reads the config file at `path` (at most `MAX_CONFIG_BYTES`); relative paths in it
     /// resolve against its folder (made absolute from the current directory). `${NAME}`
     /// references read toolward's environment.
     ///

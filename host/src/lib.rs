@@ -31,42 +31,108 @@
 //! through `toolward::`.
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
+// Without `internals`, what only this workspace's tests reach (and the old paths kept for
+// them) is unused from the public surface.
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 
-pub mod approval;
-pub mod audit;
-pub mod call;
-pub mod canonical;
-pub mod cedar;
-pub mod client_config;
-pub mod component;
-pub mod config;
-pub mod confine;
-pub mod database;
-pub mod facts;
-pub mod gateway;
-pub mod identity;
-pub mod ids;
-pub mod init;
-pub mod listen;
-pub mod listing;
-pub mod load;
-pub mod manifest;
-pub mod pin;
-pub mod policy_test;
-pub mod registry;
-pub mod schema;
-pub mod start;
-pub mod state_dir;
-pub mod store;
-pub mod supervise;
-pub mod telemetry;
-pub mod text;
-pub mod transport;
+// The modules are private: an embedder uses what is re-exported below. The `internals`
+// feature makes them public for this workspace's own tests and benchmarks only (not a
+// stable interface, never on by default). The command line is a private module too, behind
+// one entry point ([`cli_main`]).
+macro_rules! modules {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "internals")]
+            pub mod $name;
+            #[cfg(not(feature = "internals"))]
+            mod $name;
+        )*
+    };
+}
 
-pub use start::Toolward;
+modules!(
+    approval,
+    audit,
+    call,
+    canonical,
+    cedar,
+    client_config,
+    component,
+    config,
+    confine,
+    database,
+    facts,
+    gateway,
+    identity,
+    ids,
+    init,
+    listen,
+    listing,
+    load,
+    manifest,
+    pin,
+    policy_test,
+    registry,
+    schema,
+    start,
+    state_dir,
+    store,
+    supervise,
+    telemetry,
+    text,
+    transport,
+);
+
+mod cli;
+
+// The public surface: what a runtime that embeds toolward starts, configures, calls,
+// answers and reads back. `host/public-api.txt` lists it; CI compares.
+
+// Starting, listing and calling.
+pub use call::{CallContext, CallError, CallOutcome, CallPath, CallResult, CallSettings};
+pub use load::{
+    ConfinementReport, HintOverride, IdentityReport, LoadReport, Refusal, RegisteredReport,
+    ServerReport, Unclassified,
+};
+pub use registry::RegisteredTool;
+pub use start::{StartFailure, Toolward};
+
+// The operator's configuration.
+pub use config::{
+    AuditConfig, Config, ConfigError, ConfineConfig, Limits, ListenConfig, PolicyConfig,
+    RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+};
+
+// Pinning: the manifest of reviewed tools.
+pub use manifest::{Manifest, ManifestDiff, ManifestError};
+pub use pin::{PinError, PinOutcome, pin};
+
+// Approvals: who is asked about a held call, and who answered.
+pub use approval::{
+    Answer, ApprovalAnswer, ApprovalRequest, Approver, DenyAll, FnApprover, QueueApprover,
+};
+pub use identity::{AnsweredBy, Channel, Principal};
+pub use store::ApprovalStore;
+
+// The audit chain: its records, where they go, and checking it.
+pub use audit::{
+    AuditDecision, AuditError, AuditEvent, AuditHead, AuditKind, AuditLog, AuditRecord, AuditStore,
+    AuditSync, ChainBreak, VerifyReport, verify, verify_with_head,
+};
+pub use state_dir::StateDir;
+
+// Policy components: the effects and annotations a decision sees, and the bounds on guests.
+pub use component::{Annotations, GuestLimits};
+
+/// Runs the `toolward` command line with this process's arguments (the binary's `main`,
+/// and what an embedder's own binary calls to act as the launcher of confined servers).
+pub fn cli_main() -> std::process::ExitCode {
+    cli::main()
+}
 
 /// Paths of the guest components built by `host/build.rs`: the default policy component
-/// (also embedded as [`component::DEFAULT_COMPONENT`]) and the test fixtures.
+/// and the test fixtures.
+#[cfg(feature = "internals")]
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 }

@@ -94,7 +94,7 @@ pub struct ServerReport {
     pub overrides: Vec<HintOverride>,
     /// Changes that are reported, not refused (output schema, identity, annotations).
     pub notes: Vec<String>,
-    /// How a stdio server runs: confined by Landlock, or not and why ([`crate::confine`]);
+    /// How a stdio server runs: confined by Landlock, or not and why (`crate::confine`);
     /// `None` for an HTTP server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confinement: Option<ConfinementReport>,

@@ -4,8 +4,6 @@
 //! chain (`audit verify`), a failing case or a tool error (`call`); 2 a usage or config
 //! error; 3 a runtime failure (a server, a file, a component).
 
-mod cli;
-
 fn main() -> std::process::ExitCode {
-    cli::main()
+    toolward::cli_main()
 }

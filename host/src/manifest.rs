@@ -130,12 +130,12 @@ pub enum ManifestError {
         #[source]
         source: io::Error,
     },
-    /// The file is longer than [`MAX_MANIFEST_BYTES`].
+    /// The file is longer than `MAX_MANIFEST_BYTES`.
     #[error("the manifest `{}` is longer than {limit} bytes", path.display())]
     TooLarge {
         /// The file.
         path: PathBuf,
-        /// [`MAX_MANIFEST_BYTES`].
+        /// `MAX_MANIFEST_BYTES`.
         limit: u64,
     },
     /// The file is not a regular file (`/dev/zero`, a FIFO).
@@ -174,14 +174,14 @@ pub enum ManifestError {
         #[source]
         source: CanonicalError,
     },
-    /// `manifest_version` is not [`MANIFEST_VERSION`].
+    /// `manifest_version` is not `MANIFEST_VERSION`.
     #[error(
         "the manifest has `manifest_version` {found}, and this toolward reads version {supported}"
     )]
     UnsupportedVersion {
         /// The version found, as written.
         found: String,
-        /// [`MANIFEST_VERSION`].
+        /// `MANIFEST_VERSION`.
         supported: u64,
     },
     /// Something in the manifest has the wrong shape.
@@ -302,8 +302,8 @@ impl Manifest {
         })
     }
 
-    /// Reads the manifest file at `path`: a regular file of at most [`MAX_MANIFEST_BYTES`]
-    /// (read as [`operator_file`] says), owned by the effective user and not writable by
+    /// Reads the manifest file at `path`: a regular file of at most `MAX_MANIFEST_BYTES`
+    /// (read as `operator_file` says), owned by the effective user and not writable by
     /// group or others (it may be `0644`: it is reviewed and committed, not secret).
     ///
     /// # Errors
@@ -316,7 +316,7 @@ impl Manifest {
     }
 
     /// [`Manifest::read`] through the manifest's compact form in the state folder `state`
-    /// (see [`compact`]): the same manifest, read without re-verifying every stored text
+    /// (see `compact`): the same manifest, read without re-verifying every stored text
     /// when a compact form made from exactly these bytes is there; otherwise the manifest
     /// is read as [`Manifest::read`] does and its compact form written for the next start.
     ///
@@ -701,7 +701,7 @@ fn read_tool(
 }
 
 /// What changed between two manifests, for review: the diff `toolward pin` and
-/// `toolward check` print. `Display` renders it (see [`diff`]).
+/// `toolward check` print. `Display` renders it (see `diff`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ManifestDiff {
     /// Components whose hash changed, appeared or disappeared, by name.

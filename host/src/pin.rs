@@ -157,7 +157,7 @@ pub struct PinOutcome {
     /// Each server that could not be pinned, by name.
     pub failures: BTreeMap<String, PinError>,
     /// The tools refused in each server pinned now, by server: name (hidden characters made
-    /// visible, or `#index`) and reason, as recorded in [`PinnedServer::refused`].
+    /// visible, or `#index`) and reason, as recorded in `PinnedServer::refused`.
     pub refused: BTreeMap<String, BTreeMap<String, String>>,
 }
 

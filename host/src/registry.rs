@@ -29,7 +29,7 @@ pub struct RegisteredTool {
     /// The description the model sees: the operator's override, or the server's text.
     pub description: String,
     /// The schema the model sees: the server's `inputSchema` with denied and fixed
-    /// parameters removed (see [`crate::schema::narrow`]). The same allocation as
+    /// parameters removed (see `crate::schema::narrow`). The same allocation as
     /// `original_schema` when nothing was removed: a registry of many tools holds each
     /// schema once (BENCHMARKS.md §6).
     pub input_schema: Arc<Value>,

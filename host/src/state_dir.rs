@@ -126,7 +126,7 @@ impl StateDir {
     /// the effective user with no access for group or others.
     ///
     /// # Errors
-    /// [`StateError`] naming the path: it cannot be created or opened, it is a symlink or not
+    /// `StateError` naming the path: it cannot be created or opened, it is a symlink or not
     /// a folder, or its owner or mode is wrong.
     pub fn open(path: &Path) -> Result<StateDir, StateError> {
         let io = |source| StateError::Io {
@@ -172,7 +172,7 @@ impl StateDir {
     /// owner and mode.
     ///
     /// # Errors
-    /// [`StateError`] naming the path.
+    /// `StateError` naming the path.
     pub fn subdir(&self, name: impl AsRef<Path>) -> Result<Dir, StateError> {
         let name = name.as_ref();
         let mut current = self
@@ -207,11 +207,11 @@ impl StateDir {
         Ok(current)
     }
 
-    /// The key named `name` in the state folder (a file of [`KEY_BYTES`] random bytes, mode
+    /// The key named `name` in the state folder (a file of `KEY_BYTES` random bytes, mode
     /// `0600`), created from the operating system's random source on first use.
     ///
     /// # Errors
-    /// [`StateError`] naming the path: unreadable, wrong owner or mode, wrong length, or no
+    /// `StateError` naming the path: unreadable, wrong owner or mode, wrong length, or no
     /// randomness.
     pub fn key(&self, name: &str) -> Result<Key, StateError> {
         let full = self.path.join(name);
@@ -258,10 +258,10 @@ impl StateDir {
 
     /// Opens the existing regular file `name` (relative to the state folder) for reading,
     /// refusing a symlink, another kind of file, or a wrong owner or mode (see
-    /// [`open_private_in`]).
+    /// `open_private_in`).
     ///
     /// # Errors
-    /// [`StateError`] naming the path.
+    /// `StateError` naming the path.
     pub fn open_private_file(
         &self,
         name: impl AsRef<Path>,
@@ -272,10 +272,10 @@ impl StateDir {
 
     /// Creates the regular file `name` (relative to the state folder) with `bytes`, mode
     /// `0600`, flushed to disk; an existing file is left alone and is an error of kind
-    /// `AlreadyExists` ([`StateError::already_exists`]).
+    /// `AlreadyExists` (`StateError::already_exists`).
     ///
     /// # Errors
-    /// [`StateError`] naming the path.
+    /// `StateError` naming the path.
     pub fn create_private_file(
         &self,
         name: impl AsRef<Path>,

@@ -50,7 +50,7 @@ pub struct AuditHead {
     /// empty log.
     pub records: u64,
     /// SHA-256 (lowercase hex) of the last of those records' line, without its newline;
-    /// [`GENESIS_PREV`] when `records` is 0.
+    /// `GENESIS_PREV` when `records` is 0.
     pub hash: String,
 }
 

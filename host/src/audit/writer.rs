@@ -195,20 +195,20 @@ impl AuditLog {
     /// Opens (creating it, mode `0600`, if needed) the log at `path` and continues its chain
     /// after the last record, without a head (tests and embedders that anchor the log
     /// otherwise). A torn last line is truncated away and a `recovered` record appended (see
-    /// the [module docs](super)). Other processes may write the same log at the same time.
+    /// the module docs). Other processes may write the same log at the same time.
     ///
     /// # Errors
     ///
     /// [`AuditError::Owner`] or [`AuditError::Mode`] when the file is not the effective
     /// user's or others may read it; [`AuditError::Corrupt`] when the last complete line is
     /// not a record; [`AuditError::RecordTooLarge`] when the last line is longer than
-    /// [`MAX_RECORD_BYTES`]; [`AuditError::Io`] for the file system.
+    /// `MAX_RECORD_BYTES`; [`AuditError::Io`] for the file system.
     pub fn open(path: &Path, sync: AuditSync) -> Result<Self, AuditError> {
         Self::open_inner(path, sync, None, Mismatch::Refuse).map(|(log, _)| log)
     }
 
     /// As [`open`](Self::open), and checks the log against its head in `state` (written by
-    /// every earlier run, see [`super::head`]): a log whose end does not match is refused. A
+    /// every earlier run, see `super::head`): a log whose end does not match is refused. A
     /// log without a head gets one, from its end as it is now.
     ///
     /// # Errors
@@ -478,7 +478,7 @@ impl AuditLog {
     /// [`AuditError::Io`] when writing or syncing fails (and from then on
     /// [`AuditError::Failed`]); [`AuditError::Replaced`] or [`AuditError::CutShort`] when the
     /// file at the log's path is no longer the log it wrote; [`AuditError::RecordTooLarge`]
-    /// when the line would exceed [`MAX_RECORD_BYTES`]. On the call path an error here must
+    /// when the line would exceed `MAX_RECORD_BYTES`. On the call path an error here must
     /// refuse the call: an action that could not be recorded does not happen.
     pub fn append(&self, event: AuditEvent) -> Result<u64, AuditError> {
         let (first, _) = self.shared.submit(vec![event], Need::Durable)?;
@@ -506,7 +506,7 @@ impl AuditLog {
     }
 
     /// Writes `events` (one group, in one `write`) without waiting for a sync: the next sync,
-    /// or the log's thread within [`SYNC_DELAY`], puts them on disk. Never waits for a lock
+    /// or the log's thread within `SYNC_DELAY`, puts them on disk. Never waits for a lock
     /// held by another thread or process: then the group is queued and the one holding it (or
     /// the log's thread) writes it. For records no action waits for (a result, a refusal
     /// without a decision, a cancellation).

@@ -10,10 +10,10 @@ use std::process::ExitCode;
 use anyhow::{Context as _, anyhow};
 use serde_json::Value;
 
-use toolward::audit::read::{self as audit_read, Filter};
-use toolward::client_config::{self, Outcome};
-use toolward::component::{ComponentHost, GuestLimits};
-use toolward::manifest::Manifest;
+use crate::audit::read::{self as audit_read, Filter};
+use crate::client_config::{self, Outcome};
+use crate::component::{ComponentHost, GuestLimits};
+use crate::manifest::Manifest;
 
 use super::{
     AuditFilterArgs, ClientCommand, EXIT_FAILURE, EXIT_FOUND, Failure, failure, open_state,
@@ -23,11 +23,11 @@ use super::{
 /// The config at `path` for commands that start no server (`client`, `audit show`,
 /// `tail`, `replay`): a `${VAR}` that is not set reads as empty, since only the servers'
 /// `env` and `headers` use them and the secrets may live in the client's config alone.
-fn read_config_for_files(path: &Path) -> Result<toolward::config::Config, Failure> {
+fn read_config_for_files(path: &Path) -> Result<crate::config::Config, Failure> {
     let text = std::fs::read(path)
         .with_context(|| format!("config `{}`", path.display()))
         .map_err(usage)?;
-    let value: Value = serde_json::from_slice(toolward::config::operator_file::without_bom(&text))
+    let value: Value = serde_json::from_slice(crate::config::operator_file::without_bom(&text))
         .with_context(|| format!("config `{}`", path.display()))
         .map_err(usage)?;
     let folder = match path.parent() {
@@ -35,7 +35,7 @@ fn read_config_for_files(path: &Path) -> Result<toolward::config::Config, Failur
         _ => Path::new("."),
     };
     let base = std::path::absolute(folder).map_err(failure)?;
-    toolward::config::Config::from_value_with_env(value, &base, &|name| {
+    crate::config::Config::from_value_with_env(value, &base, &|name| {
         Ok(std::env::var(name).unwrap_or_default())
     })
     .with_context(|| format!("config `{}`", path.display()))
@@ -70,7 +70,7 @@ pub(super) async fn init(
         }
     }
     let project = std::env::current_dir().map_err(failure)?;
-    let survey = toolward::init::survey(&home()?, &project, clients, servers).map_err(usage)?;
+    let survey = crate::init::survey(&home()?, &project, clients, servers).map_err(usage)?;
     print!("{}", survey.render());
     if list {
         return Ok(ExitCode::SUCCESS);
@@ -88,15 +88,15 @@ pub(super) async fn init(
     let chosen = if yes {
         survey.candidates
     } else if std::io::stdin().is_terminal() {
-        toolward::init::ask(survey.candidates).map_err(failure)?
+        crate::init::ask(survey.candidates).map_err(failure)?
     } else {
         return Err(usage(anyhow!(
             "no terminal to ask on: pass `--yes` to import the servers listed (choose with `--client` and `--server`)"
         )));
     };
-    let report = toolward::init::write(dir, &chosen).await.map_err(usage)?;
-    for (client, names) in toolward::init::by_client(&report) {
-        let names: Vec<String> = names.iter().map(|n| toolward::text::escape(n)).collect();
+    let report = crate::init::write(dir, &chosen).await.map_err(usage)?;
+    for (client, names) in crate::init::by_client(&report) {
+        let names: Vec<String> = names.iter().map(|n| crate::text::escape(n)).collect();
         println!("imported from {client}: {}", names.join(", "));
     }
     if !report.variables.is_empty() {
@@ -114,13 +114,13 @@ pub(super) async fn init(
     for renamed in &report.renamed {
         println!(
             "server `{}`'s {} `{}` is `${{{}}}`, not `${{{}}}`: that name is another secret's, and each secret has its own",
-            toolward::text::escape(&renamed.server),
+            crate::text::escape(&renamed.server),
             if renamed.place == "headers" {
                 "header"
             } else {
                 "env variable"
             },
-            toolward::text::escape(&renamed.key),
+            crate::text::escape(&renamed.key),
             renamed.variable,
             renamed.wanted
         );
@@ -242,7 +242,7 @@ pub(super) fn client(config_path: &Path, command: ClientCommand) -> Result<ExitC
 
 /// For each tool `check` refused because it changed since the pin, the command that
 /// accepts it (after showing its diff).
-pub(super) fn accept_commands(report: &toolward::load::LoadReport, config: &Path) -> String {
+pub(super) fn accept_commands(report: &crate::load::LoadReport, config: &Path) -> String {
     let mut out = String::new();
     for server in &report.servers {
         let mut seen = Vec::new();
@@ -252,10 +252,10 @@ pub(super) fn accept_commands(report: &toolward::load::LoadReport, config: &Path
                 out.push_str(&format!(
                     "  accept `{}/{}`: toolward pin --config {} --tool {}/{}\n",
                     server.server,
-                    toolward::text::escape(&refusal.tool),
+                    crate::text::escape(&refusal.tool),
                     config.display(),
                     server.server,
-                    toolward::text::escape(&refusal.tool)
+                    crate::text::escape(&refusal.tool)
                 ));
             }
         }
@@ -270,7 +270,7 @@ pub(super) async fn pin_tool(
     yes: bool,
     dry_run: bool,
 ) -> Result<ExitCode, Failure> {
-    let (server, tool) = toolward::pin::tool::parse_server_tool(given).map_err(usage)?;
+    let (server, tool) = crate::pin::tool::parse_server_tool(given).map_err(usage)?;
     let config = read_config(config_path)?;
     let existing = read_manifest(&config)?;
     if !config.servers.contains_key(server) {
@@ -278,8 +278,8 @@ pub(super) async fn pin_tool(
     }
     let state = open_state(&config)?;
     let components =
-        toolward::load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
-    let outcome = toolward::pin::pin(
+        crate::load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
+    let outcome = crate::pin::pin(
         &config,
         Some(server),
         Some(&existing),
@@ -290,12 +290,12 @@ pub(super) async fn pin_tool(
     if let Some(error) = outcome.failures.get(server) {
         return Err(failure(anyhow!(
             "server `{server}` could not be listed: {}",
-            toolward::text::error_chain(error)
+            crate::text::error_chain(error)
         )));
     }
-    let updated = toolward::pin::tool::repin_tool(&existing, &outcome.manifest, server, tool)
-        .map_err(usage)?;
-    let diff = toolward::manifest::diff(&existing, &updated);
+    let updated =
+        crate::pin::tool::repin_tool(&existing, &outcome.manifest, server, tool).map_err(usage)?;
+    let diff = crate::manifest::diff(&existing, &updated);
     if diff.is_empty() {
         println!("tool `{tool}` of server `{server}` matches its pin: nothing to accept");
         return Ok(ExitCode::SUCCESS);
@@ -343,9 +343,9 @@ fn filter_of(args: &AuditFilterArgs) -> Result<Filter, Failure> {
     };
     let decision = match args.decision.as_deref() {
         None => None,
-        Some("allow") => Some(toolward::audit::AuditDecision::Allow),
-        Some("deny") => Some(toolward::audit::AuditDecision::Deny),
-        Some("hold") => Some(toolward::audit::AuditDecision::Hold),
+        Some("allow") => Some(crate::audit::AuditDecision::Allow),
+        Some("deny") => Some(crate::audit::AuditDecision::Deny),
+        Some("hold") => Some(crate::audit::AuditDecision::Hold),
         Some(other) => {
             return Err(usage(anyhow!(
                 "`--decision {other}`: expected allow, deny or hold"
@@ -367,18 +367,18 @@ fn filter_of(args: &AuditFilterArgs) -> Result<Filter, Failure> {
 /// its last records rewritten or the file replaced): the check `audit verify --config` and
 /// `serve` make, which the chain alone cannot (a log cut after a record is a valid chain).
 /// `None` when it matches or no head was written yet; a head that cannot be read is reported.
-fn head_mismatch(config: &toolward::config::Config) -> Option<String> {
+fn head_mismatch(config: &crate::config::Config) -> Option<String> {
     let file = &config.audit.file;
-    let state = match toolward::store::StateDir::open(&config.state_dir) {
+    let state = match crate::store::StateDir::open(&config.state_dir) {
         Ok(state) => state,
         Err(e) => return Some(format!("its head cannot be checked: {e}")),
     };
-    let (head, head_path) = match toolward::audit::read_head(&state, file) {
+    let (head, head_path) = match crate::audit::read_head(&state, file) {
         Ok((Some(head), path)) => (head, path),
         Ok((None, _)) => return None,
         Err(e) => return Some(format!("its head cannot be read: {e}")),
     };
-    match toolward::audit::verify_with_head(file, &head) {
+    match crate::audit::verify_with_head(file, &head) {
         Ok((_, None)) => None,
         Ok((_, Some(problem))) => Some(format!(
             "does not match its head `{}` ({head}): {problem}",
@@ -389,7 +389,7 @@ fn head_mismatch(config: &toolward::config::Config) -> Option<String> {
 }
 
 /// Says where the log does not match its head, on standard error; whether it did not.
-fn report_head_mismatch(config: &toolward::config::Config, config_path: &Path) -> bool {
+fn report_head_mismatch(config: &crate::config::Config, config_path: &Path) -> bool {
     match head_mismatch(config) {
         None => false,
         Some(problem) => {
@@ -403,9 +403,9 @@ fn report_head_mismatch(config: &toolward::config::Config, config_path: &Path) -
     }
 }
 
-fn print_record(record: &toolward::audit::AuditRecord, raw: &Value, json: bool) {
+fn print_record(record: &crate::audit::AuditRecord, raw: &Value, json: bool) {
     if json {
-        println!("{}", toolward::text::escape_json(&raw.to_string()));
+        println!("{}", crate::text::escape_json(&raw.to_string()));
     } else {
         println!("{}", audit_read::render_row(record));
     }
@@ -413,14 +413,14 @@ fn print_record(record: &toolward::audit::AuditRecord, raw: &Value, json: bool) 
 
 /// The reader of the config's PostgreSQL chain, when `store.postgres` names one.
 async fn pg_reader(
-    config: &toolward::config::Config,
+    config: &crate::config::Config,
     config_path: &Path,
-) -> Result<Option<toolward::store::postgres::audit::Reader>, Failure> {
-    let toolward::config::StoreConfig::Postgres { url } = &config.store else {
+) -> Result<Option<crate::store::postgres::audit::Reader>, Failure> {
+    let crate::config::StoreConfig::Postgres { url } = &config.store else {
         return Ok(None);
     };
     let store = super::pg_store(url, config_path)?;
-    toolward::store::postgres::audit::Reader::open(&store)
+    crate::store::postgres::audit::Reader::open(&store)
         .await
         .map(Some)
         .map_err(failure)
@@ -429,7 +429,7 @@ async fn pg_reader(
 /// Says where the database's chain breaks or does not end at its head row, on standard
 /// error; whether it does.
 fn report_pg_problem(
-    read: &toolward::store::postgres::audit::ReadRecords,
+    read: &crate::store::postgres::audit::ReadRecords,
     store: &str,
     config_path: &Path,
 ) -> bool {
@@ -450,7 +450,7 @@ fn report_pg_problem(
 /// `toolward audit show` on a PostgreSQL store: the chain read in one snapshot with its
 /// head row.
 async fn audit_show_pg(
-    mut reader: toolward::store::postgres::audit::Reader,
+    mut reader: crate::store::postgres::audit::Reader,
     config_path: &Path,
     filter: &Filter,
     json: bool,
@@ -478,7 +478,7 @@ async fn audit_show_pg(
 /// `toolward audit tail [-f]` on a PostgreSQL store: the database asked for new records
 /// every [`audit_read::FOLLOW_POLL_MS`].
 async fn audit_tail_pg(
-    mut reader: toolward::store::postgres::audit::Reader,
+    mut reader: crate::store::postgres::audit::Reader,
     config_path: &Path,
     (follow, lines): (bool, usize),
     filter: &Filter,
@@ -615,7 +615,7 @@ pub(super) fn audit_replay(
     // `policy test` takes it.
     let is_cedar = Path::new(policy)
         .extension()
-        .is_some_and(|e| e == toolward::cedar::CEDAR_EXTENSION);
+        .is_some_and(|e| e == crate::cedar::CEDAR_EXTENSION);
     let settings_path = if is_cedar {
         PathBuf::from(policy)
     } else {
@@ -624,14 +624,14 @@ pub(super) fn audit_replay(
             .or_else(|| config.policy.settings.clone())
             .unwrap_or_else(|| config.rules.file.clone())
     };
-    let settings_text = toolward::policy_test::read_text(
+    let settings_text = crate::policy_test::read_text(
         &settings_path,
         "policy settings",
-        toolward::config::operator_file::MAX_SETTINGS_BYTES,
+        crate::config::operator_file::MAX_SETTINGS_BYTES,
     )
     .map_err(usage)?;
     let bytes = if is_cedar {
-        toolward::component::CEDAR_COMPONENT.to_vec()
+        crate::component::CEDAR_COMPONENT.to_vec()
     } else {
         read_component(policy)?
     };
@@ -641,8 +641,7 @@ pub(super) fn audit_replay(
         .configure_policy(&loaded, &settings_text)
         .with_context(|| format!("settings `{}`", settings_path.display()))
         .map_err(usage)?;
-    let report =
-        toolward::audit::replay::replay(&config.audit.file, &configured).map_err(failure)?;
+    let report = crate::audit::replay::replay(&config.audit.file, &configured).map_err(failure)?;
     let mismatch = report_head_mismatch(&config, config_path);
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(failure)?;

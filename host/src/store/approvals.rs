@@ -83,7 +83,7 @@ pub trait ApprovalStore: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     ///
-    /// [`ApprovalStoreError`] naming the store when it cannot be read.
+    /// `ApprovalStoreError` naming the store when it cannot be read.
     fn list(&self) -> StoreFuture<'_, Vec<PendingEntry>>;
 
     /// Answers the held call `call_id` as the operating-system user running this process:
@@ -91,8 +91,8 @@ pub trait ApprovalStore: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     ///
-    /// [`ApprovalStoreError::NotPending`], [`ApprovalStoreError::AlreadyAnswered`],
-    /// [`ApprovalStoreError::Expired`] (or the state folder's [`ApprovalError`] equivalents),
+    /// `ApprovalStoreError::NotPending`, `ApprovalStoreError::AlreadyAnswered`,
+    /// `ApprovalStoreError::Expired` (or the state folder's `ApprovalError` equivalents),
     /// or the store's own error.
     fn answer<'a>(
         &'a self,
