@@ -121,24 +121,8 @@ pub enum RewriteError {
     },
     /// The folder holding the file is another user's, or group or others can put another
     /// file in its place.
-    #[error(
-        "the folder `{}` holding `{}` is {why}: whoever else can write it can swap the file for a link to any other; nothing was written; review it, then run `{fix}`{}",
-        folder.display(),
-        path.display(),
-        accept_hint(*accept)
-    )]
-    Folder {
-        /// The folder.
-        folder: PathBuf,
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it (`owned by uid 65534`, `mode 0777`).
-        why: String,
-        /// The command that fixes it.
-        fix: String,
-        /// The flag that accepts it, if any.
-        accept: Option<&'static str>,
-    },
+    #[error(transparent)]
+    Folder(Box<ForeignFolder>),
     /// More links than [`MAX_LINKS`] on the way.
     #[error(
         "`{}` leads through more than {limit} symbolic links: toolward follows at most {limit}; point it at the file",
@@ -185,6 +169,28 @@ pub enum RewriteError {
         /// The file.
         path: PathBuf,
     },
+}
+
+/// The folder holding a file to rewrite is another user's, or group or others can put another
+/// file in its place ([`RewriteError::Folder`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the folder `{}` holding `{}` is {why}: whoever else can write it can swap the file for a link to any other; nothing was written; review it, then run `{fix}`{}",
+    folder.display(),
+    path.display(),
+    accept_hint(*accept)
+)]
+pub struct ForeignFolder {
+    /// The folder.
+    pub folder: PathBuf,
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it (`owned by uid 65534`, `mode 0777`).
+    pub why: String,
+    /// The command that fixes it.
+    pub fix: String,
+    /// The flag that accepts it, if any.
+    pub accept: Option<&'static str>,
 }
 
 fn accept_hint(accept: Option<&'static str>) -> String {
@@ -362,13 +368,13 @@ impl HeldFile {
         } else {
             return Ok(());
         };
-        Err(RewriteError::Folder {
+        Err(RewriteError::Folder(Box::new(ForeignFolder {
             folder,
             path: self.target.clone(),
             why,
             fix,
             accept,
-        })
+        })))
     }
 
     /// Checks the file at the name (`meta`, not followed): a regular file, and, unless
