@@ -260,6 +260,8 @@ enum ClientCommand {
         /// The client (claude-desktop, claude-code, project, cursor, vscode, windsurf, zed,
         /// codex, gemini).
         client: String,
+        #[command(flatten)]
+        shared: SharedFileArg,
     },
     /// Undo `connect`: restores CLIENT's file byte for byte when nothing changed it since,
     /// otherwise removes the toolward entry and puts the replaced servers back.
@@ -268,7 +270,22 @@ enum ClientCommand {
     Disconnect {
         /// The client.
         client: String,
+        #[command(flatten)]
+        shared: SharedFileArg,
     },
+}
+
+/// The flag of `client connect` and `disconnect` that accepts a client's file others can
+/// change.
+#[derive(Debug, clap::Args)]
+struct SharedFileArg {
+    /// Write CLIENT's file even when it, a symbolic link leading to it, or its folder is
+    /// another user's or writable by group or others (a shared project's `.mcp.json`).
+    /// Without it such a file is refused, naming it and why. Either way the file is reached
+    /// once, through its folder, and not written if another file or a link took its place
+    /// since it was read.
+    #[arg(long = "accept-shared-file")]
+    accept_shared_file: bool,
 }
 
 /// The filters of `audit show` and `audit tail`.

@@ -15,8 +15,13 @@
 //!   other byte: comments, key order, unknown keys, servers toolward does not manage. JSON and
 //!   JSONC go through `jsonc-parser`'s CST, TOML through `toml_edit`. It keeps the file's
 //!   bytes as they were (`<state_dir>/clients/CLIENT.backup`), writes atomically (a temporary
-//!   file renamed over the old, its permissions kept), and does nothing when the file is
-//!   already connected.
+//!   file renamed over the old, its permission bits kept, never a set-id bit), and does
+//!   nothing when the file is already connected.
+//! - Both reach the client's file as a [`HeldFile`]: its path resolved once (a dotfile
+//!   manager's link followed, and the link, the file and its folder the operator's or root's
+//!   and not writable by others, unless [`Foreign::Accept`]), read and replaced through its
+//!   folder's handle, and not written when another file or a link took its place since the
+//!   read. The backup and the record are written through the state folder's handle.
 //! - [`disconnect`] writes the backup back byte for byte when the file is still exactly what
 //!   `connect` wrote; otherwise (the client rewrote its file since) it undoes only toolward's
 //!   edit: removes the `toolward` entry and puts back the entries it replaced, from the
@@ -29,13 +34,15 @@ mod nesting;
 pub use clients::{ClientSpec, FileFormat, KNOWN_CLIENTS, client_by_id, flatten_entry};
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::canonical::sha256_hex;
+use crate::config::rewrite::{self, Foreign, HeldFile, RewriteError};
+use crate::state_dir::{StateDir, StateError};
 
 /// Largest client config file read, in bytes: 16 MiB. Claude Code's `~/.claude.json` keeps
 /// its history and grows to a few MiB; a settings file past this is not one a person edits.
@@ -151,6 +158,19 @@ pub enum ClientConfigError {
         client: String,
         /// The record `connect` writes.
         record: PathBuf,
+    },
+    /// The client's file cannot be rewritten safely (another user's link, file or folder, or
+    /// it changed since it was read).
+    #[error(transparent)]
+    File(#[from] RewriteError),
+    /// The state folder, where the backup and the record go, cannot be trusted or reached.
+    #[error("cannot keep the backup and record of `{client}`: {source}")]
+    State {
+        /// The client.
+        client: String,
+        /// Why.
+        #[source]
+        source: StateError,
     },
     /// The record `connect` wrote is unreadable.
     #[error("connection record `{path}` is damaged: {message}")]
@@ -311,8 +331,10 @@ pub fn connect(
     spec: &ClientSpec,
     path: &Path,
     toolward: &Toolward,
+    foreign: Foreign,
 ) -> Result<Outcome, ClientConfigError> {
-    let text = read_text(spec, path)?;
+    let mut file = HeldFile::open(path, foreign)?;
+    let text = read_held(spec, &mut file)?;
     let servers = edit::servers(spec, path, &text)?;
     let mut replaced = Vec::new();
     let mut env = BTreeMap::new();
@@ -379,15 +401,13 @@ pub fn connect(
     if new_text == text {
         return Ok(Outcome::Unchanged);
     }
-    let dir = clients_dir(&toolward.state_dir);
-    create_private_dir(&dir)?;
-    let record_path = dir.join(format!("{}.json", spec.id));
-    let backup_path = dir.join(format!("{}.backup", spec.id));
+    let clients = Clients::open(spec, &toolward.state_dir)?;
     // A second connect after the client changed the file keeps the first backup: it is the
     // file as it was before toolward.
-    if !record_path.exists() {
-        write_atomic(&backup_path, text.as_bytes(), Some(0o600))?;
+    if clients.read(RECORD)?.is_none() {
+        clients.write(BACKUP, text.as_bytes())?;
     }
+    let record_path = clients.path(RECORD);
     let record = Record {
         client: spec.id.to_owned(),
         path: path.to_path_buf(),
@@ -399,8 +419,10 @@ pub fn connect(
             path: record_path.clone(),
             message: e.to_string(),
         })?;
-    write_atomic(&record_path, record_text.as_bytes(), Some(0o600))?;
-    write_atomic(path, new_text.as_bytes(), None)?;
+    clients.write(RECORD, record_text.as_bytes())?;
+    rewrite::test_pause("client-file-read");
+    // 0600 only for a file that vanished meanwhile; the old file's bits are kept otherwise.
+    file.replace(new_text.as_bytes(), 0o600)?;
     Ok(Outcome::Changed(replaced))
 }
 
@@ -441,115 +463,169 @@ pub fn variable_of(text: &str) -> Option<&str> {
     (valid && !name.is_empty()).then_some(name)
 }
 
-/// Undoes [`connect`] for `spec` (see the module documentation).
+/// Undoes [`connect`] for `spec` (see the module documentation), reaching the client's file
+/// as [`connect`] does (`foreign` as there).
 ///
 /// # Errors
 ///
 /// [`ClientConfigError::NotConnected`] without a record; otherwise as [`connect`].
-pub fn disconnect(spec: &ClientSpec, state_dir: &Path) -> Result<Outcome, ClientConfigError> {
-    let dir = clients_dir(state_dir);
-    let record_path = dir.join(format!("{}.json", spec.id));
-    let backup_path = dir.join(format!("{}.backup", spec.id));
-    let record_text = match std::fs::read_to_string(&record_path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ClientConfigError::NotConnected {
-                client: spec.id.to_owned(),
-                record: record_path,
-            });
-        }
-        Err(source) => {
-            return Err(ClientConfigError::Io {
-                action: "read",
-                path: record_path,
-                source,
-            });
-        }
+pub fn disconnect(
+    spec: &ClientSpec,
+    state_dir: &Path,
+    foreign: Foreign,
+) -> Result<Outcome, ClientConfigError> {
+    let clients = Clients::open(spec, state_dir)?;
+    let record_path = clients.path(RECORD);
+    let Some(record_text) = clients.read(RECORD)? else {
+        return Err(ClientConfigError::NotConnected {
+            client: spec.id.to_owned(),
+            record: record_path,
+        });
     };
     let record: Record =
-        serde_json::from_str(&record_text).map_err(|e| ClientConfigError::Record {
+        serde_json::from_slice(&record_text).map_err(|e| ClientConfigError::Record {
             path: record_path.clone(),
             message: e.to_string(),
         })?;
-    let backup = std::fs::read_to_string(&backup_path).map_err(|source| ClientConfigError::Io {
-        action: "read",
-        path: backup_path.clone(),
-        source,
-    })?;
-    let current = read_text(spec, &record.path)?;
+    let backup_path = clients.path(BACKUP);
+    let backup = clients
+        .read(BACKUP)?
+        .ok_or_else(|| ClientConfigError::Io {
+            action: "read",
+            path: backup_path.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })
+        .and_then(|bytes| text_of(&backup_path, bytes))?;
+    let mut file = HeldFile::open(&record.path, foreign)?;
+    let current = read_held(spec, &mut file)?;
+    rewrite::test_pause("client-file-read");
     let outcome = if sha256_hex(current.as_bytes()) == record.written_sha256 {
-        write_atomic(&record.path, backup.as_bytes(), None)?;
+        file.replace(backup.as_bytes(), 0o600)?;
         Outcome::Restored
     } else {
         let new_text = edit::disconnect(spec, &record.path, &current, &backup, &record.replaced)?;
         if new_text != current {
-            write_atomic(&record.path, new_text.as_bytes(), None)?;
+            file.replace(new_text.as_bytes(), 0o600)?;
         }
         Outcome::Undone(record.replaced.clone())
     };
-    for path in [&record_path, &backup_path] {
-        std::fs::remove_file(path).map_err(|source| ClientConfigError::Io {
-            action: "remove",
-            path: path.clone(),
-            source,
-        })?;
-    }
+    clients.remove(RECORD)?;
+    clients.remove(BACKUP)?;
     Ok(outcome)
 }
 
-fn create_private_dir(dir: &Path) -> Result<(), ClientConfigError> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| ClientConfigError::Io {
-            action: "create",
-            path: dir.to_path_buf(),
-            source,
-        })
+/// The text of the client's file read through `file`, at most [`MAX_CLIENT_FILE_BYTES`].
+fn read_held(spec: &ClientSpec, file: &mut HeldFile) -> Result<String, ClientConfigError> {
+    let bytes = file.read(MAX_CLIENT_FILE_BYTES).map_err(|e| match e {
+        RewriteError::TooLarge { path, bytes, limit } => ClientConfigError::TooLarge {
+            client: spec.id.to_owned(),
+            path,
+            bytes,
+            limit,
+        },
+        e => ClientConfigError::File(e),
+    })?;
+    text_of(file.path(), bytes)
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it, synced and renamed over it,
-/// so a reader sees the old file or the new, never a part. A symbolic link is followed (a
-/// config kept in a dotfiles folder stays linked). Keeps the old file's permissions, or
-/// `mode` for a new file.
-fn write_atomic(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), ClientConfigError> {
-    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-    let io = |action, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ClientConfigError::Io {
-            action,
-            path,
+fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String, ClientConfigError> {
+    String::from_utf8(bytes).map_err(|e| ClientConfigError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+    })
+}
+
+/// The record `connect` keeps for `disconnect`, in `<state_dir>/clients/`.
+const RECORD: &str = "json";
+/// The client's file as it was before `connect`, beside the record.
+const BACKUP: &str = "backup";
+
+/// `<state_dir>/clients/`, opened through the state folder (owner only, checked), where the
+/// backup and the record of one client are `CLIENT.backup` and `CLIENT.json`.
+struct Clients {
+    client: &'static str,
+    path: PathBuf,
+    dir: cap_std::fs::Dir,
+}
+
+impl Clients {
+    fn open(spec: &ClientSpec, state_dir: &Path) -> Result<Clients, ClientConfigError> {
+        let state = |source| ClientConfigError::State {
+            client: spec.id.to_owned(),
             source,
-        }
-    };
-    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let permissions = std::fs::metadata(&target)
-        .map(|m| m.permissions().mode() & 0o7777)
-        .ok()
-        .or(mode)
-        .unwrap_or(0o600);
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = target.with_file_name(format!(".{name}.toolward-{}", std::process::id()));
-    let result = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(permissions)
-        .open(&temp)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.set_permissions(std::fs::Permissions::from_mode(permissions))?;
-            file.sync_all()
+        };
+        let root = StateDir::open(state_dir).map_err(state)?;
+        let dir = root.subdir("clients").map_err(state)?;
+        Ok(Clients {
+            client: spec.id,
+            path: clients_dir(state_dir),
+            dir,
         })
-        .and_then(|()| std::fs::rename(&temp, &target));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
     }
-    result.map_err(io("write", &target))
+
+    fn name(&self, kind: &str) -> String {
+        format!("{}.{kind}", self.client)
+    }
+
+    fn path(&self, kind: &str) -> PathBuf {
+        self.path.join(self.name(kind))
+    }
+
+    /// The file's bytes, `None` when there is none; a link, another owner or access for
+    /// group or others is refused.
+    fn read(&self, kind: &str) -> Result<Option<Vec<u8>>, ClientConfigError> {
+        let name = self.name(kind);
+        let path = self.path(kind);
+        let mut file =
+            match crate::state_dir::open_private_in(&self.dir, Path::new(&name), &path) {
+                Ok(file) => file,
+                Err(e) if e.not_found() => return Ok(None),
+                Err(source) => {
+                    return Err(ClientConfigError::State {
+                        client: self.client.to_owned(),
+                        source,
+                    });
+                }
+            };
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(MAX_CLIENT_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| ClientConfigError::Io {
+                action: "read",
+                path: path.clone(),
+                source,
+            })?;
+        if bytes.len() as u64 > MAX_CLIENT_FILE_BYTES {
+            return Err(ClientConfigError::Record {
+                path,
+                message: format!("it is over the limit of {MAX_CLIENT_FILE_BYTES} bytes"),
+            });
+        }
+        Ok(Some(bytes))
+    }
+
+    fn write(&self, kind: &str, bytes: &[u8]) -> Result<(), ClientConfigError> {
+        rewrite::replace_in(
+            &self.dir,
+            &self.name(kind),
+            bytes,
+            crate::state_dir::FILE_MODE,
+            &self.path(kind),
+        )
+        .map_err(ClientConfigError::File)
+    }
+
+    fn remove(&self, kind: &str) -> Result<(), ClientConfigError> {
+        self.dir
+            .remove_file(self.name(kind))
+            .map_err(|source| ClientConfigError::Io {
+                action: "remove",
+                path: self.path(kind),
+                source,
+            })
+    }
 }
 
 #[cfg(test)]

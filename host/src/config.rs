@@ -30,6 +30,7 @@
 //!   found a number`.
 
 pub mod operator_file;
+pub mod rewrite;
 
 use std::collections::BTreeMap;
 use std::env::VarError;

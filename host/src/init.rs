@@ -6,7 +6,10 @@
 //! # Contract
 //!
 //! - It writes only in its own folder (`toolward.json`, `rules.json`, `manifest.json`,
-//!   `state/`) and refuses to overwrite a `toolward.json`. It never edits a client's file
+//!   `state/`) and refuses to overwrite a `toolward.json`. Each file is reached through the
+//!   folder's handle ([`crate::config::rewrite::HeldFile`]): a folder, file or link of
+//!   another user or writable by others is refused, and a link put at a name meanwhile is
+//!   replaced or refused, never written through. It never edits a client's file
 //!   (`toolward client connect` does, when asked).
 //! - No secret is copied into toolward's files: each `env` value (and header) of an imported
 //!   server becomes `${VAR}` in `toolward.json`; the value stays in the client's config and
@@ -28,6 +31,7 @@ use serde_json::{Map, Value, json};
 
 use crate::client_config::{self, FoundClient};
 use crate::config::Config;
+use crate::config::rewrite::{Foreign, HeldFile, RewriteError};
 use crate::manifest::Manifest;
 use crate::state_dir::StateDir;
 
@@ -64,6 +68,10 @@ pub enum InitError {
         #[source]
         source: std::io::Error,
     },
+    /// A file of toolward's could not be written safely: a link, file or folder of another
+    /// user or writable by others in the way, or another file put in its place meanwhile.
+    #[error(transparent)]
+    Rewrite(#[from] crate::config::rewrite::RewriteError),
     /// The generated config does not load (a server's entry toolward cannot take).
     #[error("the imported config does not load: {0}")]
     Config(#[source] crate::config::ConfigError),
@@ -296,13 +304,16 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         return Err(InitError::NothingChosen);
     }
     let config_path = dir.join(CONFIG_FILE);
-    if config_path.exists() {
-        return Err(InitError::ConfigExists { path: config_path });
-    }
     std::fs::create_dir_all(dir).map_err(|source| InitError::Write {
         path: dir.to_path_buf(),
         source,
     })?;
+    // Both resolved once, here, and written through their folder's handle: nothing a link
+    // put in their place later leads to is written over.
+    let mut config_file = HeldFile::open(&config_path, Foreign::Refuse)?;
+    if config_file.exists() {
+        return Err(InitError::ConfigExists { path: config_path });
+    }
     let import::Imported {
         servers,
         secrets,
@@ -316,8 +327,10 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         "audit": { "file": "state/audit.jsonl", "record_arguments": true },
     });
     let rules_path = dir.join(RULES_FILE);
-    // The components read the rules file; an empty one until the tools are known.
-    write_file(&rules_path, "{ \"servers\": {} }\n")?;
+    let mut rules_file = HeldFile::open(&rules_path, Foreign::Refuse)?;
+    // The components read the rules file; an empty one until the tools are known. 0644:
+    // toolward refuses a rules file group or others can write.
+    rules_file.replace(b"{ \"servers\": {} }\n", 0o644)?;
     let env = |name: &str| match secrets.get(name) {
         // VS Code's `${env:NAME}`: the client fills it from its own environment, as this
         // process has it.
@@ -349,10 +362,15 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         .values()
         .map(|s| s.tools.len())
         .sum();
-    write_file(&rules_path, &pretty(&rules))?;
+    rules_file.replace(pretty(&rules).as_bytes(), 0o644)?;
     // 0600: arguments and URLs are copied as they are, and may carry what `secret_looking`
-    // cannot recognise.
-    write_private_file(&config_path, &pretty(&value))?;
+    // cannot recognise. Created new: a config that appeared meanwhile is not written over.
+    config_file
+        .create_new(pretty(&value).as_bytes(), 0o600)
+        .map_err(|e| match e {
+            RewriteError::Exists { path } => InitError::ConfigExists { path },
+            e => InitError::Rewrite(e),
+        })?;
     Ok(InitReport {
         config: config_path,
         rules: rules_path,
@@ -407,39 +425,6 @@ fn pretty(value: &Value) -> String {
     let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
     text.push('\n');
     text
-}
-
-/// Writes a new file readable by its owner only (0600 on Unix).
-fn write_private_file(path: &Path, text: &str) -> Result<(), InitError> {
-    use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
-        .open(path)
-        .and_then(|mut file| file.write_all(text.as_bytes()))
-        .map_err(|source| InitError::Write {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-/// Writes a file readable by all and writable by its owner only (0644 on Unix, whatever the
-/// umask lets group write): toolward refuses a rules file group or others can write.
-fn write_file(path: &Path, text: &str) -> Result<(), InitError> {
-    use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o644);
-    options
-        .open(path)
-        .and_then(|mut file| file.write_all(text.as_bytes()))
-        .map_err(|source| InitError::Write {
-            path: path.to_path_buf(),
-            source,
-        })
 }
 
 /// Asks on the terminal, server by server, which to import (`y` imports).

@@ -62,11 +62,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::canonical::{self, CanonicalError, Value};
 use crate::config::operator_file::{self, OperatorFileError};
+use crate::config::rewrite::{Foreign, HeldFile, RewriteError};
 use crate::schema;
 use crate::state_dir::{StateDir, StateError};
 use crate::text::{self, escape as visible};
@@ -208,14 +209,16 @@ pub enum ManifestError {
     /// access for group or others, a symlink), or its entry cannot be written.
     #[error(transparent)]
     State(#[from] StateError),
-    /// The file cannot be written.
+    /// The file cannot be written, or not safely: a link, file or folder of another user or
+    /// writable by others on the way, or another file put in its place while it was written
+    /// (see [`crate::config::rewrite`]).
     #[error("could not write the manifest `{}`", path.display())]
     Write {
         /// The file.
         path: PathBuf,
         /// Why.
         #[source]
-        source: io::Error,
+        source: RewriteError,
     },
 }
 
@@ -337,9 +340,12 @@ impl Manifest {
         out
     }
 
-    /// Writes [`Manifest::to_json`] to `path` atomically: to a temporary file beside it,
-    /// flushed to disk, then renamed over `path`, so a reader sees the old manifest or the
-    /// new one, never a part.
+    /// Writes [`Manifest::to_json`] to `path` atomically, as a [`HeldFile`]: the path resolved
+    /// once (its links, file and folder the operator's or root's and not writable by others),
+    /// a temporary file in the held folder flushed to disk, then renamed over the manifest
+    /// there unless another file took its place since, so a reader sees the old manifest or
+    /// the new one, never a part, and nothing is written elsewhere. An existing manifest keeps
+    /// its permission bits (no set-id bit); a new one is [`MANIFEST_MODE`].
     ///
     /// # Errors
     ///
@@ -349,21 +355,9 @@ impl Manifest {
             path: path.to_path_buf(),
             source,
         };
-        let file_name = path
-            .file_name()
-            .ok_or_else(|| write_error(io::Error::other("the path names no file")))?;
-        let mut temp_name = std::ffi::OsString::from(".");
-        temp_name.push(file_name);
-        temp_name.push(format!(".{}.tmp", std::process::id()));
-        let temp = path.with_file_name(temp_name);
-        let result = write_synced(&temp, self.to_json().as_bytes())
-            .and_then(|()| fs::rename(&temp, path))
-            .and_then(|()| sync_parent(path));
-        if result.is_err() {
-            // Best effort: the error that matters is the one returned.
-            let _ = fs::remove_file(&temp);
-        }
-        result.map_err(write_error)
+        let mut file = HeldFile::open(path, Foreign::Refuse).map_err(write_error)?;
+        file.replace(self.to_json().as_bytes(), MANIFEST_MODE)
+            .map_err(write_error)
     }
 
     /// The manifest as a JSON value, members in any order (the writer sorts them).
@@ -479,38 +473,6 @@ fn check_owner_and_mode(meta: &fs::Metadata, path: &Path) -> Result<(), Manifest
     #[cfg(not(unix))]
     let _ = (meta, path);
     Ok(())
-}
-
-/// Writes `bytes` to a new file at `path` (mode [`MANIFEST_MODE`]) and flushes it to disk.
-fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(MANIFEST_MODE);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Flushes the folder holding `path`, so the rename itself survives a crash (Unix; elsewhere
-/// folders cannot be opened for this and the rename is left to the system).
-fn sync_parent(path: &Path) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        let parent = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent,
-            _ => Path::new("."),
-        };
-        fs::File::open(parent)?.sync_all()
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        Ok(())
-    }
 }
 
 /// Writes `value` pretty: members sorted by key, [`INDENT`] per level, empty arrays and

@@ -16,6 +16,7 @@ mod listings;
 mod policy_faults;
 mod processes;
 mod results;
+mod rewrites;
 mod schemas;
 mod shared_log;
 mod unavailable;

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::audit::read::{self as audit_read, Filter};
 use crate::client_config::{self, Outcome};
 use crate::component::{ComponentHost, GuestLimits};
+use crate::config::rewrite::Foreign;
 use crate::manifest::Manifest;
 
 use super::{
@@ -167,11 +168,20 @@ fn ids() -> String {
         .join(", ")
 }
 
+/// The flag that accepts a client's file others can change ([`super::SharedFileArg`]).
+const ACCEPT_SHARED_FILE: &str = "--accept-shared-file";
+
 /// `toolward client connect|disconnect`.
 pub(super) fn client(config_path: &Path, command: ClientCommand) -> Result<ExitCode, Failure> {
     let config = read_config_for_files(config_path)?;
-    let id = match &command {
-        ClientCommand::Connect { client } | ClientCommand::Disconnect { client } => client,
+    let (id, shared) = match &command {
+        ClientCommand::Connect { client, shared }
+        | ClientCommand::Disconnect { client, shared } => (client, shared),
+    };
+    let foreign = if shared.accept_shared_file {
+        Foreign::Accept
+    } else {
+        Foreign::RefuseUnless(ACCEPT_SHARED_FILE)
     };
     let spec = client_config::client_by_id(id)
         .ok_or_else(|| usage(anyhow!("unknown client `{id}` (expected one of {})", ids())))?;
@@ -203,7 +213,7 @@ pub(super) fn client(config_path: &Path, command: ClientCommand) -> Result<ExitC
                 servers,
                 state_dir: config.state_dir.clone(),
             };
-            match client_config::connect(spec, &path, &toolward).map_err(usage)? {
+            match client_config::connect(spec, &path, &toolward, foreign).map_err(usage)? {
                 Outcome::Changed(replaced) => {
                     println!(
                         "`{}` now starts toolward in place of: {}",
@@ -227,7 +237,7 @@ pub(super) fn client(config_path: &Path, command: ClientCommand) -> Result<ExitC
             }
         }
         ClientCommand::Disconnect { .. } => {
-            match client_config::disconnect(spec, &config.state_dir).map_err(usage)? {
+            match client_config::disconnect(spec, &config.state_dir, foreign).map_err(usage)? {
                 Outcome::Restored => println!("restored `{id}`'s config as it was before connect"),
                 Outcome::Undone(names) => println!(
                     "`{id}`'s config changed since connect: removed the toolward entry and put back {}; the rest is as the client left it",

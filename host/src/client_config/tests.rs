@@ -88,7 +88,7 @@ fn connect_replaces_only_managed_servers_and_keeps_comments_and_unknown_keys() {
     for spec in KNOWN_CLIENTS {
         let m = machine();
         let (path, before) = place(&m, spec);
-        let outcome = connect(spec, &path, &m.toolward).unwrap();
+        let outcome = connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap();
         assert_eq!(
             outcome,
             Outcome::Changed(vec!["fs".to_owned()]),
@@ -137,10 +137,10 @@ fn connect_twice_writes_nothing_the_second_time() {
     for spec in KNOWN_CLIENTS {
         let m = machine();
         let (path, _) = place(&m, spec);
-        connect(spec, &path, &m.toolward).unwrap();
+        connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap();
         let once = std::fs::read(&path).unwrap();
         assert_eq!(
-            connect(spec, &path, &m.toolward).unwrap(),
+            connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap(),
             Outcome::Unchanged
         );
         assert_eq!(std::fs::read(&path).unwrap(), once, "{}", spec.id);
@@ -152,9 +152,9 @@ fn disconnect_restores_the_file_byte_for_byte_when_nothing_changed_it() {
     for spec in KNOWN_CLIENTS {
         let m = machine();
         let (path, before) = place(&m, spec);
-        connect(spec, &path, &m.toolward).unwrap();
+        connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap();
         assert_eq!(
-            disconnect(spec, &m.toolward.state_dir).unwrap(),
+            disconnect(spec, &m.toolward.state_dir, Foreign::Refuse).unwrap(),
             Outcome::Restored
         );
         assert_eq!(
@@ -164,7 +164,7 @@ fn disconnect_restores_the_file_byte_for_byte_when_nothing_changed_it() {
             spec.id
         );
         assert!(matches!(
-            disconnect(spec, &m.toolward.state_dir),
+            disconnect(spec, &m.toolward.state_dir, Foreign::Refuse),
             Err(ClientConfigError::NotConnected { .. })
         ));
     }
@@ -175,7 +175,7 @@ fn disconnect_after_the_client_rewrote_its_file_undoes_only_toolwards_edit() {
     for spec in KNOWN_CLIENTS {
         let m = machine();
         let (path, before) = place(&m, spec);
-        connect(spec, &path, &m.toolward).unwrap();
+        connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap();
         // The client adds a server of its own meanwhile.
         let connected = std::fs::read_to_string(&path).unwrap();
         let changed = match spec.format {
@@ -190,7 +190,7 @@ fn disconnect_after_the_client_rewrote_its_file_undoes_only_toolwards_edit() {
             }
         };
         std::fs::write(&path, &changed).unwrap();
-        let outcome = disconnect(spec, &m.toolward.state_dir).unwrap();
+        let outcome = disconnect(spec, &m.toolward.state_dir, Foreign::Refuse).unwrap();
         assert_eq!(
             outcome,
             Outcome::Undone(vec!["fs".to_owned()]),
@@ -217,7 +217,7 @@ fn connect_refuses_a_foreign_toolward_entry_and_a_client_with_nothing_managed() 
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, r#"{"mcpServers": {"other": {"command": "x"}}}"#).unwrap();
     assert!(matches!(
-        connect(spec, &path, &m.toolward),
+        connect(spec, &path, &m.toolward, Foreign::Refuse),
         Err(ClientConfigError::NothingToConnect { .. })
     ));
     std::fs::write(
@@ -226,7 +226,7 @@ fn connect_refuses_a_foreign_toolward_entry_and_a_client_with_nothing_managed() 
     )
     .unwrap();
     assert!(matches!(
-        connect(spec, &path, &m.toolward),
+        connect(spec, &path, &m.toolward, Foreign::Refuse),
         Err(ClientConfigError::EntryTaken { .. })
     ));
 }
@@ -288,7 +288,7 @@ fn a_client_file_nested_past_the_limit_is_refused_by_every_reader_naming_the_fil
         assert!(message.contains("limit of 128 levels"), "{message}");
     };
     too_deep(discover(&m.home, &m.project).unwrap_err());
-    too_deep(connect(spec, &path, &m.toolward).unwrap_err());
+    too_deep(connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap_err());
     too_deep(edit::connect(spec, &path, &deep, &[], &edit_entry()).unwrap_err());
     too_deep(edit::disconnect(spec, &path, "{}", &deep, &[]).unwrap_err());
     too_deep(edit::disconnect(spec, &path, &deep, "{}", &[]).unwrap_err());
@@ -315,7 +315,7 @@ fn a_client_file_nested_to_the_limit_is_read_and_connected_on_a_small_stack() {
         .stack_size(2 * 1024 * 1024)
         .spawn(move || {
             assert_eq!(discover(&home, &project).unwrap()[0].servers.len(), 2);
-            connect(spec, &path, &toolward).unwrap()
+            connect(spec, &path, &toolward, Foreign::Refuse).unwrap()
         })
         .unwrap()
         .join()
@@ -369,7 +369,7 @@ fn connect_refuses_to_move_two_servers_values_under_one_variable() {
         "docs": {"command": "d", "env": {"GITHUB_AUTHORIZATION": "docs-value"}},
     }});
     std::fs::write(&path, client.to_string()).unwrap();
-    let error = connect(spec, &path, &m.toolward).unwrap_err();
+    let error = connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap_err();
     assert!(
         matches!(&error, ClientConfigError::SharedVariable { variable, .. } if variable == "GITHUB_AUTHORIZATION"),
         "{error}"
@@ -382,7 +382,55 @@ fn connect_refuses_to_move_two_servers_values_under_one_variable() {
     }});
     std::fs::write(&path, same.to_string()).unwrap();
     assert!(matches!(
-        connect(spec, &path, &m.toolward).unwrap(),
+        connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap(),
         Outcome::Changed(_)
     ));
+}
+
+#[test]
+fn connect_refuses_a_client_file_in_a_folder_others_can_write_naming_it_and_writes_nothing() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let m = machine();
+    let spec = client_by_id("project").unwrap();
+    let (path, text) = place(&m, spec);
+    std::fs::set_permissions(&m.project, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let flag = "--accept-shared-file";
+    let error = connect(spec, &path, &m.toolward, Foreign::RefuseUnless(flag))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(&format!(
+            "the folder `{}` holding `{}` is mode 0777",
+            m.project.display(),
+            path.display()
+        )) && error.ends_with(&format!("or pass `{flag}` to write it anyway")),
+        "{error}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    assert!(!m.toolward.state_dir.join("clients/project.backup").exists());
+    // Accepted, it is written, and undone the same way.
+    assert!(matches!(
+        connect(spec, &path, &m.toolward, Foreign::Accept).unwrap(),
+        Outcome::Changed(_)
+    ));
+    assert_eq!(
+        disconnect(spec, &m.toolward.state_dir, Foreign::Accept).unwrap(),
+        Outcome::Restored
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+#[test]
+fn connect_and_disconnect_drop_set_id_bits_and_keep_the_rest_of_the_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let m = machine();
+    let spec = client_by_id("claude-desktop").unwrap();
+    let (path, _) = place(&m, spec);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6750)).unwrap();
+    connect(spec, &path, &m.toolward, Foreign::Refuse).unwrap();
+    assert_eq!(mode(&path), 0o750);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o4700)).unwrap();
+    disconnect(spec, &m.toolward.state_dir, Foreign::Refuse).unwrap();
+    assert_eq!(mode(&path), 0o700);
 }

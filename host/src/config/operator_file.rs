@@ -228,8 +228,7 @@ pub fn check_folder(path: &Path, what: &'static str) -> Result<(), OperatorFileE
         let Ok(meta) = std::fs::metadata(&folder) else {
             return Ok(());
         };
-        let sticky = meta.mode() & 0o1000 != 0;
-        if meta.mode() & 0o022 != 0 && !sticky {
+        if others_can_replace_in(meta.mode()) {
             return Err(OperatorFileError::FolderWritable(Box::new(
                 FolderWritable {
                     what,
@@ -261,7 +260,7 @@ pub fn check_owner_and_mode(
     {
         use std::os::unix::fs::MetadataExt;
         let euid = crate::identity::euid();
-        if meta.uid() != euid && meta.uid() != 0 {
+        if !trusted_owner(meta.uid()) {
             return Err(OperatorFileError::Owner {
                 what,
                 path: path.to_owned(),
@@ -269,7 +268,7 @@ pub fn check_owner_and_mode(
                 euid,
             });
         }
-        if meta.mode() & 0o022 != 0 {
+        if others_can_write(meta.mode()) {
             return Err(OperatorFileError::Writable {
                 what,
                 path: path.to_owned(),
@@ -280,6 +279,25 @@ pub fn check_owner_and_mode(
     #[cfg(not(unix))]
     let _ = (meta, path, what);
     Ok(())
+}
+
+/// Whether a file or folder owned by `uid` is one toolward trusts: the effective user's, or
+/// root's (who can change anything anyway). The one rule for what the operator's files and
+/// the files toolward rewrites may be owned by.
+pub fn trusted_owner(uid: u32) -> bool {
+    uid == crate::identity::euid() || uid == 0
+}
+
+/// Whether permission bits `mode` let group or others write the file.
+pub fn others_can_write(mode: u32) -> bool {
+    mode & 0o022 != 0
+}
+
+/// Whether a folder of permission bits `mode` lets group or others put another file in the
+/// place of one it holds: writable by them and not sticky (in a sticky folder such as `/tmp`
+/// only a file's owner can rename or remove it).
+pub fn others_can_replace_in(mode: u32) -> bool {
+    others_can_write(mode) && mode & 0o1000 == 0
 }
 
 /// `bytes` without a leading UTF-8 byte order mark: JSON (RFC 8259, section 8.1) does not
