@@ -28,16 +28,24 @@ const AUDITOR: (&str, &str) = ("toolward_audit1", "AUDIT1-PASSWORD");
 /// at a time (a role made by an earlier run, or by another test, is kept).
 static ROLES_MADE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The SQL block of docs/fleet.md that creates the roles (the one the operator runs as a
-/// superuser), as it is written there.
-fn docs_role_block() -> String {
+/// The SQL block of docs/fleet.md whose first line is `first_line`, as it is written there.
+fn docs_block(first_line: &str) -> String {
     let docs = std::fs::read_to_string(crate::support::repo().join("docs/fleet.md")).unwrap();
     let start = docs
-        .find("```sql\n-- the owner, and the three groups")
-        .expect("docs/fleet.md has no role block");
+        .find(&format!("```sql\n{first_line}"))
+        .unwrap_or_else(|| panic!("docs/fleet.md has no block starting `{first_line}`"));
     let block = &docs[start + "```sql\n".len()..];
     block[..block.find("```").unwrap()].to_owned()
 }
+
+/// The block that creates the roles (the one the operator runs as a superuser).
+const ROLE_BLOCK: &str = "-- the owner, and the three groups";
+
+/// The block that hands a fleet's tables from its old gateway role to the owner.
+const UPGRADE_BLOCK: &str = "-- a fleet set up before `store migrate`";
+
+/// A gateway login role of a fleet set up before `store migrate`, which made the tables.
+const OLD_GATEWAY: (&str, &str) = ("toolward_gw_before_roles", "OLD-PASSWORD");
 
 /// A fresh database with the roles of docs/fleet.md, not migrated yet.
 struct RoleDatabase {
@@ -81,9 +89,16 @@ impl RoleDatabase {
     /// Runs the docs' role block as the superuser, on this database: each statement as
     /// written, the database's name put in for `toolward`.
     async fn run_docs_role_block(&self) {
+        self.run_as_superuser(&docs_block(ROLE_BLOCK)).await;
+    }
+
+    /// Runs each statement of `block` as the superuser, on this database, the database's name
+    /// put in for `toolward`; a role made by an earlier run or test is kept (roles outlive
+    /// databases).
+    async fn run_as_superuser(&self, block: &str) {
         let _one_at_a_time = ROLES_MADE.lock().await;
         let client = connect(&self.admin_url).await;
-        let block = docs_role_block().replace(
+        let block = block.replace(
             "ON DATABASE toolward ",
             &format!("ON DATABASE {} ", self.name),
         );
@@ -99,11 +114,10 @@ impl RoleDatabase {
         {
             match client.batch_execute(statement).await {
                 Ok(()) => {}
-                // Made by an earlier run or test: roles outlive databases.
                 Err(e)
                     if statement.starts_with("CREATE ROLE")
                         && e.code().map(|c| c.code()) == Some(DUPLICATE_OBJECT) => {}
-                Err(e) => panic!("docs/fleet.md: `{statement}` failed: {e}"),
+                Err(e) => panic!("`{statement}` failed: {e}"),
             }
         }
     }
@@ -126,8 +140,13 @@ impl RoleDatabase {
 
     /// `toolward store migrate` as the owner, through the binary.
     fn migrate(&self) -> String {
-        let (ok, stdout, stderr) = toolward(&self.config(OWNER), &["store", "migrate"]);
-        assert!(ok, "migrate as the owner failed: {stdout}{stderr}");
+        self.migrate_as(OWNER)
+    }
+
+    /// `toolward store migrate` as `role`, through the binary.
+    fn migrate_as(&self, role: (&str, &str)) -> String {
+        let (ok, stdout, stderr) = toolward(&self.config(role), &["store", "migrate"]);
+        assert!(ok, "migrate as `{}` failed: {stdout}{stderr}", role.0);
         stdout
     }
 
@@ -415,5 +434,67 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
         .get(0);
     assert_eq!(tables, 0, "a refused open created tables");
     drop(owner);
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_upgrade_block_takes_the_tables_from_a_gateway_that_made_them_and_it_keeps_calling()
+ {
+    let Some(db) = RoleDatabase::new("upgrade from gateway-owned tables").await else {
+        return;
+    };
+    // The layout before `store migrate`: the gateway's login role made (and owns) the tables.
+    db.run_as_superuser(&format!(
+        "CREATE ROLE {role} LOGIN PASSWORD '{password}'; \
+         GRANT CONNECT ON DATABASE toolward TO {role}; \
+         GRANT USAGE, CREATE ON SCHEMA public TO {role}",
+        role = OLD_GATEWAY.0,
+        password = OLD_GATEWAY.1,
+    ))
+    .await;
+    db.migrate_as(OLD_GATEWAY);
+    let (ok, stdout, stderr) = toolward(
+        &db.config(OLD_GATEWAY),
+        &["call", "s__echo", "--args", r#"{"before": "upgrade"}"#],
+    );
+    assert!(ok, "a call before the upgrade failed: {stdout}{stderr}");
+    let old = db.connect(OLD_GATEWAY).await;
+    old.batch_execute("UPDATE toolward_audit SET line = line")
+        .await
+        .expect("before the upgrade the old role owns the records");
+    drop(old);
+
+    db.run_as_superuser(&docs_block(UPGRADE_BLOCK).replace("toolward_gw_old", OLD_GATEWAY.0))
+        .await;
+    let migrated = db.migrate();
+    assert!(
+        migrated.contains("granted the rights of docs/fleet.md"),
+        "{migrated}"
+    );
+
+    let (ok, stdout, stderr) = toolward(
+        &db.config(OLD_GATEWAY),
+        &["call", "s__echo", "--args", r#"{"after": "upgrade"}"#],
+    );
+    assert!(ok, "a call after the upgrade failed: {stdout}{stderr}");
+    let calls = exported(&db)
+        .iter()
+        .filter(|r| r["tool"] == "s__echo" && r["kind"] == "result")
+        .count();
+    assert_eq!(calls, 2, "both calls audited in one chain");
+    let old = db.connect(OLD_GATEWAY).await;
+    for statement in [
+        "DELETE FROM toolward_audit",
+        "UPDATE toolward_audit SET line = line",
+        "TRUNCATE toolward_audit",
+        "DROP TABLE toolward_audit",
+        "ALTER TABLE toolward_audit OWNER TO toolward_gw_before_roles",
+        "CREATE TABLE toolward_more (x int)",
+    ] {
+        assert_denied(&old, OLD_GATEWAY.0, statement).await;
+    }
+    let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
+    assert!(ok && stdout.contains("chain intact"), "{stdout}{stderr}");
+    drop(old);
     db.drop_database().await;
 }
