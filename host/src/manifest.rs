@@ -211,7 +211,7 @@ pub enum ManifestError {
     State(#[from] StateError),
     /// The file cannot be written, or not safely: a link, file or folder of another user or
     /// writable by others on the way, or another file put in its place while it was written
-    /// (see [`crate::config::rewrite`]).
+    /// (see `crate::config::rewrite`).
     #[error("could not write the manifest `{}`", path.display())]
     Write {
         /// The file.
@@ -340,12 +340,12 @@ impl Manifest {
         out
     }
 
-    /// Writes [`Manifest::to_json`] to `path` atomically, as a [`HeldFile`]: the path resolved
+    /// Writes [`Manifest::to_json`] to `path` atomically, as a `HeldFile`: the path resolved
     /// once (its links, file and folder the operator's or root's and not writable by others),
     /// a temporary file in the held folder flushed to disk, then renamed over the manifest
     /// there unless another file took its place since, so a reader sees the old manifest or
     /// the new one, never a part, and nothing is written elsewhere. An existing manifest keeps
-    /// its permission bits (no set-id bit); a new one is [`MANIFEST_MODE`].
+    /// its permission bits (no set-id bit); a new one is `MANIFEST_MODE`.
     ///
     /// # Errors
     ///

@@ -82,7 +82,7 @@ pub struct Toolward {
     call_path: Arc<CallPath>,
     report: LoadReport,
     session: String,
-    supervisors: Supervisors,
+    supervisors: std::sync::Mutex<Supervisors>,
     state: Arc<StateDir>,
 }
 
@@ -232,7 +232,7 @@ impl Toolward {
             audit,
             approvals,
             session: crate::ids::new_ulid(),
-            supervisors,
+            supervisors: std::sync::Mutex::new(supervisors),
             config,
             call_path: Arc::new(call_path),
             report,
@@ -291,26 +291,55 @@ impl Toolward {
 
     /// One call through the whole path (validation, policy, approval by `approver`,
     /// forward, result cap, audit) with `arguments` (MCP `tools/call` `arguments`: an object,
-    /// or none). Never fails: refusals are tool errors in the result.
+    /// or none), as the configured `principal`, in this toolward's one session. Never fails:
+    /// refusals are tool errors in the result. Dropping the future cancels the call: the
+    /// server is sent `notifications/cancelled` if it had the call, and the audit records the
+    /// cancellation. [`call_with`](Self::call_with) takes a principal, a session, progress
+    /// and a trace of the caller's.
     pub async fn call(
         &self,
         exposed_name: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
         approver: Arc<dyn Approver>,
     ) -> CallResult {
-        let ctx = CallContext {
+        self.call_with(exposed_name, arguments, &self.context(approver))
+            .await
+    }
+
+    /// As [`call`](Self::call), with the caller's context: the principal the policy and the
+    /// audit see, the session the call belongs to (fact counters per session), where progress
+    /// notifications go, and the W3C `traceparent` the call's span continues. Cancelled by
+    /// dropping the future, as [`call`](Self::call).
+    pub async fn call_with(
+        &self,
+        exposed_name: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        context: &CallContext,
+    ) -> CallResult {
+        self.call_path.call(exposed_name, arguments, context).await
+    }
+
+    /// The context [`call`](Self::call) uses: the configured `principal`, this toolward's
+    /// session, `approver`, no progress and no trace; change any field before
+    /// [`call_with`](Self::call_with).
+    pub fn context(&self, approver: Arc<dyn Approver>) -> CallContext {
+        CallContext {
             principal: self.config.principal.clone(),
             session: self.session.clone(),
             approver,
             progress: None,
             traceparent: None,
-        };
-        self.call_path.call(exposed_name, arguments, &ctx).await
+        }
     }
 
-    /// Closes every server (each process group ended); no restart follows.
-    pub async fn shutdown(mut self) {
-        self.supervisors.stop();
+    /// Closes every server (each process group ended); no restart follows. Calls made after
+    /// it fail as calls to a server that is down. Takes `&self`, so a toolward shared behind
+    /// an `Arc` can be shut down by any holder.
+    pub async fn shutdown(&self) {
+        self.supervisors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stop();
         self.call_path.registry().close().await;
     }
 

@@ -260,6 +260,13 @@ fn main() {
                                 Err(std::io::Error::last_os_error())
                             }
                         }
+                        // The controlling terminal: a server that can open it can push
+                        // keystrokes into the operator's shell (TIOCSTI) and write to it.
+                        "tty" => std::fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open("/dev/tty")
+                            .map(|_| "ok".to_owned()),
                         "fds" => std::fs::read_dir(format!(
                             "/proc/{}/fd",
                             arguments["pid"].as_str().unwrap_or("self")

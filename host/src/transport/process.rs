@@ -1,4 +1,4 @@
-//! Starting a stdio server in a process group of its own with an environment built from
+//! Starting a stdio server in a session and process group of its own with an environment built from
 //! nothing, signalling that group, and finding the descendants that left it.
 //!
 //! Where ambient authority is used: this file reads toolward's own environment (only the
@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::{Mutex, PoisonError};
 
 #[cfg(unix)]
-use process_wrap::tokio::ProcessGroup;
+use process_wrap::tokio::ProcessSession;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop};
 
 use super::StdioSpec;
@@ -72,7 +72,9 @@ pub(super) fn environment(spec: &StdioSpec) -> BTreeMap<OsString, OsString> {
 }
 
 /// The command for `spec`: environment cleared then rebuilt, pipes on all three streams, its
-/// own process group (Unix), killed if dropped. A confined server starts through the
+/// own session and process group (Unix: `setsid`, so the server has no controlling terminal
+/// even when toolward has one, and cannot push keystrokes into the operator's shell with
+/// `TIOCSTI`, write to the terminal or read from it), killed if dropped. A confined server starts through the
 /// launcher, which restricts itself and `exec`s the server: same process, same group.
 pub(super) fn command(spec: &StdioSpec, env: &BTreeMap<OsString, OsString>) -> CommandWrap {
     let (program, args): (OsString, Vec<OsString>) = match &spec.confine {
@@ -98,7 +100,7 @@ pub(super) fn command(spec: &StdioSpec, env: &BTreeMap<OsString, OsString>) -> C
         }
     });
     #[cfg(unix)]
-    command.wrap(ProcessGroup::leader());
+    command.wrap(ProcessSession);
     command.wrap(KillOnDrop);
     command
 }

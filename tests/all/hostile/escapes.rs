@@ -58,7 +58,7 @@ fn scenario() -> Value {
 
 const TOOLS: &[&str] = &[
     "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash", "connect", "caps",
-    "mount_ro",
+    "mount_ro", "tty",
 ];
 
 /// `toolward serve` on stdio, initialized, as an MCP client drives it.
@@ -417,6 +417,58 @@ fn a_descriptor_toolward_inherited_does_not_reach_a_server() {
     );
     serve.close();
     bench.assert_no_processes_left();
+}
+
+/// toolward run from a terminal (its controlling terminal): a server cannot open that
+/// terminal, so it can neither push keystrokes into the operator's shell (`TIOCSTI`) nor
+/// write to it or read from it. Found by an attack: the server approved its own held call by
+/// typing `y` at the approval prompt, and ran commands in the shell after `pin` exited.
+#[test]
+fn a_server_has_no_controlling_terminal_even_when_toolward_has_one() {
+    let Some(bin) = binary() else { return };
+    let bench = Bench::new("escapes-tty").server("probe", scenario(), TOOLS);
+    let config = prepared(&bench, &bin, None);
+    let mut command = command(&bin, None);
+    command.args(["serve", "--config"]).arg(&config);
+    let mut master: libc::c_int = -1;
+    let mut slave: libc::c_int = -1;
+    // SAFETY: openpty writes two descriptors we own; the name, termios and size are unused.
+    #[allow(unsafe_code)]
+    let opened = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: in the child before exec: a session of its own, then the pty's slave as its
+    // controlling terminal, as a shell gives the commands it runs.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(slave, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut serve = Serve::start(command);
+    let tty = serve.probe("probe__tty", json!({}));
+    assert!(
+        refused(&tty),
+        "the server opened toolward's terminal: {tty}"
+    );
+    serve.close();
+    bench.assert_no_processes_left();
+    // SAFETY: both descriptors are ours and closed once.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::close(slave);
+        libc::close(master);
+    }
 }
 
 /// With `confine.namespaces` off (as where they are unavailable), Landlock stands alone and
