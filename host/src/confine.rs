@@ -703,6 +703,67 @@ pub struct LaunchRequest {
     pub command: Vec<OsString>,
 }
 
+/// The prefix under which a confined server's loader variables ([`is_loader_variable`])
+/// reach the launcher, which gives them back their names for the server: set on the launcher
+/// itself, `LD_PRELOAD` (a server's `env` from an imported client config) would run code in
+/// the launcher before it confines (found by an attack).
+pub const LOADER_PREFIX: &str = "TOOLWARD_SERVER_LOADER_";
+
+/// Whether the dynamic loader or the C library acts on `name` when a program starts (glibc's
+/// list of variables it ignores for set-user-id programs, and every `LD_` name): code loaded,
+/// libraries searched, tunables, locales and conversion modules read.
+pub fn is_loader_variable(name: &str) -> bool {
+    name.starts_with("LD_")
+        || [
+            "GCONV_PATH",
+            "GETCONF_DIR",
+            "GLIBC_TUNABLES",
+            "HOSTALIASES",
+            "LOCALDOMAIN",
+            "LOCPATH",
+            "MALLOC_TRACE",
+            "NIS_PATH",
+            "NLSPATH",
+            "RESOLV_HOST_CONF",
+            "RES_OPTIONS",
+            "TZDIR",
+        ]
+        .contains(&name)
+}
+
+/// The environment the launcher of a confined server starts with: `env` with each loader
+/// variable renamed under [`LOADER_PREFIX`].
+pub fn hide_loader_variables(
+    env: &BTreeMap<OsString, OsString>,
+) -> BTreeMap<OsString, OsString> {
+    env.iter()
+        .map(|(name, value)| match name.to_str() {
+            Some(text) if is_loader_variable(text) => {
+                (OsString::from(format!("{LOADER_PREFIX}{text}")), value.clone())
+            }
+            _ => (name.clone(), value.clone()),
+        })
+        .collect()
+}
+
+/// In the launcher, before anything else: each variable [`hide_loader_variables`] renamed
+/// gets its name back (the launcher is already loaded; the server it `exec`s gets them).
+fn restore_loader_variables() {
+    let names: Vec<OsString> = std::env::vars_os().map(|(name, _)| name).collect();
+    for name in names {
+        let Some(text) = name.to_str() else { continue };
+        if let Some(original) = text.strip_prefix(LOADER_PREFIX) {
+            let value = std::env::var_os(&name).unwrap_or_default();
+            #[expect(unsafe_code, reason = "set_var: the launcher has one thread here")]
+            // SAFETY: called at the launcher's start, before any other thread exists.
+            unsafe {
+                std::env::remove_var(&name);
+                std::env::set_var(original, value);
+            }
+        }
+    }
+}
+
 /// The launcher: confines this process as `request` says and `exec`s its program, so this
 /// returns only on failure. Must run before any other thread starts: Landlock restricts the
 /// calling thread (and what it starts from then on).
@@ -715,6 +776,7 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
     let Some((program, args)) = request.command.split_first() else {
         return ConfineError::NoProgram;
     };
+    restore_loader_variables();
     // Nothing above stderr that toolward inherited stays open here (init would hold it for
     // the server's whole life): the launcher opens what it needs from now on.
     #[cfg(target_os = "linux")]
@@ -755,6 +817,15 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
             Err(e) => return e,
         }
         return namespace::init(program, args);
+    }
+    // Landlock alone: a root operator's server gives up its capabilities as in the
+    // namespaces (found by an attack: with them it typed into the operator's terminal).
+    // (An ordinary user has none to give up, nor the right to lock securebits.)
+    #[cfg(target_os = "linux")]
+    if crate::identity::euid() == 0
+        && let Err(e) = namespace::give_up_capabilities()
+    {
+        return e;
     }
     match restrict(&grants, request.deny_tcp) {
         Ok(0) => return ConfineError::NotEnforced,

@@ -18,14 +18,16 @@
 //! |---|---|---|
 //! | 0 | text, ids, canonical | escaping for a terminal or log; ULIDs and the clock; exact JSON |
 //! | 1 | identity, schema | principals and answerers; `inputSchema` checks, narrowing, validators |
-//! | 2 | state_dir, transport, telemetry | the state folder; the MCP client to a server; OTLP |
+//! | 2 | state_dir | the state folder |
 //! | 3 | database, component | the PostgreSQL connection; wasmtime hosting policy components |
-//! | 4 | audit, facts, registry | the audit chain and its store interface; fact counters; the tools as the model sees them |
-//! | 5 | config, approval, cedar | the operator's config; held calls and answers; Cedar policies |
-//! | 6 | confine, listing, manifest, store, client_config, policy_test | server confinement; `tools/list`; pins; the store's backends; MCP clients' config files; `policy test` |
-//! | 7 | pin, call | pinning a server's tools; the call path |
-//! | 8 | load, gateway, supervise | the load; the MCP server side; restarts |
-//! | 9 | start, listen, init | the embedder's entry; `serve --listen`; `init` |
+//! | 4 | audit, facts | the audit chain and its store interface; fact counters |
+//! | 5 | config, approval | the operator's config; held calls and answers |
+//! | 6 | confine, manifest, store, client_config, policy_test, telemetry | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP |
+//! | 7 | transport | the MCP client to a server, started confined |
+//! | 8 | listing, registry | `tools/list`; the tools as the model sees them |
+//! | 9 | pin, call, cedar | pinning a server's tools; the call path; Cedar policies |
+//! | 10 | load, gateway, supervise | the load; the MCP server side; restarts |
+//! | 11 | start, listen, init | the embedder's entry; `serve --listen`; `init` |
 //!
 //! The command line (`main.rs`, `cli`) is above every floor and reaches the library only
 //! through `toolward::`.

@@ -262,11 +262,16 @@ fn main() {
                         }
                         // The controlling terminal: a server that can open it can push
                         // keystrokes into the operator's shell (TIOCSTI) and write to it.
-                        "tty" => std::fs::OpenOptions::new()
-                            .read(true)
-                            .write(true)
-                            .open("/dev/tty")
-                            .map(|_| "ok".to_owned()),
+                        "tty" => {
+                            use std::os::unix::fs::OpenOptionsExt;
+                            let path = arguments["path"].as_str().unwrap_or("/dev/tty");
+                            std::fs::OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .custom_flags(libc::O_NOCTTY)
+                                .open(path)
+                                .map(|_| "ok".to_owned())
+                        }
                         "fds" => std::fs::read_dir(format!(
                             "/proc/{}/fd",
                             arguments["pid"].as_str().unwrap_or("self")

@@ -233,6 +233,123 @@ pub struct HeldFile {
     mode: Option<u32>,
 }
 
+/// Why [`walk`] stopped.
+enum Walk {
+    TooManyLinks,
+    Refused(RewriteError),
+}
+
+/// Whether others than the owner can put another entry in place of one in `folder` (written
+/// by group or others, without the sticky bit); never when `check` is off.
+fn folder_replaceable(folder: &Dir, check: bool) -> bool {
+    check
+        && folder
+            .dir_metadata()
+            .is_ok_and(|meta| others_can_replace_in(meta.mode()))
+}
+
+/// Opens the folder `path` (absolute) by walking it from `/` one name at a time, each opened
+/// relative to the folder before it without following a link. A link on the way is read
+/// through the folder holding it and followed (counted in `followed`, at most [`MAX_LINKS`]),
+/// but first, when `check`, it must be the effective user's or root's and sit in a folder
+/// others cannot replace it in. Returns the folder and its path with every link resolved.
+fn walk(
+    path: &Path,
+    check: bool,
+    accept: Option<&'static str>,
+    followed: &mut usize,
+) -> Result<(Dir, PathBuf), Walk> {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    let io = |action, path: PathBuf| {
+        move |source| {
+            Walk::Refused(RewriteError::Io {
+                action,
+                path,
+                source,
+            })
+        }
+    };
+    let root = || Dir::open_ambient_dir("/", ambient_authority());
+    let mut folder = root().map_err(io("open the folder", PathBuf::from("/")))?;
+    let mut at = PathBuf::from("/");
+    let mut ahead: VecDeque<OsString> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect();
+    while let Some(name) = ahead.pop_front() {
+        if name == ".." {
+            at.pop();
+            folder = Dir::open_ambient_dir(&at, ambient_authority())
+                .map_err(io("open the folder", at.clone()))?;
+            continue;
+        }
+        let here = at.join(&name);
+        let meta = folder
+            .symlink_metadata(&name)
+            .map_err(io("open the folder", here.clone()))?;
+        if meta.file_type().is_symlink() {
+            if check && !trusted_owner(meta.uid()) {
+                return Err(Walk::Refused(RewriteError::LinkOwner {
+                    link: here,
+                    owner: meta.uid(),
+                    euid: crate::identity::euid(),
+                    accept,
+                }));
+            }
+            if folder_replaceable(&folder, check) {
+                return Err(Walk::Refused(RewriteError::Folder(Box::new(
+                    ForeignFolder {
+                        why: String::from("writable by others without the sticky bit"),
+                        fix: format!("chmod go-w {}", at.display()),
+                        folder: at,
+                        path: here,
+                        accept,
+                    },
+                ))));
+            }
+            if *followed == MAX_LINKS {
+                return Err(Walk::TooManyLinks);
+            }
+            *followed += 1;
+            let target = folder
+                .read_link_contents(&name)
+                .map_err(io("read the link", here.clone()))?;
+            let mut rest: VecDeque<OsString> = target
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(name) => Some(name.to_owned()),
+                    Component::ParentDir => Some(OsString::from("..")),
+                    Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+                })
+                .collect();
+            if target.is_absolute() {
+                folder = root().map_err(io("open the folder", PathBuf::from("/")))?;
+                at = PathBuf::from("/");
+            }
+            rest.extend(ahead);
+            ahead = rest;
+            continue;
+        }
+        // Not a link (checked through `folder` above; `open_dir` of a plain name in a held
+        // folder does not follow one, and a link put there since is refused by the kernel).
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+        folder = folder
+            .open_with(&name, &options)
+            .map(|file| Dir::from_std_file(file.into_std()))
+            .map_err(io("open the folder", here.clone()))?;
+        at = here;
+    }
+    Ok((folder, at))
+}
+
 impl HeldFile {
     /// Resolves `path` once and holds the folder of the file it leads to (see the module
     /// documentation). The file need not exist ([`HeldFile::exists`]).
@@ -251,24 +368,31 @@ impl HeldFile {
             }
         };
         // Absolute, so that a link's relative target joins onto the folder that held it.
-        let mut current = std::path::absolute(path).map_err(io("resolve", path))?;
+        let mut next = std::path::absolute(path).map_err(io("resolve", path))?;
         let accept = match foreign {
             Foreign::Refuse => None,
             Foreign::RefuseUnless(flag) => Some(flag),
             Foreign::Accept => None,
         };
         let check = foreign != Foreign::Accept;
-        for followed in 0..=MAX_LINKS {
-            let (folder_path, name) = match (current.parent(), current.file_name()) {
+        let mut followed = 0;
+        loop {
+            let (folder_path, name) = match (next.parent(), next.file_name()) {
                 (Some(folder), Some(name)) => (folder.to_owned(), name.to_owned()),
-                _ => {
-                    return Err(RewriteError::NotRegular {
-                        path: current.clone(),
-                    });
-                }
+                _ => return Err(RewriteError::NotRegular { path: next }),
             };
-            let folder = Dir::open_ambient_dir(&folder_path, ambient_authority())
-                .map_err(io("open the folder", &folder_path))?;
+            // The folders on the way walked one by one from `/`, each link among them
+            // checked as the file's own link is: `open_ambient_dir` of the whole path would
+            // follow a link some other user put on the way.
+            let (folder, folder_path) =
+                walk(&folder_path, check, accept, &mut followed).map_err(|e| match e {
+                    Walk::TooManyLinks => RewriteError::TooManyLinks {
+                        path: path.to_owned(),
+                        limit: MAX_LINKS,
+                    },
+                    Walk::Refused(error) => error,
+                })?;
+            let current = folder_path.join(&name);
             let meta = match folder.symlink_metadata(&name) {
                 Ok(meta) => Some(meta),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -283,13 +407,23 @@ impl HeldFile {
                         accept,
                     });
                 }
+                if folder_replaceable(&folder, check) {
+                    return Err(RewriteError::Folder(Box::new(ForeignFolder {
+                        why: String::from("writable by others without the sticky bit"),
+                        fix: format!("chmod go-w {}", folder_path.display()),
+                        folder: folder_path,
+                        path: current,
+                        accept,
+                    })));
+                }
                 if followed == MAX_LINKS {
                     break;
                 }
+                followed += 1;
                 let target = folder
                     .read_link_contents(&name)
                     .map_err(io("read the link", &current))?;
-                current = folder_path.join(target);
+                next = folder_path.join(target);
                 continue;
             }
             let held = HeldFile {

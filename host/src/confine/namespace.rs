@@ -241,6 +241,7 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     if sys.is_dir() {
         remount_read_only(sys, locked_flags(sys))?;
     }
+    private_terminals()?;
     for folder in folders {
         mount_tmpfs(folder, hardened)?;
         for (path, handle) in &allowed {
@@ -259,6 +260,31 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     // A working folder beneath a cover would still reach what it covers: resolve it again.
     if let Ok(cwd) = std::env::current_dir() {
         let _ = std::env::set_current_dir(cwd);
+    }
+    Ok(())
+}
+
+/// A private instance of devpts over `/dev/pts`, its `ptmx` bound over `/dev/ptmx`: the
+/// operator's terminal is a `/dev/pts` entry of the operator's uid, which a server without a
+/// controlling terminal could still open by its path, draw a false approval prompt on and read
+/// the operator's keys from (found by an attack). The server's own pseudo-terminals (a shell
+/// tool's) still work, in the instance; none outside is visible.
+fn private_terminals() -> Result<(), ConfineError> {
+    let pts = Path::new("/dev/pts");
+    if !pts.is_dir() {
+        return Ok(());
+    }
+    mount(
+        c"devpts",
+        pts,
+        Some(c"devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(c"newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(|e| e.context("cannot mount a private `/dev/pts`"))?;
+    let ptmx = Path::new("/dev/ptmx");
+    if ptmx.exists() {
+        bind(&pts.join("ptmx"), ptmx, false)?;
     }
     Ok(())
 }
@@ -424,6 +450,21 @@ fn seal(uid: libc::uid_t, gid: libc::gid_t) -> Result<(), ConfineError> {
     write_proc_self("setgroups", "deny")?;
     write_proc_self("uid_map", &format!("{uid} {uid} 1"))?;
     write_proc_self("gid_map", &format!("{gid} {gid} 1"))?;
+    give_up_capabilities()?;
+    // SAFETY: prctl with integers.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    Ok(())
+}
+
+/// Gives up every capability for good: securebits locked so that no `exec` (of a set-uid
+/// program, or by uid 0) gains one back, the ambient set cleared, the bounding set dropped,
+/// then the effective, permitted and inheritable sets emptied. Root keeps its uid (and every
+/// file root owns) but nothing the kernel grants by capability: `TIOCSTI` on a terminal, mounts,
+/// raw sockets, tracing. Used in the namespaces ([`seal`]) and by Landlock alone.
+///
+/// # Errors
+/// The step that failed.
+pub fn give_up_capabilities() -> Result<(), ConfineError> {
     const SECBITS: libc::c_ulong = 0x01 // NOROOT
         | 0x02 // NOROOT_LOCKED
         | 0x04 // NO_SETUID_FIXUP
@@ -475,8 +516,6 @@ fn seal(uid: libc::uid_t, gid: libc::gid_t) -> Result<(), ConfineError> {
     if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
         return Err(os_error("cannot give up capabilities (capset)"));
     }
-    // SAFETY: prctl with integers.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     Ok(())
 }
 

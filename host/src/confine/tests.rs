@@ -316,3 +316,28 @@ fn without_a_launcher_a_server_runs_unconfined_and_the_plan_says_how_to_fix_it()
     assert!(reason.contains("/nonexistent/toolward"), "{reason}");
     assert!(reason.contains(LAUNCHER_ENV), "{reason}");
 }
+
+#[test]
+fn the_launcher_gets_a_servers_loader_variables_under_another_name_only() {
+    let env: BTreeMap<OsString, OsString> = [
+        ("LD_PRELOAD", "/tmp/x.so"),
+        ("GLIBC_TUNABLES", "t"),
+        ("PATH", "/bin"),
+        ("API_KEY", "k"),
+    ]
+    .into_iter()
+    .map(|(n, v)| (OsString::from(n), OsString::from(v)))
+    .collect();
+    let hidden = hide_loader_variables(&env);
+    let names: Vec<&str> = hidden.keys().filter_map(|n| n.to_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "API_KEY",
+            "PATH",
+            "TOOLWARD_SERVER_LOADER_GLIBC_TUNABLES",
+            "TOOLWARD_SERVER_LOADER_LD_PRELOAD",
+        ]
+    );
+    assert!(!is_loader_variable("LDAP_URI"));
+}

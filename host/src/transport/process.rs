@@ -87,11 +87,17 @@ pub(super) fn command(spec: &StdioSpec, env: &BTreeMap<OsString, OsString>) -> C
             spec.args.iter().map(OsString::from).collect(),
         ),
     };
+    // The launcher is started without the server's loader variables under their names: it
+    // gives them back to the server once confined.
+    let env = match &spec.confine {
+        Some(_) => crate::confine::hide_loader_variables(env),
+        None => env.clone(),
+    };
     let mut command = CommandWrap::with_new(program, |command| {
         command
             .args(&args)
             .env_clear()
-            .envs(env)
+            .envs(&env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

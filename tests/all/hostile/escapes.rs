@@ -58,7 +58,7 @@ fn scenario() -> Value {
 
 const TOOLS: &[&str] = &[
     "read", "write", "chmod", "rename", "watch", "procs", "fds", "crash", "connect", "caps",
-    "mount_ro", "tty",
+    "mount_ro", "tty", "environ",
 ];
 
 /// `toolward serve` on stdio, initialized, as an MCP client drives it.
@@ -420,8 +420,8 @@ fn a_descriptor_toolward_inherited_does_not_reach_a_server() {
 }
 
 /// toolward run from a terminal (its controlling terminal): a server cannot open that
-/// terminal, so it can neither push keystrokes into the operator's shell (`TIOCSTI`) nor
-/// write to it or read from it. Found by an attack: the server approved its own held call by
+/// terminal, neither as `/dev/tty` nor by its path in `/dev/pts`, so it can neither push
+/// keystrokes into the operator's shell (`TIOCSTI`) nor write to it or read from it. Found by an attack: the server approved its own held call by
 /// typing `y` at the approval prompt, and ran commands in the shell after `pin` exited.
 #[test]
 fn a_server_has_no_controlling_terminal_even_when_toolward_has_one() {
@@ -461,6 +461,16 @@ fn a_server_has_no_controlling_terminal_even_when_toolward_has_one() {
         refused(&tty),
         "the server opened toolward's terminal: {tty}"
     );
+    // Nor by its path in `/dev/pts`, which is the operator's (found by a second attack: a
+    // server drew a false approval prompt there and read the operator's answer).
+    // SAFETY: ttyname returns a pointer to a static buffer, read at once.
+    #[allow(unsafe_code)]
+    let path = unsafe { std::ffi::CStr::from_ptr(libc::ttyname(slave)) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(path.starts_with("/dev/pts/"), "{path}");
+    let by_path = serve.probe("probe__tty", json!({ "path": path }));
+    assert!(refused(&by_path), "the server opened `{path}`: {by_path}");
     serve.close();
     bench.assert_no_processes_left();
     // SAFETY: both descriptors are ours and closed once.
@@ -469,6 +479,33 @@ fn a_server_has_no_controlling_terminal_even_when_toolward_has_one() {
         libc::close(slave);
         libc::close(master);
     }
+}
+
+/// A server's loader variables (`LD_PRELOAD` in an imported client config) reach the server
+/// by their names, confined, and not the launcher before it confines (found by an attack:
+/// `LD_PRELOAD` ran code in the launcher, which wrote into the state folder).
+#[test]
+fn a_servers_loader_variables_reach_it_confined_and_not_the_launcher() {
+    let Some(bin) = binary() else { return };
+    let preload_marker = "/nonexistent/toolward-test-preload.so";
+    let bench = Bench::new("escapes-loader")
+        .server("probe", scenario(), TOOLS)
+        .with_server_setting(
+            "probe",
+            "env",
+            json!({ "LD_PRELOAD": preload_marker, "GLIBC_TUNABLES": "glibc.malloc.check=0" }),
+        );
+    let config = prepared(&bench, &bin, None);
+    let mut serve = serve(&bin, &config, None);
+    let environ = serve.probe("probe__environ", json!({}));
+    assert!(
+        environ.contains(&format!("LD_PRELOAD={preload_marker}"))
+            && environ.contains("GLIBC_TUNABLES=glibc.malloc.check=0")
+            && !environ.contains("TOOLWARD_SERVER_LOADER_"),
+        "{environ}"
+    );
+    serve.close();
+    bench.assert_no_processes_left();
 }
 
 /// With `confine.namespaces` off (as where they are unavailable), Landlock stands alone and
@@ -498,6 +535,14 @@ fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
     // Landlock alone does not cover metadata: the sibling's processes are in sight.
     let procs = serve.probe("probe__procs", json!({}));
     assert!(procs.contains(" serve --config"), "{procs}");
+    // A root operator's server gives up its capabilities here too (with them, an attack
+    // typed into the operator's terminal with `TIOCSTI`).
+    if toolward::identity::euid() == 0 {
+        assert_eq!(
+            serve.probe("probe__caps", json!({})),
+            "CapEff:\t0000000000000000 CapBnd:\t0000000000000000"
+        );
+    }
     serve.close();
     bench.assert_no_processes_left();
 }

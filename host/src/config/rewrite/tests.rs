@@ -60,7 +60,7 @@ fn a_file_linked_from_a_dotfiles_folder_is_rewritten_at_its_target_and_stays_lin
     // Relative, as stow makes them.
     symlink("../dotfiles/claude.json", &link).unwrap();
     let mut file = HeldFile::open(&link, Foreign::RefuseUnless(FLAG)).unwrap();
-    assert_eq!(file.target(), home.join("../dotfiles/claude.json"));
+    assert_eq!(file.target(), dotfiles.join("claude.json"));
     assert_eq!(file.read(100).unwrap(), b"{}");
     file.replace(b"{\"new\": 1}", 0o600).unwrap();
     assert!(
@@ -107,6 +107,50 @@ fn a_link_another_user_owns_is_refused_naming_it_and_the_flag_unless_accepted() 
     assert!(!error.contains("pass"), "{error}");
     let mut file = HeldFile::open(&link, Foreign::Accept).unwrap();
     assert_eq!(file.read(100).unwrap(), b"{}");
+}
+
+#[test]
+fn a_link_on_the_way_to_the_folder_is_checked_as_a_link_at_the_file_is() {
+    // Found by an attack: `~/.config` linked into a shared folder, where another user's link
+    // led on to a folder of root's, whose client file `client connect` then rewrote.
+    if !is_root() {
+        eprintln!("SKIPPED: needs root, to give the link to uid 65534");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let shared = shared_folder(dir.path(), "shared");
+    let victim = dir.path().join("victim/Claude");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("config.json"), "{\"root\": 1}").unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    symlink(shared.join("cfg"), home.join(".config")).unwrap();
+    as_other_user(&shared, &format!("ln -s {} cfg", dir.path().join("victim").display()));
+    let named = home.join(".config/Claude/config.json");
+    let error = HeldFile::open(&named, Foreign::RefuseUnless(FLAG))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("`{}` is a symbolic link owned by uid 65534", shared.join("cfg").display()))
+            && error.contains(FLAG),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read(victim.join("config.json")).unwrap(),
+        b"{\"root\": 1}"
+    );
+    // The operator's own link on the way (a dotfile manager's) is followed.
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::fs::write(dir.path().join("real/config.json"), "{}").unwrap();
+    symlink(dir.path().join("real"), home.join("linked")).unwrap();
+    let mut file = HeldFile::open(&home.join("linked/config.json"), Foreign::Refuse).unwrap();
+    assert_eq!(file.target(), dir.path().join("real/config.json"));
+    file.read(100).unwrap();
+    file.replace(b"{\"new\": 1}", 0o600).unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("real/config.json")).unwrap(),
+        b"{\"new\": 1}"
+    );
 }
 
 #[test]
