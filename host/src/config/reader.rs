@@ -1,0 +1,1065 @@
+//! The reader: walks the operator's JSON by hand, checks every key and value, applies the defaults and resolves paths, naming the path of each fault.
+
+use std::collections::BTreeMap;
+use std::env::VarError;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::audit::AuditSync;
+use crate::component::GuestLimits;
+
+use super::expand::{expand, is_var_name};
+use super::{
+    AuditConfig, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE, DEFAULT_MANIFEST,
+    DEFAULT_PRINCIPAL, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
+    DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
+    DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, MAX_SEPARATOR_CHARS,
+    MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    ServerTransport, StoreConfig, TelemetryConfig,
+};
+
+/// Keys of the top-level object. `$schema` is accepted so editors can find the schema.
+pub(super) const TOP_KEYS: &[&str] = &[
+    "$schema",
+    "mcpServers",
+    "rules",
+    "policy",
+    "manifest",
+    "audit",
+    "state_dir",
+    "principal",
+    "separator",
+    "tool_name_pattern",
+    "limits",
+    "listen",
+    "guest",
+    "confine",
+    "servers_dir",
+    "store",
+    "telemetry",
+];
+/// Keys of `telemetry` (see [`TelemetryConfig`]).
+const TELEMETRY_KEYS: &[&str] = &["endpoint", "service_name", "export_interval_ms", "headers"];
+/// Keys of `guest`, each a field of [`GuestLimits`].
+pub(super) const GUEST_KEYS: &[&str] = &[
+    "decide_fuel",
+    "classify_fuel",
+    "configure_fuel",
+    "memory_bytes",
+    "max_instances",
+    "ready_instances",
+];
+/// Keys of a server entry toolward reads (besides [`IGNORED_CLIENT_KEYS`]).
+pub(super) const SERVER_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "url",
+    "headers",
+    "type",
+    "transport",
+    "pass_env",
+    "limits",
+    "disabled",
+    "enabled",
+    "confine",
+];
+/// Keys of a server entry that change how the server runs and are not supported: refused
+/// rather than ignored.
+pub(super) const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
+const RULES_KEYS: &[&str] = &["file", "component"];
+const POLICY_KEYS: &[&str] = &["component", "settings", "cedar"];
+pub(super) const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
+/// Keys of `store` (see [`StoreConfig`]).
+pub(super) const STORE_KEYS: &[&str] = &["postgres"];
+pub(super) const LISTEN_KEYS: &[&str] = &[
+    "tokens",
+    "allowed_origins",
+    "header_read_timeout_ms",
+    "max_connections",
+    "max_sessions_per_principal",
+    "session_idle_timeout_ms",
+];
+/// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
+pub(super) const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "launcher", "namespaces"];
+/// Keys of a server's `confine`.
+pub(super) const SERVER_CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "unconfined"];
+pub(super) const LIMIT_KEYS: &[&str] = &[
+    "start_timeout_ms",
+    "request_timeout_ms",
+    "call_timeout_ms",
+    "approval_timeout_ms",
+    "max_listing_pages",
+    "max_tools",
+    "max_page_bytes",
+    "max_listing_bytes",
+    "max_tool_bytes",
+    "max_result_bytes",
+    "restart_attempts",
+    "restart_backoff_ms",
+];
+
+/// Reads `${NAME}` references: toolward's environment, or a stand-in for it.
+pub(super) type EnvLookup<'a> = &'a dyn Fn(&str) -> Result<String, VarError>;
+
+/// A place in the config document, for error messages.
+#[derive(Clone)]
+pub(super) struct JsonPath(String);
+
+impl JsonPath {
+    pub(super) fn root() -> Self {
+        Self(String::new())
+    }
+
+    pub(super) fn key(&self, key: &str) -> Self {
+        let plain = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '$'));
+        if plain {
+            if self.0.is_empty() {
+                Self(key.to_owned())
+            } else {
+                Self(format!("{}.{key}", self.0))
+            }
+        } else {
+            let quoted = serde_json::to_string(key).unwrap_or_else(|_| format!("\"{key}\""));
+            Self(format!("{}[{quoted}]", self.0))
+        }
+    }
+
+    pub(super) fn index(&self, index: usize) -> Self {
+        Self(format!("{}[{index}]", self.0))
+    }
+
+    pub(super) fn invalid(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for JsonPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "config" } else { &self.0 })
+    }
+}
+
+/// What a JSON value is, for messages (the rules file's wording, shared).
+pub(crate) use toolward_policy_table::type_name;
+
+fn expected(path: &JsonPath, what: &str, found: &Value) -> ConfigError {
+    path.invalid(format!("expected {what}, found {}", type_name(found)))
+}
+
+fn as_object<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v Map<String, Value>, ConfigError> {
+    value
+        .as_object()
+        .ok_or_else(|| expected(path, "an object", value))
+}
+
+fn as_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError> {
+    value
+        .as_str()
+        .ok_or_else(|| expected(path, "a string", value))
+}
+
+fn non_empty_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError> {
+    let text = as_str(value, path)?;
+    if text.is_empty() {
+        return Err(path.invalid("must not be empty"));
+    }
+    Ok(text)
+}
+
+fn as_bool(value: &Value, path: &JsonPath) -> Result<bool, ConfigError> {
+    value
+        .as_bool()
+        .ok_or_else(|| expected(path, "`true` or `false`", value))
+}
+
+fn one_of(keys: &[&str]) -> String {
+    keys.iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check_keys(
+    map: &Map<String, Value>,
+    path: &JsonPath,
+    allowed: &[&str],
+) -> Result<(), ConfigError> {
+    match map.keys().find(|key| !allowed.contains(&key.as_str())) {
+        Some(key) => Err(path
+            .key(key)
+            .invalid(format!("unknown key (expected one of {})", one_of(allowed)))),
+        None => Ok(()),
+    }
+}
+
+/// A `confine` object's `deny` paths and its two network switches, as read.
+type ConfineFields = (Vec<PathBuf>, Option<bool>, Option<bool>);
+
+/// Walks the document by hand so every error can name its path.
+pub(super) struct Reader<'a> {
+    pub(super) base_dir: &'a Path,
+    pub(super) env: EnvLookup<'a>,
+    pub(super) ignored: Vec<String>,
+}
+
+impl Reader<'_> {
+    pub(super) fn config(mut self, value: &Value) -> Result<Config, ConfigError> {
+        let root = JsonPath::root();
+        let map = as_object(value, &root)?;
+        check_keys(map, &root, TOP_KEYS)?;
+        if let Some(schema) = map.get("$schema") {
+            as_str(schema, &root.key("$schema"))?;
+        }
+
+        let separator = match map.get("separator") {
+            None => DEFAULT_SEPARATOR.to_owned(),
+            Some(value) => separator(value, &root.key("separator"))?,
+        };
+        let tool_name_pattern = match map.get("tool_name_pattern") {
+            None => DEFAULT_TOOL_NAME_PATTERN.to_owned(),
+            Some(value) => {
+                let path = root.key("tool_name_pattern");
+                let pattern = non_empty_str(value, &path)?;
+                if !(pattern.starts_with('^') && pattern.ends_with('$')) {
+                    return Err(path.invalid(format!(
+                        "pattern `{pattern}` must be anchored with `^` and `$` (an unanchored pattern accepts any name containing a match)"
+                    )));
+                }
+                pattern.to_owned()
+            }
+        };
+        let limits = match map.get("limits") {
+            None => Limits::default(),
+            Some(value) => limits(value, &root.key("limits"), Limits::default())?,
+        };
+
+        let rules_path = root.key("rules");
+        let rules = match map.get("rules") {
+            None => {
+                return Err(rules_path
+                    .invalid("missing: the rules file decides which tools are registered"));
+            }
+            Some(value) => self.rules(value, &rules_path)?,
+        };
+        let policy = match map.get("policy") {
+            None => PolicyConfig::default(),
+            Some(value) => self.policy(value, &root.key("policy"))?,
+        };
+        let manifest = self.path_or(map, &root, "manifest", DEFAULT_MANIFEST)?;
+        let state_dir = self.path_or(map, &root, "state_dir", DEFAULT_STATE_DIR)?;
+        let audit = match map.get("audit") {
+            None => AuditConfig {
+                file: self.base_dir.join(DEFAULT_AUDIT_FILE),
+                sync: AuditSync::Always,
+                record_arguments: false,
+            },
+            Some(value) => self.audit(value, &root.key("audit"))?,
+        };
+        let principal = match map.get("principal") {
+            None => DEFAULT_PRINCIPAL.to_owned(),
+            Some(value) => non_empty_str(value, &root.key("principal"))?.to_owned(),
+        };
+        let listen = match map.get("listen") {
+            None => ListenConfig::default(),
+            Some(value) => self.listen(value, &root.key("listen"))?,
+        };
+        let guest = match map.get("guest") {
+            None => GuestLimits::default(),
+            Some(value) => guest(value, &root.key("guest"))?,
+        };
+        let confine = match map.get("confine") {
+            None => ConfineConfig::default(),
+            Some(value) => self.confine(value, &root.key("confine"))?,
+        };
+        let telemetry = match map.get("telemetry") {
+            None => None,
+            Some(value) => Some(self.telemetry(value, &root.key("telemetry"))?),
+        };
+        let servers_dir = self.path_or(map, &root, "servers_dir", DEFAULT_SERVERS_DIR)?;
+        let store = match map.get("store") {
+            None => StoreConfig::StateDir,
+            Some(value) => self.store(value, &root.key("store"))?,
+        };
+        if lexical(&servers_dir).starts_with(lexical(&state_dir)) {
+            return Err(root.key("servers_dir").invalid(format!(
+                "`{}` is inside the state folder `{}`: servers are denied the state folder, so their `HOME` and `TMPDIR` must be elsewhere: set `servers_dir` to a folder outside it",
+                servers_dir.display(),
+                state_dir.display()
+            )));
+        }
+
+        let servers_path = root.key("mcpServers");
+        let Some(servers_value) = map.get("mcpServers") else {
+            return Err(servers_path.invalid("missing: name at least one server"));
+        };
+        let servers_map = as_object(servers_value, &servers_path)?;
+        if servers_map.is_empty() {
+            return Err(servers_path.invalid("no servers: name at least one server"));
+        }
+        let mut servers = BTreeMap::new();
+        let mut disabled_servers = Vec::new();
+        for (name, entry) in servers_map {
+            let path = servers_path.key(name);
+            server_name(name, &separator, &path)?;
+            match self.server(name, entry, &path, &limits, &confine)? {
+                Some(server) => {
+                    servers.insert(name.clone(), server);
+                }
+                None => disabled_servers.push(name.clone()),
+            }
+        }
+
+        Ok(Config {
+            servers,
+            disabled_servers,
+            ignored_keys: self.ignored,
+            rules,
+            policy,
+            manifest,
+            audit,
+            state_dir,
+            principal,
+            separator,
+            tool_name_pattern,
+            limits,
+            listen,
+            guest,
+            confine,
+            servers_dir,
+            store,
+            telemetry,
+            file: None,
+            base_dir: self.base_dir.to_path_buf(),
+        })
+    }
+
+    fn telemetry(&self, value: &Value, path: &JsonPath) -> Result<TelemetryConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, TELEMETRY_KEYS)?;
+        let endpoint_path = path.key("endpoint");
+        let Some(endpoint) = map.get("endpoint") else {
+            return Err(endpoint_path.invalid(
+                "missing: the collector's OTLP/HTTP base URL, e.g. `http://127.0.0.1:4318`",
+            ));
+        };
+        let endpoint = expand(
+            non_empty_str(endpoint, &endpoint_path)?,
+            &endpoint_path,
+            "telemetry",
+            "endpoint",
+            self.env,
+        )?;
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(endpoint_path.invalid(format!(
+                "`{endpoint}` is not an `http://` or `https://` URL (OTLP over HTTP)"
+            )));
+        }
+        let service_name = match map.get("service_name") {
+            None => DEFAULT_TELEMETRY_SERVICE_NAME.to_owned(),
+            Some(value) => non_empty_str(value, &path.key("service_name"))?.to_owned(),
+        };
+        let export_interval_ms = match map.get("export_interval_ms") {
+            None => DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
+            Some(value) => {
+                let key_path = path.key("export_interval_ms");
+                value.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+                    expected(&key_path, "a positive integer (milliseconds)", value)
+                })?
+            }
+        };
+        Ok(TelemetryConfig {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            service_name,
+            export_interval_ms,
+            headers: self.string_map("telemetry", map, path, "headers", check_header_entry)?,
+        })
+    }
+
+    /// A path of `confine.deny`: `~/` is toolward's `HOME`, else as [`Reader::path`].
+    fn deny_path(&self, value: &Value, path: &JsonPath) -> Result<PathBuf, ConfigError> {
+        let text = non_empty_str(value, path)?;
+        match text.strip_prefix("~/") {
+            Some(rest) => {
+                let home = (self.env)("HOME").map_err(|_| {
+                    path.invalid(format!(
+                        "`{text}` starts with `~/` but `HOME` is not set in toolward's environment: write the full path"
+                    ))
+                })?;
+                Ok(Path::new(&home).join(rest))
+            }
+            None => self.path(value, path),
+        }
+    }
+
+    /// `deny` and `deny_tcp` of a `confine` object (top-level or a server's).
+    fn confine_fields(
+        &self,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+    ) -> Result<ConfineFields, ConfigError> {
+        let mut deny = Vec::new();
+        if let Some(value) = map.get("deny") {
+            let deny_path = path.key("deny");
+            let Value::Array(items) = value else {
+                return Err(expected(&deny_path, "an array of paths", value));
+            };
+            for (index, item) in items.iter().enumerate() {
+                deny.push(self.deny_path(item, &deny_path.index(index))?);
+            }
+        }
+        let deny_tcp = map
+            .get("deny_tcp")
+            .map(|value| as_bool(value, &path.key("deny_tcp")))
+            .transpose()?;
+        let deny_network = map
+            .get("deny_network")
+            .map(|value| as_bool(value, &path.key("deny_network")))
+            .transpose()?;
+        Ok((deny, deny_tcp, deny_network))
+    }
+
+    fn confine(&self, value: &Value, path: &JsonPath) -> Result<ConfineConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, CONFINE_KEYS)?;
+        let (deny, deny_tcp, deny_network) = self.confine_fields(map, path)?;
+        let namespaces = map
+            .get("namespaces")
+            .map(|value| as_bool(value, &path.key("namespaces")))
+            .transpose()?;
+        Ok(ConfineConfig {
+            deny,
+            deny_tcp: deny_tcp.unwrap_or(false),
+            deny_network: deny_network.unwrap_or(false),
+            namespaces: namespaces.unwrap_or(true),
+            launcher: self.optional_path(map, path, "launcher")?,
+        })
+    }
+
+    fn server_confine(
+        &self,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+        top: &ConfineConfig,
+    ) -> Result<ServerConfine, ConfigError> {
+        let Some(value) = map.get("confine") else {
+            return Ok(ServerConfine::Confined {
+                deny: top.deny.clone(),
+                deny_tcp: top.deny_tcp,
+                deny_network: top.deny_network,
+            });
+        };
+        let path = path.key("confine");
+        let map = as_object(value, &path)?;
+        check_keys(map, &path, SERVER_CONFINE_KEYS)?;
+        if let Some(reason) = map.get("unconfined") {
+            let reason_path = path.key("unconfined");
+            let reason = as_str(reason, &reason_path)?.trim();
+            if reason.is_empty() {
+                return Err(reason_path.invalid(
+                    "give the reason this server must run unconfined: it is shown in every load report",
+                ));
+            }
+            if let Some(key) = ["deny", "deny_tcp", "deny_network"]
+                .iter()
+                .find(|k| map.contains_key(**k))
+            {
+                return Err(path
+                    .key(key)
+                    .invalid("an unconfined server is denied nothing"));
+            }
+            return Ok(ServerConfine::Unconfined {
+                reason: reason.to_owned(),
+            });
+        }
+        let (own, deny_tcp, deny_network) = self.confine_fields(map, &path)?;
+        let mut deny = top.deny.clone();
+        deny.extend(own);
+        Ok(ServerConfine::Confined {
+            deny,
+            deny_tcp: deny_tcp.unwrap_or(top.deny_tcp),
+            deny_network: deny_network.unwrap_or(top.deny_network),
+        })
+    }
+
+    fn path(&self, value: &Value, path: &JsonPath) -> Result<PathBuf, ConfigError> {
+        let text = non_empty_str(value, path)?;
+        if text.contains('\0') {
+            return Err(path.invalid("path contains a NUL character"));
+        }
+        Ok(self.base_dir.join(text))
+    }
+
+    fn path_or(
+        &self,
+        map: &Map<String, Value>,
+        parent: &JsonPath,
+        key: &str,
+        default: &str,
+    ) -> Result<PathBuf, ConfigError> {
+        match map.get(key) {
+            None => Ok(self.base_dir.join(default)),
+            Some(value) => self.path(value, &parent.key(key)),
+        }
+    }
+
+    fn optional_path(
+        &self,
+        map: &Map<String, Value>,
+        parent: &JsonPath,
+        key: &str,
+    ) -> Result<Option<PathBuf>, ConfigError> {
+        map.get(key)
+            .map(|value| self.path(value, &parent.key(key)))
+            .transpose()
+    }
+
+    fn rules(&self, value: &Value, path: &JsonPath) -> Result<RulesConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, RULES_KEYS)?;
+        let Some(file) = map.get("file") else {
+            return Err(path
+                .key("file")
+                .invalid("missing: the rules file decides which tools are registered"));
+        };
+        Ok(RulesConfig {
+            file: self.path(file, &path.key("file"))?,
+            component: self.optional_path(map, path, "component")?,
+        })
+    }
+
+    fn policy(&self, value: &Value, path: &JsonPath) -> Result<PolicyConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, POLICY_KEYS)?;
+        let cedar = self.optional_path(map, path, "cedar")?;
+        if cedar.is_some() && (map.contains_key("component") || map.contains_key("settings")) {
+            return Err(path.invalid(
+                "`cedar` names the policy by itself: the built-in Cedar component decides with that file; drop `component` and `settings`, or `cedar`",
+            ));
+        }
+        Ok(PolicyConfig {
+            component: self.optional_path(map, path, "component")?,
+            settings: self.optional_path(map, path, "settings")?,
+            cedar,
+        })
+    }
+
+    fn listen(&self, value: &Value, path: &JsonPath) -> Result<ListenConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, LISTEN_KEYS)?;
+        let mut tokens = BTreeMap::new();
+        if let Some(value) = map.get("tokens") {
+            let tokens_path = path.key("tokens");
+            for (name, token) in as_object(value, &tokens_path)? {
+                let token_path = tokens_path.key(name);
+                if name.is_empty() || name.chars().any(char::is_control) {
+                    return Err(token_path.invalid(
+                        "a token's name is the principal of its calls: give a printable name",
+                    ));
+                }
+                let raw = as_str(token, &token_path)?;
+                let token = expand(raw, &token_path, "(listen)", name, self.env)?;
+                if token.chars().count() < MIN_TOKEN_CHARS
+                    || token.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(token_path.invalid(format!(
+                        "a token needs at least {MIN_TOKEN_CHARS} characters and no spaces (generate one with `openssl rand -hex 32`)"
+                    )));
+                }
+                if tokens.values().any(|other| *other == token) {
+                    return Err(token_path
+                        .invalid("this token is also another name's: each name needs its own"));
+                }
+                tokens.insert(name.clone(), token);
+            }
+        }
+        let mut allowed_origins = Vec::new();
+        if let Some(value) = map.get("allowed_origins") {
+            let origins_path = path.key("allowed_origins");
+            let Value::Array(list) = value else {
+                return Err(expected(&origins_path, "an array of origins", value));
+            };
+            for (index, origin) in list.iter().enumerate() {
+                let origin_path = origins_path.index(index);
+                let origin = as_str(origin, &origin_path)?;
+                let lower = origin.to_ascii_lowercase();
+                let valid = (lower.starts_with("http://") || lower.starts_with("https://"))
+                    && !origin
+                        .trim_end_matches('/')
+                        .contains(|c: char| c.is_whitespace())
+                    && origin.matches('/').count() == 2;
+                if !valid {
+                    return Err(origin_path.invalid(format!(
+                        "`{origin}` is not an origin: write `scheme://host[:port]`, as browsers send it"
+                    )));
+                }
+                allowed_origins.push(lower);
+            }
+        }
+        let mut listen = ListenConfig {
+            tokens,
+            allowed_origins,
+            ..ListenConfig::default()
+        };
+        for key in [
+            "header_read_timeout_ms",
+            "max_connections",
+            "max_sessions_per_principal",
+            "session_idle_timeout_ms",
+        ] {
+            let Some(value) = map.get(key) else {
+                continue;
+            };
+            let key_path = path.key(key);
+            let unit = if key.ends_with("_ms") {
+                "milliseconds"
+            } else {
+                "a count"
+            };
+            let number = value.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+                expected(&key_path, &format!("a positive integer ({unit})"), value)
+            })?;
+            if key.ends_with("_ms") && number > MAX_TIMEOUT_MS {
+                return Err(key_path.invalid(format!(
+                    "`{number}` milliseconds is more than the limit of {MAX_TIMEOUT_MS} milliseconds"
+                )));
+            }
+            match key {
+                "header_read_timeout_ms" => listen.header_read_timeout_ms = number,
+                "max_connections" => listen.max_connections = number,
+                "max_sessions_per_principal" => listen.max_sessions_per_principal = number,
+                _ => listen.session_idle_timeout_ms = number,
+            }
+        }
+        Ok(listen)
+    }
+
+    fn store(&self, value: &Value, path: &JsonPath) -> Result<StoreConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, STORE_KEYS)?;
+        let Some(url) = map.get("postgres") else {
+            return Err(path.invalid(
+                "names no store: write `{\"postgres\": \"${TOOLWARD_DATABASE_URL}\"}`, or leave `store` out for the state folder",
+            ));
+        };
+        let url_path = path.key("postgres");
+        let raw = non_empty_str(url, &url_path)?;
+        let url = expand(raw, &url_path, "(store)", "postgres", self.env)?;
+        Ok(StoreConfig::Postgres { url })
+    }
+
+    fn audit(&self, value: &Value, path: &JsonPath) -> Result<AuditConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, AUDIT_KEYS)?;
+        let sync = match map.get("sync") {
+            None => AuditSync::Always,
+            Some(value) => {
+                let sync_path = path.key("sync");
+                match as_str(value, &sync_path)? {
+                    "always" => AuditSync::Always,
+                    "none" => AuditSync::None,
+                    other => {
+                        return Err(sync_path.invalid(format!(
+                            "unknown sync mode `{other}` (expected `always` or `none`)"
+                        )));
+                    }
+                }
+            }
+        };
+        let record_arguments = match map.get("record_arguments") {
+            None => false,
+            Some(value) => as_bool(value, &path.key("record_arguments"))?,
+        };
+        Ok(AuditConfig {
+            file: self.path_or(map, path, "file", DEFAULT_AUDIT_FILE)?,
+            sync,
+            record_arguments,
+        })
+    }
+
+    /// One `mcpServers` entry; `None` when the entry is disabled.
+    fn server(
+        &mut self,
+        name: &str,
+        value: &Value,
+        path: &JsonPath,
+        top_limits: &Limits,
+        top_confine: &ConfineConfig,
+    ) -> Result<Option<ServerConfig>, ConfigError> {
+        let map = as_object(value, path)?;
+        for key in map.keys() {
+            if IGNORED_CLIENT_KEYS.contains(&key.as_str()) {
+                self.ignored.push(path.key(key).to_string());
+            } else if UNSUPPORTED_SERVER_KEYS.contains(&key.as_str()) {
+                return Err(path.key(key).invalid(
+                    "not supported: toolward cannot honour it, and ignoring it would change how the server runs",
+                ));
+            } else if !SERVER_KEYS.contains(&key.as_str()) {
+                return Err(path.key(key).invalid(format!(
+                    "unknown key (expected one of {}; clients' {} are ignored)",
+                    one_of(SERVER_KEYS),
+                    one_of(IGNORED_CLIENT_KEYS)
+                )));
+            }
+        }
+        let disabled = match map.get("disabled") {
+            Some(value) => as_bool(value, &path.key("disabled"))?,
+            None => false,
+        };
+        let enabled = match map.get("enabled") {
+            Some(value) => as_bool(value, &path.key("enabled"))?,
+            None => true,
+        };
+
+        let transport = self.transport(name, map, path)?;
+        let pass_env = match map.get("pass_env") {
+            None => Vec::new(),
+            Some(value) => {
+                let list_path = path.key("pass_env");
+                let Some(items) = value.as_array() else {
+                    return Err(expected(&list_path, "an array of variable names", value));
+                };
+                let mut names = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let item_path = list_path.index(i);
+                    let var = as_str(item, &item_path)?;
+                    if !is_var_name(var) {
+                        return Err(item_path.invalid(format!(
+                            "`{var}` is not a variable name (`[A-Za-z_][A-Za-z0-9_]*`)"
+                        )));
+                    }
+                    names.push(var.to_owned());
+                }
+                names
+            }
+        };
+        let limits = match map.get("limits") {
+            None => *top_limits,
+            Some(value) => limits(value, &path.key("limits"), *top_limits)?,
+        };
+        let confine = self.server_confine(map, path, top_confine)?;
+        if disabled || !enabled {
+            return Ok(None);
+        }
+        Ok(Some(ServerConfig {
+            name: name.to_owned(),
+            transport,
+            pass_env,
+            limits,
+            confine,
+        }))
+    }
+
+    fn transport(
+        &self,
+        name: &str,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+    ) -> Result<ServerTransport, ConfigError> {
+        // `type` (Claude Code, Cursor, VS Code) and `transport` (others) say the same thing.
+        let mut declared: Option<(&'static str, JsonPath)> = None;
+        for key in ["type", "transport"] {
+            let Some(value) = map.get(key) else { continue };
+            let key_path = path.key(key);
+            let kind = match as_str(value, &key_path)? {
+                "stdio" => "stdio",
+                "http" | "streamable-http" | "streamable_http" | "streamableHttp" => "http",
+                "sse" => {
+                    return Err(key_path.invalid(
+                        "the legacy HTTP+SSE transport is not supported (use streamable HTTP, `\"type\": \"http\"`)",
+                    ));
+                }
+                other => {
+                    return Err(key_path.invalid(format!(
+                        "unknown transport `{other}` (expected `stdio` or `http`)"
+                    )));
+                }
+            };
+            if let Some((earlier, _)) = &declared
+                && *earlier != kind
+            {
+                return Err(key_path.invalid("`type` and `transport` disagree"));
+            }
+            declared = Some((kind, key_path));
+        }
+
+        let has_command = map.contains_key("command");
+        let has_url = map.contains_key("url");
+        let kind = match (has_command, has_url) {
+            (true, true) => {
+                return Err(path.invalid("has both `command` (stdio) and `url` (http): give one"));
+            }
+            (false, false) => {
+                return Err(path.invalid("has neither `command` (stdio) nor `url` (http)"));
+            }
+            (true, false) => "stdio",
+            (false, true) => "http",
+        };
+        if let Some((declared, key_path)) = declared
+            && declared != kind
+        {
+            let field = if kind == "stdio" { "command" } else { "url" };
+            return Err(key_path.invalid(format!("says `{declared}` but the entry has `{field}`")));
+        }
+        let stdio_only = ["args", "env", "pass_env", "confine"];
+        let http_only = ["headers"];
+        let misplaced = if kind == "stdio" {
+            &http_only[..]
+        } else {
+            &stdio_only[..]
+        };
+        if let Some(key) = misplaced.iter().find(|key| map.contains_key(**key)) {
+            let needs = if kind == "stdio" {
+                "`url` (http)"
+            } else {
+                "`command` (stdio)"
+            };
+            return Err(path
+                .key(key)
+                .invalid(format!("only a server with {needs} takes it")));
+        }
+
+        if kind == "stdio" {
+            let command_path = path.key("command");
+            let command = non_empty_str(map.get("command").unwrap_or(&Value::Null), &command_path)?;
+            if command.contains('\0') {
+                return Err(command_path.invalid("contains a NUL character"));
+            }
+            // A bare name is for the PATH lookup; a path is relative to the config folder.
+            let command = if command.contains('/') || command.contains('\\') {
+                self.base_dir.join(command)
+            } else {
+                PathBuf::from(command)
+            };
+            let args = match map.get("args") {
+                None => Vec::new(),
+                Some(value) => {
+                    let args_path = path.key("args");
+                    let Some(items) = value.as_array() else {
+                        return Err(expected(&args_path, "an array of strings", value));
+                    };
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| {
+                            let item_path = args_path.index(i);
+                            let arg = as_str(item, &item_path)?;
+                            if arg.contains('\0') {
+                                return Err(item_path.invalid("contains a NUL character"));
+                            }
+                            Ok(arg.to_owned())
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+            };
+            let env = self.string_map(name, map, path, "env", check_env_entry)?;
+            Ok(ServerTransport::Stdio { command, args, env })
+        } else {
+            let url_path = path.key("url");
+            let url = non_empty_str(map.get("url").unwrap_or(&Value::Null), &url_path)?;
+            let lower = url.to_ascii_lowercase();
+            if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+                return Err(
+                    url_path.invalid(format!("`{url}` is not an `http://` or `https://` URL"))
+                );
+            }
+            if url.chars().any(char::is_control) || url.contains(' ') {
+                return Err(
+                    url_path.invalid(format!("`{url}` contains a space or control character"))
+                );
+            }
+            let headers = self.string_map(name, map, path, "headers", check_header_entry)?;
+            Ok(ServerTransport::Http {
+                url: url.to_owned(),
+                headers,
+            })
+        }
+    }
+
+    /// `env` or `headers`: an object of strings, `${NAME}` expanded, each entry checked.
+    fn string_map(
+        &self,
+        server: &str,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+        field: &str,
+        check: fn(&str, &str, &JsonPath) -> Result<(), ConfigError>,
+    ) -> Result<BTreeMap<String, String>, ConfigError> {
+        let Some(value) = map.get(field) else {
+            return Ok(BTreeMap::new());
+        };
+        let field_path = path.key(field);
+        let entries = as_object(value, &field_path)?;
+        let mut out = BTreeMap::new();
+        for (key, value) in entries {
+            let entry_path = field_path.key(key);
+            let raw = as_str(value, &entry_path)?;
+            let expanded = expand(raw, &entry_path, server, key, self.env)?;
+            check(key, &expanded, &entry_path)?;
+            out.insert(key.clone(), expanded);
+        }
+        Ok(out)
+    }
+}
+
+/// `path` with `.` and `..` components taken out, without reading the file system: to
+/// compare the folders a config names.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn check_env_entry(key: &str, value: &str, path: &JsonPath) -> Result<(), ConfigError> {
+    if key.is_empty() || key.contains('=') || key.contains('\0') {
+        return Err(path.invalid(format!("`{key}` is not a usable variable name")));
+    }
+    if value.contains('\0') {
+        return Err(path.invalid("value contains a NUL character"));
+    }
+    Ok(())
+}
+
+fn check_header_entry(key: &str, value: &str, path: &JsonPath) -> Result<(), ConfigError> {
+    // RFC 9110 field name: a token.
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if key.is_empty() || !key.chars().all(token) {
+        return Err(path.invalid(format!("`{key}` is not a valid header name")));
+    }
+    if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+        return Err(path.invalid("value contains a line break or NUL character"));
+    }
+    Ok(())
+}
+
+fn separator(value: &Value, path: &JsonPath) -> Result<String, ConfigError> {
+    let text = non_empty_str(value, path)?;
+    if text.chars().count() > MAX_SEPARATOR_CHARS {
+        return Err(path.invalid(format!(
+            "separator `{text}` is longer than the limit of {MAX_SEPARATOR_CHARS} characters"
+        )));
+    }
+    if !text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Err(path.invalid(format!(
+            "separator `{text}` may only contain `A-Z`, `a-z`, `0-9`, `_`, `-` and `.`"
+        )));
+    }
+    Ok(text.to_owned())
+}
+
+fn server_name(name: &str, separator: &str, path: &JsonPath) -> Result<(), ConfigError> {
+    if name.is_empty() {
+        return Err(path.invalid("server name must not be empty"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    {
+        return Err(path.invalid(format!(
+            "server name `{name}` may only contain `A-Z`, `a-z`, `0-9`, `_` and `-`"
+        )));
+    }
+    if name.contains(separator) {
+        return Err(path.invalid(format!(
+            "server name `{name}` contains the separator `{separator}`, so its tool names would be ambiguous"
+        )));
+    }
+    Ok(())
+}
+
+fn limits(value: &Value, path: &JsonPath, base: Limits) -> Result<Limits, ConfigError> {
+    let map = as_object(value, path)?;
+    check_keys(map, path, LIMIT_KEYS)?;
+    let mut limits = base;
+    for (key, value) in map {
+        let key_path = path.key(key);
+        let Some(field) = limits.field_mut(key) else {
+            return Err(key_path.invalid("unknown limit"));
+        };
+        let unit = if key.ends_with("_ms") {
+            "milliseconds"
+        } else if key.ends_with("_bytes") {
+            "bytes"
+        } else {
+            "a count"
+        };
+        // Only a count of restarts may be zero: a limit of nothing would refuse everything.
+        let (least, kind) = if key == "restart_attempts" {
+            (0, "a non-negative integer")
+        } else {
+            (1, "a positive integer")
+        };
+        let Some(number) = value.as_u64().filter(|n| *n >= least) else {
+            return Err(match value {
+                Value::Number(n) => key_path.invalid(format!("`{n}` is not {kind} ({unit})")),
+                _ => expected(&key_path, &format!("{kind} ({unit})"), value),
+            });
+        };
+        if key.ends_with("_ms") && number > MAX_TIMEOUT_MS {
+            return Err(key_path.invalid(format!(
+                "`{number}` milliseconds is more than the limit of {MAX_TIMEOUT_MS} milliseconds"
+            )));
+        }
+        *field = number;
+    }
+    Ok(limits)
+}
+
+/// `guest`: bounds on the components. Fuel is wasmtime's unit (about one wasm instruction);
+/// `memory_bytes` is one instance's linear memory; `max_instances` the pool's slots;
+/// `ready_instances` may be 0 (decide inline), every other field must be positive.
+fn guest(value: &Value, path: &JsonPath) -> Result<GuestLimits, ConfigError> {
+    let map = as_object(value, path)?;
+    check_keys(map, path, GUEST_KEYS)?;
+    let mut limits = GuestLimits::default();
+    for (key, value) in map {
+        let key_path = path.key(key);
+        let least = u64::from(key != "ready_instances");
+        let unit = match key.as_str() {
+            "memory_bytes" => "bytes",
+            "max_instances" | "ready_instances" => "a count",
+            _ => "fuel, about one wasm instruction each",
+        };
+        let number = value.as_u64().filter(|n| *n >= least).ok_or_else(|| {
+            let kind = if least == 0 {
+                "a non-negative integer"
+            } else {
+                "a positive integer"
+            };
+            expected(&key_path, &format!("{kind} ({unit})"), value)
+        })?;
+        let too_large = || key_path.invalid(format!("`{number}` is too large"));
+        match key.as_str() {
+            "decide_fuel" => limits.decide_fuel = number,
+            "classify_fuel" => limits.classify_fuel = number,
+            "configure_fuel" => limits.configure_fuel = number,
+            "memory_bytes" => {
+                limits.memory_bytes = usize::try_from(number).map_err(|_| too_large())?;
+            }
+            "max_instances" => {
+                limits.max_instances = u32::try_from(number).map_err(|_| too_large())?;
+            }
+            _ => limits.ready_instances = u32::try_from(number).map_err(|_| too_large())?,
+        }
+    }
+    Ok(limits)
+}

@@ -1,0 +1,396 @@
+//! The settings of each section of the config: telemetry, confinement, servers, listen, rules, policy, store, audit and limits.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::audit::AuditSync;
+
+use super::{
+    DEFAULT_APPROVAL_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LISTING_BYTES, DEFAULT_MAX_LISTING_PAGES,
+    DEFAULT_MAX_PAGE_BYTES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+    DEFAULT_MAX_TOOLS, DEFAULT_MAX_TOOL_BYTES, DEFAULT_REQUEST_TIMEOUT_MS,
+    DEFAULT_RESTART_ATTEMPTS, DEFAULT_RESTART_BACKOFF_MS, DEFAULT_SESSION_IDLE_TIMEOUT_MS,
+    DEFAULT_START_TIMEOUT_MS,
+};
+
+/// The default `telemetry.service_name`: the OpenTelemetry resource's `service.name`.
+pub const DEFAULT_TELEMETRY_SERVICE_NAME: &str = "toolward";
+
+/// The default `telemetry.export_interval_ms`: how often spans and metrics are sent, in
+/// milliseconds. A stdio gateway is killed by its client, never exits cleanly, so what it
+/// collected is only ever sent on this timer: at most this much is lost when it is killed.
+pub const DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS: u64 = 5_000;
+
+/// The top-level `telemetry`: OpenTelemetry traces and metrics over OTLP/HTTP (protobuf),
+/// see `crate::telemetry`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// The collector's base URL (`telemetry.endpoint`, `http://` or `https://`, e.g.
+    /// `http://127.0.0.1:4318`): spans go to `<endpoint>/v1/traces`, metrics to
+    /// `<endpoint>/v1/metrics` (the OTLP/HTTP paths).
+    pub endpoint: String,
+    /// The resource's `service.name` (`telemetry.service_name`, default
+    /// `DEFAULT_TELEMETRY_SERVICE_NAME`).
+    pub service_name: String,
+    /// How often spans and metrics are exported, in milliseconds
+    /// (`telemetry.export_interval_ms`, default `DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS`).
+    pub export_interval_ms: u64,
+    /// Headers sent with every export (`telemetry.headers`, `${NAME}` expanded), e.g. a
+    /// collector's API key.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for TelemetryConfig {
+    /// Header values are left out: they usually hold a key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryConfig")
+            .field("endpoint", &self.endpoint)
+            .field("service_name", &self.service_name)
+            .field("export_interval_ms", &self.export_interval_ms)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The top-level `confine`: what every confined stdio server is denied besides the defaults
+/// of `crate::confine` (the state folder, the config, rules, manifest and audit log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfineConfig {
+    /// Paths every server is denied (`confine.deny`; a leading `~/` is toolward's `HOME`,
+    /// other relative paths resolve against the config folder). Empty by default; `~/.ssh`
+    /// and `~/.aws` are the documented suggestion.
+    pub deny: Vec<PathBuf>,
+    /// Whether servers are denied TCP (`confine.deny_tcp`, default `false`); a server's own
+    /// `confine.deny_tcp` wins.
+    pub deny_tcp: bool,
+    /// Whether servers get a network namespace of their own, with no network at all
+    /// (`confine.deny_network`, default `false`); a server's own `confine.deny_network` wins.
+    /// Needs [`ConfineConfig::namespaces`]; without them, TCP is denied by Landlock instead.
+    pub deny_network: bool,
+    /// Whether confined servers run in user, mount and PID namespaces as well as under
+    /// Landlock (`confine.namespaces`, default `true`): each withheld path covered by an empty
+    /// read-only mount, the other servers' processes out of sight (`crate::confine`).
+    /// `false` leaves Landlock alone, as where the namespaces are unavailable.
+    pub namespaces: bool,
+    /// The `toolward` binary that starts confined servers (`confine.launcher`). `None`: the
+    /// running program when it is `toolward`, else the `TOOLWARD_BIN` variable (embedders,
+    /// tests); with neither, servers start unconfined and the load report says so.
+    pub launcher: Option<PathBuf>,
+}
+
+impl Default for ConfineConfig {
+    /// Nothing denied beside the defaults, TCP and the network allowed, namespaces on, the
+    /// launcher found as `crate::confine::launcher` says.
+    fn default() -> Self {
+        ConfineConfig {
+            deny: Vec::new(),
+            deny_tcp: false,
+            deny_network: false,
+            namespaces: true,
+            launcher: None,
+        }
+    }
+}
+
+/// How one stdio server is confined (its `confine`, over the top-level one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerConfine {
+    /// Confined with Landlock: the defaults of `crate::confine`, plus these paths.
+    Confined {
+        /// The top-level `confine.deny` followed by the server's own.
+        deny: Vec<PathBuf>,
+        /// The server's `confine.deny_tcp`, else the top-level one.
+        deny_tcp: bool,
+        /// The server's `confine.deny_network`, else the top-level one.
+        deny_network: bool,
+    },
+    /// Started as the operator, unconfined (`confine.unconfined`, a stated reason).
+    Unconfined {
+        /// Why, as the operator wrote it: shown in the load report.
+        reason: String,
+    },
+}
+
+impl Default for ServerConfine {
+    fn default() -> Self {
+        ServerConfine::Confined {
+            deny: Vec::new(),
+            deny_tcp: false,
+            deny_network: false,
+        }
+    }
+}
+
+/// One server of `mcpServers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The server's name: the key in `mcpServers`, `[A-Za-z0-9_-]+`, without the separator.
+    pub name: String,
+    /// How to reach it.
+    pub transport: ServerTransport,
+    /// Variables of toolward's environment passed to a stdio server beside `PATH`, `HOME`
+    /// and `TMPDIR` (`pass_env`); one that is not set is not passed.
+    pub pass_env: Vec<String>,
+    /// The top-level limits with this server's `limits` laid over them.
+    pub limits: Limits,
+    /// How a stdio server is confined (`confine`); unused for an HTTP server.
+    pub confine: ServerConfine,
+}
+
+/// How toolward reaches a server. Its debug output leaves out the values of `env` and
+/// `headers`: they are often credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ServerTransport {
+    /// A child process speaking MCP over stdin/stdout.
+    Stdio {
+        /// The program: a bare name looked up in `PATH`, or a path.
+        command: PathBuf,
+        /// Its arguments, as written.
+        args: Vec<String>,
+        /// Variables set for it, `${NAME}` references replaced.
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        /// The endpoint, `http://` or `https://`.
+        url: String,
+        /// Headers sent with every request, `${NAME}` references replaced.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl fmt::Debug for ServerTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            ServerTransport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// `listen`: who may use the gateway over streamable HTTP (`toolward serve --listen`), and
+/// the bounds that keep it serving under abuse. Defaults: no tokens, no origins, and the
+/// `DEFAULT_` constants of this module for the rest.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ListenConfig {
+    /// Bearer tokens by name (`listen.tokens`, `${NAME}` expanded); a call made with one has
+    /// the token's name as its principal. Empty: `serve --listen` generates one token into
+    /// the state folder at first start, named after
+    /// [`Config::principal`](super::Config::principal).
+    pub tokens: BTreeMap<String, String>,
+    /// Browser origins allowed to call (`listen.allowed_origins`, `scheme://host:port`); a
+    /// request whose `Origin` is another answers 403 (MCP specification, "Transports",
+    /// security warning: DNS rebinding). A request without `Origin` (not from a browser)
+    /// passes this check.
+    pub allowed_origins: Vec<String>,
+    /// Time a client has to send a request's head, in milliseconds
+    /// (`listen.header_read_timeout_ms`, `DEFAULT_HEADER_READ_TIMEOUT_MS`); past it the
+    /// connection is closed.
+    pub header_read_timeout_ms: u64,
+    /// Open connections at once (`listen.max_connections`, `DEFAULT_MAX_CONNECTIONS`);
+    /// past it, new connections wait to be accepted.
+    pub max_connections: u64,
+    /// Live sessions of one principal (`listen.max_sessions_per_principal`,
+    /// `DEFAULT_MAX_SESSIONS_PER_PRINCIPAL`); past it, `initialize` gets 429.
+    pub max_sessions_per_principal: u64,
+    /// Time without a message after which a session is closed, in milliseconds
+    /// (`listen.session_idle_timeout_ms`, `DEFAULT_SESSION_IDLE_TIMEOUT_MS`).
+    pub session_idle_timeout_ms: u64,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            tokens: BTreeMap::new(),
+            allowed_origins: Vec::new(),
+            header_read_timeout_ms: DEFAULT_HEADER_READ_TIMEOUT_MS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
+            session_idle_timeout_ms: DEFAULT_SESSION_IDLE_TIMEOUT_MS,
+        }
+    }
+}
+
+impl std::fmt::Debug for ListenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Token values are secrets: only their names are shown.
+        f.debug_struct("ListenConfig")
+            .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
+            .field("allowed_origins", &self.allowed_origins)
+            .field("header_read_timeout_ms", &self.header_read_timeout_ms)
+            .field("max_connections", &self.max_connections)
+            .field(
+                "max_sessions_per_principal",
+                &self.max_sessions_per_principal,
+            )
+            .field("session_idle_timeout_ms", &self.session_idle_timeout_ms)
+            .finish()
+    }
+}
+
+/// `rules`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesConfig {
+    /// The operator's rules file (`rules.file`), given to the rules component's `configure`.
+    pub file: PathBuf,
+    /// A rules component (`rules.component`); `None` is the default component.
+    pub component: Option<PathBuf>,
+}
+
+/// `policy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyConfig {
+    /// A policy component (`policy.component`); `None` is the default component.
+    pub component: Option<PathBuf>,
+    /// A settings file given to the policy's `configure` (`policy.settings`); `None` gives
+    /// it empty settings.
+    pub settings: Option<PathBuf>,
+    /// A Cedar policy file (`policy.cedar`, `docs/cedar.md`): calls are decided by the
+    /// built-in Cedar component with this file's text as its settings. Excludes
+    /// `component` and `settings`.
+    pub cedar: Option<PathBuf>,
+}
+
+/// `store`: where the audit log, the approvals queue, the fact counters and the
+/// `requestState` ledger live, for every gateway sharing them.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum StoreConfig {
+    /// No `store`: the audit log at `audit.file` and the queue in `state_dir` (one machine).
+    #[default]
+    StateDir,
+    /// `{"postgres": URL}`: one PostgreSQL database for a fleet (see
+    /// `crate::store::postgres`); `URL` is a libpq URL or key-value string, `${NAME}`
+    /// expanded (keep the password in a variable, not in the file).
+    Postgres {
+        /// The connection string, variables expanded. Never printed: it may hold a password.
+        url: String,
+    },
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StateDir => f.write_str("StateDir"),
+            Self::Postgres { .. } => f.write_str("Postgres { url: <redacted> }"),
+        }
+    }
+}
+
+/// `audit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// The log (`audit.file`, default `DEFAULT_AUDIT_FILE`).
+    pub file: PathBuf,
+    /// When records reach the disk (`audit.sync`, `always` or `none`, default `always`).
+    pub sync: AuditSync,
+    /// Whether records hold each call's arguments, not only their hash
+    /// (`audit.record_arguments`, default `false`: arguments may hold secrets).
+    pub record_arguments: bool,
+}
+
+/// Listing and call limits. Every field has its unit in its name; every default is a
+/// `DEFAULT_` constant of this module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `DEFAULT_START_TIMEOUT_MS`.
+    pub start_timeout_ms: u64,
+    /// `DEFAULT_REQUEST_TIMEOUT_MS`.
+    pub request_timeout_ms: u64,
+    /// `DEFAULT_CALL_TIMEOUT_MS`.
+    pub call_timeout_ms: u64,
+    /// `DEFAULT_APPROVAL_TIMEOUT_MS`.
+    pub approval_timeout_ms: u64,
+    /// `DEFAULT_MAX_LISTING_PAGES`.
+    pub max_listing_pages: u64,
+    /// `DEFAULT_MAX_TOOLS`.
+    pub max_tools: u64,
+    /// `DEFAULT_MAX_PAGE_BYTES`.
+    pub max_page_bytes: u64,
+    /// `DEFAULT_MAX_LISTING_BYTES`.
+    pub max_listing_bytes: u64,
+    /// `DEFAULT_MAX_TOOL_BYTES`.
+    pub max_tool_bytes: u64,
+    /// `DEFAULT_MAX_RESULT_BYTES`.
+    pub max_result_bytes: u64,
+    /// `DEFAULT_RESTART_ATTEMPTS`; `0` never restarts.
+    pub restart_attempts: u64,
+    /// `DEFAULT_RESTART_BACKOFF_MS`.
+    pub restart_backoff_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            start_timeout_ms: DEFAULT_START_TIMEOUT_MS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
+            approval_timeout_ms: DEFAULT_APPROVAL_TIMEOUT_MS,
+            max_listing_pages: DEFAULT_MAX_LISTING_PAGES,
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            max_listing_bytes: DEFAULT_MAX_LISTING_BYTES,
+            max_tool_bytes: DEFAULT_MAX_TOOL_BYTES,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            restart_attempts: DEFAULT_RESTART_ATTEMPTS,
+            restart_backoff_ms: DEFAULT_RESTART_BACKOFF_MS,
+        }
+    }
+}
+
+impl Limits {
+    /// `start_timeout_ms` as a duration.
+    #[must_use]
+    pub fn start_timeout(&self) -> Duration {
+        Duration::from_millis(self.start_timeout_ms)
+    }
+    /// `request_timeout_ms` as a duration.
+    #[must_use]
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    /// `call_timeout_ms` as a duration.
+    #[must_use]
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+    /// `restart_backoff_ms` as a duration.
+    #[must_use]
+    pub fn restart_backoff(&self) -> Duration {
+        Duration::from_millis(self.restart_backoff_ms)
+    }
+    /// `approval_timeout_ms` as a duration.
+    #[must_use]
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_millis(self.approval_timeout_ms)
+    }
+
+    pub(super) fn field_mut(&mut self, key: &str) -> Option<&mut u64> {
+        Some(match key {
+            "start_timeout_ms" => &mut self.start_timeout_ms,
+            "request_timeout_ms" => &mut self.request_timeout_ms,
+            "call_timeout_ms" => &mut self.call_timeout_ms,
+            "approval_timeout_ms" => &mut self.approval_timeout_ms,
+            "max_listing_pages" => &mut self.max_listing_pages,
+            "max_tools" => &mut self.max_tools,
+            "max_page_bytes" => &mut self.max_page_bytes,
+            "max_listing_bytes" => &mut self.max_listing_bytes,
+            "max_tool_bytes" => &mut self.max_tool_bytes,
+            "max_result_bytes" => &mut self.max_result_bytes,
+            "restart_attempts" => &mut self.restart_attempts,
+            "restart_backoff_ms" => &mut self.restart_backoff_ms,
+            _ => return None,
+        })
+    }
+}

@@ -1,0 +1,875 @@
+use std::time::Duration;
+
+use super::reader::{
+    AUDIT_KEYS, CONFINE_KEYS, GUEST_KEYS, LIMIT_KEYS, LISTEN_KEYS, SERVER_CONFINE_KEYS,
+    SERVER_KEYS, STORE_KEYS, TOP_KEYS, UNSUPPORTED_SERVER_KEYS,
+};
+use super::*;
+use crate::audit::AuditSync;
+
+use serde_json::json;
+
+fn base() -> PathBuf {
+    PathBuf::from("/etc/toolward")
+}
+
+fn no_env(_: &str) -> Result<String, VarError> {
+    Err(VarError::NotPresent)
+}
+
+#[test]
+fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
+    let home = |name: &str| match name {
+        "HOME" => Ok("/home/op".to_owned()),
+        _ => Err(VarError::NotPresent),
+    };
+    let value = json!({
+        "mcpServers": {
+            "fs": { "command": "node", "confine": { "deny": ["secrets"], "deny_tcp": false } },
+            "memory": { "command": "node" },
+        },
+        "rules": { "file": "rules.json" },
+        "confine": { "deny": ["~/.ssh", "/srv/keys"], "deny_tcp": true },
+    });
+    let config = Config::from_value_with_env(value, &base(), &home).unwrap();
+    assert_eq!(
+        config.servers["fs"].confine,
+        ServerConfine::Confined {
+            deny: vec![
+                PathBuf::from("/home/op/.ssh"),
+                PathBuf::from("/srv/keys"),
+                PathBuf::from("/etc/toolward/secrets")
+            ],
+            deny_tcp: false,
+            deny_network: false,
+        }
+    );
+    assert_eq!(
+        config.servers["memory"].confine,
+        ServerConfine::Confined {
+            deny: vec![PathBuf::from("/home/op/.ssh"), PathBuf::from("/srv/keys")],
+            deny_tcp: true,
+            deny_network: false,
+        }
+    );
+    assert_eq!(
+        config.servers_dir,
+        PathBuf::from("/etc/toolward/.toolward-servers")
+    );
+}
+
+#[test]
+fn an_unconfined_server_needs_a_reason_and_is_denied_nothing() {
+    let text = err_text(with_servers(
+        json!({ "x": { "command": "x", "confine": { "unconfined": " " } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.x.confine.unconfined: give the reason"),
+        "{text}"
+    );
+    let text = err_text(with_servers(
+        json!({ "x": { "command": "x", "confine": { "unconfined": "docker", "deny": [] } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.x.confine.deny: an unconfined server"),
+        "{text}"
+    );
+    let config = load(with_servers(
+        json!({ "x": { "command": "x", "confine": { "unconfined": "it drives docker" } } }),
+    ))
+    .unwrap();
+    assert_eq!(
+        config.servers["x"].confine,
+        ServerConfine::Unconfined {
+            reason: "it drives docker".to_owned()
+        }
+    );
+    let text = err_text(with_servers(
+        json!({ "x": { "url": "https://example.invalid", "confine": { "deny_tcp": true } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.x.confine: only a server with"),
+        "{text}"
+    );
+}
+
+#[test]
+fn servers_homes_inside_the_state_folder_and_a_tilde_without_home_are_refused() {
+    let mut value = with_servers(json!({ "x": { "command": "x" } }));
+    value["servers_dir"] = json!("state/../state/homes");
+    let text = err_text(value);
+    assert!(text.starts_with("servers_dir: `"), "{text}");
+    assert!(text.contains("is inside the state folder"), "{text}");
+    let mut value = with_servers(json!({ "x": { "command": "x" } }));
+    value["confine"] = json!({ "deny": ["~/.aws"] });
+    let text = err_text(value);
+    assert!(text.contains("`HOME` is not set"), "{text}");
+}
+
+/// A minimal valid config with `servers` as its `mcpServers`.
+fn with_servers(servers: Value) -> Value {
+    json!({ "mcpServers": servers, "rules": { "file": "rules.json" } })
+}
+
+fn load(value: Value) -> Result<Config, ConfigError> {
+    Config::from_value_with_env(value, &base(), &no_env)
+}
+
+fn err_text(value: Value) -> String {
+    load(value).unwrap_err().to_string()
+}
+
+#[test]
+fn pasted_claude_desktop_block_loads_unchanged() {
+    let text = r#"{
+      "mcpServers": {
+        "filesystem": {
+          "command": "npx",
+          "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop", "/Users/me/Downloads"]
+        },
+        "github": {
+          "command": "docker",
+          "args": ["run", "-i", "--rm", "-e", "GITHUB_PERSONAL_ACCESS_TOKEN", "ghcr.io/github/github-mcp-server"],
+          "env": { "GITHUB_PERSONAL_ACCESS_TOKEN": "<YOUR_TOKEN>" }
+        }
+      },
+      "rules": { "file": "rules.json" }
+    }"#;
+    let config = Config::from_str(text, &base()).unwrap();
+    assert_eq!(config.servers.len(), 2);
+    let fs = &config.servers["filesystem"];
+    assert_eq!(
+        fs.transport,
+        ServerTransport::Stdio {
+            command: PathBuf::from("npx"),
+            args: vec![
+                "-y".into(),
+                "@modelcontextprotocol/server-filesystem".into(),
+                "/Users/me/Desktop".into(),
+                "/Users/me/Downloads".into()
+            ],
+            env: BTreeMap::new(),
+        }
+    );
+    let ServerTransport::Stdio { env, .. } = &config.servers["github"].transport else {
+        panic!("github is stdio");
+    };
+    assert_eq!(env["GITHUB_PERSONAL_ACCESS_TOKEN"], "<YOUR_TOKEN>");
+    assert!(config.ignored_keys.is_empty() && config.disabled_servers.is_empty());
+}
+
+#[test]
+fn pasted_claude_code_block_with_type_fields_loads() {
+    let config = load(with_servers(json!({
+        "local": { "type": "stdio", "command": "uvx", "args": ["mcp-server-git"], "env": {} },
+        "remote": { "type": "http", "url": "https://mcp.example.com/mcp", "headers": { "X-Team": "a" } },
+        "cursor": { "transport": "streamable-http", "url": "http://127.0.0.1:8080/mcp" }
+    })))
+    .unwrap();
+    assert!(matches!(
+        config.servers["local"].transport,
+        ServerTransport::Stdio { .. }
+    ));
+    assert_eq!(
+        config.servers["remote"].transport,
+        ServerTransport::Http {
+            url: "https://mcp.example.com/mcp".into(),
+            headers: BTreeMap::from([("X-Team".to_owned(), "a".to_owned())]),
+        }
+    );
+    assert!(matches!(
+        config.servers["cursor"].transport,
+        ServerTransport::Http { .. }
+    ));
+}
+
+#[test]
+fn env_var_reference_takes_value_from_toolward_environment() {
+    let value = with_servers(json!({
+        "gh": { "command": "gh-mcp", "env": { "PATH_COPY": "${PATH}" } },
+        "api": { "url": "https://api.example.com/mcp", "headers": { "Authorization": "Bearer ${API_TOKEN}" } }
+    }));
+    let env = |name: &str| match name {
+        "API_TOKEN" => Ok("s3cret".to_owned()),
+        other => std::env::var(other),
+    };
+    let config = Config::from_value_with_env(value.clone(), &base(), &env).unwrap();
+    let ServerTransport::Stdio { env: vars, .. } = &config.servers["gh"].transport else {
+        panic!("gh is stdio");
+    };
+    assert_eq!(vars["PATH_COPY"], std::env::var("PATH").unwrap());
+    let ServerTransport::Http { headers, .. } = &config.servers["api"].transport else {
+        panic!("api is http");
+    };
+    assert_eq!(headers["Authorization"], "Bearer s3cret");
+    // Expanded values, often credentials, stay out of debug output.
+    assert!(!format!("{config:?}").contains("s3cret"));
+
+    // The public entry point reads the real environment.
+    let real =
+        with_servers(json!({ "gh": { "command": "gh-mcp", "env": { "P": "${PATH}" } } }));
+    let config = Config::from_value(real, &base()).unwrap();
+    let ServerTransport::Stdio { env: vars, .. } = &config.servers["gh"].transport else {
+        panic!("gh is stdio");
+    };
+    assert_eq!(vars["P"], std::env::var("PATH").unwrap());
+}
+
+#[test]
+fn store_postgres_url_is_expanded_from_the_environment_and_kept_out_of_debug_output() {
+    let mut value = with_servers(json!({ "gh": { "command": "gh-mcp" } }));
+    value["store"] = json!({ "postgres": "${DATABASE_URL}" });
+    let env = |name: &str| match name {
+        "DATABASE_URL" => Ok("postgres://tw:s3cret@db.internal/toolward".to_owned()),
+        _ => Err(VarError::NotPresent),
+    };
+    let config = Config::from_value_with_env(value.clone(), &base(), &env).unwrap();
+    assert_eq!(
+        config.store,
+        StoreConfig::Postgres {
+            url: "postgres://tw:s3cret@db.internal/toolward".to_owned()
+        }
+    );
+    assert!(!format!("{config:?}").contains("s3cret"));
+    // Without the variable: an error naming it.
+    let err = Config::from_value_with_env(value.clone(), &base(), &no_env).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::MissingEnvVar { variable, .. } if variable == "DATABASE_URL"),
+        "{err}"
+    );
+    // A store that names nothing, or a key it does not know.
+    value["store"] = json!({ "postgress": "x" });
+    let err = Config::from_value_with_env(value, &base(), &env).unwrap_err();
+    assert!(
+        err.to_string().starts_with("store.postgress: unknown key"),
+        "{err}"
+    );
+    // Absent: the state folder.
+    let config = load(with_servers(json!({ "gh": { "command": "gh-mcp" } }))).unwrap();
+    assert_eq!(config.store, StoreConfig::StateDir);
+}
+
+#[test]
+fn missing_env_var_names_server_key_and_variable() {
+    let err = load(with_servers(json!({
+        "github": { "command": "gh", "env": { "GITHUB_TOKEN": "${TOOLWARD_TEST_UNSET_VARIABLE}" } }
+    })))
+    .unwrap_err();
+    let ConfigError::MissingEnvVar {
+        path,
+        server,
+        key,
+        variable,
+    } = &err
+    else {
+        panic!("expected MissingEnvVar, got {err}");
+    };
+    assert_eq!(path, "mcpServers.github.env.GITHUB_TOKEN");
+    assert_eq!((server.as_str(), key.as_str()), ("github", "GITHUB_TOKEN"));
+    assert_eq!(variable, "TOOLWARD_TEST_UNSET_VARIABLE");
+    assert_eq!(
+        err.to_string(),
+        "mcpServers.github.env.GITHUB_TOKEN: environment variable `TOOLWARD_TEST_UNSET_VARIABLE` is not set (server `github`, key `GITHUB_TOKEN`)"
+    );
+}
+
+#[test]
+fn dollar_dollar_brace_is_a_literal_and_other_dollars_stay() {
+    let config = load(with_servers(json!({
+        "s": { "command": "s", "env": { "A": "$${HOME}", "B": "pa$$word$", "C": "$HOME" } }
+    })))
+    .unwrap();
+    let ServerTransport::Stdio { env, .. } = &config.servers["s"].transport else {
+        panic!("stdio");
+    };
+    assert_eq!(env["A"], "${HOME}");
+    assert_eq!(env["B"], "pa$$word$");
+    assert_eq!(env["C"], "$HOME");
+}
+
+#[test]
+fn default_value_syntax_and_unclosed_references_are_refused() {
+    let text = err_text(with_servers(
+        json!({ "s": { "command": "s", "env": { "A": "${X:-y}" } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.env.A: `${X:-y}` is not a variable reference"),
+        "{text}"
+    );
+    let text = err_text(with_servers(
+        json!({ "s": { "command": "s", "env": { "A": "${X" } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.env.A: `${X` has no closing"),
+        "{text}"
+    );
+}
+
+#[test]
+fn args_are_not_expanded() {
+    let config = load(with_servers(
+        json!({ "s": { "command": "s", "args": ["${HOME}"] } }),
+    ))
+    .unwrap();
+    let ServerTransport::Stdio { args, .. } = &config.servers["s"].transport else {
+        panic!("stdio");
+    };
+    assert_eq!(args, &["${HOME}".to_owned()]);
+}
+
+#[test]
+fn relative_paths_resolve_against_config_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("conf");
+    std::fs::create_dir(&sub).unwrap();
+    let file = sub.join("toolward.json");
+    std::fs::write(
+        &file,
+        r#"{
+          "mcpServers": {
+            "local": { "command": "./bin/server", "args": ["./data"] },
+            "npm": { "command": "npx" },
+            "abs": { "command": "/usr/bin/env" }
+          },
+          "rules": { "file": "rules.json", "component": "wasm/rules.wasm" },
+          "policy": { "component": "../policy.wasm", "settings": "settings.json" },
+          "audit": { "file": "logs/audit.jsonl" }
+        }"#,
+    )
+    .unwrap();
+    let config = Config::from_path(&file).unwrap();
+    assert_eq!(config.base_dir, sub);
+    assert_eq!(config.rules.file, sub.join("rules.json"));
+    assert_eq!(config.rules.component, Some(sub.join("wasm/rules.wasm")));
+    assert_eq!(config.policy.component, Some(sub.join("../policy.wasm")));
+    assert_eq!(config.policy.settings, Some(sub.join("settings.json")));
+    assert_eq!(config.audit.file, sub.join("logs/audit.jsonl"));
+    assert_eq!(config.manifest, sub.join(DEFAULT_MANIFEST));
+    assert_eq!(config.state_dir, sub.join(DEFAULT_STATE_DIR));
+    let command = |name: &str| match &config.servers[name].transport {
+        ServerTransport::Stdio { command, args, .. } => (command.clone(), args.clone()),
+        ServerTransport::Http { .. } => panic!("stdio"),
+    };
+    assert_eq!(
+        command("local"),
+        (sub.join("./bin/server"), vec!["./data".to_owned()])
+    );
+    assert_eq!(command("npm").0, PathBuf::from("npx"));
+    assert_eq!(command("abs").0, PathBuf::from("/usr/bin/env"));
+}
+
+#[test]
+fn config_file_in_the_current_folder_resolves_against_an_absolute_folder() {
+    // `toolward.json` has an empty parent; paths must not end up relative to nothing.
+    let err = Config::from_path(Path::new("toolward-test-no-such-file.json")).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }));
+    let value = with_servers(json!({ "s": { "command": "s" } }));
+    let config = Config::from_value_with_env(value, Path::new("/srv/tw"), &no_env).unwrap();
+    assert!(config.rules.file.is_absolute());
+}
+
+#[test]
+fn defaults_apply_when_keys_are_absent() {
+    let config = load(with_servers(json!({ "s": { "command": "s" } }))).unwrap();
+    assert_eq!(config.limits, Limits::default());
+    assert_eq!(config.limits.max_page_bytes, 16 * 1024 * 1024);
+    assert_eq!(config.limits.call_timeout(), Duration::from_secs(300));
+    assert_eq!(config.servers["s"].limits, Limits::default());
+    assert_eq!(config.audit.sync, AuditSync::Always);
+    assert!(!config.audit.record_arguments);
+    assert_eq!(config.audit.file, base().join("audit.jsonl"));
+    assert_eq!(config.separator, "__");
+    assert_eq!(config.tool_name_pattern, DEFAULT_TOOL_NAME_PATTERN);
+    assert_eq!(config.principal, "operator");
+    assert_eq!(config.policy, PolicyConfig::default());
+    assert_eq!(config.exposed_name("s", "read"), "s__read");
+}
+
+#[test]
+fn all_top_level_keys_are_read() {
+    let config = load(json!({
+        "$schema": "https://example.invalid/config.schema.json",
+        "mcpServers": { "fs": { "command": "fs" } },
+        "rules": { "file": "r.json" },
+        "policy": {},
+        "manifest": "/var/lib/tw/manifest.json",
+        "audit": { "file": "a.jsonl", "sync": "none", "record_arguments": true },
+        "state_dir": "st",
+        "principal": "alice",
+        "separator": "-x-",
+        "tool_name_pattern": "^[a-z_-]{1,40}$",
+        "limits": { "max_tools": 10 }
+    }))
+    .unwrap();
+    assert_eq!(config.manifest, PathBuf::from("/var/lib/tw/manifest.json"));
+    assert_eq!(config.audit.sync, AuditSync::None);
+    assert!(config.audit.record_arguments);
+    assert_eq!(config.principal, "alice");
+    assert_eq!(config.exposed_name("fs", "read"), "fs-x-read");
+    assert_eq!(config.limits.max_tools, 10);
+    assert_eq!(config.servers["fs"].limits.max_tools, 10);
+}
+
+#[test]
+fn server_limits_override_top_level_limits_per_key() {
+    let mut value = with_servers(json!({
+        "slow": { "command": "slow", "limits": { "call_timeout_ms": 900000, "max_result_bytes": 2048 } },
+        "plain": { "command": "plain" }
+    }));
+    value["limits"] = json!({ "max_result_bytes": 4096, "start_timeout_ms": 5000 });
+    let config = load(value).unwrap();
+    let slow = config.servers["slow"].limits;
+    assert_eq!(
+        (
+            slow.call_timeout_ms,
+            slow.max_result_bytes,
+            slow.start_timeout_ms
+        ),
+        (900_000, 2048, 5000)
+    );
+    let plain = config.servers["plain"].limits;
+    assert_eq!(
+        (plain.call_timeout_ms, plain.max_result_bytes),
+        (DEFAULT_CALL_TIMEOUT_MS, 4096)
+    );
+}
+
+#[test]
+fn zero_negative_fractional_and_huge_limits_are_refused() {
+    let bad = |limits: Value| {
+        let mut value = with_servers(json!({ "s": { "command": "s" } }));
+        value["limits"] = limits;
+        err_text(value)
+    };
+    assert_eq!(
+        bad(json!({ "max_tools": 0 })),
+        "limits.max_tools: `0` is not a positive integer (a count)"
+    );
+    assert_eq!(
+        bad(json!({ "max_page_bytes": 1.5 })),
+        "limits.max_page_bytes: `1.5` is not a positive integer (bytes)"
+    );
+    assert_eq!(
+        bad(json!({ "call_timeout_ms": "60s" })),
+        "limits.call_timeout_ms: expected a positive integer (milliseconds), found a string"
+    );
+    assert!(
+        bad(json!({ "call_timeout_ms": 86_400_001 }))
+            .contains("more than the limit of 86400000 milliseconds")
+    );
+}
+
+#[test]
+fn separator_inside_server_name_is_refused() {
+    let text = err_text(with_servers(json!({ "my__fs": { "command": "fs" } })));
+    assert_eq!(
+        text,
+        "mcpServers.my__fs: server name `my__fs` contains the separator `__`, so its tool names would be ambiguous"
+    );
+    let mut value = with_servers(json!({ "a-b": { "command": "fs" } }));
+    value["separator"] = json!("-");
+    assert!(err_text(value).contains("contains the separator `-`"));
+}
+
+#[test]
+fn server_name_with_other_characters_is_refused() {
+    let text = err_text(with_servers(json!({ "my.fs": { "command": "fs" } })));
+    assert!(
+        text.starts_with(r#"mcpServers["my.fs"]: server name `my.fs` may only contain"#),
+        "{text}"
+    );
+    let text = err_text(with_servers(json!({ "": { "command": "fs" } })));
+    assert!(text.contains("must not be empty"), "{text}");
+}
+
+#[test]
+fn unknown_key_names_its_path() {
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["audit"] = json!({ "synk": "none" });
+    let text = err_text(value);
+    assert!(
+        text.starts_with(
+            "audit.synk: unknown key (expected one of `file`, `sync`, `record_arguments`)"
+        ),
+        "{text}"
+    );
+
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["polcy"] = json!({});
+    assert!(err_text(value).starts_with("polcy: unknown key"));
+
+    let text = err_text(with_servers(
+        json!({ "s": { "command": "s", "limits": { "call_timeout": 5 } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.limits.call_timeout: unknown key"),
+        "{text}"
+    );
+
+    let text = err_text(with_servers(
+        json!({ "s": { "command": "s", "pass_evn": ["A"] } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.pass_evn: unknown key"),
+        "{text}"
+    );
+}
+
+#[test]
+fn client_keys_in_a_server_entry_are_ignored_and_listed() {
+    let config = load(with_servers(json!({
+        "s": { "command": "s", "autoApprove": ["write_file"], "description": "files", "timeout": 60 }
+    })))
+    .unwrap();
+    assert_eq!(
+        config.ignored_keys,
+        vec![
+            "mcpServers.s.autoApprove",
+            "mcpServers.s.description",
+            "mcpServers.s.timeout"
+        ]
+    );
+}
+
+#[test]
+fn cwd_and_env_file_are_refused_not_ignored() {
+    for key in ["cwd", "envFile"] {
+        let text = err_text(with_servers(json!({ "s": { "command": "s", key: "x" } })));
+        assert!(
+            text.starts_with(&format!("mcpServers.s.{key}: not supported")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn disabled_server_is_left_out() {
+    let config = load(with_servers(json!({
+        "on": { "command": "on" },
+        "off": { "command": "off", "disabled": true },
+        "zed": { "command": "zed", "enabled": false }
+    })))
+    .unwrap();
+    assert_eq!(config.servers.keys().collect::<Vec<_>>(), vec!["on"]);
+    assert_eq!(config.disabled_servers, vec!["off", "zed"]);
+}
+
+#[test]
+fn listen_bounds_are_read_and_default_to_their_constants() {
+    let mut value = with_servers(json!({ "fs": { "command": "npx" } }));
+    let listen = load(value.clone()).unwrap().listen;
+    assert_eq!(
+        listen.header_read_timeout_ms,
+        DEFAULT_HEADER_READ_TIMEOUT_MS
+    );
+    assert_eq!(listen.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(
+        listen.max_sessions_per_principal,
+        DEFAULT_MAX_SESSIONS_PER_PRINCIPAL
+    );
+    assert_eq!(
+        listen.session_idle_timeout_ms,
+        DEFAULT_SESSION_IDLE_TIMEOUT_MS
+    );
+    value["listen"] = json!({
+        "header_read_timeout_ms": 2500,
+        "max_connections": 32,
+        "max_sessions_per_principal": 4,
+        "session_idle_timeout_ms": 60000,
+    });
+    let listen = load(value.clone()).unwrap().listen;
+    assert_eq!(listen.header_read_timeout_ms, 2500);
+    assert_eq!(listen.max_connections, 32);
+    assert_eq!(listen.max_sessions_per_principal, 4);
+    assert_eq!(listen.session_idle_timeout_ms, 60000);
+    value["listen"] = json!({ "max_connections": 0 });
+    assert_eq!(
+        err_text(value.clone()),
+        "listen.max_connections: expected a positive integer (a count), found a number"
+    );
+    value["listen"] = json!({ "header_read_timeout_ms": MAX_TIMEOUT_MS + 1 });
+    assert!(
+        err_text(value).contains("more than the limit of 86400000 milliseconds"),
+        "a timeout past a day is refused"
+    );
+}
+
+#[test]
+fn guest_limits_are_read_and_default_to_the_component_constants() {
+    let mut value = with_servers(json!({ "fs": { "command": "npx" } }));
+    assert_eq!(load(value.clone()).unwrap().guest, GuestLimits::default());
+    value["guest"] = json!({
+        "configure_fuel": 20_000_000_000_u64,
+        "memory_bytes": 268_435_456,
+        "ready_instances": 0,
+    });
+    let guest = load(value.clone()).unwrap().guest;
+    assert_eq!(guest.configure_fuel, 20_000_000_000);
+    assert_eq!(guest.memory_bytes, 268_435_456);
+    assert_eq!(guest.ready_instances, 0);
+    assert_eq!(
+        guest.decide_fuel,
+        crate::component::DEFAULT_DECIDE_FUEL,
+        "fields not given keep their defaults"
+    );
+    value["guest"] = json!({ "decide_fuel": 0 });
+    assert_eq!(
+        err_text(value.clone()),
+        "guest.decide_fuel: expected a positive integer (fuel, about one wasm instruction each), found a number"
+    );
+    value["guest"] = json!({ "max_instances": 5_000_000_000_u64 });
+    assert_eq!(
+        err_text(value.clone()),
+        "guest.max_instances: `5000000000` is too large"
+    );
+    value["guest"] = json!({ "configure_fule": 1 });
+    assert!(
+        err_text(value).starts_with("guest.configure_fule:"),
+        "an unknown key is named"
+    );
+}
+
+#[test]
+fn wrong_type_names_its_path() {
+    let text = err_text(with_servers(
+        json!({ "fs": { "command": "npx", "args": ["-y", 7] } }),
+    ));
+    assert_eq!(
+        text,
+        "mcpServers.fs.args[1]: expected a string, found a number"
+    );
+    let text = err_text(with_servers(
+        json!({ "fs": { "command": "npx", "env": { "A": true } } }),
+    ));
+    assert_eq!(
+        text,
+        "mcpServers.fs.env.A: expected a string, found a boolean"
+    );
+    assert_eq!(
+        err_text(json!([])),
+        "config: expected an object, found an array"
+    );
+}
+
+#[test]
+fn server_needs_exactly_one_of_command_and_url() {
+    let text = err_text(with_servers(
+        json!({ "s": { "command": "s", "url": "https://x" } }),
+    ));
+    assert!(text.starts_with("mcpServers.s: has both"), "{text}");
+    let text = err_text(with_servers(json!({ "s": { "args": [] } })));
+    assert!(text.starts_with("mcpServers.s: has neither"), "{text}");
+}
+
+#[test]
+fn transport_type_must_agree_with_the_entry() {
+    let text = err_text(with_servers(
+        json!({ "s": { "type": "stdio", "url": "https://x" } }),
+    ));
+    assert_eq!(
+        text,
+        "mcpServers.s.type: says `stdio` but the entry has `url`"
+    );
+    let text = err_text(with_servers(
+        json!({ "s": { "type": "sse", "url": "https://x/sse" } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.type: the legacy HTTP+SSE transport is not supported"),
+        "{text}"
+    );
+    let text = err_text(with_servers(
+        json!({ "s": { "url": "https://x", "env": {} } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.env: only a server with `command`"),
+        "{text}"
+    );
+    let text = err_text(with_servers(json!({ "s": { "url": "ftp://x" } })));
+    assert!(
+        text.starts_with("mcpServers.s.url: `ftp://x` is not"),
+        "{text}"
+    );
+}
+
+#[test]
+fn header_value_with_line_break_is_refused() {
+    let value =
+        with_servers(json!({ "s": { "url": "https://x", "headers": { "X-A": "${INJECT}" } } }));
+    let env = |_: &str| Ok("a\r\nHost: evil".to_owned());
+    let err = Config::from_value_with_env(value, &base(), &env).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "mcpServers.s.headers.X-A: value contains a line break or NUL character"
+    );
+}
+
+#[test]
+fn pass_env_takes_variable_names() {
+    let config = load(with_servers(
+        json!({ "s": { "command": "s", "pass_env": ["AWS_PROFILE", "LANG"] } }),
+    ))
+    .unwrap();
+    assert_eq!(config.servers["s"].pass_env, vec!["AWS_PROFILE", "LANG"]);
+    let text = err_text(with_servers(
+        json!({ "s": { "command": "s", "pass_env": ["A=B"] } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.s.pass_env[0]: `A=B` is not a variable name"),
+        "{text}"
+    );
+}
+
+#[test]
+fn missing_servers_or_rules_are_refused() {
+    assert!(err_text(json!({ "rules": { "file": "r" } })).starts_with("mcpServers: missing"));
+    assert!(
+        err_text(json!({ "rules": { "file": "r" }, "mcpServers": {} }))
+            .starts_with("mcpServers: no servers")
+    );
+    assert!(
+        err_text(json!({ "mcpServers": { "s": { "command": "s" } } }))
+            .starts_with("rules: missing")
+    );
+    assert!(
+        err_text(json!({ "mcpServers": { "s": { "command": "s" } }, "rules": {} }))
+            .starts_with("rules.file: missing")
+    );
+}
+
+#[test]
+fn unanchored_tool_name_pattern_is_refused() {
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["tool_name_pattern"] = json!("[a-z]+");
+    assert!(
+        err_text(value).starts_with("tool_name_pattern: pattern `[a-z]+` must be anchored")
+    );
+}
+
+#[test]
+fn bad_audit_sync_mode_is_refused() {
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["audit"] = json!({ "sync": "sometimes" });
+    assert_eq!(
+        err_text(value),
+        "audit.sync: unknown sync mode `sometimes` (expected `always` or `none`)"
+    );
+}
+
+#[test]
+fn duplicate_key_in_text_is_refused() {
+    let text = r#"{ "mcpServers": { "s": { "command": "s" } }, "rules": { "file": "r" },
+                   "audit": { "sync": "always", "sync": "none" } }"#;
+    let err = Config::from_str(text, &base()).unwrap_err();
+    let ConfigError::Parse { line, source, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(*line, 2);
+    assert!(
+        source.to_string().contains("duplicate key `sync`"),
+        "{source}"
+    );
+}
+
+#[test]
+fn a_config_that_starts_with_a_byte_order_mark_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("toolward.json");
+    let text = r#"{"mcpServers": {"s": {"command": "npx"}}, "rules": {"file": "r.json"}, "principal": "bom"}"#;
+    std::fs::write(
+        &file,
+        [b"\xEF\xBB\xBF".as_slice(), text.as_bytes()].concat(),
+    )
+    .unwrap();
+    assert_eq!(Config::from_path(&file).unwrap().principal, "bom");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_config_path_naming_dev_zero_is_refused_before_reading() {
+    let error = Config::from_path(Path::new("/dev/zero"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("is a character device, not a regular file"),
+        "{error}"
+    );
+}
+
+#[test]
+fn config_file_over_the_size_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("toolward.json");
+    std::fs::write(&file, vec![b' '; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+    assert!(matches!(
+        Config::from_path(&file).unwrap_err(),
+        ConfigError::TooLarge { .. }
+    ));
+}
+
+#[test]
+fn json_schema_names_the_same_keys_as_the_reader() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../../docs/config.schema.json")).unwrap();
+    let keys = |v: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = v["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    };
+    let sorted = |list: &[&str]| -> Vec<String> {
+        let mut list: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();
+        list.sort();
+        list
+    };
+    assert_eq!(keys(&schema), sorted(TOP_KEYS));
+    assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
+    assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+    assert_eq!(keys(&schema["$defs"]["store"]), sorted(STORE_KEYS));
+    assert_eq!(keys(&schema["properties"]["confine"]), sorted(CONFINE_KEYS));
+    let server_confine = &schema["$defs"]["server"]["properties"]["confine"]["oneOf"];
+    let mut both = keys(&server_confine[0]);
+    both.extend(keys(&server_confine[1]));
+    both.sort();
+    assert_eq!(both, sorted(SERVER_CONFINE_KEYS));
+    let listen = &schema["$defs"]["listen"];
+    assert_eq!(keys(listen), sorted(LISTEN_KEYS));
+    let defaults = ListenConfig::default();
+    for (key, value) in [
+        ("header_read_timeout_ms", defaults.header_read_timeout_ms),
+        ("max_connections", defaults.max_connections),
+        (
+            "max_sessions_per_principal",
+            defaults.max_sessions_per_principal,
+        ),
+        ("session_idle_timeout_ms", defaults.session_idle_timeout_ms),
+    ] {
+        assert_eq!(listen["properties"][key]["default"], value, "{key}");
+    }
+    let guest = &schema["properties"]["guest"];
+    assert_eq!(keys(guest), sorted(GUEST_KEYS));
+    let defaults = GuestLimits::default();
+    for (key, value) in [
+        ("decide_fuel", defaults.decide_fuel),
+        ("classify_fuel", defaults.classify_fuel),
+        ("configure_fuel", defaults.configure_fuel),
+        ("memory_bytes", defaults.memory_bytes as u64),
+        ("max_instances", u64::from(defaults.max_instances)),
+    ] {
+        assert_eq!(guest["properties"][key]["default"], value, "{key}");
+    }
+    let server: Vec<&str> = SERVER_KEYS
+        .iter()
+        .chain(IGNORED_CLIENT_KEYS)
+        .chain(UNSUPPORTED_SERVER_KEYS)
+        .copied()
+        .collect();
+    assert_eq!(keys(&schema["$defs"]["server"]), sorted(&server));
+    assert_eq!(
+        schema["$defs"]["limits"]["properties"]["max_tools"]["default"],
+        DEFAULT_MAX_TOOLS
+    );
+}
