@@ -462,6 +462,17 @@ async fn the_docs_upgrade_block_takes_the_tables_from_a_gateway_that_made_them_a
     old.batch_execute("UPDATE toolward_audit SET line = line")
         .await
         .expect("before the upgrade the old role owns the records");
+    // What a compromised owner plants before it is upgraded: rights for everyone, and a
+    // function of its own behind a trigger on the records.
+    old.batch_execute(
+        "GRANT ALL ON toolward_audit, toolward_keys TO PUBLIC; \
+         CREATE FUNCTION toolward_planted() RETURNS trigger LANGUAGE plpgsql AS \
+         'BEGIN RETURN NEW; END'; \
+         CREATE TRIGGER toolward_planted BEFORE INSERT ON toolward_audit \
+         FOR EACH ROW EXECUTE FUNCTION toolward_planted()",
+    )
+    .await
+    .unwrap();
     drop(old);
 
     db.run_as_superuser(&docs_block(UPGRADE_BLOCK).replace("toolward_gw_old", OLD_GATEWAY.0))
@@ -493,6 +504,20 @@ async fn the_docs_upgrade_block_takes_the_tables_from_a_gateway_that_made_them_a
     ] {
         assert_denied(&old, OLD_GATEWAY.0, statement).await;
     }
+    // The planted rights and trigger are gone: the auditor may not read the key.
+    let auditor = db.connect(AUDITOR).await;
+    assert_denied(&auditor, AUDITOR.0, "SELECT * FROM toolward_keys").await;
+    let admin = connect(&db.admin_url).await;
+    let triggers = admin
+        .query_one(
+            "SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname = 'toolward_planted'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(triggers, 0);
+    drop((auditor, admin));
     let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
     assert!(ok && stdout.contains("chain intact"), "{stdout}{stderr}");
     drop(old);
