@@ -88,7 +88,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use process_wrap::tokio::ChildWrapper;
 use serde_json::{Map, Value, json};
@@ -593,6 +593,49 @@ struct Shared {
     /// The `_meta` members every request carries, once `server/discover` chose the
     /// 2026-07-28 revision; unset for a server that spoke `initialize`.
     request_meta: std::sync::OnceLock<Map<String, Value>>,
+    /// How many of the server's `notifications/message` this second were logged.
+    log_budget: Mutex<LogBudget>,
+}
+
+/// Most `notifications/message` of one server logged in a second: 20. Past it they are
+/// counted, and the next second's first line says how many were dropped, so a server cannot
+/// fill the client's log or disk through toolward's stderr (an attack wrote 132 MB in 2.4 s).
+pub const MAX_SERVER_LOG_LINES_PER_SECOND: u32 = 20;
+
+/// The log lines of one server in the current second, and those dropped in it.
+#[derive(Debug)]
+struct LogBudget {
+    second: Instant,
+    written: u32,
+    dropped: u64,
+}
+
+impl LogBudget {
+    fn new(now: Instant) -> LogBudget {
+        LogBudget {
+            second: now,
+            written: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Whether a line at `now` is written, and how many were dropped in the seconds before it
+    /// that no line has said yet.
+    fn admit(&mut self, now: Instant) -> (bool, u64) {
+        let mut dropped = 0;
+        if now.duration_since(self.second) >= Duration::from_secs(1) {
+            dropped = std::mem::take(&mut self.dropped);
+            self.second = now;
+            self.written = 0;
+        }
+        if self.written < MAX_SERVER_LOG_LINES_PER_SECOND {
+            self.written += 1;
+            (true, dropped)
+        } else {
+            self.dropped += 1;
+            (false, dropped)
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -617,6 +660,7 @@ impl Shared {
             shutdown,
             next_id: AtomicU64::new(1),
             request_meta: std::sync::OnceLock::new(),
+            log_budget: Mutex::new(LogBudget::new(Instant::now())),
         }
     }
 
@@ -1463,6 +1507,17 @@ fn handle_notification(shared: &Shared, method: &str, params: Option<Value>) {
 
 /// A server's log message (MCP specification, "Logging") to tracing, at the server's level.
 fn log_server_message(shared: &Shared, params: Value) {
+    let (write, dropped) = lock(&shared.log_budget).admit(Instant::now());
+    if dropped > 0 {
+        tracing::warn!(
+            server = %shared.server,
+            "server `{}`: {dropped} log messages dropped (more than {MAX_SERVER_LOG_LINES_PER_SECOND} a second)",
+            shared.server
+        );
+    }
+    if !write {
+        return;
+    }
     let level = params
         .get("level")
         .and_then(Value::as_str)

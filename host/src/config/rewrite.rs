@@ -239,13 +239,28 @@ enum Walk {
     Refused(RewriteError),
 }
 
-/// Whether others than the owner can put another entry in place of one in `folder` (written
-/// by group or others, without the sticky bit); never when `check` is off.
-fn folder_replaceable(folder: &Dir, check: bool) -> bool {
-    check
-        && folder
-            .dir_metadata()
-            .is_ok_and(|meta| others_can_replace_in(meta.mode()))
+/// Why someone other than the effective user or root could put another entry in place of
+/// one in `folder`: another user owns it (its owner can rename whatever is in it, links of
+/// root's included), or group or others can write it without the sticky bit; `None` when
+/// nobody else can, or when `check` is off. With the fix to name in a refusal.
+fn foreign_folder(folder: &Dir, at: &Path, check: bool) -> Option<(String, String)> {
+    if !check {
+        return None;
+    }
+    let meta = folder.dir_metadata().ok()?;
+    if !trusted_owner(meta.uid()) {
+        Some((
+            format!("owned by uid {}", meta.uid()),
+            format!("chown {} {}", crate::identity::euid(), at.display()),
+        ))
+    } else if others_can_replace_in(meta.mode()) {
+        Some((
+            String::from("writable by others without the sticky bit"),
+            format!("chmod go-w {}", at.display()),
+        ))
+    } else {
+        None
+    }
 }
 
 /// Opens the folder `path` (absolute) by walking it from `/` one name at a time, each opened
@@ -289,6 +304,18 @@ fn walk(
             continue;
         }
         let here = at.join(&name);
+        // Every folder on the way must be the operator's or root's, and closed to others:
+        // whoever else owns or can write one can put another folder, or a link of root's
+        // moved from elsewhere, in place of the next name (found by an attack).
+        if let Some((why, fix)) = foreign_folder(&folder, &at, check) {
+            return Err(Walk::Refused(RewriteError::Folder(Box::new(ForeignFolder {
+                why,
+                fix,
+                folder: at,
+                path: here,
+                accept,
+            }))));
+        }
         let meta = folder
             .symlink_metadata(&name)
             .map_err(io("open the folder", here.clone()))?;
@@ -300,17 +327,6 @@ fn walk(
                     euid: crate::identity::euid(),
                     accept,
                 }));
-            }
-            if folder_replaceable(&folder, check) {
-                return Err(Walk::Refused(RewriteError::Folder(Box::new(
-                    ForeignFolder {
-                        why: String::from("writable by others without the sticky bit"),
-                        fix: format!("chmod go-w {}", at.display()),
-                        folder: at,
-                        path: here,
-                        accept,
-                    },
-                ))));
             }
             if *followed == MAX_LINKS {
                 return Err(Walk::TooManyLinks);
@@ -407,10 +423,10 @@ impl HeldFile {
                         accept,
                     });
                 }
-                if folder_replaceable(&folder, check) {
+                if let Some((why, fix)) = foreign_folder(&folder, &folder_path, check) {
                     return Err(RewriteError::Folder(Box::new(ForeignFolder {
-                        why: String::from("writable by others without the sticky bit"),
-                        fix: format!("chmod go-w {}", folder_path.display()),
+                        why,
+                        fix,
                         folder: folder_path,
                         path: current,
                         accept,

@@ -869,3 +869,17 @@ async fn server_everything_sees_no_foreign_variable_and_lists_13_tools() {
     up.close().await;
     assert!(!alive(pid));
 }
+
+#[test]
+fn a_servers_log_lines_are_bounded_per_second_and_the_dropped_ones_counted() {
+    let start = Instant::now();
+    let mut budget = LogBudget::new(start);
+    let written = (0..1000)
+        .filter(|_| budget.admit(start).0)
+        .count();
+    assert_eq!(written, MAX_SERVER_LOG_LINES_PER_SECOND as usize);
+    let (write, dropped) = budget.admit(start + Duration::from_millis(1001));
+    assert!(write);
+    assert_eq!(dropped, 1000 - u64::from(MAX_SERVER_LOG_LINES_PER_SECOND));
+    assert_eq!(budget.admit(start + Duration::from_millis(1002)), (true, 0));
+}

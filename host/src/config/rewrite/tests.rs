@@ -131,8 +131,11 @@ fn a_link_on_the_way_to_the_folder_is_checked_as_a_link_at_the_file_is() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains(&format!("`{}` is a symbolic link owned by uid 65534", shared.join("cfg").display()))
-            && error.contains(FLAG),
+        error.contains(&format!(
+            "the folder `{}` holding `{}` is owned by uid 65534",
+            shared.display(),
+            shared.join("cfg").display()
+        )) && error.contains(FLAG),
         "{error}"
     );
     assert_eq!(
@@ -151,6 +154,35 @@ fn a_link_on_the_way_to_the_folder_is_checked_as_a_link_at_the_file_is() {
         std::fs::read(dir.path().join("real/config.json")).unwrap(),
         b"{\"new\": 1}"
     );
+}
+
+#[test]
+fn a_link_of_roots_in_a_folder_another_user_owns_is_refused() {
+    // Found by a third attack: the folder's owner moved one of root's links into the place
+    // of another (a folder's owner can rename what is in it), and `client connect` rewrote
+    // the root-owned file the moved link led to.
+    if !is_root() {
+        eprintln!("SKIPPED: needs root, to give the folder to uid 65534");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = shared_folder(dir.path(), "theirs");
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+    set_mode(&theirs, 0o755);
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("config.json"), "{}").unwrap();
+    symlink(&victim, theirs.join(".config")).unwrap();
+    let error = HeldFile::open(&theirs.join(".config/config.json"), Foreign::RefuseUnless(FLAG))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("the folder `{}`", theirs.display()))
+            && error.contains("owned by uid 65534")
+            && error.contains(FLAG),
+        "{error}"
+    );
+    assert!(HeldFile::open(&theirs.join(".config/config.json"), Foreign::Accept).is_ok());
 }
 
 #[test]
