@@ -263,6 +263,18 @@ fn foreign_folder(folder: &Dir, at: &Path, check: bool) -> Option<(String, Strin
     }
 }
 
+/// The names of `path` to walk, `..` kept (the root and `.` dropped).
+fn names(path: &Path) -> std::collections::VecDeque<OsString> {
+    use std::path::Component;
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect()
+}
+
 /// Opens the folder `path` (absolute) by walking it from `/` one name at a time, each opened
 /// relative to the folder before it without following a link. A link on the way is read
 /// through the folder holding it and followed (counted in `followed`, at most [`MAX_LINKS`]),
@@ -274,8 +286,6 @@ fn walk(
     accept: Option<&'static str>,
     followed: &mut usize,
 ) -> Result<(Dir, PathBuf), Walk> {
-    use std::collections::VecDeque;
-    use std::path::Component;
     let io = |action, path: PathBuf| {
         move |source| {
             Walk::Refused(RewriteError::Io {
@@ -288,14 +298,7 @@ fn walk(
     let root = || Dir::open_ambient_dir("/", ambient_authority());
     let mut folder = root().map_err(io("open the folder", PathBuf::from("/")))?;
     let mut at = PathBuf::from("/");
-    let mut ahead: VecDeque<OsString> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(name) => Some(name.to_owned()),
-            Component::ParentDir => Some(OsString::from("..")),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
-        })
-        .collect();
+    let mut ahead = names(path);
     while let Some(name) = ahead.pop_front() {
         if name == ".." {
             at.pop();
@@ -335,14 +338,7 @@ fn walk(
             let target = folder
                 .read_link_contents(&name)
                 .map_err(io("read the link", here.clone()))?;
-            let mut rest: VecDeque<OsString> = target
-                .components()
-                .filter_map(|c| match c {
-                    Component::Normal(name) => Some(name.to_owned()),
-                    Component::ParentDir => Some(OsString::from("..")),
-                    Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
-                })
-                .collect();
+            let mut rest = names(&target);
             if target.is_absolute() {
                 folder = root().map_err(io("open the folder", PathBuf::from("/")))?;
                 at = PathBuf::from("/");
