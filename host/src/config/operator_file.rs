@@ -173,24 +173,35 @@ pub fn read_with_metadata(
             limit,
         });
     }
-    let too_large = |bytes| OperatorFileError::TooLarge {
-        what,
-        path: path.to_owned(),
-        bytes,
-        limit,
-    };
-    if meta.len() > limit {
-        return Err(too_large(meta.len()));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if read > limit {
-        return Err(too_large(read));
-    }
+    let bytes = read_at_most(file, meta.len(), limit)
+        .map_err(io)?
+        .map_err(|bytes| OperatorFileError::TooLarge {
+            what,
+            path: path.to_owned(),
+            bytes,
+            limit,
+        })?;
     Ok((bytes, meta))
+}
+
+/// The bytes of `file` (whose metadata says `len`), when there are at most `limit` of them:
+/// never more than `limit + 1` are read, so a file that grows while it is read is refused
+/// too. `Ok(Err(n))`: `n` bytes, past the limit.
+///
+/// # Errors
+/// The read's.
+pub(super) fn read_at_most(
+    file: impl Read,
+    len: u64,
+    limit: u64,
+) -> std::io::Result<Result<Vec<u8>, u64>> {
+    if len > limit {
+        return Ok(Err(len));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    Ok(if read > limit { Err(read) } else { Ok(bytes) })
 }
 
 /// As [`read`], for a file that sets policy (the config, the rules file): the opened file is

@@ -26,7 +26,7 @@
 //! build with the `test-pause` feature, which the release binary does not have.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use cap_std::ambient_authority;
@@ -583,22 +583,13 @@ impl HeldFile {
         if self.seen.is_some_and(|seen| seen != identity) {
             return Err(self.changed());
         }
-        let too_large = |bytes| RewriteError::TooLarge {
-            path: self.target.clone(),
-            bytes,
-            limit,
-        };
-        if meta.len() > limit {
-            return Err(too_large(meta.len()));
-        }
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-        if read > limit {
-            return Err(too_large(read));
-        }
+        let bytes = super::operator_file::read_at_most(file, meta.len(), limit)
+            .map_err(io)?
+            .map_err(|bytes| RewriteError::TooLarge {
+                path: self.target.clone(),
+                bytes,
+                limit,
+            })?;
         self.seen = Some(identity);
         self.mode = Some(meta.mode());
         Ok(bytes)
