@@ -34,7 +34,6 @@ mod nesting;
 pub use clients::{ClientSpec, FileFormat, KNOWN_CLIENTS, client_by_id, flatten_entry};
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -577,7 +576,7 @@ impl Clients {
     fn read(&self, kind: &str) -> Result<Option<Vec<u8>>, ClientConfigError> {
         let name = self.name(kind);
         let path = self.path(kind);
-        let mut file =
+        let file =
             match crate::state_dir::open_private_in(&self.dir, Path::new(&name), &path) {
                 Ok(file) => file,
                 Err(e) if e.not_found() => return Ok(None),
@@ -588,21 +587,17 @@ impl Clients {
                     });
                 }
             };
-        let mut bytes = Vec::new();
-        (&mut file)
-            .take(MAX_CLIENT_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
+        // Length 0: the bound is checked on what is read, not on the file's metadata.
+        let bytes = crate::config::operator_file::read_at_most(file, 0, MAX_CLIENT_FILE_BYTES)
             .map_err(|source| ClientConfigError::Io {
                 action: "read",
                 path: path.clone(),
                 source,
-            })?;
-        if bytes.len() as u64 > MAX_CLIENT_FILE_BYTES {
-            return Err(ClientConfigError::Record {
+            })?
+            .map_err(|_| ClientConfigError::Record {
                 path,
                 message: format!("it is over the limit of {MAX_CLIENT_FILE_BYTES} bytes"),
-            });
-        }
+            })?;
         Ok(Some(bytes))
     }
 

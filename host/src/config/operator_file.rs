@@ -190,7 +190,7 @@ pub fn read_with_metadata(
 ///
 /// # Errors
 /// The read's.
-pub(super) fn read_at_most(
+pub(crate) fn read_at_most(
     file: impl Read,
     len: u64,
     limit: u64,
