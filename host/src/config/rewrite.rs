@@ -240,27 +240,50 @@ enum Walk {
 }
 
 /// Why someone other than the effective user or root could put another entry in place of
-/// one in `folder`: another user owns it (its owner can rename whatever is in it, links of
-/// root's included), or group or others can write it without the sticky bit; `None` when
-/// nobody else can, or when `check` is off. With the fix to name in a refusal.
-fn foreign_folder(folder: &Dir, at: &Path, check: bool) -> Option<(String, String)> {
+/// one in `folder` (at `at`): another user owns it (its owner can rename whatever is in it,
+/// links of root's included), or group or others can write it without the sticky bit; `None`
+/// when nobody else can, or when `check` is off. Otherwise a refusal naming `path` (the entry
+/// in it) and the fix.
+fn foreign_folder(
+    folder: &Dir,
+    at: &Path,
+    path: &Path,
+    check: bool,
+    accept: Option<&'static str>,
+) -> Option<RewriteError> {
     if !check {
         return None;
     }
-    let meta = folder.dir_metadata().ok()?;
-    if !trusted_owner(meta.uid()) {
-        Some((
+    let meta = match folder.dir_metadata() {
+        Ok(meta) => meta,
+        Err(source) => {
+            return Some(RewriteError::Io {
+                action: "read",
+                path: at.to_owned(),
+                source,
+            });
+        }
+    };
+    let (why, fix) = if !trusted_owner(meta.uid()) {
+        (
             format!("owned by uid {}", meta.uid()),
             format!("chown {} {}", crate::identity::euid(), at.display()),
-        ))
+        )
     } else if others_can_replace_in(meta.mode()) {
-        Some((
-            String::from("writable by others without the sticky bit"),
+        (
+            format!("mode {:04o}", meta.mode() & 0o7777),
             format!("chmod go-w {}", at.display()),
-        ))
+        )
     } else {
-        None
-    }
+        return None;
+    };
+    Some(RewriteError::Folder(Box::new(ForeignFolder {
+        folder: at.to_owned(),
+        path: path.to_owned(),
+        why,
+        fix,
+        accept,
+    })))
 }
 
 /// The names of `path` to walk, `..` kept (the root and `.` dropped).
@@ -310,14 +333,8 @@ fn walk(
         // Every folder on the way must be the operator's or root's, and closed to others:
         // whoever else owns or can write one can put another folder, or a link of root's
         // moved from elsewhere, in place of the next name (found by an attack).
-        if let Some((why, fix)) = foreign_folder(&folder, &at, check) {
-            return Err(Walk::Refused(RewriteError::Folder(Box::new(ForeignFolder {
-                why,
-                fix,
-                folder: at,
-                path: here,
-                accept,
-            }))));
+        if let Some(refusal) = foreign_folder(&folder, &at, &here, check, accept) {
+            return Err(Walk::Refused(refusal));
         }
         let meta = folder
             .symlink_metadata(&name)
@@ -419,14 +436,9 @@ impl HeldFile {
                         accept,
                     });
                 }
-                if let Some((why, fix)) = foreign_folder(&folder, &folder_path, check) {
-                    return Err(RewriteError::Folder(Box::new(ForeignFolder {
-                        why,
-                        fix,
-                        folder: folder_path,
-                        path: current,
-                        accept,
-                    })));
+                if let Some(refusal) = foreign_folder(&folder, &folder_path, &current, check, accept)
+                {
+                    return Err(refusal);
                 }
                 if followed == MAX_LINKS {
                     break;
@@ -491,36 +503,11 @@ impl HeldFile {
     }
 
     fn check_folder(&self, accept: Option<&'static str>) -> Result<(), RewriteError> {
-        let folder = self.target.parent().unwrap_or(Path::new("/")).to_owned();
-        let meta = self
-            .folder
-            .dir_metadata()
-            .map_err(|source| RewriteError::Io {
-                action: "read",
-                path: folder.clone(),
-                source,
-            })?;
-        let euid = crate::identity::euid();
-        let (why, fix) = if !trusted_owner(meta.uid()) {
-            (
-                format!("owned by uid {}", meta.uid()),
-                format!("chown {euid} {}", folder.display()),
-            )
-        } else if others_can_replace_in(meta.mode()) {
-            (
-                format!("mode {:04o}", meta.mode() & 0o7777),
-                format!("chmod go-w {}", folder.display()),
-            )
-        } else {
-            return Ok(());
-        };
-        Err(RewriteError::Folder(Box::new(ForeignFolder {
-            folder,
-            path: self.target.clone(),
-            why,
-            fix,
-            accept,
-        })))
+        let folder = self.target.parent().unwrap_or(Path::new("/"));
+        match foreign_folder(&self.folder, folder, &self.target, true, accept) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
     }
 
     /// Checks the file at the name (`meta`, not followed): a regular file, and, unless
