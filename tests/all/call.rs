@@ -774,25 +774,42 @@ fn a_lone_call_syncs_its_records_without_a_blocking_thread() {
 }
 
 /// Calls in flight together share syncs (group commit): 16 allowed calls at once take fewer
-/// than 16 syncs before they are forwarded.
+/// than 16 syncs. The test holds the log file's lock while the calls start, as a slow disk
+/// or another gateway writing the log would, so the calls are in flight together however
+/// fast this machine's sync is (on tmpfs a sync costs nothing and calls started one after
+/// another need not overlap at all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_together_share_their_syncs() {
     let Some(fixture) = Fixture::start().await else {
         return;
     };
-    let path = fixture.call_path(CallSettings::default());
+    let path = Arc::new(fixture.call_path(CallSettings::default()));
     let file = fixture.root().join("hello.txt");
-    let context = context(Arc::new(DenyAll));
     let syncs = fixture.audit.syncs();
-    let calls = (0..16).map(|_| {
-        path.call(
-            "fs__read_text_file",
-            args(json!({ "path": file })),
-            &context,
-        )
+    let lock = std::fs::File::open(&fixture.audit_path).unwrap();
+    lock.lock().unwrap();
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let path = Arc::clone(&path);
+            let file = file.clone();
+            tokio::spawn(async move {
+                path.call(
+                    "fs__read_text_file",
+                    args(json!({ "path": file })),
+                    &context(Arc::new(DenyAll)),
+                )
+                .await
+            })
+        })
+        .collect();
+    // Let every call reach the log and wait behind the lock; the lock is let go from a
+    // thread of its own because one call may be waiting for it on a runtime worker.
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        lock.unlock().unwrap();
     });
-    let results = futures::future::join_all(calls).await;
-    for result in &results {
+    for call in calls {
+        let result = call.await.unwrap();
         assert_eq!(result.outcome, CallOutcome::Allowed, "{}", result.result);
     }
     let taken = fixture.audit.syncs() - syncs;
