@@ -190,6 +190,9 @@ enum Command {
         /// A path to grant even beneath a withheld one (repeatable).
         #[arg(long, value_name = "PATH")]
         allow: Vec<PathBuf>,
+        /// A device node to grant beside the standard ones (repeatable).
+        #[arg(long, value_name = "PATH")]
+        device: Vec<PathBuf>,
         /// Deny TCP `bind` and `connect`.
         #[arg(long)]
         deny_tcp: bool,
@@ -467,6 +470,7 @@ pub fn main() -> ExitCode {
     if let Command::Confine {
         deny,
         allow,
+        device,
         deny_tcp,
         namespaces,
         deny_network,
@@ -478,6 +482,7 @@ pub fn main() -> ExitCode {
             crate::confine::LaunchRequest {
                 deny,
                 allow,
+                devices: device,
                 deny_tcp,
                 namespaces,
                 deny_network,

@@ -73,6 +73,28 @@ pub const NAMESPACES_FLAG: &str = "--namespaces";
 /// The launcher's flag that gives the server a network namespace of its own.
 pub const DENY_NETWORK_FLAG: &str = "--deny-network";
 
+/// The launcher's flag that grants a server one device node beside [`STANDARD_DEVICES`].
+pub const DEVICE_FLAG: &str = "--device";
+
+/// The device nodes every confined server may open: what programs open by name (the bit
+/// bucket, zeros, a full disk, randomness, and `/dev/tty`, which answers a server without a
+/// controlling terminal "no terminal"). Besides these a server reaches only its own
+/// pseudo-terminals (`/dev/pts`, `/dev/ptmx`), shared memory (`/dev/shm`) and the devices
+/// its `confine.devices` names: never the operator's terminal, a console, a raw disk (which
+/// uid 0 reads without any capability, under every withheld path) or the kernel's log.
+pub const STANDARD_DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The folders and files of `/dev` a confined server reaches beside its devices: its own
+/// pseudo-terminals and shared memory (private ones in the namespaces).
+const DEVICE_FOLDERS: [&str; 3] = ["/dev/pts", "/dev/ptmx", "/dev/shm"];
+
 /// Most entries the launcher grants (the entries of all the folders on the way to the
 /// withheld paths): each is an open file and a system call, and a folder of more entries
 /// than this on that way (a shared `/tmp`?) is better given as the config's folder.
@@ -183,6 +205,9 @@ pub struct Confinement {
     /// Whether the server gets a network namespace of its own (no network at all;
     /// `confine.deny_network`). Only with [`Confinement::namespaces`].
     pub deny_network: bool,
+    /// Device nodes the server may open beside [`STANDARD_DEVICES`] (the server's
+    /// `confine.devices`).
+    pub devices: Vec<PathBuf>,
 }
 
 impl Confinement {
@@ -195,6 +220,10 @@ impl Confinement {
         }
         for path in &self.allow {
             out.push("--allow".into());
+            out.push(path.clone().into_os_string());
+        }
+        for path in &self.devices {
+            out.push(DEVICE_FLAG.into());
             out.push(path.clone().into_os_string());
         }
         if self.deny_tcp {
@@ -326,7 +355,7 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
     if !matches!(server.transport, ServerTransport::Stdio { .. }) {
         return None;
     }
-    let (extra, deny_tcp, deny_network) = match &server.confine {
+    let (extra, deny_tcp, deny_network, devices) = match &server.confine {
         ServerConfine::Unconfined { reason } => {
             return Some(Plan::Unconfined {
                 reason: format!("unconfined by the config: {reason}"),
@@ -337,7 +366,8 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
             deny,
             deny_tcp,
             deny_network,
-        } => (deny, *deny_tcp, *deny_network),
+            devices,
+        } => (deny, *deny_tcp, *deny_network, devices.clone()),
     };
     let Some(launcher) = launcher(config) else {
         return Some(Plan::Unconfined {
@@ -390,6 +420,7 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
         abi,
         namespaces,
         deny_network,
+        devices,
     }))
 }
 
@@ -697,6 +728,8 @@ pub struct LaunchRequest {
     pub deny_tcp: bool,
     /// `--namespaces`: the first layer ([`namespace`]).
     pub namespaces: bool,
+    /// `--device`: device nodes to grant beside [`STANDARD_DEVICES`].
+    pub devices: Vec<PathBuf>,
     /// `--deny-network`: a network namespace of its own (with `--namespaces`).
     pub deny_network: bool,
     /// The program and its arguments, after `--`.
@@ -785,7 +818,20 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
         // SAFETY: closes descriptors this process holds and has not used.
         let _ = unsafe { libc::close_range(3, libc::c_uint::MAX, 0) };
     }
-    let grants = match grants(&request.deny, &request.allow) {
+    // `/dev` is withheld but for the standard devices, the server's own and the folders of
+    // pseudo-terminals and shared memory (in the namespaces, `/dev` is a private one of
+    // exactly these).
+    let mut deny = request.deny.clone();
+    deny.push(PathBuf::from("/dev"));
+    let mut allow = request.allow.clone();
+    allow.extend(
+        STANDARD_DEVICES
+            .iter()
+            .chain(DEVICE_FOLDERS.iter())
+            .map(PathBuf::from)
+            .chain(request.devices.iter().cloned()),
+    );
+    let grants = match grants(&deny, &allow) {
         Ok(grants) => grants,
         Err(e) => return e,
     };
@@ -803,6 +849,7 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
         let isolation = namespace::Isolation {
             withheld: &withheld,
             allow: &allow,
+            devices: &request.devices,
             network: request.deny_network,
         };
         match namespace::enter(&isolation) {

@@ -85,7 +85,8 @@ pub(super) const LISTEN_KEYS: &[&str] = &[
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
 pub(super) const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "launcher", "namespaces"];
 /// Keys of a server's `confine`.
-pub(super) const SERVER_CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "unconfined"];
+pub(super) const SERVER_CONFINE_KEYS: &[&str] =
+    &["deny", "deny_tcp", "deny_network", "devices", "unconfined"];
 pub(super) const LIMIT_KEYS: &[&str] = &[
     "start_timeout_ms",
     "request_timeout_ms",
@@ -455,6 +456,7 @@ impl Reader<'_> {
                 deny: top.deny.clone(),
                 deny_tcp: top.deny_tcp,
                 deny_network: top.deny_network,
+                devices: Vec::new(),
             });
         };
         let path = path.key("confine");
@@ -468,7 +470,7 @@ impl Reader<'_> {
                     "give the reason this server must run unconfined: it is shown in every load report",
                 ));
             }
-            if let Some(key) = ["deny", "deny_tcp", "deny_network"]
+            if let Some(key) = ["deny", "deny_tcp", "deny_network", "devices"]
                 .iter()
                 .find(|k| map.contains_key(**k))
             {
@@ -483,10 +485,21 @@ impl Reader<'_> {
         let (own, deny_tcp, deny_network) = self.confine_fields(map, &path)?;
         let mut deny = top.deny.clone();
         deny.extend(own);
+        let mut devices = Vec::new();
+        if let Some(value) = map.get("devices") {
+            let devices_path = path.key("devices");
+            let Value::Array(items) = value else {
+                return Err(expected(&devices_path, "an array of paths under `/dev`", value));
+            };
+            for (index, item) in items.iter().enumerate() {
+                devices.push(device_path(item, &devices_path.index(index))?);
+            }
+        }
         Ok(ServerConfine::Confined {
             deny,
             deny_tcp: deny_tcp.unwrap_or(top.deny_tcp),
             deny_network: deny_network.unwrap_or(top.deny_network),
+            devices,
         })
     }
 
@@ -1062,4 +1075,23 @@ fn guest(value: &Value, path: &JsonPath) -> Result<GuestLimits, ConfigError> {
         }
     }
     Ok(limits)
+}
+
+/// One entry of a server's `confine.devices`: an absolute path beneath `/dev`, written
+/// without `.` or `..` (the private `/dev` is built from these names, and a name that left
+/// `/dev` would bind something else into it).
+fn device_path(value: &Value, path: &JsonPath) -> Result<PathBuf, ConfigError> {
+    let text = non_empty_str(value, path)?;
+    let device = Path::new(text);
+    let plain = text
+        .split('/')
+        .skip(1)
+        .all(|name| !matches!(name, "" | "." | ".."));
+    if text.contains('\0') || !device.starts_with("/dev") || device == Path::new("/dev") || !plain
+    {
+        return Err(path.invalid(
+            "a device is an absolute path beneath `/dev`, such as `/dev/ttyUSB0`, without `.` or `..`",
+        ));
+    }
+    Ok(device.to_path_buf())
 }

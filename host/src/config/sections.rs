@@ -106,6 +106,10 @@ pub enum ServerConfine {
         deny_tcp: bool,
         /// The server's `confine.deny_network`, else the top-level one.
         deny_network: bool,
+        /// The server's `confine.devices`: device nodes under `/dev` it may open beside the
+        /// standard ones every server gets (`crate::confine::STANDARD_DEVICES`), for a server
+        /// that drives hardware (`/dev/ttyUSB0`). Empty by default.
+        devices: Vec<PathBuf>,
     },
     /// Started as the operator, unconfined (`confine.unconfined`, a stated reason).
     Unconfined {
@@ -120,6 +124,7 @@ impl Default for ServerConfine {
             deny: Vec::new(),
             deny_tcp: false,
             deny_network: false,
+            devices: Vec::new(),
         }
     }
 }

@@ -25,7 +25,7 @@ fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
     };
     let value = json!({
         "mcpServers": {
-            "fs": { "command": "node", "confine": { "deny": ["secrets"], "deny_tcp": false } },
+            "fs": { "command": "node", "confine": { "deny": ["secrets"], "deny_tcp": false, "devices": ["/dev/ttyUSB0", "/dev/serial/by-id/board"] } },
             "memory": { "command": "node" },
         },
         "rules": { "file": "rules.json" },
@@ -42,6 +42,10 @@ fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
             ],
             deny_tcp: false,
             deny_network: false,
+            devices: vec![
+                PathBuf::from("/dev/ttyUSB0"),
+                PathBuf::from("/dev/serial/by-id/board")
+            ],
         }
     );
     assert_eq!(
@@ -50,11 +54,32 @@ fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
             deny: vec![PathBuf::from("/home/op/.ssh"), PathBuf::from("/srv/keys")],
             deny_tcp: true,
             deny_network: false,
+            devices: Vec::new(),
         }
     );
     assert_eq!(
         config.servers_dir,
         PathBuf::from("/etc/toolward/.toolward-servers")
+    );
+}
+
+#[test]
+fn a_device_is_a_plain_absolute_path_beneath_dev() {
+    for device in ["ttyUSB0", "/dev", "/dev/../etc/shadow", "/dev/./sda", "/home/op/dev", "/devices/x"] {
+        let text = err_text(with_servers(
+            json!({ "x": { "command": "x", "confine": { "devices": [device] } } }),
+        ));
+        assert!(
+            text.starts_with("mcpServers.x.confine.devices[0]: a device is an absolute path beneath `/dev`"),
+            "{device}: {text}"
+        );
+    }
+    let text = err_text(with_servers(
+        json!({ "x": { "command": "x", "confine": { "unconfined": "docker", "devices": ["/dev/kvm"] } } }),
+    ));
+    assert!(
+        text.starts_with("mcpServers.x.confine.devices: an unconfined server"),
+        "{text}"
     );
 }
 

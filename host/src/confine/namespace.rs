@@ -69,6 +69,8 @@ pub struct Isolation<'a> {
     pub withheld: &'a [PathBuf],
     /// Paths granted beneath a withheld folder (the server's own folder).
     pub allow: &'a [PathBuf],
+    /// Device nodes bound into the private `/dev` beside [`super::STANDARD_DEVICES`].
+    pub devices: &'a [PathBuf],
     /// A network namespace of its own.
     pub network: bool,
 }
@@ -154,7 +156,7 @@ pub fn enter(isolation: &Isolation<'_>) -> Result<Side, ConfineError> {
         0 => {
             // SAFETY: prctl with integers: init ends when the relay does.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-            if let Err(e) = cover(isolation.withheld, isolation.allow).and_then(|()| seal(uid, gid))
+            if let Err(e) = cover(isolation).and_then(|()| seal(uid, gid))
             {
                 eprintln!("toolward: {e}");
                 // SAFETY: ends this process without running the relay's destructors twice.
@@ -166,10 +168,12 @@ pub fn enter(isolation: &Isolation<'_>) -> Result<Side, ConfineError> {
     }
 }
 
-/// Covers the withheld paths in this mount namespace: each file by a read-only bind of an
-/// empty file, then `/proc` by the PID namespace's own, then each folder by an empty
-/// read-only `tmpfs` with the allowed folders beneath it bound back.
-fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
+/// Gives the server a `/dev` of its own ([`private_dev`]), then covers the withheld paths in
+/// this mount namespace: each file by a read-only bind of an empty file, then `/proc` by the
+/// PID namespace's own, then each folder by an empty read-only `tmpfs` with the allowed
+/// folders beneath it bound back.
+fn cover(isolation: &Isolation<'_>) -> Result<(), ConfineError> {
+    let (withheld, allow) = (isolation.withheld, isolation.allow);
     // Held before the withheld folders are covered: a folder to bind back beneath one. Opened
     // here, in the new mount namespace: a mount of another namespace cannot be bound.
     let mut allowed = Vec::new();
@@ -200,6 +204,9 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     {
         return Err(os_error("cannot make the mount namespace private"));
     }
+    // First, while `/proc` is still the machine's (its `self/fd` reaches the machine's
+    // `/dev`), and before the withheld paths are looked at (one may lie in `/dev`).
+    private_dev(isolation.devices)?;
     let hardened = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     let mut files = Vec::new();
     let mut folders = Vec::new();
@@ -241,7 +248,6 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     if sys.is_dir() {
         remount_read_only(sys, locked_flags(sys))?;
     }
-    private_terminals()?;
     for folder in folders {
         mount_tmpfs(folder, hardened)?;
         for (path, handle) in &allowed {
@@ -264,29 +270,99 @@ fn cover(withheld: &[PathBuf], allow: &[PathBuf]) -> Result<(), ConfineError> {
     Ok(())
 }
 
-/// A private instance of devpts over `/dev/pts`, its `ptmx` bound over `/dev/ptmx`: the
-/// operator's terminal is a `/dev/pts` entry of the operator's uid, which a server without a
-/// controlling terminal could still open by its path, draw a false approval prompt on and read
-/// the operator's keys from (found by an attack). The server's own pseudo-terminals (a shell
-/// tool's) still work, in the instance; none outside is visible.
-fn private_terminals() -> Result<(), ConfineError> {
-    let pts = Path::new("/dev/pts");
-    if !pts.is_dir() {
+/// A `/dev` of the server's own, read-only: a `tmpfs` holding the machine's
+/// [`super::STANDARD_DEVICES`] and `devices` (each bound from the machine's node), a private
+/// instance of devpts at `/dev/pts` with its `ptmx` bound over `/dev/ptmx`, an empty `tmpfs`
+/// at `/dev/shm`, and the links `fd`, `stdin`, `stdout` and `stderr` into `/proc/self/fd`.
+///
+/// The machine's `/dev` holds what no server should reach: the operator's terminal (a
+/// `/dev/pts` entry of the operator's uid, which a server without a controlling terminal
+/// could still open by its path, draw a false approval prompt on and read the operator's keys
+/// from: found by an attack), a virtual or serial console handed to whoever logs in there,
+/// and, for a root operator, raw disks (`/dev/sda` is root's, and uid 0 reads a file it owns
+/// without any capability: every withheld path, read off the disk) and the kernel's log. A
+/// server's own pseudo-terminals (a shell tool's) still work, in its devpts instance.
+fn private_dev(devices: &[PathBuf]) -> Result<(), ConfineError> {
+    let dev = Path::new("/dev");
+    if !dev.is_dir() {
         return Ok(());
     }
+    let fail = |what: String| {
+        move |e: std::io::Error| ConfineError::Namespace {
+            reason: format!("{what}: {e}"),
+        }
+    };
+    // The machine's `/dev`, held before it is covered: its nodes are bound from here.
+    let machine = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dev)
+        .map_err(fail("cannot open the machine's `/dev`".to_owned()))?;
+    let machine = PathBuf::from(format!("/proc/self/fd/{}", machine.as_raw_fd()));
+    mount(
+        c"tmpfs",
+        dev,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(c"mode=0755,size=64k,nr_inodes=256"),
+    )
+    .map_err(|e| e.context("cannot mount a private `/dev`"))?;
+    let standard = super::STANDARD_DEVICES.iter().map(PathBuf::from);
+    for device in standard.chain(devices.iter().cloned()) {
+        let Ok(name) = device.strip_prefix(dev) else {
+            continue;
+        };
+        let source = machine.join(name);
+        // Not on this machine: left out, as Landlock leaves it out.
+        let Ok(meta) = std::fs::metadata(&source) else {
+            continue;
+        };
+        let target = dev.join(name);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(fail(format!("cannot make `{}`", parent.display())))?;
+        }
+        if meta.is_dir() {
+            std::fs::create_dir_all(&target)
+        } else {
+            std::fs::write(&target, "")
+        }
+        .map_err(fail(format!("cannot make `{}`", target.display())))?;
+        bind(&source, &target, meta.is_dir())?;
+    }
+    let pts = dev.join("pts");
+    std::fs::create_dir(&pts).map_err(fail("cannot make `/dev/pts`".to_owned()))?;
     mount(
         c"devpts",
-        pts,
+        &pts,
         Some(c"devpts"),
         libc::MS_NOSUID | libc::MS_NOEXEC,
         Some(c"newinstance,ptmxmode=0666,mode=0620"),
     )
     .map_err(|e| e.context("cannot mount a private `/dev/pts`"))?;
-    let ptmx = Path::new("/dev/ptmx");
-    if ptmx.exists() {
-        bind(&pts.join("ptmx"), ptmx, false)?;
+    let ptmx = dev.join("ptmx");
+    std::fs::write(&ptmx, "").map_err(fail("cannot make `/dev/ptmx`".to_owned()))?;
+    bind(&pts.join("ptmx"), &ptmx, false)?;
+    let shm = dev.join("shm");
+    std::fs::create_dir(&shm).map_err(fail("cannot make `/dev/shm`".to_owned()))?;
+    mount(
+        c"tmpfs",
+        &shm,
+        Some(c"tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some(c"mode=1777"),
+    )
+    .map_err(|e| e.context("cannot mount a private `/dev/shm`"))?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(name))
+            .map_err(fail(format!("cannot make `/dev/{name}`")))?;
     }
-    Ok(())
+    remount_read_only(dev, libc::MS_NOSUID | libc::MS_NOEXEC)
 }
 
 /// Makes each folder on the way to a withheld path (below `/`) read-only, with every entry in
@@ -661,6 +737,7 @@ pub fn probe() -> Result<(), String> {
         let code = match enter(&Isolation {
             withheld: if withheld[0].is_dir() { &withheld } else { &[] },
             allow: &[],
+            devices: &[],
             network: false,
         }) {
             Ok(Side::Init) => 0,

@@ -126,6 +126,7 @@ fn the_launcher_is_asked_with_each_path_then_the_program_after_a_separator() {
         abi: 7,
         namespaces: Err("off".to_owned()),
         deny_network: false,
+        devices: vec![PathBuf::from("/dev/ttyUSB0")],
     };
     let args = confinement.launcher_args("node", &["--deny".to_owned(), "x".to_owned()]);
     let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
@@ -139,6 +140,8 @@ fn the_launcher_is_asked_with_each_path_then_the_program_after_a_separator() {
             "/c.json",
             "--allow",
             "/h/fs",
+            "--device",
+            "/dev/ttyUSB0",
             "--deny-tcp",
             "--",
             "node",
@@ -165,6 +168,7 @@ fn confinement() -> Confinement {
         abi: 6,
         namespaces: Ok(()),
         deny_network: true,
+        devices: Vec::new(),
     }
 }
 

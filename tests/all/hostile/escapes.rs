@@ -481,6 +481,76 @@ fn a_server_has_no_controlling_terminal_even_when_toolward_has_one() {
     }
 }
 
+/// A device node of the machine's beyond the standard ones that this process can open itself
+/// (a virtual console, the kernel's log, a control node), to show a server cannot.
+fn machine_device() -> Option<&'static str> {
+    use std::os::unix::fs::OpenOptionsExt;
+    [
+        "/dev/tty1",
+        "/dev/kmsg",
+        "/dev/loop-control",
+        "/dev/fuse",
+        "/dev/net/tun",
+        "/dev/console",
+    ]
+    .into_iter()
+    .find(|path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(path)
+            .is_ok()
+    })
+}
+
+/// A server opens the standard devices and those its `confine.devices` names, and no other
+/// device of the machine's, with the namespaces (a private `/dev`) and without (Landlock):
+/// the machine's `/dev` holds the operator's consoles and, for a root operator, raw disks
+/// uid 0 reads without any capability, beneath every withheld path.
+#[test]
+fn a_server_opens_only_the_standard_devices_and_those_its_config_names() {
+    let Some(bin) = binary() else { return };
+    let Some(device) = machine_device() else {
+        eprintln!("skipped: this process can open no device beyond the standard ones");
+        return;
+    };
+    for namespaces in [true, false] {
+        let bench = Bench::new("escapes-devices")
+            .server("probe", scenario(), TOOLS)
+            .server("hardware", scenario(), TOOLS)
+            .with_server_setting("hardware", "confine", json!({ "devices": [device] }))
+            .with("confine", json!({ "namespaces": namespaces }));
+        let config = prepared(&bench, &bin, None);
+        let mut serve = serve(&bin, &config, None);
+        for standard in [
+            "/dev/null",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/random",
+            "/dev/urandom",
+        ] {
+            let opened = serve.probe("probe__tty", json!({ "path": standard }));
+            assert_eq!(
+                opened, "ok",
+                "namespaces {namespaces}: `{standard}`: {opened}"
+            );
+        }
+        let denied = serve.probe("probe__tty", json!({ "path": device }));
+        assert!(
+            refused(&denied),
+            "namespaces {namespaces}: the server opened `{device}`: {denied}"
+        );
+        let granted = serve.probe("hardware__tty", json!({ "path": device }));
+        assert_eq!(
+            granted, "ok",
+            "namespaces {namespaces}: `{device}` named in `confine.devices`: {granted}"
+        );
+        serve.close();
+        bench.assert_no_processes_left();
+    }
+}
+
 /// A server's loader variables (`LD_PRELOAD` in an imported client config) reach the server
 /// by their names, confined, and not the launcher before it confines (found by an attack:
 /// `LD_PRELOAD` ran code in the launcher, which wrote into the state folder).
