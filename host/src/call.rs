@@ -79,9 +79,7 @@ pub const HELD_PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
 /// Most validation errors quoted in one refusal; the rest are counted.
 pub const MAX_VALIDATION_ERRORS: usize = 5;
 
-/// Longest piece of untrusted text (a tool name from the client, a server's error text beyond
-/// the result cap) quoted in a refusal, in bytes.
-pub const MAX_QUOTED_BYTES: usize = 512;
+pub use crate::text::MAX_QUOTED_BYTES;
 
 /// The marker written where content was cut at the result cap; `{}` is the count of bytes
 /// cut.

@@ -38,6 +38,12 @@
 
 use std::fmt::Write as _;
 
+/// Longest piece of foreign text quoted in an error message, a refusal or a log line, in
+/// bytes (a tool name from the client, a server's error text beyond the result cap): a
+/// message stays one readable line, and an attacker's text cannot flood it.
+pub const MAX_QUOTED_BYTES: usize = 512;
+
+
 /// What kind of character `c` is when a reviewer reading it would not see it, or `None` for
 /// a visible character:
 ///

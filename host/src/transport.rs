@@ -82,6 +82,7 @@ mod process;
 #[cfg(test)]
 mod tests;
 
+use crate::text::MAX_QUOTED_BYTES;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::io;
@@ -115,12 +116,16 @@ pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 /// message stays one readable line; [`Upstream::stderr_tail`] has the rest.
 pub const STDERR_IN_ERROR_BYTES: usize = 2 * 1024;
 
-/// Default time from spawning a server to the end of its `initialize` handshake. Servers
-/// started through `npx` or `uvx` may resolve packages first.
-pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time from spawning a server to the end of its `initialize` handshake: the config's
+/// default ([`crate::config::DEFAULT_START_TIMEOUT_MS`]), so an embedder's transport and
+/// a gateway's agree. Servers started through `npx` or `uvx` may resolve packages first.
+pub const DEFAULT_START_TIMEOUT: Duration =
+    Duration::from_millis(crate::config::DEFAULT_START_TIMEOUT_MS);
 
-/// Default time a server has to answer a request other than `tools/call`.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time a server has to answer a request other than `tools/call`: the config's
+/// default ([`crate::config::DEFAULT_REQUEST_TIMEOUT_MS`]).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration =
+    Duration::from_millis(crate::config::DEFAULT_REQUEST_TIMEOUT_MS);
 
 /// Default time a closing server has to exit after its standard input is closed, and again
 /// after `SIGTERM`, before `SIGKILL`.
@@ -162,8 +167,6 @@ pub const CLIENT_NAME: &str = "toolward";
 /// The `clientInfo.version` toolward gives servers.
 pub const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Longest piece of server-supplied text quoted in an error message or a log line (bytes).
-const MAX_QUOTED_BYTES: usize = 512;
 
 /// After `SIGKILL`, how long to wait for the leader's exit status and for orphans to be
 /// reaped: the kernel ends killed processes at once, so this is only a bound.
@@ -243,7 +246,7 @@ impl fmt::Debug for HttpSpec {
 /// Limits on one upstream server.
 ///
 /// Defaults: `start_timeout` [`DEFAULT_START_TIMEOUT`] (30 s), `request_timeout`
-/// [`DEFAULT_REQUEST_TIMEOUT`] (30 s), `max_frame_bytes` [`MAX_FRAME_BYTES`] (16 MiB),
+/// [`DEFAULT_REQUEST_TIMEOUT`] (60 s), `max_frame_bytes` [`MAX_FRAME_BYTES`] (16 MiB),
 /// `max_http_body_bytes` [`MAX_HTTP_BODY_BYTES`] (16 MiB), `close_grace`
 /// [`DEFAULT_CLOSE_GRACE`] (2 s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
