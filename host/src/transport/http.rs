@@ -16,10 +16,10 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
-use super::{
-    Connection, FailureReason, HttpSpec, MAX_QUOTED_BYTES, Outgoing, Shared, TransportError,
-    TransportLimits, Upstream, framing, handle_line, lock,
-};
+use super::client::{Connection, Outgoing, Shared, lock};
+use super::incoming::handle_line;
+use super::{FailureReason, HttpSpec, TransportError, TransportLimits, Upstream, framing};
+use crate::text::MAX_QUOTED_BYTES;
 
 /// The header that carries the session id (MCP specification, "Session Management").
 const SESSION_ID: &str = "mcp-session-id";
@@ -106,7 +106,7 @@ impl Endpoint {
         let mut headers = HeaderMap::new();
         for (name, value) in &spec.headers {
             let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| invalid(format!("`{}` is not a header name", super::quote(name))))?;
+                .map_err(|_| invalid(format!("`{}` is not a header name", super::errors::quote(name))))?;
             if RESERVED_HEADERS.contains(&header.as_str()) {
                 return Err(invalid(format!(
                     "the header `{header}` is set by toolward and cannot be configured"
@@ -340,7 +340,7 @@ fn probe_version(message: &[u8]) -> Option<HeaderValue> {
     let version = message
         .get("params")?
         .get("_meta")?
-        .get(super::META_PROTOCOL_VERSION)?
+        .get(super::lifecycle::META_PROTOCOL_VERSION)?
         .as_str()?;
     HeaderValue::from_str(version).ok()
 }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use super::incoming::LogBudget;
+use super::lifecycle::{META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION};
 use super::*;
 
 /// A minimal MCP server in Python. `argv[1]` is a mode, `argv[2]` a directory for records.
