@@ -1,4 +1,10 @@
+use super::files::{ANSWERS_DIR, PENDING_DIR, Queue};
+use super::mac::{AnswerFile, answer_mac, verify_answer};
 use super::*;
+use crate::canonical;
+use crate::state_dir::Key;
+use std::io::Write as _;
+use std::path::Path;
 use std::os::unix::fs::OpenOptionsExt as _;
 
 fn request(call_id: &str, arguments: &str) -> ApprovalRequest {
