@@ -282,11 +282,12 @@ enum ClientCommand {
 /// change.
 #[derive(Debug, clap::Args)]
 struct SharedFileArg {
-    /// Write CLIENT's file even when it, a symbolic link leading to it, or its folder is
-    /// another user's or writable by group or others (a shared project's `.mcp.json`).
-    /// Without it such a file is refused, naming it and why. Either way the file is reached
-    /// once, through its folder, and not written if another file or a link took its place
-    /// since it was read.
+    /// Write CLIENT's file even when it or the folder holding it is another user's or
+    /// writable by group or others (a shared project's `.mcp.json`). Without it such a file
+    /// is refused, naming it and why. Never accepted, with it or not: a symbolic link another
+    /// user owns or one in a folder others can write, at the file or on the way, or a folder
+    /// on the way others can write. Either way the file is reached once, through its folder,
+    /// and not written if another file or a link took its place since it was read.
     #[arg(long = "accept-shared-file")]
     accept_shared_file: bool,
 }

@@ -150,6 +150,20 @@ pub enum ClientConfigError {
         /// The server with another value.
         second: String,
     },
+    /// `connect` of a client this config already connected at another file: the config keeps
+    /// one backup and one record per client, so the second file's would be lost and
+    /// `disconnect` would put the first file's content (its secrets) into the second.
+    #[error(
+        "`{client}` is already connected at `{connected}` by this config, not `{path}`: run `toolward client disconnect {client}` for that file first (a config keeps one backup per client)"
+    )]
+    ConnectedElsewhere {
+        /// The client.
+        client: String,
+        /// The file the record names.
+        connected: PathBuf,
+        /// The file named now.
+        path: PathBuf,
+    },
     /// `disconnect` without an earlier `connect`.
     #[error("`{client}` was not connected by this config (no `{record}`)")]
     NotConnected {
@@ -401,12 +415,28 @@ pub fn connect(
         return Ok(Outcome::Unchanged);
     }
     let clients = Clients::open(spec, &toolward.state_dir)?;
-    // A second connect after the client changed the file keeps the first backup: it is the
-    // file as it was before toolward.
-    if clients.read(RECORD)?.is_none() {
-        clients.write(BACKUP, text.as_bytes())?;
-    }
     let record_path = clients.path(RECORD);
+    // A second connect after the client changed the file keeps the first backup: it is the
+    // file as it was before toolward. Of the same file only (found by an attack: a project's
+    // `.mcp.json` connected after another project's took the other's record, and `disconnect`
+    // then wrote the first project's file, secrets and all, over the second's).
+    match clients.read(RECORD)? {
+        None => clients.write(BACKUP, text.as_bytes())?,
+        Some(earlier) => {
+            let earlier: Record =
+                serde_json::from_slice(&earlier).map_err(|e| ClientConfigError::Record {
+                    path: record_path.clone(),
+                    message: e.to_string(),
+                })?;
+            if !same_file_named(&earlier.path, path) {
+                return Err(ClientConfigError::ConnectedElsewhere {
+                    client: spec.id.to_owned(),
+                    connected: earlier.path,
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+    }
     let record = Record {
         client: spec.id.to_owned(),
         path: path.to_path_buf(),
@@ -423,6 +453,15 @@ pub fn connect(
     // 0600 only for a file that vanished meanwhile; the old file's bits are kept otherwise.
     file.replace(new_text.as_bytes(), 0o600)?;
     Ok(Outcome::Changed(replaced))
+}
+
+/// Whether two names of a client's file are one name: compared absolute, as written (a
+/// second name for the same file through a link is another name, and refused).
+fn same_file_named(a: &Path, b: &Path) -> bool {
+    match (std::path::absolute(a), std::path::absolute(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// The `env` values of the client's `server` that `toolward.json` refers to as `${VAR}`,

@@ -870,7 +870,8 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
     // (An ordinary user has none to give up, nor the right to lock securebits.)
     #[cfg(target_os = "linux")]
     if crate::identity::euid() == 0
-        && let Err(e) = namespace::give_up_capabilities()
+        && let Err(e) =
+            namespace::hold_kernel_settings().and_then(|()| namespace::give_up_capabilities())
     {
         return e;
     }

@@ -42,12 +42,15 @@ pub const CONFIG_FILE: &str = "toolward.json";
 /// The rules file `init` writes.
 pub const RULES_FILE: &str = "rules.json";
 
+/// The manifest `init` pins into.
+const MANIFEST_FILE: &str = "manifest.json";
+
 /// Errors of `toolward init`.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     /// A `toolward.json` is already there.
     #[error(
-        "`{path}` exists: `toolward init` writes a new config only; move it away or use another `--dir`"
+        "`{path}` exists: `toolward init` writes a new config, rules file and manifest and replaces none; move it away or use another `--dir`"
     )]
     ConfigExists {
         /// The file.
@@ -322,12 +325,23 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
     let value = json!({
         "mcpServers": servers,
         "rules": { "file": RULES_FILE },
-        "manifest": "manifest.json",
+        "manifest": MANIFEST_FILE,
         "state_dir": "state",
         "audit": { "file": "state/audit.jsonl", "record_arguments": true },
     });
     let rules_path = dir.join(RULES_FILE);
     let mut rules_file = HeldFile::open(&rules_path, Foreign::Refuse)?;
+    // An operator's rules or manifest left in the folder are never written over (found by an
+    // attack: `init --dir` replaced an existing `rules.json` without a word).
+    let manifest_path = dir.join(MANIFEST_FILE);
+    for (exists, path) in [
+        (rules_file.exists(), &rules_path),
+        (std::fs::symlink_metadata(&manifest_path).is_ok(), &manifest_path),
+    ] {
+        if exists {
+            return Err(InitError::ConfigExists { path: path.clone() });
+        }
+    }
     // The components read the rules file; an empty one until the tools are known. 0644:
     // toolward refuses a rules file group or others can write.
     rules_file.replace(b"{ \"servers\": {} }\n", 0o644)?;

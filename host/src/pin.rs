@@ -461,19 +461,40 @@ pub fn create_home(config: &Config, server: &ServerConfig) -> Result<(), PinErro
     Ok(())
 }
 
-/// Creates `folder` (and its missing parents) and sets it to mode `0700` on Unix.
+/// Creates `folder` (and its missing parents) and sets it to mode `0700` on Unix. The folder
+/// itself is never reached through a link: its server could have put one there (it may write
+/// its own folder), and toolward, unconfined, would `chmod` what the link leads to (found by
+/// an attack: a server's `home` linked to `/tmp` made `/tmp` mode 0700 at its restart). A
+/// link or file at the name is removed and the folder made anew; the mode is set on the
+/// folder opened without following a link.
 fn create_private(folder: &Path) -> io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
     #[cfg(unix)]
     {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        builder.mode(0o700);
-        builder.create(folder)?;
-        std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))?;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        if let Some(parent) = folder.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)?;
+        }
+        match std::fs::symlink_metadata(folder) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => std::fs::remove_file(folder)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(folder) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(folder)?
+            .set_permissions(std::fs::Permissions::from_mode(0o700))?;
     }
     #[cfg(not(unix))]
-    builder.create(folder)?;
+    std::fs::DirBuilder::new().recursive(true).create(folder)?;
     Ok(())
 }
 

@@ -690,3 +690,47 @@ fn init_and_connect_refuse_a_client_config_nested_too_deep_naming_it_and_the_lim
     }
     assert!(!work.join("tw").exists());
 }
+
+#[test]
+fn init_refuses_a_folder_holding_a_rules_file_or_manifest_and_leaves_it_as_it_was() {
+    let Some(_) = toolward_binary() else { return };
+    for existing in ["rules.json", "manifest.json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let work = dir.path().join("work");
+        let tw = work.join("tw");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&tw).unwrap();
+        let scenario = dir.path().join("notes.json");
+        std::fs::write(&scenario, notes_scenario("Looks up a note.")).unwrap();
+        let client_file = home.join(".config/Claude/claude_desktop_config.json");
+        std::fs::create_dir_all(client_file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &client_file,
+            json!({"mcpServers": {"notes": {"command": FAKE_SERVER, "args": [scenario]}}})
+                .to_string(),
+        )
+        .unwrap();
+        // An operator's classified rules (or pins) from an earlier run.
+        let kept = "{ \"servers\": { \"notes\": { \"tools\": { \"lookup\": { \"effect\": \"read\" } } } } }\n";
+        std::fs::write(tw.join(existing), kept).unwrap();
+
+        let out = toolward(
+            &home,
+            &work,
+            &["init", "--dir", "tw", "--client", "claude-desktop", "--yes"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{existing}: {stderr}");
+        assert!(
+            stderr.contains(&format!("`tw/{existing}` exists")),
+            "{existing}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(tw.join(existing)).unwrap(),
+            kept,
+            "{existing}"
+        );
+        assert!(!tw.join("toolward.json").exists(), "{existing}");
+    }
+}

@@ -135,10 +135,14 @@ impl JsonPath {
         Self(format!("{}[{index}]", self.0))
     }
 
+    /// The refusal of the value at this path. The message is escaped ([`crate::text::escape`]):
+    /// it quotes what the config holds (a server name, a header, a URL), which an imported
+    /// client config (a shared project's `.mcp.json`) may have filled with terminal escape
+    /// sequences (found by an attack: `init` printed them raw).
     pub(super) fn invalid(&self, message: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
-            path: self.to_string(),
-            message: message.into(),
+            path: crate::text::escape(&self.to_string()),
+            message: crate::text::escape(&message.into()),
         }
     }
 }

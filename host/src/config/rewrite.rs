@@ -12,7 +12,10 @@
 //!   path again. That folder and the file must be the effective user's or root's and not
 //!   writable by group or others ([`others_can_write`], [`others_can_replace_in`]), otherwise
 //!   whoever else can write them chooses what toolward writes over. [`Foreign::Accept`] (a flag
-//!   the operator passes) takes such a file anyway; the rest still holds.
+//!   the operator passes) takes such a file and folder anyway; the rest still holds: every
+//!   folder on the way must be closed to others and every link the operator's or root's in
+//!   such a folder, so an accepted shared file is that file, never where another user's
+//!   link leads.
 //!
 //! [`HeldFile::replace`] then makes sure the name still holds the very file read (its device
 //! and inode; a symbolic link put in its place is another file), writes a temporary file in
@@ -52,8 +55,10 @@ pub enum Foreign {
     Refuse,
     /// Refuse it; the refusal also names this flag, which accepts it.
     RefuseUnless(&'static str),
-    /// Write it (the operator passed the flag). It is still reached once, through its
-    /// folder, and not written when it changed since it was read.
+    /// Write it (the operator passed the flag): the file and the folder holding it only. It
+    /// is still reached once, through its folder, never through a link of another user's or
+    /// a link in a folder others can write, nor through a folder on the way that others can
+    /// write, and not written when it changed since it was read.
     Accept,
 }
 
@@ -301,14 +306,9 @@ fn names(path: &Path) -> std::collections::VecDeque<OsString> {
 /// Opens the folder `path` (absolute) by walking it from `/` one name at a time, each opened
 /// relative to the folder before it without following a link. A link on the way is read
 /// through the folder holding it and followed (counted in `followed`, at most [`MAX_LINKS`]),
-/// but first, when `check`, it must be the effective user's or root's and sit in a folder
-/// others cannot replace it in. Returns the folder and its path with every link resolved.
-fn walk(
-    path: &Path,
-    check: bool,
-    accept: Option<&'static str>,
-    followed: &mut usize,
-) -> Result<(Dir, PathBuf), Walk> {
+/// but first it must be the effective user's or root's and sit in a folder others cannot
+/// replace it in. Returns the folder and its path with every link resolved.
+fn walk(path: &Path, followed: &mut usize) -> Result<(Dir, PathBuf), Walk> {
     let io = |action, path: PathBuf| {
         move |source| {
             Walk::Refused(RewriteError::Io {
@@ -333,19 +333,19 @@ fn walk(
         // Every folder on the way must be the operator's or root's, and closed to others:
         // whoever else owns or can write one can put another folder, or a link of root's
         // moved from elsewhere, in place of the next name (found by an attack).
-        if let Some(refusal) = foreign_folder(&folder, &at, &here, check, accept) {
+        if let Some(refusal) = foreign_folder(&folder, &at, &here, true, None) {
             return Err(Walk::Refused(refusal));
         }
         let meta = folder
             .symlink_metadata(&name)
             .map_err(io("open the folder", here.clone()))?;
         if meta.file_type().is_symlink() {
-            if check && !trusted_owner(meta.uid()) {
+            if !trusted_owner(meta.uid()) {
                 return Err(Walk::Refused(RewriteError::LinkOwner {
                     link: here,
                     owner: meta.uid(),
                     euid: crate::identity::euid(),
-                    accept,
+                    accept: None,
                 }));
             }
             if *followed == MAX_LINKS {
@@ -413,8 +413,11 @@ impl HeldFile {
             // The folders on the way walked one by one from `/`, each link among them
             // checked as the file's own link is: `open_ambient_dir` of the whole path would
             // follow a link some other user put on the way.
+            // The folders on the way are checked even when the operator accepts a shared
+            // file: the flag is for the file and the folder holding it, never for the way
+            // there.
             let (folder, folder_path) =
-                walk(&folder_path, check, accept, &mut followed).map_err(|e| match e {
+                walk(&folder_path, &mut followed).map_err(|e| match e {
                     Walk::TooManyLinks => RewriteError::TooManyLinks {
                         path: path.to_owned(),
                         limit: MAX_LINKS,
@@ -427,17 +430,20 @@ impl HeldFile {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io("read", &current)(e)),
             };
+            // A link is followed only when it is the operator's or root's and sits in a
+            // folder nobody else can replace it in, the shared file accepted or not (found by
+            // an attack: with the flag, another user's link at a shared project's
+            // `.mcp.json` sent `connect` to the operator's private `~/.claude.json`).
             if let Some(link) = meta.as_ref().filter(|m| m.file_type().is_symlink()) {
-                if check && !trusted_owner(link.uid()) {
+                if !trusted_owner(link.uid()) {
                     return Err(RewriteError::LinkOwner {
                         link: current,
                         owner: link.uid(),
                         euid: crate::identity::euid(),
-                        accept,
+                        accept: None,
                     });
                 }
-                if let Some(refusal) = foreign_folder(&folder, &folder_path, &current, check, accept)
-                {
+                if let Some(refusal) = foreign_folder(&folder, &folder_path, &current, true, None) {
                     return Err(refusal);
                 }
                 if followed == MAX_LINKS {

@@ -234,20 +234,7 @@ fn cover(isolation: &Isolation<'_>) -> Result<(), ConfineError> {
     }
     mount(c"proc", staging, Some(c"proc"), hardened, None)
         .map_err(|e| e.context("cannot mount the PID namespace's own `/proc`"))?;
-    // What the kernel lets uid 0 write by its uid alone, capabilities or not (`core_pattern`
-    // would run a program as root outside every namespace): read-only, for a server run by
-    // root. Nothing an unprivileged server could write is lost.
-    for path in ["/proc/sys", "/proc/sysrq-trigger"] {
-        let path = Path::new(path);
-        if path.exists() {
-            bind(path, path, false)?;
-            remount_read_only(path, hardened)?;
-        }
-    }
-    let sys = Path::new("/sys");
-    if sys.is_dir() {
-        remount_read_only(sys, locked_flags(sys))?;
-    }
+    kernel_settings_read_only()?;
     for folder in folders {
         mount_tmpfs(folder, hardened)?;
         for (path, handle) in &allowed {
@@ -268,6 +255,68 @@ fn cover(isolation: &Isolation<'_>) -> Result<(), ConfineError> {
         let _ = std::env::set_current_dir(cwd);
     }
     Ok(())
+}
+
+/// Makes what the kernel lets uid 0 write by its uid alone, capabilities or not, read-only in
+/// this mount namespace: `/proc/sys` (`core_pattern` would run a program as root outside every
+/// namespace), `/proc/sysrq-trigger` and `/sys`. For a server run by root; nothing an
+/// unprivileged server could write is lost.
+fn kernel_settings_read_only() -> Result<(), ConfineError> {
+    let hardened = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    for path in ["/proc/sys", "/proc/sysrq-trigger"] {
+        let path = Path::new(path);
+        if path.exists() {
+            bind(path, path, false)?;
+            remount_read_only(path, hardened)?;
+        }
+    }
+    let sys = Path::new("/sys");
+    if sys.is_dir() {
+        remount_read_only(sys, locked_flags(sys))?;
+    }
+    Ok(())
+}
+
+/// For a server run by root under Landlock alone (no user namespace): a mount namespace of
+/// its own, made with the launcher's own capabilities before it gives them up, in which
+/// [`kernel_settings_read_only`] holds (found by an attack: a root operator's server under
+/// Landlock alone wrote `core_pattern` and ran a program as root with every capability,
+/// outside). Where this process cannot make one (no `CAP_SYS_ADMIN`, as in a container),
+/// the start is refused if `core_pattern` is writable here, never started without.
+///
+/// # Errors
+/// [`ConfineError::Namespace`] naming the step, or why the start is refused.
+pub fn hold_kernel_settings() -> Result<(), ConfineError> {
+    // SAFETY: unshare takes flags only; this process has one thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        let why = std::io::Error::last_os_error();
+        let pattern = c"/proc/sys/kernel/core_pattern";
+        // SAFETY: access with a valid C string.
+        if unsafe { libc::access(pattern.as_ptr(), libc::W_OK) } == 0 {
+            return Err(ConfineError::Namespace {
+                reason: format!(
+                    "a server run by root could write `/proc/sys` (its `core_pattern` runs a program as root outside), and no mount namespace can make it read-only here (unshare: {why}): run toolward as an ordinary user"
+                ),
+            });
+        }
+        return Ok(());
+    }
+    let none = c"none";
+    let root = c"/";
+    // SAFETY: mount with valid C strings: nothing mounted here propagates back out.
+    if unsafe {
+        libc::mount(
+            none.as_ptr(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(os_error("cannot make the mount namespace private"));
+    }
+    kernel_settings_read_only()
 }
 
 /// A `/dev` of the server's own, read-only: a `tmpfs` holding the machine's

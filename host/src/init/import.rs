@@ -204,13 +204,34 @@ pub struct Imported {
 
 /// Names of the environment toolward's own process (or its loader) reads. The toolward entry's
 /// `env` is that process's environment, so a server's variable by one of these names is
-/// prefixed with the server's name: its value reaches that server only.
-const OWN_VARIABLES: &[&str] = &["PATH", "HOME", "TMPDIR", "USER", "SHELL"];
-/// Prefixes of the same (the loader's `LD_PRELOAD`, toolward's own settings, Rust's runtime).
-const OWN_PREFIXES: &[&str] = &["LD_", "DYLD_", "TOOLWARD_", "RUST_", "MALLOC_"];
+/// prefixed with the server's name: its value reaches that server only. Besides the loader's
+/// ([`crate::confine::is_loader_variable`]): the proxies and certificates toolward's HTTP
+/// client reads (a shared project's `HTTPS_PROXY` would route toolward's own requests to
+/// remote servers, tokens included, through whoever wrote it), and the time zone.
+const OWN_VARIABLES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "USER",
+    "SHELL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "TZ",
+];
+/// Prefixes of the same (the loader's `LD_PRELOAD`, toolward's own settings, Rust's runtime,
+/// TLS certificates, the XDG folders, OpenTelemetry's exporter settings).
+const OWN_PREFIXES: &[&str] = &[
+    "LD_", "DYLD_", "TOOLWARD_", "RUST_", "MALLOC_", "SSL_", "XDG_", "OTEL_",
+];
 
 fn own_variable(name: &str) -> bool {
-    OWN_VARIABLES.contains(&name) || OWN_PREFIXES.iter().any(|p| name.starts_with(p))
+    // Proxy variables are read in either case (`https_proxy`).
+    let upper = name.to_ascii_uppercase();
+    OWN_VARIABLES.contains(&upper.as_str())
+        || OWN_PREFIXES.iter().any(|p| upper.starts_with(p))
+        || crate::confine::is_loader_variable(name)
 }
 
 /// One secret of a chosen server: an `env` value or a header.
@@ -548,6 +569,14 @@ mod tests {
         assert_eq!(forward.servers["b"]["env"]["a-b"], "${A_B_2}");
         assert_eq!(forward.servers["c"]["headers"]["x"], "${C_X}");
         assert_eq!(forward.servers["c-x"]["env"]["C.X"], "${C_X_2}");
+    }
+
+    #[test]
+    fn a_variable_toolwards_own_process_or_loader_reads_is_prefixed_with_its_server() {
+        for name in ["GLIBC_TUNABLES", "GCONV_PATH", "https_proxy", "SSL_CERT_FILE", "XDG_RUNTIME_DIR", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
+            assert!(own_variable(name), "{name}");
+        }
+        assert!(!own_variable("GITHUB_TOKEN"));
     }
 
     #[test]

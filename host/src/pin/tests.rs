@@ -137,6 +137,35 @@ fn the_home_and_tmp_folders_are_created_private() {
     assert_eq!(mode & 0o777, 0o700);
 }
 
+/// A link or file the server left at its `home` or `tmp` is replaced by a folder, and what
+/// the link led to keeps its mode (found by an attack: toolward, unconfined, made `/tmp` mode
+/// 0700 through a server's link at its restart; a file there failed every start).
+#[test]
+fn a_link_or_file_the_server_left_at_its_home_is_replaced_not_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(json!({ "fs": { "command": "node" } }), dir.path());
+    let server = &config.servers["fs"];
+    create_home(&config, server).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let home = dir.path().join(".toolward-servers/fs/home");
+    let tmp = dir.path().join(".toolward-servers/fs/tmp");
+    std::fs::remove_dir(&home).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &home).unwrap();
+    std::fs::remove_dir(&tmp).unwrap();
+    std::fs::write(&tmp, "a file").unwrap();
+    create_home(&config, server).unwrap();
+    let mode = std::fs::metadata(&elsewhere).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o1777, "the link's target was chmodded");
+    for folder in [&home, &tmp] {
+        let meta = std::fs::symlink_metadata(folder).unwrap();
+        assert!(meta.is_dir(), "{}", folder.display());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    }
+}
+
 #[test]
 fn the_frame_limit_leaves_room_for_a_page_at_its_bound() {
     let small = Limits {

@@ -612,6 +612,18 @@ fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
             serve.probe("probe__caps", json!({})),
             "CapEff:\t0000000000000000 CapBnd:\t0000000000000000"
         );
+        // Nor can it write what the kernel lets uid 0 write by its uid alone (found by an
+        // attack: it wrote `core_pattern`, and the kernel ran its program as root with every
+        // capability, outside). The probe opens for writing and writes nothing.
+        for path in ["/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper"] {
+            if Path::new(path).exists() {
+                let opened = serve.probe("probe__tty", json!({ "path": path }));
+                assert!(
+                    refused(&opened),
+                    "the server opened `{path}` to write: {opened}"
+                );
+            }
+        }
     }
     serve.close();
     bench.assert_no_processes_left();

@@ -237,3 +237,81 @@ fn disconnect_raced_by_another_user_swapping_the_file_for_a_link_writes_nothing_
     assert!(text.contains(&changed_message(&s.client_file)), "{text}");
     s.assert_victim_untouched();
 }
+
+/// With `--accept-shared-file`, the shared file is that file: another user's link put at
+/// its name is not followed (found by an attack: it sent `connect` to the operator's private
+/// `~/.claude.json`, whose secrets `disconnect` then wrote into the shared folder).
+#[test]
+fn connect_with_the_flag_follows_no_link_another_user_put_at_the_shared_file() {
+    let Some(_) = toolward_binary() else { return };
+    let s = shared();
+    let private = s.home.join(".claude.json");
+    let private_text = json!({"mcpServers": {"notes": {
+        "command": "notes-server",
+        "args": ["--dir", "/srv/notes"],
+        "env": {"PRIVATE": "operator-only"},
+    }}})
+    .to_string();
+    std::fs::write(&private, &private_text).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut swap = Command::new("sh");
+    swap.arg("-c")
+        .arg(format!(
+            "mv .mcp.json .mcp.json.aside && ln -s '{}' .mcp.json",
+            private.display()
+        ))
+        .current_dir(&s.project);
+    if as_root() {
+        swap.uid(NOBODY).gid(NOBODY);
+    }
+    assert!(swap.status().unwrap().success());
+    let out = s.run(&["connect", "--accept-shared-file"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!("`{}`", s.client_file.display())),
+        "{text}"
+    );
+    assert!(
+        !text.contains("--accept-shared-file"),
+        "the flag cannot accept a link: {text}"
+    );
+    assert_eq!(std::fs::read_to_string(&private).unwrap(), private_text);
+}
+
+/// A config keeps one backup per client: a second project's file is refused while the
+/// first is connected (found by an attack: `disconnect` wrote the first project's file,
+/// secrets and all, over the second's).
+#[test]
+fn connect_of_a_second_projects_file_is_refused_while_the_first_is_connected() {
+    let Some(_) = toolward_binary() else { return };
+    let s = shared();
+    let first = s.run(&["connect", "--accept-shared-file"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let second = s.project.parent().unwrap().join("second");
+    std::fs::create_dir(&second).unwrap();
+    let second_file = second.join(".mcp.json");
+    let second_text = json!({"mcpServers": {
+        "notes": {"command": "notes-server", "args": ["--dir", "/srv/notes"]},
+        "other": {"command": "other-server", "env": {"OTHER": "second-only"}},
+    }})
+    .to_string();
+    std::fs::write(&second_file, &second_text).unwrap();
+    let out = s
+        .command(&["connect"])
+        .current_dir(&second)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!(
+            "`project` is already connected at `{}` by this config, not `{}`",
+            s.client_file.display(),
+            second_file.display()
+        )),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&second_file).unwrap(), second_text);
+}

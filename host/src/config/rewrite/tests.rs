@@ -78,8 +78,11 @@ fn a_file_linked_from_a_dotfiles_folder_is_rewritten_at_its_target_and_stays_lin
     assert_eq!(leftovers, ["claude.json"]);
 }
 
+/// Another user's link is refused even when the operator accepts a shared file (found by an
+/// attack: it led `connect --accept-shared-file` to the operator's private `~/.claude.json`),
+/// and the refusal names no flag, since none accepts it.
 #[test]
-fn a_link_another_user_owns_is_refused_naming_it_and_the_flag_unless_accepted() {
+fn a_link_another_user_owns_is_refused_even_with_the_flag_which_the_refusal_does_not_offer() {
     if !is_root() {
         eprintln!("SKIPPED: needs root, to give the link to uid 65534");
         return;
@@ -96,17 +99,14 @@ fn a_link_another_user_owns_is_refused_naming_it_and_the_flag_unless_accepted() 
     assert_eq!(
         error,
         format!(
-            "`{}` is a symbolic link owned by uid 65534, not by uid 0 that toolward runs as nor by root: whoever owns it chooses which file toolward writes over; nothing was written, or pass `{FLAG}` to write it anyway",
+            "`{}` is a symbolic link owned by uid 65534, not by uid 0 that toolward runs as nor by root: whoever owns it chooses which file toolward writes over; nothing was written",
             link.display()
         )
     );
-    // Without a flag to name (the manifest, init's files), the refusal names none.
-    let error = HeldFile::open(&link, Foreign::Refuse)
+    let error = HeldFile::open(&link, Foreign::Accept)
         .unwrap_err()
         .to_string();
-    assert!(!error.contains("pass"), "{error}");
-    let mut file = HeldFile::open(&link, Foreign::Accept).unwrap();
-    assert_eq!(file.read(100).unwrap(), b"{}");
+    assert!(error.contains("owned by uid 65534"), "{error}");
 }
 
 #[test]
@@ -135,9 +135,11 @@ fn a_link_on_the_way_to_the_folder_is_checked_as_a_link_at_the_file_is() {
             "the folder `{}` holding `{}` is owned by uid 65534",
             shared.display(),
             shared.join("cfg").display()
-        )) && error.contains(FLAG),
+        )) && !error.contains(FLAG),
         "{error}"
     );
+    // The flag accepts the file and its folder, never a folder on the way.
+    assert!(HeldFile::open(&named, Foreign::Accept).is_err());
     assert_eq!(
         std::fs::read(victim.join("config.json")).unwrap(),
         b"{\"root\": 1}"
@@ -179,10 +181,11 @@ fn a_link_of_roots_in_a_folder_another_user_owns_is_refused() {
     assert!(
         error.contains(&format!("the folder `{}`", theirs.display()))
             && error.contains("owned by uid 65534")
-            && error.contains(FLAG),
+            && !error.contains(FLAG),
         "{error}"
     );
-    assert!(HeldFile::open(&theirs.join(".config/config.json"), Foreign::Accept).is_ok());
+    // Nor with the flag: it accepts the file and the folder holding it, not the way there.
+    assert!(HeldFile::open(&theirs.join(".config/config.json"), Foreign::Accept).is_err());
 }
 
 #[test]
