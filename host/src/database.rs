@@ -28,16 +28,18 @@
 //! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`](crate::store::postgres::PgLedger)) |
 //! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`](crate::store::postgres::PgLedger::key)) |
 //!
-//! Version 2 added the last two tables; `migrate` takes a version 1 database to version 2 (the
-//! tables created, the version row moved to 2), after which a version 1 toolward refuses it:
-//! upgrade every gateway of the fleet together.
+//! Version 2 added the last two tables; version 3 the triggers that keep an answered approval
+//! as it was answered and each audit record's `seq` at the head ([`TRIGGERS`]). `migrate`
+//! takes an older database to version 3 (what is missing created, the version row moved),
+//! after which an older toolward refuses it: upgrade every gateway of the fleet together.
 //!
 //! # Who the store trusts
 //!
 //! The database's access control is the boundary: whoever can write these tables can forge
 //! an approval or rewrite the chain's tail (the chain still shows a rewrite of anything
-//! before the head a verifier kept). [`GRANTS`] gives each role only what it needs; see
-//! docs/fleet.md and SECURITY.md.
+//! before the head a verifier kept). [`GRANTS`] gives each role only what it needs, and the
+//! triggers of version 3 keep what column grants cannot (rows already answered, records away
+//! from the head); see docs/fleet.md and SECURITY.md.
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,9 +48,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
 
-/// The schema version this toolward writes and reads: 2 (1 without the fact counters and the
-/// `requestState` ledger).
-pub const SCHEMA_VERSION: i32 = 2;
+/// The schema version this toolward writes and reads: 3 (2 without the triggers that keep an
+/// answered approval and the chain's `seq` as toolward writes them, 1 without the fact
+/// counters and the `requestState` ledger).
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
 pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
@@ -408,6 +411,9 @@ impl PgStore {
         tx.batch_execute(SCHEMA)
             .await
             .map_err(|e| self.query_error("create the schema", e))?;
+        tx.batch_execute(TRIGGERS)
+            .await
+            .map_err(|e| self.query_error("create the schema's triggers", e))?;
         // The fleet's `requestState` key, made once, inside the schema transaction and under
         // its lock.
         let key_made = tx
@@ -510,16 +516,16 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 database it adds the
-/// version 2 tables and moves the version row (never down: [`PgStore::migrate`] refuses a
+/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 or 2
+/// database it adds what is missing and moves the version row (never down: [`PgStore::migrate`] refuses a
 /// newer version before running it).
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 2)
-    ON CONFLICT (id) DO UPDATE SET version = 2 WHERE toolward_schema.version < 2;
+INSERT INTO toolward_schema (id, version) VALUES (1, 3)
+    ON CONFLICT (id) DO UPDATE SET version = 3 WHERE toolward_schema.version < 3;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -564,6 +570,90 @@ CREATE TABLE IF NOT EXISTS toolward_keys (
     name text PRIMARY KEY,
     key bytea NOT NULL CHECK (length(key) = 32)
 );
+";
+
+/// The triggers of version 3, run by every [`PgStore::migrate`] after [`SCHEMA`]: each
+/// function replaced and each trigger dropped and made again, so after `migrate` they are
+/// exactly these (enabled, calling these functions), whatever was there before. They bind
+/// every role, the owner included, since column grants cannot tell rows apart:
+///
+/// - `toolward_approvals_answered_once`: an `UPDATE` of a row no longer `pending` is refused
+///   (an answer, once given, and an abandonment stay as written), and so is one that changes
+///   the held call (`call_id`, `request`, `held_by`, `held_at_ms`, `expires_at_ms`). Every
+///   `UPDATE` toolward makes has `WHERE ... state = 'pending'` and sets only the answer
+///   columns, so none is refused.
+/// - `toolward_audit_at_head` (before each insert) and `toolward_audit_below_head` (a
+///   constraint trigger, deferred to the commit): a record's `seq` must be at or past the
+///   head row's `next_seq` when it is inserted, and below it when its transaction commits.
+///   The writer inserts from `next_seq` and moves the head past its last record in the same
+///   transaction, so it passes; a stray insert far past the head (which would collide later
+///   with the chain's own `seq` and refuse every call of the fleet) does not commit.
+///
+/// The functions only raise (`SECURITY INVOKER`) and read the head row by a `search_path` of
+/// the schema the tables are in, then `pg_temp` last, so a temporary table of the
+/// inserting session cannot stand in for the head.
+const TRIGGERS: &str = r"
+CREATE OR REPLACE FUNCTION toolward_approvals_answered_once() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+BEGIN
+    IF OLD.state <> 'pending' THEN
+        RAISE EXCEPTION 'toolward_approvals: this call is % already: an answered approval is never changed', OLD.state
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.call_id IS DISTINCT FROM OLD.call_id
+        OR NEW.request IS DISTINCT FROM OLD.request
+        OR NEW.held_by IS DISTINCT FROM OLD.held_by
+        OR NEW.held_at_ms IS DISTINCT FROM OLD.held_at_ms
+        OR NEW.expires_at_ms IS DISTINCT FROM OLD.expires_at_ms THEN
+        RAISE EXCEPTION 'toolward_approvals: only the answer of a held call may change, not the call'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION toolward_audit_at_head() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+DECLARE
+    head bigint;
+BEGIN
+    SELECT next_seq INTO head FROM toolward_audit_head WHERE id = 1;
+    IF head IS NULL OR NEW.seq < head THEN
+        RAISE EXCEPTION 'toolward_audit: record % is before the head (next_seq %): records are appended at the head', NEW.seq, head
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION toolward_audit_below_head() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+DECLARE
+    head bigint;
+BEGIN
+    SELECT next_seq INTO head FROM toolward_audit_head WHERE id = 1;
+    IF head IS NULL OR NEW.seq >= head THEN
+        RAISE EXCEPTION 'toolward_audit: record % is not below the head (next_seq %) at commit: a transaction that appends records moves the head past them', NEW.seq, head
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NULL;
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION toolward_audit_at_head() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head() FROM PUBLIC;
+DROP TRIGGER IF EXISTS toolward_approvals_answered_once ON toolward_approvals;
+CREATE TRIGGER toolward_approvals_answered_once BEFORE UPDATE ON toolward_approvals
+    FOR EACH ROW EXECUTE FUNCTION toolward_approvals_answered_once();
+DROP TRIGGER IF EXISTS toolward_audit_at_head ON toolward_audit;
+CREATE TRIGGER toolward_audit_at_head BEFORE INSERT ON toolward_audit
+    FOR EACH ROW EXECUTE FUNCTION toolward_audit_at_head();
+DROP TRIGGER IF EXISTS toolward_audit_below_head ON toolward_audit;
+CREATE CONSTRAINT TRIGGER toolward_audit_below_head AFTER INSERT ON toolward_audit
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION toolward_audit_below_head();
 ";
 
 /// This machine and process, as the approvals table records who held a call and where an
@@ -655,7 +745,7 @@ mod tests {
         .to_string();
         assert_eq!(
             error,
-            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 2: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 3: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
         );
     }
 }
