@@ -32,6 +32,8 @@
 //! as it was answered and each audit record's `seq` at the head ([`TRIGGERS`]). `migrate`
 //! takes an older database to version 3 (what is missing created, the version row moved),
 //! after which an older toolward refuses it: upgrade every gateway of the fleet together.
+//! After migrating it reports drift ([`Drift`]): what the tables hold beyond the roles'
+//! contract.
 //!
 //! # Who the store trusts
 //!
@@ -119,7 +121,149 @@ pub struct Migration {
     pub granted: Vec<&'static str>,
     /// The roles of [`ROLES`] that do not exist, so were granted nothing.
     pub missing: Vec<&'static str>,
+    /// What the toolward tables hold beyond docs/fleet.md's contract, found after migrating:
+    /// empty when they hold only what `migrate` made.
+    pub drift: Vec<Drift>,
 }
+
+/// One thing a toolward table holds that `migrate` did not make and docs/fleet.md does not
+/// give: a privilege beyond [`GRANTS`] (to `PUBLIC`, to a role other than those of [`ROLES`]
+/// and the owner, a column or a grant option more than the role's), row-level security or a
+/// policy, a rule, or a trigger. Shown as one line (`Display`): the table, what it is, and the
+/// SQL that removes it, run as the owner. Names read from the database are escaped (in the
+/// SQL as `U&"..."` identifiers), so the line is safe to print and the SQL still runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The table.
+    pub table: String,
+    /// What it is, names quoted in backticks and escaped.
+    pub what: String,
+    /// The SQL that removes it, ending `;`.
+    pub fix: String,
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let line = format!("{}: {}: {}", self.table, self.what, self.fix);
+        f.write_str(&crate::text::escape(&line))
+    }
+}
+
+/// The tables of [`SCHEMA`], which `migrate` checks for drift.
+const TABLES: &[&str] = &[
+    "toolward_schema",
+    "toolward_audit",
+    "toolward_audit_head",
+    "toolward_approvals",
+    "toolward_facts",
+    "toolward_request_states",
+    "toolward_keys",
+];
+
+/// One privilege [`GRANTS`] gives: the table, the role, the privilege (`SELECT`) and the
+/// column, for a column grant (`UPDATE (state)`).
+#[derive(Debug, PartialEq, Eq)]
+struct Granted {
+    table: &'static str,
+    role: &'static str,
+    privilege: &'static str,
+    column: Option<&'static str>,
+}
+
+/// Every privilege of [`GRANTS`], one per table, role, privilege and column.
+fn granted() -> Vec<Granted> {
+    let mut out = Vec::new();
+    for statement in grants() {
+        let statement = statement.trim_start_matches("GRANT ");
+        let Some((privileges, rest)) = statement.split_once(" ON ") else {
+            continue;
+        };
+        let Some((tables, role)) = rest.split_once(" TO ") else {
+            continue;
+        };
+        for privilege in split_outside_parentheses(privileges) {
+            let (privilege, columns) = match privilege.split_once(" (") {
+                Some((name, columns)) => (
+                    name,
+                    columns
+                        .trim_end_matches(')')
+                        .split(", ")
+                        .map(Some)
+                        .collect::<Vec<_>>(),
+                ),
+                None => (privilege, vec![None]),
+            };
+            for table in tables.split(", ") {
+                for column in &columns {
+                    out.push(Granted {
+                        table,
+                        role,
+                        privilege,
+                        column: *column,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `text` split at each `, ` that is not inside parentheses.
+fn split_outside_parentheses(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(text.get(start..i).unwrap_or_default().trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(text.get(start..).unwrap_or_default().trim());
+    parts
+}
+
+/// `name` as an SQL identifier, given PostgreSQL's `quote_ident` of it: as it is, unless it
+/// holds a character [`crate::text::escape`] would escape, then as a `U&"..."` identifier
+/// with each such character written as a Unicode escape (and `\` doubled), so the SQL runs as
+/// printed and prints as it runs.
+fn sql_identifier(name: &str, quoted: &str) -> String {
+    if !name.chars().any(crate::text::is_escaped) {
+        return quoted.to_owned();
+    }
+    let mut out = String::from("U&\"");
+    for c in name.chars() {
+        match c {
+            '"' => out.push_str("\"\""),
+            '\\' => out.push_str("\\\\"),
+            c if crate::text::is_escaped(c) => {
+                let code = u32::from(c);
+                if code <= 0xFFFF {
+                    out.push_str(&format!("\\{code:04X}"));
+                } else {
+                    out.push_str(&format!("\\+{code:06X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `name` for a message: in backticks, escaped.
+fn shown(name: &str) -> String {
+    format!("`{}`", crate::text::quote(name, MAX_SHOWN_NAME_BYTES))
+}
+
+/// Most bytes of a name read from the database shown in a drift line: 200 (PostgreSQL's own
+/// names are at most 63).
+const MAX_SHOWN_NAME_BYTES: usize = 200;
 
 /// The advisory lock key taken while creating the schema (`'toolward'` in ASCII).
 const SCHEMA_LOCK_KEY: i64 = 0x746f_6f6c_7761_7264;
@@ -468,6 +612,7 @@ impl PgStore {
                     .map_err(|e| self.query_error("grant the roles their rights", e))?;
             }
         }
+        let drift = self.drift(&tx).await?;
         tx.commit()
             .await
             .map_err(|e| self.query_error("commit the schema", e))?;
@@ -478,7 +623,160 @@ impl PgStore {
             key_made,
             granted,
             missing,
+            drift,
         })
+    }
+
+    /// What the toolward tables hold beyond the contract ([`Drift`]): privileges beyond
+    /// [`GRANTS`] (the owner's own are its), row-level security and its policies, rules, and
+    /// triggers other than [`OWN_TRIGGERS`].
+    async fn drift(
+        &self,
+        tx: &impl deadpool_postgres::GenericClient,
+    ) -> Result<Vec<Drift>, PgError> {
+        let tables: &Vec<&str> = &TABLES.to_vec();
+        let query = |sql: &'static str| async move {
+            tx.query(sql, &[&tables])
+                .await
+                .map_err(|e| self.query_error("look for drift on the tables", e))
+        };
+        let mut drift = Vec::new();
+        let expected = granted();
+        // One row per privilege a role other than the table's owner holds: on the table, or
+        // on one column (`column` set).
+        for row in query(
+            "WITH t AS (SELECT c.oid, c.relname, c.relowner FROM pg_class c \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name)), \
+             acl AS ( \
+                 SELECT t.relname, a.grantee, a.privilege_type, a.is_grantable, NULL::name AS attname \
+                 FROM t JOIN pg_class c ON c.oid = t.oid CROSS JOIN LATERAL aclexplode(c.relacl) a \
+                 WHERE a.grantee <> t.relowner \
+                 UNION ALL \
+                 SELECT t.relname, a.grantee, a.privilege_type, a.is_grantable, att.attname \
+                 FROM t JOIN pg_attribute att ON att.attrelid = t.oid AND att.attnum > 0 AND NOT att.attisdropped \
+                 CROSS JOIN LATERAL aclexplode(att.attacl) a \
+                 WHERE a.grantee <> t.relowner) \
+             SELECT relname::text, \
+                 CASE WHEN grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(grantee)::text END, \
+                 CASE WHEN grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(grantee)) END, \
+                 privilege_type, is_grantable, attname::text, quote_ident(attname) \
+             FROM acl ORDER BY 1, 2, 6 NULLS FIRST, 4",
+        )
+        .await?
+        {
+            let table: String = row.get(0);
+            let grantee: String = row.get(1);
+            let grantee_sql = sql_identifier(&grantee, row.get(2));
+            let privilege: String = row.get(3);
+            let grantable: bool = row.get(4);
+            let column: Option<String> = row.get(5);
+            let column_sql = column
+                .as_deref()
+                .map(|name| format!(" ({})", sql_identifier(name, row.get::<_, &str>(6))));
+            let public = grantee == "PUBLIC" && row.get::<_, &str>(2) == "PUBLIC";
+            let contracted = !public
+                && expected.iter().any(|g| {
+                    g.table == table
+                        && g.role == grantee
+                        && g.privilege == privilege
+                        && g.column == column.as_deref()
+                });
+            let of_column = column
+                .as_deref()
+                .map(|name| format!(" of {}", shown(name)))
+                .unwrap_or_default();
+            let to = if public {
+                String::from("`PUBLIC`")
+            } else {
+                shown(&grantee)
+            };
+            let column_sql = column_sql.unwrap_or_default();
+            if !contracted {
+                drift.push(Drift {
+                    what: format!("`{privilege}`{of_column} granted to {to}"),
+                    fix: format!("REVOKE {privilege}{column_sql} ON {table} FROM {grantee_sql};"),
+                    table,
+                });
+            } else if grantable {
+                drift.push(Drift {
+                    what: format!("`{privilege}`{of_column} grantable by {to}"),
+                    fix: format!(
+                        "REVOKE GRANT OPTION FOR {privilege}{column_sql} ON {table} FROM {grantee_sql};"
+                    ),
+                    table,
+                });
+            }
+        }
+        for row in query(
+            "SELECT relname::text, relrowsecurity, relforcerowsecurity FROM pg_class \
+             WHERE oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) \
+               AND (relrowsecurity OR relforcerowsecurity) ORDER BY 1",
+        )
+        .await?
+        {
+            let table: String = row.get(0);
+            if row.get::<_, bool>(1) {
+                drift.push(Drift {
+                    what: String::from("row-level security enabled"),
+                    fix: format!("ALTER TABLE {table} DISABLE ROW LEVEL SECURITY;"),
+                    table: table.clone(),
+                });
+            }
+            if row.get::<_, bool>(2) {
+                drift.push(Drift {
+                    what: String::from("row-level security forced on the owner"),
+                    fix: format!("ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY;"),
+                    table,
+                });
+            }
+        }
+        // Policies, rules and triggers: each by its name and `quote_ident` of it.
+        for (kind, sql, remove) in [
+            (
+                "row-level security policy",
+                "SELECT c.relname::text, p.polname::text, quote_ident(p.polname) \
+                 FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) ORDER BY 1, 2",
+                "DROP POLICY",
+            ),
+            (
+                "rule",
+                "SELECT c.relname::text, r.rulename::text, quote_ident(r.rulename) \
+                 FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) \
+                   AND r.rulename <> '_RETURN' ORDER BY 1, 2",
+                "DROP RULE",
+            ),
+            (
+                "trigger",
+                "SELECT c.relname::text, t.tgname::text, quote_ident(t.tgname) \
+                 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) \
+                   AND NOT t.tgisinternal ORDER BY 1, 2",
+                "DROP TRIGGER",
+            ),
+        ] {
+            for row in query(sql).await? {
+                let table: String = row.get(0);
+                let name: String = row.get(1);
+                if kind == "trigger"
+                    && OWN_TRIGGERS
+                        .iter()
+                        .any(|(own_table, own)| *own_table == table && *own == name)
+                {
+                    continue;
+                }
+                drift.push(Drift {
+                    what: format!("{kind} {} not made by `migrate`", shown(&name)),
+                    fix: format!(
+                        "{remove} {} ON {table};",
+                        sql_identifier(&name, row.get::<_, &str>(2))
+                    ),
+                    table,
+                });
+            }
+        }
+        Ok(drift)
     }
 
     pub(crate) fn connect_error(&self, error: impl std::error::Error) -> PgError {
@@ -656,6 +954,14 @@ CREATE CONSTRAINT TRIGGER toolward_audit_below_head AFTER INSERT ON toolward_aud
     FOR EACH ROW EXECUTE FUNCTION toolward_audit_below_head();
 ";
 
+/// The triggers [`TRIGGERS`] makes, as `(table, trigger)`: `migrate` reports any other
+/// trigger on a toolward table as drift.
+const OWN_TRIGGERS: &[(&str, &str)] = &[
+    ("toolward_approvals", "toolward_approvals_answered_once"),
+    ("toolward_audit", "toolward_audit_at_head"),
+    ("toolward_audit", "toolward_audit_below_head"),
+];
+
 /// This machine and process, as the approvals table records who held a call and where an
 /// answer came from: `HOSTNAME:PID`.
 pub(crate) fn this_process() -> String {
@@ -730,6 +1036,69 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn granted_lists_each_privilege_of_grants_per_table_and_column() {
+        let granted = granted();
+        for (table, role, privilege, column) in [
+            ("toolward_audit", "toolward_gateway", "INSERT", None),
+            ("toolward_approvals", "toolward_gateway", "UPDATE", Some("state")),
+            ("toolward_approvals", "toolward_approver", "UPDATE", Some("answered_at_ms")),
+            ("toolward_audit_head", "toolward_auditor", "SELECT", None),
+        ] {
+            assert!(
+                granted.contains(&Granted {
+                    table,
+                    role,
+                    privilege,
+                    column
+                }),
+                "{table} {role} {privilege} {column:?}"
+            );
+        }
+        assert!(!granted.iter().any(|g| g.table == "toolward_approvals"
+            && g.role == "toolward_gateway"
+            && g.privilege == "UPDATE"
+            && g.column.is_none_or(|c| c != "state")));
+        assert_eq!(granted.len(), 27);
+    }
+
+    #[test]
+    fn the_schema_makes_each_table_and_trigger_the_drift_check_knows() {
+        for table in TABLES {
+            assert!(
+                SCHEMA.contains(&format!("CREATE TABLE IF NOT EXISTS {table} (")),
+                "{table}"
+            );
+        }
+        assert_eq!(SCHEMA.matches("CREATE TABLE").count(), TABLES.len());
+        for (table, trigger) in OWN_TRIGGERS {
+            assert!(
+                TRIGGERS.contains(&format!("DROP TRIGGER IF EXISTS {trigger} ON {table};")),
+                "{trigger}"
+            );
+        }
+        assert_eq!(TRIGGERS.matches("TRIGGER toolward_").count(), OWN_TRIGGERS.len());
+    }
+
+    #[test]
+    fn a_name_with_an_escaped_character_becomes_a_unicode_identifier_that_prints_safely() {
+        assert_eq!(sql_identifier("plain", "plain"), "plain");
+        assert_eq!(sql_identifier("Mixed", "\"Mixed\""), "\"Mixed\"");
+        assert_eq!(
+            sql_identifier("a\u{1b}[2K\"b\\\u{E0041}", "ignored"),
+            "U&\"a\\001B[2K\"\"b\\\\\\+0E0041\""
+        );
+        let drift = Drift {
+            table: String::from("toolward_audit"),
+            what: format!("trigger {}", shown("x\u{202E}y`z")),
+            fix: String::from("DROP TRIGGER x ON toolward_audit;"),
+        };
+        assert_eq!(
+            drift.to_string(),
+            "toolward_audit: trigger `x\\u{202E}y'z`: DROP TRIGGER x ON toolward_audit;"
+        );
     }
 
     #[test]

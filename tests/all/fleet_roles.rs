@@ -233,7 +233,8 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     assert!(
         first.contains("created the schema, version 3")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 3"),
+            && first.contains("schema version 3")
+            && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
@@ -768,5 +769,83 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
     )
     .await;
     drop((gateway, admin));
+    db.drop_database().await;
+}
+
+/// What a role with too much reach leaves on the tables, for `migrate` to find: rights for
+/// everyone and for a login role, a column and a grant option beyond a group's, row-level
+/// security with a policy whose name holds an escape character, a rule and a trigger.
+const PLANTED: &str = r#"
+GRANT SELECT ON toolward_keys TO PUBLIC;
+GRANT INSERT, DELETE ON toolward_audit TO toolward_gw1;
+GRANT UPDATE (answerer) ON toolward_approvals TO toolward_gateway;
+GRANT SELECT ON toolward_audit TO toolward_auditor WITH GRANT OPTION;
+ALTER TABLE toolward_approvals ENABLE ROW LEVEL SECURITY;
+CREATE POLICY U&"look\001B[2Khere" ON toolward_approvals USING (true);
+CREATE RULE toolward_copy AS ON INSERT TO toolward_audit DO ALSO NOTIFY toolward_copy;
+CREATE FUNCTION toolward_planted() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+CREATE TRIGGER toolward_planted BEFORE INSERT ON toolward_audit
+    FOR EACH ROW EXECUTE FUNCTION toolward_planted();
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_names_each_grant_policy_rule_and_trigger_beyond_the_roles_and_fails_unless_accepted()
+ {
+    let Some(db) = RoleDatabase::new("migrate reports drift").await else {
+        return;
+    };
+    db.migrate();
+    let admin = connect(&db.admin_url).await;
+    admin.batch_execute(PLANTED).await.unwrap();
+
+    let owner = db.config(OWNER);
+    let (ok, stdout, stderr) = toolward(&owner, &["store", "migrate"]);
+    assert!(
+        !ok,
+        "migrate passed a database with drift: {stdout}{stderr}"
+    );
+    let drift: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("drift: "))
+        .collect();
+    assert_eq!(
+        drift,
+        [
+            "toolward_approvals: `UPDATE` of `answerer` granted to `toolward_gateway`: REVOKE UPDATE (answerer) ON toolward_approvals FROM toolward_gateway;",
+            "toolward_audit: `SELECT` grantable by `toolward_auditor`: REVOKE GRANT OPTION FOR SELECT ON toolward_audit FROM toolward_auditor;",
+            "toolward_audit: `DELETE` granted to `toolward_gw1`: REVOKE DELETE ON toolward_audit FROM toolward_gw1;",
+            "toolward_audit: `INSERT` granted to `toolward_gw1`: REVOKE INSERT ON toolward_audit FROM toolward_gw1;",
+            "toolward_keys: `SELECT` granted to `PUBLIC`: REVOKE SELECT ON toolward_keys FROM PUBLIC;",
+            "toolward_approvals: row-level security enabled: ALTER TABLE toolward_approvals DISABLE ROW LEVEL SECURITY;",
+            "toolward_approvals: row-level security policy `look\\u{001B}[2Khere` not made by `migrate`: DROP POLICY U&\"look\\001B[2Khere\" ON toolward_approvals;",
+            "toolward_audit: rule `toolward_copy` not made by `migrate`: DROP RULE toolward_copy ON toolward_audit;",
+            "toolward_audit: trigger `toolward_planted` not made by `migrate`: DROP TRIGGER toolward_planted ON toolward_audit;",
+        ],
+        "{stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "a raw escape was printed");
+    assert!(
+        stderr.contains("9 things beyond docs/fleet.md's roles")
+            && stderr.contains("--accept-drift"),
+        "{stderr}"
+    );
+    let (ok, accepted, stderr) = toolward(&owner, &["store", "migrate", "--accept-drift"]);
+    assert!(
+        ok && accepted.contains("accepted 9 findings"),
+        "{accepted}{stderr}"
+    );
+
+    // Each line's SQL, run as the owner, removes what it names.
+    let as_owner = db.connect(OWNER).await;
+    for line in &drift {
+        let (_, sql) = line.split_once(": ").unwrap().1.rsplit_once(": ").unwrap();
+        as_owner
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}`: {e}"));
+    }
+    let clean = db.migrate();
+    assert!(!clean.contains("drift:"), "{clean}");
+    drop((admin, as_owner));
     db.drop_database().await;
 }
