@@ -242,11 +242,21 @@ enum StoreCommand {
     /// starts and after each upgrade of toolward; running it again changes nothing. Every
     /// other command runs no DDL and refuses a schema that is missing or older.
     ///
+    /// Then it checks the tables for drift: privileges beyond docs/fleet.md's (to `PUBLIC`, to
+    /// other roles, more columns, grant options), row-level security and policies, rules, and
+    /// triggers it did not make. Each finding is a line `drift: TABLE: WHAT: SQL`, the SQL
+    /// removing it when run as the owner, and any finding exits 1 (the migration itself is
+    /// kept) unless `--accept-drift`.
+    ///
     /// Example: `toolward store migrate --config toolward.json`
     Migrate {
         /// The config file (its `store.postgres`).
         #[arg(long, short, default_value = "toolward.json")]
         config: PathBuf,
+        /// Exit 0 even when the tables hold more than the contract (the findings are still
+        /// printed): for a grant, policy, rule or trigger the operator added on purpose.
+        #[arg(long)]
+        accept_drift: bool,
     },
 }
 
@@ -652,8 +662,12 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
         } => call(&config, &tool, &args, json).await,
         Command::Approvals { config, command } => approvals(&config, command).await,
         Command::Store {
-            command: StoreCommand::Migrate { config },
-        } => store_migrate(&config).await,
+            command:
+                StoreCommand::Migrate {
+                    config,
+                    accept_drift,
+                },
+        } => store_migrate(&config, accept_drift).await,
         Command::Audit {
             command: AuditCommand::Verify { file, config, json },
         } => match (file, config) {
@@ -1100,8 +1114,9 @@ async fn approvals_store(
 }
 
 /// `toolward store migrate --config`: creates or upgrades the PostgreSQL schema and grants
-/// the roles of docs/fleet.md, as the role that owns the tables.
-async fn store_migrate(config_path: &Path) -> Result<ExitCode, Failure> {
+/// the roles of docs/fleet.md, as the role that owns the tables; then reports drift, exiting
+/// 1 on any unless `accept_drift`.
+async fn store_migrate(config_path: &Path, accept_drift: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     let crate::config::StoreConfig::Postgres { url } = &config.store else {
         return Err(usage(anyhow!(
@@ -1141,8 +1156,22 @@ async fn store_migrate(config_path: &Path) -> Result<ExitCode, Failure> {
             "role `{role}` does not exist: granted it nothing (create it as docs/fleet.md shows, then run `migrate` again)"
         );
     }
+    for drift in &migration.drift {
+        println!("drift: {drift}");
+    }
     println!("schema version {}", migration.to);
-    Ok(ExitCode::SUCCESS)
+    if migration.drift.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let count = migration.drift.len();
+    if accept_drift {
+        println!("accepted {count} findings of drift (`--accept-drift`)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "toolward: PostgreSQL store {name}: its tables hold {count} things beyond docs/fleet.md's roles (the `drift:` lines): run each line's SQL as the owner, or run `migrate` again with `--accept-drift` to keep them"
+    );
+    Ok(ExitCode::from(EXIT_FOUND))
 }
 
 /// `a`, `b`, `c`: each in backticks.

@@ -28,16 +28,20 @@
 //! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`](crate::store::postgres::PgLedger)) |
 //! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`](crate::store::postgres::PgLedger::key)) |
 //!
-//! Version 2 added the last two tables; `migrate` takes a version 1 database to version 2 (the
-//! tables created, the version row moved to 2), after which a version 1 toolward refuses it:
-//! upgrade every gateway of the fleet together.
+//! Version 2 added the last two tables; version 3 the triggers that keep an answered approval
+//! as it was answered and each audit record's `seq` at the head ([`TRIGGERS`]). `migrate`
+//! takes an older database to version 3 (what is missing created, the version row moved),
+//! after which an older toolward refuses it: upgrade every gateway of the fleet together.
+//! After migrating it reports drift ([`Drift`]): what the tables hold beyond the roles'
+//! contract.
 //!
 //! # Who the store trusts
 //!
 //! The database's access control is the boundary: whoever can write these tables can forge
 //! an approval or rewrite the chain's tail (the chain still shows a rewrite of anything
-//! before the head a verifier kept). [`GRANTS`] gives each role only what it needs; see
-//! docs/fleet.md and SECURITY.md.
+//! before the head a verifier kept). [`GRANTS`] gives each role only what it needs, and the
+//! triggers of version 3 keep what column grants cannot (rows already answered, records away
+//! from the head); see docs/fleet.md and SECURITY.md.
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,9 +50,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
 
-/// The schema version this toolward writes and reads: 2 (1 without the fact counters and the
-/// `requestState` ledger).
-pub const SCHEMA_VERSION: i32 = 2;
+/// The schema version this toolward writes and reads: 3 (2 without the triggers that keep an
+/// answered approval and the chain's `seq` as toolward writes them, 1 without the fact
+/// counters and the `requestState` ledger).
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
 pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
@@ -116,7 +121,149 @@ pub struct Migration {
     pub granted: Vec<&'static str>,
     /// The roles of [`ROLES`] that do not exist, so were granted nothing.
     pub missing: Vec<&'static str>,
+    /// What the toolward tables hold beyond docs/fleet.md's contract, found after migrating:
+    /// empty when they hold only what `migrate` made.
+    pub drift: Vec<Drift>,
 }
+
+/// One thing a toolward table holds that `migrate` did not make and docs/fleet.md does not
+/// give: a privilege beyond [`GRANTS`] (to `PUBLIC`, to a role other than those of [`ROLES`]
+/// and the owner, a column or a grant option more than the role's), row-level security or a
+/// policy, a rule, or a trigger. Shown as one line (`Display`): the table, what it is, and the
+/// SQL that removes it, run as the owner. Names read from the database are escaped (in the
+/// SQL as `U&"..."` identifiers), so the line is safe to print and the SQL still runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// The table.
+    pub table: String,
+    /// What it is, names quoted in backticks and escaped.
+    pub what: String,
+    /// The SQL that removes it, ending `;`.
+    pub fix: String,
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let line = format!("{}: {}: {}", self.table, self.what, self.fix);
+        f.write_str(&crate::text::escape(&line))
+    }
+}
+
+/// The tables of [`SCHEMA`], which `migrate` checks for drift.
+const TABLES: &[&str] = &[
+    "toolward_schema",
+    "toolward_audit",
+    "toolward_audit_head",
+    "toolward_approvals",
+    "toolward_facts",
+    "toolward_request_states",
+    "toolward_keys",
+];
+
+/// One privilege [`GRANTS`] gives: the table, the role, the privilege (`SELECT`) and the
+/// column, for a column grant (`UPDATE (state)`).
+#[derive(Debug, PartialEq, Eq)]
+struct Granted {
+    table: &'static str,
+    role: &'static str,
+    privilege: &'static str,
+    column: Option<&'static str>,
+}
+
+/// Every privilege of [`GRANTS`], one per table, role, privilege and column.
+fn granted() -> Vec<Granted> {
+    let mut out = Vec::new();
+    for statement in grants() {
+        let statement = statement.trim_start_matches("GRANT ");
+        let Some((privileges, rest)) = statement.split_once(" ON ") else {
+            continue;
+        };
+        let Some((tables, role)) = rest.split_once(" TO ") else {
+            continue;
+        };
+        for privilege in split_outside_parentheses(privileges) {
+            let (privilege, columns) = match privilege.split_once(" (") {
+                Some((name, columns)) => (
+                    name,
+                    columns
+                        .trim_end_matches(')')
+                        .split(", ")
+                        .map(Some)
+                        .collect::<Vec<_>>(),
+                ),
+                None => (privilege, vec![None]),
+            };
+            for table in tables.split(", ") {
+                for column in &columns {
+                    out.push(Granted {
+                        table,
+                        role,
+                        privilege,
+                        column: *column,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `text` split at each `, ` that is not inside parentheses.
+fn split_outside_parentheses(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(text.get(start..i).unwrap_or_default().trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(text.get(start..).unwrap_or_default().trim());
+    parts
+}
+
+/// `name` as an SQL identifier, given PostgreSQL's `quote_ident` of it: as it is, unless it
+/// holds a character [`crate::text::escape`] would escape, then as a `U&"..."` identifier
+/// with each such character written as a Unicode escape (and `\` doubled), so the SQL runs as
+/// printed and prints as it runs.
+fn sql_identifier(name: &str, quoted: &str) -> String {
+    if !name.chars().any(crate::text::is_escaped) {
+        return quoted.to_owned();
+    }
+    let mut out = String::from("U&\"");
+    for c in name.chars() {
+        match c {
+            '"' => out.push_str("\"\""),
+            '\\' => out.push_str("\\\\"),
+            c if crate::text::is_escaped(c) => {
+                let code = u32::from(c);
+                if code <= 0xFFFF {
+                    out.push_str(&format!("\\{code:04X}"));
+                } else {
+                    out.push_str(&format!("\\+{code:06X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `name` for a message: in backticks, escaped.
+fn shown(name: &str) -> String {
+    format!("`{}`", crate::text::quote(name, MAX_SHOWN_NAME_BYTES))
+}
+
+/// Most bytes of a name read from the database shown in a drift line: 200 (PostgreSQL's own
+/// names are at most 63).
+const MAX_SHOWN_NAME_BYTES: usize = 200;
 
 /// The advisory lock key taken while creating the schema (`'toolward'` in ASCII).
 const SCHEMA_LOCK_KEY: i64 = 0x746f_6f6c_7761_7264;
@@ -408,6 +555,9 @@ impl PgStore {
         tx.batch_execute(SCHEMA)
             .await
             .map_err(|e| self.query_error("create the schema", e))?;
+        tx.batch_execute(TRIGGERS)
+            .await
+            .map_err(|e| self.query_error("create the schema's triggers", e))?;
         // The fleet's `requestState` key, made once, inside the schema transaction and under
         // its lock.
         let key_made = tx
@@ -462,6 +612,7 @@ impl PgStore {
                     .map_err(|e| self.query_error("grant the roles their rights", e))?;
             }
         }
+        let drift = self.drift(&tx).await?;
         tx.commit()
             .await
             .map_err(|e| self.query_error("commit the schema", e))?;
@@ -472,7 +623,160 @@ impl PgStore {
             key_made,
             granted,
             missing,
+            drift,
         })
+    }
+
+    /// What the toolward tables hold beyond the contract ([`Drift`]): privileges beyond
+    /// [`GRANTS`] (the owner's own are its), row-level security and its policies, rules, and
+    /// triggers other than [`OWN_TRIGGERS`].
+    async fn drift(
+        &self,
+        tx: &impl deadpool_postgres::GenericClient,
+    ) -> Result<Vec<Drift>, PgError> {
+        let tables: &Vec<&str> = &TABLES.to_vec();
+        let query = |sql: &'static str| async move {
+            tx.query(sql, &[&tables])
+                .await
+                .map_err(|e| self.query_error("look for drift on the tables", e))
+        };
+        let mut drift = Vec::new();
+        let expected = granted();
+        // One row per privilege a role other than the table's owner holds: on the table, or
+        // on one column (`column` set).
+        for row in query(
+            "WITH t AS (SELECT c.oid, c.relname, c.relowner FROM pg_class c \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name)), \
+             acl AS ( \
+                 SELECT t.relname, a.grantee, a.privilege_type, a.is_grantable, NULL::name AS attname \
+                 FROM t JOIN pg_class c ON c.oid = t.oid CROSS JOIN LATERAL aclexplode(c.relacl) a \
+                 WHERE a.grantee <> t.relowner \
+                 UNION ALL \
+                 SELECT t.relname, a.grantee, a.privilege_type, a.is_grantable, att.attname \
+                 FROM t JOIN pg_attribute att ON att.attrelid = t.oid AND att.attnum > 0 AND NOT att.attisdropped \
+                 CROSS JOIN LATERAL aclexplode(att.attacl) a \
+                 WHERE a.grantee <> t.relowner) \
+             SELECT relname::text, \
+                 CASE WHEN grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(grantee)::text END, \
+                 CASE WHEN grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(grantee)) END, \
+                 privilege_type, is_grantable, attname::text, quote_ident(attname) \
+             FROM acl ORDER BY 1, 2, 6 NULLS FIRST, 4",
+        )
+        .await?
+        {
+            let table: String = row.get(0);
+            let grantee: String = row.get(1);
+            let grantee_sql = sql_identifier(&grantee, row.get(2));
+            let privilege: String = row.get(3);
+            let grantable: bool = row.get(4);
+            let column: Option<String> = row.get(5);
+            let column_sql = column
+                .as_deref()
+                .map(|name| format!(" ({})", sql_identifier(name, row.get::<_, &str>(6))));
+            let public = grantee == "PUBLIC" && row.get::<_, &str>(2) == "PUBLIC";
+            let contracted = !public
+                && expected.iter().any(|g| {
+                    g.table == table
+                        && g.role == grantee
+                        && g.privilege == privilege
+                        && g.column == column.as_deref()
+                });
+            let of_column = column
+                .as_deref()
+                .map(|name| format!(" of {}", shown(name)))
+                .unwrap_or_default();
+            let to = if public {
+                String::from("`PUBLIC`")
+            } else {
+                shown(&grantee)
+            };
+            let column_sql = column_sql.unwrap_or_default();
+            if !contracted {
+                drift.push(Drift {
+                    what: format!("`{privilege}`{of_column} granted to {to}"),
+                    fix: format!("REVOKE {privilege}{column_sql} ON {table} FROM {grantee_sql};"),
+                    table,
+                });
+            } else if grantable {
+                drift.push(Drift {
+                    what: format!("`{privilege}`{of_column} grantable by {to}"),
+                    fix: format!(
+                        "REVOKE GRANT OPTION FOR {privilege}{column_sql} ON {table} FROM {grantee_sql};"
+                    ),
+                    table,
+                });
+            }
+        }
+        for row in query(
+            "SELECT relname::text, relrowsecurity, relforcerowsecurity FROM pg_class \
+             WHERE oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) \
+               AND (relrowsecurity OR relforcerowsecurity) ORDER BY 1",
+        )
+        .await?
+        {
+            let table: String = row.get(0);
+            if row.get::<_, bool>(1) {
+                drift.push(Drift {
+                    what: String::from("row-level security enabled"),
+                    fix: format!("ALTER TABLE {table} DISABLE ROW LEVEL SECURITY;"),
+                    table: table.clone(),
+                });
+            }
+            if row.get::<_, bool>(2) {
+                drift.push(Drift {
+                    what: String::from("row-level security forced on the owner"),
+                    fix: format!("ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY;"),
+                    table,
+                });
+            }
+        }
+        // Policies, rules and triggers: each by its name and `quote_ident` of it.
+        for (kind, sql, remove) in [
+            (
+                "row-level security policy",
+                "SELECT c.relname::text, p.polname::text, quote_ident(p.polname) \
+                 FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) ORDER BY 1, 2",
+                "DROP POLICY",
+            ),
+            (
+                "rule",
+                "SELECT c.relname::text, r.rulename::text, quote_ident(r.rulename) \
+                 FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) \
+                   AND r.rulename <> '_RETURN' ORDER BY 1, 2",
+                "DROP RULE",
+            ),
+            (
+                "trigger",
+                "SELECT c.relname::text, t.tgname::text, quote_ident(t.tgname) \
+                 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+                 WHERE c.oid = ANY (SELECT name::regclass FROM unnest($1::text[]) name) \
+                   AND NOT t.tgisinternal ORDER BY 1, 2",
+                "DROP TRIGGER",
+            ),
+        ] {
+            for row in query(sql).await? {
+                let table: String = row.get(0);
+                let name: String = row.get(1);
+                if kind == "trigger"
+                    && OWN_TRIGGERS
+                        .iter()
+                        .any(|(own_table, own)| *own_table == table && *own == name)
+                {
+                    continue;
+                }
+                drift.push(Drift {
+                    what: format!("{kind} {} not made by `migrate`", shown(&name)),
+                    fix: format!(
+                        "{remove} {} ON {table};",
+                        sql_identifier(&name, row.get::<_, &str>(2))
+                    ),
+                    table,
+                });
+            }
+        }
+        Ok(drift)
     }
 
     pub(crate) fn connect_error(&self, error: impl std::error::Error) -> PgError {
@@ -510,16 +814,16 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 database it adds the
-/// version 2 tables and moves the version row (never down: [`PgStore::migrate`] refuses a
+/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 or 2
+/// database it adds what is missing and moves the version row (never down: [`PgStore::migrate`] refuses a
 /// newer version before running it).
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 2)
-    ON CONFLICT (id) DO UPDATE SET version = 2 WHERE toolward_schema.version < 2;
+INSERT INTO toolward_schema (id, version) VALUES (1, 3)
+    ON CONFLICT (id) DO UPDATE SET version = 3 WHERE toolward_schema.version < 3;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -565,6 +869,98 @@ CREATE TABLE IF NOT EXISTS toolward_keys (
     key bytea NOT NULL CHECK (length(key) = 32)
 );
 ";
+
+/// The triggers of version 3, run by every [`PgStore::migrate`] after [`SCHEMA`]: each
+/// function replaced and each trigger dropped and made again, so after `migrate` they are
+/// exactly these (enabled, calling these functions), whatever was there before. They bind
+/// every role, the owner included, since column grants cannot tell rows apart:
+///
+/// - `toolward_approvals_answered_once`: an `UPDATE` of a row no longer `pending` is refused
+///   (an answer, once given, and an abandonment stay as written), and so is one that changes
+///   the held call (`call_id`, `request`, `held_by`, `held_at_ms`, `expires_at_ms`). Every
+///   `UPDATE` toolward makes has `WHERE ... state = 'pending'` and sets only the answer
+///   columns, so none is refused.
+/// - `toolward_audit_at_head` (before each insert) and `toolward_audit_below_head` (a
+///   constraint trigger, deferred to the commit): a record's `seq` must be at or past the
+///   head row's `next_seq` when it is inserted, and below it when its transaction commits.
+///   The writer inserts from `next_seq` and moves the head past its last record in the same
+///   transaction, so it passes; a stray insert far past the head (which would collide later
+///   with the chain's own `seq` and refuse every call of the fleet) does not commit.
+///
+/// The functions only raise (`SECURITY INVOKER`) and read the head row by a `search_path` of
+/// the schema the tables are in, then `pg_temp` last, so a temporary table of the
+/// inserting session cannot stand in for the head.
+const TRIGGERS: &str = r"
+CREATE OR REPLACE FUNCTION toolward_approvals_answered_once() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+BEGIN
+    IF OLD.state <> 'pending' THEN
+        RAISE EXCEPTION 'toolward_approvals: this call is % already: an answered approval is never changed', OLD.state
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NEW.call_id IS DISTINCT FROM OLD.call_id
+        OR NEW.request IS DISTINCT FROM OLD.request
+        OR NEW.held_by IS DISTINCT FROM OLD.held_by
+        OR NEW.held_at_ms IS DISTINCT FROM OLD.held_at_ms
+        OR NEW.expires_at_ms IS DISTINCT FROM OLD.expires_at_ms THEN
+        RAISE EXCEPTION 'toolward_approvals: only the answer of a held call may change, not the call'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION toolward_audit_at_head() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+DECLARE
+    head bigint;
+BEGIN
+    SELECT next_seq INTO head FROM toolward_audit_head WHERE id = 1;
+    IF head IS NULL OR NEW.seq < head THEN
+        RAISE EXCEPTION 'toolward_audit: record % is before the head (next_seq %): records are appended at the head', NEW.seq, head
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION toolward_audit_below_head() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+DECLARE
+    head bigint;
+BEGIN
+    SELECT next_seq INTO head FROM toolward_audit_head WHERE id = 1;
+    IF head IS NULL OR NEW.seq >= head THEN
+        RAISE EXCEPTION 'toolward_audit: record % is not below the head (next_seq %) at commit: a transaction that appends records moves the head past them', NEW.seq, head
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NULL;
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION toolward_audit_at_head() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head() FROM PUBLIC;
+DROP TRIGGER IF EXISTS toolward_approvals_answered_once ON toolward_approvals;
+CREATE TRIGGER toolward_approvals_answered_once BEFORE UPDATE ON toolward_approvals
+    FOR EACH ROW EXECUTE FUNCTION toolward_approvals_answered_once();
+DROP TRIGGER IF EXISTS toolward_audit_at_head ON toolward_audit;
+CREATE TRIGGER toolward_audit_at_head BEFORE INSERT ON toolward_audit
+    FOR EACH ROW EXECUTE FUNCTION toolward_audit_at_head();
+DROP TRIGGER IF EXISTS toolward_audit_below_head ON toolward_audit;
+CREATE CONSTRAINT TRIGGER toolward_audit_below_head AFTER INSERT ON toolward_audit
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION toolward_audit_below_head();
+";
+
+/// The triggers [`TRIGGERS`] makes, as `(table, trigger)`: `migrate` reports any other
+/// trigger on a toolward table as drift.
+const OWN_TRIGGERS: &[(&str, &str)] = &[
+    ("toolward_approvals", "toolward_approvals_answered_once"),
+    ("toolward_audit", "toolward_audit_at_head"),
+    ("toolward_audit", "toolward_audit_below_head"),
+];
 
 /// This machine and process, as the approvals table records who held a call and where an
 /// answer came from: `HOSTNAME:PID`.
@@ -643,6 +1039,69 @@ mod tests {
     }
 
     #[test]
+    fn granted_lists_each_privilege_of_grants_per_table_and_column() {
+        let granted = granted();
+        for (table, role, privilege, column) in [
+            ("toolward_audit", "toolward_gateway", "INSERT", None),
+            ("toolward_approvals", "toolward_gateway", "UPDATE", Some("state")),
+            ("toolward_approvals", "toolward_approver", "UPDATE", Some("answered_at_ms")),
+            ("toolward_audit_head", "toolward_auditor", "SELECT", None),
+        ] {
+            assert!(
+                granted.contains(&Granted {
+                    table,
+                    role,
+                    privilege,
+                    column
+                }),
+                "{table} {role} {privilege} {column:?}"
+            );
+        }
+        assert!(!granted.iter().any(|g| g.table == "toolward_approvals"
+            && g.role == "toolward_gateway"
+            && g.privilege == "UPDATE"
+            && g.column.is_none_or(|c| c != "state")));
+        assert_eq!(granted.len(), 27);
+    }
+
+    #[test]
+    fn the_schema_makes_each_table_and_trigger_the_drift_check_knows() {
+        for table in TABLES {
+            assert!(
+                SCHEMA.contains(&format!("CREATE TABLE IF NOT EXISTS {table} (")),
+                "{table}"
+            );
+        }
+        assert_eq!(SCHEMA.matches("CREATE TABLE").count(), TABLES.len());
+        for (table, trigger) in OWN_TRIGGERS {
+            assert!(
+                TRIGGERS.contains(&format!("DROP TRIGGER IF EXISTS {trigger} ON {table};")),
+                "{trigger}"
+            );
+        }
+        assert_eq!(TRIGGERS.matches("TRIGGER toolward_").count(), OWN_TRIGGERS.len());
+    }
+
+    #[test]
+    fn a_name_with_an_escaped_character_becomes_a_unicode_identifier_that_prints_safely() {
+        assert_eq!(sql_identifier("plain", "plain"), "plain");
+        assert_eq!(sql_identifier("Mixed", "\"Mixed\""), "\"Mixed\"");
+        assert_eq!(
+            sql_identifier("a\u{1b}[2K\"b\\\u{E0041}", "ignored"),
+            "U&\"a\\001B[2K\"\"b\\\\\\+0E0041\""
+        );
+        let drift = Drift {
+            table: String::from("toolward_audit"),
+            what: format!("trigger {}", shown("x\u{202E}y`z")),
+            fix: String::from("DROP TRIGGER x ON toolward_audit;"),
+        };
+        assert_eq!(
+            drift.to_string(),
+            "toolward_audit: trigger `x\\u{202E}y'z`: DROP TRIGGER x ON toolward_audit;"
+        );
+    }
+
+    #[test]
     fn an_unmigrated_store_names_the_migrate_command_and_the_database_without_the_password() {
         let store = PgStore::new("postgres://gw:s3cret@db.internal:5433/fleet")
             .unwrap()
@@ -655,7 +1114,7 @@ mod tests {
         .to_string();
         assert_eq!(
             error,
-            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 2: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 3: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
         );
     }
 }

@@ -231,14 +231,15 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     };
     let first = db.migrate();
     assert!(
-        first.contains("created the schema, version 2")
+        first.contains("created the schema, version 3")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 2"),
+            && first.contains("schema version 3")
+            && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
     assert!(
-        again.contains("schema version 2 already; nothing to create")
+        again.contains("schema version 3 already; nothing to create")
             && !again.contains("made the fleet's"),
         "{again}"
     );
@@ -401,7 +402,7 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
     let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
     assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
     let expected = format!(
-        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 2: run `toolward store migrate --config {}` as the role that owns the tables",
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 3: run `toolward store migrate --config {}` as the role that owns the tables",
         db.server,
         db.name,
         config.display()
@@ -521,5 +522,330 @@ async fn the_docs_upgrade_block_takes_the_tables_from_a_gateway_that_made_them_a
     let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
     assert!(ok && stdout.contains("chain intact"), "{stdout}{stderr}");
     drop(old);
+    db.drop_database().await;
+}
+
+/// Holds a call as the gateway holds one (its `INSERT`), waiting until far in the future.
+async fn hold(gateway: &deadpool_postgres::Object, call_id: &str) {
+    gateway
+        .execute(
+            "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) \
+             VALUES ($1, '{}', 'gw1:1', 0, 9223372036854775807)",
+            &[&call_id],
+        )
+        .await
+        .unwrap();
+}
+
+/// The state and answerer of the held call `call_id`.
+async fn answer_of(client: &deadpool_postgres::Object, call_id: &str) -> (String, Option<String>) {
+    let row = client
+        .query_one(
+            "SELECT state, answerer FROM toolward_approvals WHERE call_id = $1",
+            &[&call_id],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answered_or_abandoned_approval_cannot_be_rewritten_by_the_approver_or_the_gateway() {
+    let Some(db) = RoleDatabase::new("answered approvals stay").await else {
+        return;
+    };
+    db.migrate();
+    let gateway = db.connect(GATEWAY).await;
+    let approver = db.connect(APPROVER).await;
+    for call_id in ["answered", "abandoned", "pending"] {
+        hold(&gateway, call_id).await;
+    }
+    // What toolward does: an answer (`approvals approve`) and an abandonment (a gateway whose
+    // wait ended), each of a pending row.
+    approver
+        .batch_execute(
+            "UPDATE toolward_approvals SET state = 'approved', reason = NULL, answerer = 'alice', \
+             answerer_uid = 1000, answered_from = 'laptop:7', answered_at_ms = 1 \
+             WHERE call_id = 'answered' AND state = 'pending'",
+        )
+        .await
+        .unwrap();
+    gateway
+        .batch_execute(
+            "UPDATE toolward_approvals SET state = 'abandoned' \
+             WHERE call_id = 'abandoned' AND state = 'pending'",
+        )
+        .await
+        .unwrap();
+
+    for (client, role, statement) in [
+        (
+            &approver,
+            APPROVER.0,
+            "UPDATE toolward_approvals SET answerer = 'mallory', answerer_uid = 0 WHERE call_id = 'answered'",
+        ),
+        (
+            &approver,
+            APPROVER.0,
+            "UPDATE toolward_approvals SET state = 'denied', reason = 'never approved' WHERE call_id = 'answered'",
+        ),
+        (
+            &approver,
+            APPROVER.0,
+            "UPDATE toolward_approvals SET state = 'approved' WHERE call_id = 'abandoned'",
+        ),
+        (
+            &gateway,
+            GATEWAY.0,
+            "UPDATE toolward_approvals SET state = 'abandoned' WHERE call_id = 'answered'",
+        ),
+        (
+            &gateway,
+            GATEWAY.0,
+            "UPDATE toolward_approvals SET state = 'pending' WHERE call_id = 'abandoned'",
+        ),
+    ] {
+        assert_denied(client, role, statement).await;
+    }
+    assert_eq!(
+        answer_of(&approver, "answered").await,
+        ("approved".to_owned(), Some("alice".to_owned()))
+    );
+    assert_eq!(
+        answer_of(&approver, "abandoned").await,
+        ("abandoned".to_owned(), None)
+    );
+
+    // The held call itself never changes, not even by the owner (the one role with the
+    // column rights to try).
+    let owner = db.connect(OWNER).await;
+    for statement in [
+        "UPDATE toolward_approvals SET request = '{\"tool\": \"other\"}' WHERE call_id = 'pending'",
+        "UPDATE toolward_approvals SET call_id = 'renamed' WHERE call_id = 'pending'",
+        "UPDATE toolward_approvals SET held_by = 'elsewhere:1' WHERE call_id = 'pending'",
+        "UPDATE toolward_approvals SET held_at_ms = 1 WHERE call_id = 'pending'",
+        "UPDATE toolward_approvals SET expires_at_ms = 1 WHERE call_id = 'pending'",
+    ] {
+        assert_denied(&owner, OWNER.0, statement).await;
+    }
+    // And a pending call is still answered as toolward answers it.
+    let answered = approver
+        .execute(
+            "UPDATE toolward_approvals SET state = 'denied', reason = 'no', answerer = 'alice' \
+             WHERE call_id = 'pending' AND state = 'pending'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(answered, 1);
+    drop((gateway, approver, owner));
+    db.drop_database().await;
+}
+
+/// The head row's `next_seq`.
+async fn next_seq(client: &deadpool_postgres::Object) -> i64 {
+    client
+        .query_one("SELECT next_seq FROM toolward_audit_head WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_role_cannot_insert_an_audit_row_away_from_the_head_and_the_fleet_keeps_calling()
+{
+    let Some(db) = RoleDatabase::new("audit rows at the head").await else {
+        return;
+    };
+    db.migrate();
+    let (ok, stdout, stderr) = toolward(
+        &db.config(GATEWAY),
+        &["call", "s__echo", "--args", r#"{"n": 1}"#],
+    );
+    assert!(ok, "a call as the gateway failed: {stdout}{stderr}");
+    let gateway = db.connect(GATEWAY).await;
+    let next = next_seq(&gateway).await;
+    assert!(next > 0);
+    for statement in [
+        // Far past the head: it would take the seq of a record the chain writes later, and
+        // that record's primary key conflict would refuse every call of the fleet.
+        format!(
+            "INSERT INTO toolward_audit (seq, line) VALUES ({}, '\\x7b7d')",
+            next + 1_000_000
+        ),
+        // At the head, without moving it.
+        format!("INSERT INTO toolward_audit (seq, line) VALUES ({next}, '\\x7b7d')"),
+        // Past the head, moving the head but not past the record.
+        format!(
+            "BEGIN; \
+             INSERT INTO toolward_audit (seq, line) VALUES ({}, '\\x7b7d'); \
+             UPDATE toolward_audit_head SET next_seq = {} WHERE id = 1; \
+             COMMIT",
+            next + 5,
+            next + 1
+        ),
+    ] {
+        assert_denied(&gateway, GATEWAY.0, &statement).await;
+        let _ = gateway.batch_execute("ROLLBACK").await;
+    }
+    assert_eq!(
+        next_seq(&gateway).await,
+        next,
+        "a refused insert moved the head"
+    );
+    let (ok, stdout, stderr) = toolward(
+        &db.config(GATEWAY),
+        &["call", "s__echo", "--args", r#"{"n": 2}"#],
+    );
+    assert!(
+        ok,
+        "a call after the refused inserts failed: {stdout}{stderr}"
+    );
+    let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
+    assert!(ok && stdout.contains("chain intact"), "{stdout}{stderr}");
+
+    // What the rule leaves (docs/fleet.md): a gateway that moves the head past its record
+    // leaves a gap, which `audit verify` reports; the gap cannot be filled afterwards.
+    let next = next_seq(&gateway).await;
+    gateway
+        .batch_execute(&format!(
+            "BEGIN; \
+             INSERT INTO toolward_audit (seq, line) VALUES ({}, '\\x7b7d'); \
+             UPDATE toolward_audit_head SET next_seq = {} WHERE id = 1; \
+             COMMIT",
+            next + 5,
+            next + 6
+        ))
+        .await
+        .unwrap();
+    assert_denied(
+        &gateway,
+        GATEWAY.0,
+        &format!("INSERT INTO toolward_audit (seq, line) VALUES ({next}, '\\x7b7d')"),
+    )
+    .await;
+    let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
+    assert!(!ok, "a chain with a gap verified: {stdout}{stderr}");
+    drop(gateway);
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
+    let Some(db) = RoleDatabase::new("version 2 to 3").await else {
+        return;
+    };
+    db.migrate();
+    // A version 2 database: the same tables, without the triggers.
+    let admin = connect(&db.admin_url).await;
+    admin
+        .batch_execute(
+            "DROP FUNCTION toolward_approvals_answered_once, toolward_audit_at_head, \
+             toolward_audit_below_head CASCADE; \
+             UPDATE toolward_schema SET version = 2",
+        )
+        .await
+        .unwrap();
+    let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
+    assert!(
+        !ok && stderr.contains("holds schema version 2, and this toolward needs version 3: run `toolward store migrate --config"),
+        "{stdout}{stderr}"
+    );
+    let migrated = db.migrate();
+    assert!(
+        migrated.contains("migrated the schema from version 2 to 3"),
+        "{migrated}"
+    );
+    let gateway = db.connect(GATEWAY).await;
+    hold(&gateway, "held").await;
+    gateway
+        .batch_execute("UPDATE toolward_approvals SET state = 'abandoned' WHERE call_id = 'held'")
+        .await
+        .unwrap();
+    assert_denied(
+        &gateway,
+        GATEWAY.0,
+        "UPDATE toolward_approvals SET state = 'approved' WHERE call_id = 'held'",
+    )
+    .await;
+    drop((gateway, admin));
+    db.drop_database().await;
+}
+
+/// What a role with too much reach leaves on the tables, for `migrate` to find: rights for
+/// everyone and for a login role, a column and a grant option beyond a group's, row-level
+/// security with a policy whose name holds an escape character, a rule and a trigger.
+const PLANTED: &str = r#"
+GRANT SELECT ON toolward_keys TO PUBLIC;
+GRANT INSERT, DELETE ON toolward_audit TO toolward_gw1;
+GRANT UPDATE (answerer) ON toolward_approvals TO toolward_gateway;
+GRANT SELECT ON toolward_audit TO toolward_auditor WITH GRANT OPTION;
+ALTER TABLE toolward_approvals ENABLE ROW LEVEL SECURITY;
+CREATE POLICY U&"look\001B[2Khere" ON toolward_approvals USING (true);
+CREATE RULE toolward_copy AS ON INSERT TO toolward_audit DO ALSO NOTIFY toolward_copy;
+CREATE FUNCTION toolward_planted() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+CREATE TRIGGER toolward_planted BEFORE INSERT ON toolward_audit
+    FOR EACH ROW EXECUTE FUNCTION toolward_planted();
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_names_each_grant_policy_rule_and_trigger_beyond_the_roles_and_fails_unless_accepted()
+ {
+    let Some(db) = RoleDatabase::new("migrate reports drift").await else {
+        return;
+    };
+    db.migrate();
+    let admin = connect(&db.admin_url).await;
+    admin.batch_execute(PLANTED).await.unwrap();
+
+    let owner = db.config(OWNER);
+    let (ok, stdout, stderr) = toolward(&owner, &["store", "migrate"]);
+    assert!(
+        !ok,
+        "migrate passed a database with drift: {stdout}{stderr}"
+    );
+    let drift: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("drift: "))
+        .collect();
+    assert_eq!(
+        drift,
+        [
+            "toolward_approvals: `UPDATE` of `answerer` granted to `toolward_gateway`: REVOKE UPDATE (answerer) ON toolward_approvals FROM toolward_gateway;",
+            "toolward_audit: `SELECT` grantable by `toolward_auditor`: REVOKE GRANT OPTION FOR SELECT ON toolward_audit FROM toolward_auditor;",
+            "toolward_audit: `DELETE` granted to `toolward_gw1`: REVOKE DELETE ON toolward_audit FROM toolward_gw1;",
+            "toolward_audit: `INSERT` granted to `toolward_gw1`: REVOKE INSERT ON toolward_audit FROM toolward_gw1;",
+            "toolward_keys: `SELECT` granted to `PUBLIC`: REVOKE SELECT ON toolward_keys FROM PUBLIC;",
+            "toolward_approvals: row-level security enabled: ALTER TABLE toolward_approvals DISABLE ROW LEVEL SECURITY;",
+            "toolward_approvals: row-level security policy `look\\u{001B}[2Khere` not made by `migrate`: DROP POLICY U&\"look\\001B[2Khere\" ON toolward_approvals;",
+            "toolward_audit: rule `toolward_copy` not made by `migrate`: DROP RULE toolward_copy ON toolward_audit;",
+            "toolward_audit: trigger `toolward_planted` not made by `migrate`: DROP TRIGGER toolward_planted ON toolward_audit;",
+        ],
+        "{stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "a raw escape was printed");
+    assert!(
+        stderr.contains("9 things beyond docs/fleet.md's roles")
+            && stderr.contains("--accept-drift"),
+        "{stderr}"
+    );
+    let (ok, accepted, stderr) = toolward(&owner, &["store", "migrate", "--accept-drift"]);
+    assert!(
+        ok && accepted.contains("accepted 9 findings"),
+        "{accepted}{stderr}"
+    );
+
+    // Each line's SQL, run as the owner, removes what it names.
+    let as_owner = db.connect(OWNER).await;
+    for line in &drift {
+        let (_, sql) = line.split_once(": ").unwrap().1.rsplit_once(": ").unwrap();
+        as_owner
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("`{sql}`: {e}"));
+    }
+    let clean = db.migrate();
+    assert!(!clean.contains("drift:"), "{clean}");
+    drop((admin, as_owner));
     db.drop_database().await;
 }

@@ -609,13 +609,13 @@ CREATE TABLE toolward_audit_head (id integer PRIMARY KEY CHECK (id = 1), next_se
 ";
 
 /// A database a version 1 toolward created is refused by every open of this version, naming
-/// `toolward store migrate`, until `migrate` adds the counters and ledger tables and moves the
-/// version row to 2; the counters and ledger then work on it.
+/// `toolward store migrate`, until `migrate` adds the counters and ledger tables (and the
+/// version 3 triggers) and moves the version row to 3; the counters and ledger then work on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_with_the_facts_and_ledger_tables()
+async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_with_the_facts_and_ledger_tables()
  {
     let Some(url) = test_database_url(
-        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_with_the_facts_and_ledger_tables",
+        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_with_the_facts_and_ledger_tables",
     ) else {
         return;
     };
@@ -640,7 +640,7 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_wit
         "{refused}"
     );
     let migration = store.migrate(&v1_pool).await.unwrap();
-    assert_eq!((migration.from, migration.to), (Some(1), 2));
+    assert_eq!((migration.from, migration.to), (Some(1), 3));
     let facts = PgFacts::open(&store).await.unwrap();
     let version: i32 = v1
         .query_one("SELECT version FROM toolward_schema", &[])
@@ -648,7 +648,7 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_2_wit
         .unwrap()
         .get(0);
     assert_eq!(version, toolward::store::postgres::SCHEMA_VERSION);
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     let keys = fact_keys("fs", "write", "");
     let now = fact_time();
     facts.reserve(&keys, now).await.unwrap();

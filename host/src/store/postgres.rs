@@ -8,7 +8,7 @@ pub mod facts;
 pub mod request_states;
 
 pub use crate::database::{
-    CONNECT_TIMEOUT, GRANTS, MAX_CONNECTIONS, Migration, PgError, PgStore, REQUEST_STATE_KEY_NAME,
+    CONNECT_TIMEOUT, Drift, GRANTS, MAX_CONNECTIONS, Migration, PgError, PgStore, REQUEST_STATE_KEY_NAME,
     ROLES, SCHEMA_VERSION, STATEMENT_TIMEOUT,
 };
 pub use approvals::PgApprovals;
