@@ -257,24 +257,77 @@ fn cover(isolation: &Isolation<'_>) -> Result<(), ConfineError> {
     Ok(())
 }
 
+/// The parts of `/proc` that hold settings of the whole machine, made read-only for every
+/// server: Docker's read-only paths (`/proc/sys`: `core_pattern` would run a program as root
+/// outside every namespace; `/proc/irq`: an attack changed `default_smp_affinity` as a root
+/// operator's server holding no capability).
+pub const KERNEL_SETTINGS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// Makes what the kernel lets uid 0 write by its uid alone, capabilities or not, read-only in
-/// this mount namespace: `/proc/sys` (`core_pattern` would run a program as root outside every
-/// namespace), `/proc/sysrq-trigger` and `/sys`. For a server run by root; nothing an
-/// unprivileged server could write is lost.
+/// this mount namespace: [`KERNEL_SETTINGS`], `/sys` and every file system mounted beneath
+/// it (the cgroup hierarchies: an attack froze toolward, and a process outside, through a
+/// cgroup v1 `freezer.state` as a root operator's server). For a server run by root; nothing
+/// an ordinary user's server could write there anyway.
 fn kernel_settings_read_only() -> Result<(), ConfineError> {
     let hardened = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    for path in ["/proc/sys", "/proc/sysrq-trigger"] {
+    for path in KERNEL_SETTINGS {
         let path = Path::new(path);
         if path.exists() {
             bind(path, path, false)?;
             remount_read_only(path, hardened)?;
         }
     }
-    let sys = Path::new("/sys");
-    if sys.is_dir() {
-        remount_read_only(sys, locked_flags(sys))?;
+    for mount in mounts_at_or_beneath(Path::new("/sys")) {
+        remount_read_only(&mount, locked_flags(&mount))?;
     }
     Ok(())
+}
+
+/// The mount points at or beneath `top` in this mount namespace (`/proc/self/mountinfo`'s
+/// fifth field, its octal escapes undone), `top` first when it is one.
+fn mounts_at_or_beneath(top: &Path) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return if top.is_dir() { vec![top.to_owned()] } else { Vec::new() };
+    };
+    let mut mounts: Vec<PathBuf> = Vec::new();
+    for line in text.lines() {
+        let Some(field) = line.split(' ').nth(4) else {
+            continue;
+        };
+        let path = PathBuf::from(std::ffi::OsString::from_vec(unescape_mountinfo(field)));
+        if path.starts_with(top) && !mounts.contains(&path) {
+            mounts.push(path);
+        }
+    }
+    mounts.sort_by_key(|path| path.components().count());
+    mounts
+}
+
+/// A mountinfo field with its `\NNN` octal escapes (space, tab, newline, backslash) undone.
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && let Some(digits) = bytes.get(i + 1..i + 4)
+            && digits.iter().all(|d| (b'0'..=b'7').contains(d))
+        {
+            out.push(digits.iter().fold(0u8, |n, d| n.wrapping_mul(8).wrapping_add(d - b'0')));
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// For a server run by root under Landlock alone (no user namespace): a mount namespace of
