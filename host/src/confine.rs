@@ -403,6 +403,13 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
         });
     }
     let mut deny = default_denied(config);
+    // A launcher held by its descriptor is a file nothing runs between starts: withheld, so
+    // no server can write a program of its own into it for the next restart (found by an
+    // attack under Landlock alone, with `confine.launcher` set). The running toolward
+    // (`/proc/self/exe`) cannot be written while it runs.
+    if launcher.exec != Path::new(RUNNING_LAUNCHER) {
+        deny.push(launcher.shown.clone());
+    }
     deny.extend(extra.iter().cloned());
     let namespaces = if config.confine.namespaces {
         probed.namespaces
@@ -458,8 +465,40 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
         "/run/user/{}",
         rustix::process::getuid().as_raw()
     )));
+    deny.extend(multiplexer_sockets());
     deny
 }
+
+/// The folders of the operator's terminal multiplexers' sockets that exist: tmux's
+/// (`$TMUX_TMPDIR/tmux-UID`, else `/tmp/tmux-UID`) and GNU screen's (`$SCREENDIR`,
+/// `/run/screen/S-USER`, `/tmp/screens/S-USER`). Whoever connects to one types into the
+/// operator's panes and runs commands outside every confinement, with no password (found by
+/// an attack: `tmux run-shell` from a confined server read the approval key). Only those that
+/// exist: withholding a path in `/tmp` closes `/tmp` itself to new entries from servers (their
+/// `TMPDIR` is their own).
+fn multiplexer_sockets() -> Vec<PathBuf> {
+    let mut folders = Vec::new();
+    #[cfg(target_os = "linux")]
+    {
+        let uid = rustix::process::getuid().as_raw();
+        let tmux_tmp = std::env::var_os("TMUX_TMPDIR")
+            .filter(|dir| !dir.is_empty())
+            .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+        folders.push(tmux_tmp.join(format!("tmux-{uid}")));
+        if let Some(dir) = std::env::var_os("SCREENDIR").filter(|dir| !dir.is_empty()) {
+            folders.push(PathBuf::from(dir));
+        }
+        let user = crate::identity::current_os_user().name;
+        for base in ["/run/screen", "/var/run/screen", "/tmp/screens"] {
+            folders.push(Path::new(base).join(format!("S-{user}")));
+        }
+    }
+    folders.retain(|folder| folder.symlink_metadata().is_ok());
+    folders
+}
+
+/// What is executed as the launcher when it is the running `toolward`.
+const RUNNING_LAUNCHER: &str = "/proc/self/exe";
 
 /// The launcher of a process: what is executed, and the path the operator knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -487,7 +526,7 @@ pub fn launcher(config: &Config) -> Option<Result<Launcher, String>> {
         && exe.file_stem().is_some_and(|stem| stem == "toolward")
     {
         return Some(Ok(Launcher {
-            exec: PathBuf::from("/proc/self/exe"),
+            exec: PathBuf::from(RUNNING_LAUNCHER),
             shown: exe,
         }));
     }

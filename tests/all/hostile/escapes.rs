@@ -300,6 +300,9 @@ fn metadata_watching_and_siblings_are_out_of_reach(uid: Option<u32>) {
             "{path}"
         );
     }
+    if toolward::identity::euid() == 0 {
+        machine_settings_cannot_be_opened_to_write(&mut serve);
+    }
     serve.close();
     bench.assert_no_processes_left();
 }
@@ -583,9 +586,15 @@ fn a_servers_loader_variables_reach_it_confined_and_not_the_launcher() {
 #[test]
 fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
     let Some(bin) = binary() else { return };
-    let bench = Bench::new("escapes-fallback")
-        .server("probe", scenario(), TOOLS)
-        .with("confine", json!({ "namespaces": false }));
+    // toolward installed in a folder nothing withholds, named as the launcher.
+    let bench = Bench::new("escapes-fallback").server("probe", scenario(), TOOLS);
+    let launcher = bench.path().join("bin/toolward");
+    std::fs::create_dir_all(launcher.parent().unwrap()).unwrap();
+    std::fs::copy(&bin, &launcher).unwrap();
+    let bench = bench.with(
+        "confine",
+        json!({ "namespaces": false, "launcher": launcher }),
+    );
     let config = prepared(&bench, &bin, None);
     let output = Command::new(&bin)
         .args(["check", "--config"])
@@ -615,18 +624,48 @@ fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
         // Nor can it write what the kernel lets uid 0 write by its uid alone (found by an
         // attack: it wrote `core_pattern`, and the kernel ran its program as root with every
         // capability, outside). The probe opens for writing and writes nothing.
-        for path in ["/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper"] {
-            if Path::new(path).exists() {
-                let opened = serve.probe("probe__tty", json!({ "path": path }));
-                assert!(
-                    refused(&opened),
-                    "the server opened `{path}` to write: {opened}"
-                );
-            }
-        }
+        machine_settings_cannot_be_opened_to_write(&mut serve);
     }
+    // A launcher toolward holds by its descriptor is nothing a server can write a program
+    // of its own into for the next restart (found by an attack: with it written over in
+    // place, the restart ran the attacker's launcher, unconfined).
+    let opened = serve.probe("probe__tty", json!({ "path": launcher }));
+    assert!(
+        refused(&opened),
+        "the server opened the launcher to write: {opened}"
+    );
     serve.close();
     bench.assert_no_processes_left();
+}
+
+/// For a root operator's server: what the kernel lets uid 0 write by its uid alone cannot be
+/// opened for writing (the probe opens and writes nothing). Found by attacks: `core_pattern`
+/// ran a program as root outside; a cgroup v1 `freezer.state` froze toolward and a process
+/// outside; `/proc/irq/default_smp_affinity` changed the machine's interrupts.
+fn machine_settings_cannot_be_opened_to_write(serve: &mut Serve) {
+    let mut paths: Vec<PathBuf> = [
+        "/proc/sys/kernel/core_pattern",
+        "/sys/kernel/uevent_helper",
+        "/proc/irq/default_smp_affinity",
+        "/sys/fs/cgroup/cgroup.procs",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    // A cgroup v1 hierarchy's files are in folders of their own beneath /sys/fs/cgroup.
+    if let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") {
+        for entry in entries.filter_map(Result::ok) {
+            paths.push(entry.path().join("cgroup.procs"));
+        }
+    }
+    for path in paths.iter().filter(|path| path.exists()) {
+        let opened = serve.probe("probe__tty", json!({ "path": path }));
+        assert!(
+            refused(&opened),
+            "the server opened `{}` to write: {opened}",
+            path.display()
+        );
+    }
 }
 
 /// A server denied the network reaches no address, not even loopback; its sibling does.
