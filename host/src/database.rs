@@ -348,6 +348,22 @@ pub enum PgError {
         /// The version found.
         found: i32,
     },
+    /// `migrate` in a schema where roles other than its owner (and superusers) may create
+    /// objects: one of them could make a function or operator that `migrate`'s own
+    /// statements would call with the owner's rights.
+    #[error(
+        "PostgreSQL store {store}: `migrate` runs as the tables' owner, and {roles} can create objects in schema {schema}, where a function or operator of theirs would run with the owner's rights during `migrate` (found by an attack); take that right back as the schema's owner, then run `toolward store migrate` again: {fix}"
+    )]
+    OthersCreateInSchema {
+        /// The store.
+        store: String,
+        /// The schema, shown.
+        schema: String,
+        /// The roles, shown.
+        roles: String,
+        /// The SQL that takes the right back.
+        fix: String,
+    },
 }
 
 /// A PostgreSQL store: the parsed connection settings and TLS, from which each part opens
@@ -545,6 +561,7 @@ impl PgStore {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY])
             .await
             .map_err(|e| self.query_error("lock the schema", e))?;
+        self.refuse_others_creating(&tx).await?;
         let from = self.read_version(&tx).await?;
         if let Some(found) = from.filter(|found| *found > SCHEMA_VERSION) {
             return Err(PgError::SchemaTooNew {
@@ -624,6 +641,69 @@ impl PgStore {
             granted,
             missing,
             drift,
+        })
+    }
+
+    /// Refuses to go on when a role that is neither a superuser, the role running `migrate`,
+    /// nor the schema's owner (or a member of it) may create objects in the schema the tables are in: `migrate`'s
+    /// statements name functions and operators that resolve through the `search_path`, so one
+    /// made there (`format(text, name)`, which beats `pg_catalog.format` by its exact types)
+    /// would run as the owner (found by an attack). This statement names everything it uses
+    /// by its schema.
+    async fn refuse_others_creating(
+        &self,
+        tx: &impl deadpool_postgres::GenericClient,
+    ) -> Result<(), PgError> {
+        let rows = tx
+            .query(
+                "SELECT n.nspname::text, pg_catalog.quote_ident(n.nspname)::text, r.rolname::text, \
+                        pg_catalog.quote_ident(r.rolname)::text \
+                 FROM pg_catalog.pg_namespace n, pg_catalog.pg_roles r \
+                 WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema() \
+                   AND NOT r.rolsuper \
+                   AND r.rolname OPERATOR(pg_catalog.<>) CURRENT_USER \
+                   AND NOT pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER') \
+                   AND pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE') \
+                 ORDER BY 3",
+                &[],
+            )
+            .await
+            .map_err(|e| self.query_error("check who may create objects in the schema", e))?;
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let schema: String = first.get(0);
+        let schema_sql = sql_identifier(&schema, first.get(1));
+        let roles: Vec<String> = rows.iter().map(|row| shown(row.get(2))).collect();
+        // A right given to `PUBLIC` is every role's: take it back there.
+        let public = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n, \
+                        pg_catalog.aclexplode(n.nspacl) a \
+                 WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema() \
+                   AND a.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid \
+                   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE')",
+                &[],
+            )
+            .await
+            .map_err(|e| self.query_error("check who may create objects in the schema", e))?
+            .get::<_, bool>(0);
+        let from_public = public.then(|| format!("REVOKE CREATE ON SCHEMA {schema_sql} FROM PUBLIC;"));
+        let fix: Vec<String> = from_public
+            .into_iter()
+            .chain(rows.iter()
+            .map(|row| {
+                format!(
+                    "REVOKE CREATE ON SCHEMA {schema_sql} FROM {};",
+                    sql_identifier(row.get(2), row.get(3))
+                )
+            }))
+            .collect();
+        Err(PgError::OthersCreateInSchema {
+            store: self.name.to_string(),
+            schema: shown(&schema),
+            roles: roles.join(", "),
+            fix: fix.join(" "),
         })
     }
 
@@ -937,8 +1017,8 @@ END
 $$;
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION toolward_audit_at_head() SET search_path = %I, pg_temp', current_schema());
-    EXECUTE format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', current_schema());
+    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_at_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $$;
 REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head() FROM PUBLIC;

@@ -444,16 +444,21 @@ async fn the_docs_upgrade_block_takes_the_tables_from_a_gateway_that_made_them_a
     let Some(db) = RoleDatabase::new("upgrade from gateway-owned tables").await else {
         return;
     };
-    // The layout before `store migrate`: the gateway's login role made (and owns) the tables.
+    // The layout before `store migrate`: the gateway's login role made (and owns) the tables,
+    // and was the only role beside the schema's owner that could create in it.
     db.run_as_superuser(&format!(
         "CREATE ROLE {role} LOGIN PASSWORD '{password}'; \
          GRANT CONNECT ON DATABASE toolward TO {role}; \
-         GRANT USAGE, CREATE ON SCHEMA public TO {role}",
+         GRANT USAGE, CREATE ON SCHEMA public TO {role}; \
+         REVOKE CREATE ON SCHEMA public FROM {owner}",
         role = OLD_GATEWAY.0,
         password = OLD_GATEWAY.1,
+        owner = OWNER.0,
     ))
     .await;
     db.migrate_as(OLD_GATEWAY);
+    db.run_as_superuser(&format!("GRANT CREATE ON SCHEMA public TO {}", OWNER.0))
+        .await;
     let (ok, stdout, stderr) = toolward(
         &db.config(OLD_GATEWAY),
         &["call", "s__echo", "--args", r#"{"before": "upgrade"}"#],
@@ -847,5 +852,66 @@ async fn migrate_names_each_grant_policy_rule_and_trigger_beyond_the_roles_and_f
     let clean = db.migrate();
     assert!(!clean.contains("drift:"), "{clean}");
     drop((admin, as_owner));
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_refuses_a_schema_others_can_create_in_and_runs_nothing_of_theirs() {
+    let Some(db) = RoleDatabase::new("migrate and an open schema").await else {
+        return;
+    };
+    db.migrate();
+    // Another role of the database may create in the schema, and plants a `format` whose
+    // exact types beat `pg_catalog.format` (the attack: it ran as the owner during migrate).
+    db.run_as_superuser(
+        "CREATE ROLE toolward_mallory LOGIN PASSWORD 'mallory';
+         GRANT CONNECT ON DATABASE toolward TO toolward_mallory;
+         GRANT USAGE, CREATE ON SCHEMA public TO toolward_mallory",
+    )
+    .await;
+    let mallory = db.connect(("toolward_mallory", "mallory")).await;
+    mallory
+        .batch_execute(
+            "CREATE TABLE public.mallory_marks (who text);
+             GRANT INSERT ON public.mallory_marks TO PUBLIC;
+             CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE sql AS $$
+                 INSERT INTO public.mallory_marks VALUES (current_user::text);
+                 SELECT 'SELECT 1'::text
+             $$;
+             GRANT EXECUTE ON FUNCTION public.format(text, name) TO PUBLIC",
+        )
+        .await
+        .unwrap();
+
+    let owner = db.config(OWNER);
+    let (ok, stdout, stderr) = toolward(&owner, &["store", "migrate"]);
+    assert!(
+        !ok,
+        "migrate ran in a schema another role can create in: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("`toolward_mallory` can create objects in schema `public`")
+            && stderr.contains("REVOKE CREATE ON SCHEMA public FROM toolward_mallory;"),
+        "{stderr}"
+    );
+    let marks = mallory
+        .query("SELECT who FROM public.mallory_marks", &[])
+        .await
+        .unwrap();
+    assert!(marks.is_empty(), "the planted function ran during migrate");
+
+    // The schema's owner takes the right back: migrate runs, and still calls nothing of
+    // the planted function's.
+    db.run_as_superuser("REVOKE CREATE ON SCHEMA public FROM toolward_mallory")
+        .await;
+    db.migrate();
+    let marks = mallory
+        .query("SELECT who FROM public.mallory_marks", &[])
+        .await
+        .unwrap();
+    assert!(marks.is_empty(), "the planted function ran during migrate");
+    drop(mallory);
+    db.run_as_superuser("REVOKE CONNECT ON DATABASE toolward FROM toolward_mallory")
+        .await;
     db.drop_database().await;
 }
