@@ -345,64 +345,75 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
     // The components read the rules file; an empty one until the tools are known. 0644:
     // toolward refuses a rules file group or others can write.
     rules_file.replace(b"{ \"servers\": {} }\n", 0o644)?;
-    let env = |name: &str| match secrets.get(name) {
-        // VS Code's `${env:NAME}`: the client fills it from its own environment, as this
-        // process has it.
-        Some(value) => match value
-            .strip_prefix("${env:")
-            .and_then(|v| v.strip_suffix('}'))
-        {
-            Some(inner) => std::env::var(inner),
-            None => Ok(value.clone()),
-        },
-        None => std::env::var(name),
-    };
-    let config =
-        Config::from_value_with_env(value.clone(), dir, &env).map_err(InitError::Config)?;
-    let state = StateDir::open(&config.state_dir).map_err(InitError::State)?;
-    let components = crate::load::prepare_components(&config, config.guest.clone(), &state)
-        .map_err(InitError::Components)?;
-    let outcome = crate::pin::pin(&config, None, None, components.digests.clone())
-        .await
-        .map_err(InitError::Pin)?;
-    outcome
-        .manifest
-        .write(&config.manifest)
-        .map_err(InitError::Manifest)?;
-    let rules = unclassified_rules(&outcome.manifest);
-    let tools = outcome
-        .manifest
-        .servers
-        .values()
-        .map(|s| s.tools.len())
-        .sum();
-    rules_file.replace(pretty(&rules).as_bytes(), 0o644)?;
-    // 0600: arguments and URLs are copied as they are, and may carry what `secret_looking`
-    // cannot recognise. Created new: a config that appeared meanwhile is not written over.
-    config_file
-        .create_new(pretty(&value).as_bytes(), 0o600)
-        .map_err(|e| match e {
-            RewriteError::Exists { path } => InitError::ConfigExists { path },
-            e => InitError::Rewrite(e),
-        })?;
-    Ok(InitReport {
-        config: config_path,
-        rules: rules_path,
-        manifest: config.manifest.clone(),
-        servers: chosen
-            .iter()
-            .map(|c| (c.name.clone(), c.client.id))
-            .collect(),
-        tools,
-        variables: secrets.keys().cloned().collect(),
-        renamed,
-        secret_looking: secret_looking(&value["mcpServers"]),
-        failures: outcome
-            .failures
+    // Neither the rules file nor the manifest existed before this run: a failed init leaves
+    // neither behind, so the next one (which refuses both) can run (found by an attack: a
+    // refused server name left a stub `rules.json` that blocked every retry).
+    let written: Result<InitReport, InitError> = async {
+        let env = |name: &str| match secrets.get(name) {
+            // VS Code's `${env:NAME}`: the client fills it from its own environment, as this
+            // process has it.
+            Some(value) => match value
+                .strip_prefix("${env:")
+                .and_then(|v| v.strip_suffix('}'))
+            {
+                Some(inner) => std::env::var(inner),
+                None => Ok(value.clone()),
+            },
+            None => std::env::var(name),
+        };
+        let config =
+            Config::from_value_with_env(value.clone(), dir, &env).map_err(InitError::Config)?;
+        let state = StateDir::open(&config.state_dir).map_err(InitError::State)?;
+        let components = crate::load::prepare_components(&config, config.guest.clone(), &state)
+            .map_err(InitError::Components)?;
+        let outcome = crate::pin::pin(&config, None, None, components.digests.clone())
+            .await
+            .map_err(InitError::Pin)?;
+        outcome
+            .manifest
+            .write(&config.manifest)
+            .map_err(InitError::Manifest)?;
+        let rules = unclassified_rules(&outcome.manifest);
+        let tools = outcome
+            .manifest
+            .servers
             .values()
-            .map(|e| crate::text::error_chain(e))
-            .collect(),
-    })
+            .map(|s| s.tools.len())
+            .sum();
+        rules_file.replace(pretty(&rules).as_bytes(), 0o644)?;
+        // 0600: arguments and URLs are copied as they are, and may carry what `secret_looking`
+        // cannot recognise. Created new: a config that appeared meanwhile is not written over.
+        config_file
+            .create_new(pretty(&value).as_bytes(), 0o600)
+            .map_err(|e| match e {
+                RewriteError::Exists { path } => InitError::ConfigExists { path },
+                e => InitError::Rewrite(e),
+            })?;
+        Ok(InitReport {
+            config: config_path,
+            rules: rules_path.clone(),
+            manifest: config.manifest.clone(),
+            servers: chosen
+                .iter()
+                .map(|c| (c.name.clone(), c.client.id))
+                .collect(),
+            tools,
+            variables: secrets.keys().cloned().collect(),
+            renamed,
+            secret_looking: secret_looking(&value["mcpServers"]),
+            failures: outcome
+                .failures
+                .values()
+                .map(|e| crate::text::error_chain(e))
+                .collect(),
+        })
+    }
+    .await;
+    if written.is_err() {
+        let _ = std::fs::remove_file(&rules_path);
+        let _ = std::fs::remove_file(&manifest_path);
+    }
+    written
 }
 
 /// A rules text listing every pinned tool in the unclassified form, its description and

@@ -734,3 +734,44 @@ fn init_refuses_a_folder_holding_a_rules_file_or_manifest_and_leaves_it_as_it_wa
         assert!(!tw.join("toolward.json").exists(), "{existing}");
     }
 }
+
+#[test]
+fn an_init_that_fails_leaves_no_rules_file_or_manifest_so_the_next_one_runs() {
+    let Some(_) = toolward_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let scenario = dir.path().join("notes.json");
+    std::fs::write(&scenario, notes_scenario("Looks up a note.")).unwrap();
+    let client_file = home.join(".config/Claude/claude_desktop_config.json");
+    std::fs::create_dir_all(client_file.parent().unwrap()).unwrap();
+    // A server name toolward's config refuses (an escape in it) fails the init as a whole.
+    let entry = json!({"command": FAKE_SERVER, "args": [scenario]});
+    std::fs::write(
+        &client_file,
+        json!({"mcpServers": {"no\u{1b}[2Jtes": entry}}).to_string(),
+    )
+    .unwrap();
+    let args = ["init", "--dir", "tw", "--client", "claude-desktop", "--yes"];
+    let failed = toolward(&home, &work, &args);
+    assert!(
+        !failed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&failed.stdout)
+    );
+    for left in ["rules.json", "manifest.json", "toolward.json"] {
+        assert!(
+            !work.join("tw").join(left).exists(),
+            "{left} was left behind"
+        );
+    }
+    // The operator renames the server; init runs.
+    std::fs::write(
+        &client_file,
+        json!({"mcpServers": {"notes": entry}}).to_string(),
+    )
+    .unwrap();
+    ok(&toolward(&home, &work, &args));
+    assert!(work.join("tw/rules.json").exists());
+}
