@@ -189,21 +189,7 @@ fn cover(isolation: &Isolation<'_>) -> Result<(), ConfineError> {
             allowed.push((path.clone(), OwnedFd::from(file)));
         }
     }
-    let none = c"none";
-    let root = c"/";
-    // SAFETY: mount with valid C strings: nothing mounted here propagates back out.
-    if unsafe {
-        libc::mount(
-            none.as_ptr(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    } != 0
-    {
-        return Err(os_error("cannot make the mount namespace private"));
-    }
+    private_mounts()?;
     // First, while `/proc` is still the machine's (its `self/fd` reaches the machine's
     // `/dev`), and before the withheld paths are looked at (one may lie in `/dev`).
     private_dev(isolation.devices)?;
@@ -253,6 +239,27 @@ fn cover(isolation: &Isolation<'_>) -> Result<(), ConfineError> {
     // A working folder beneath a cover would still reach what it covers: resolve it again.
     if let Ok(cwd) = std::env::current_dir() {
         let _ = std::env::set_current_dir(cwd);
+    }
+    Ok(())
+}
+
+/// Makes every mount of this (new) mount namespace private, so nothing mounted here
+/// propagates back out.
+fn private_mounts() -> Result<(), ConfineError> {
+    let none = c"none";
+    let root = c"/";
+    // SAFETY: mount with valid C strings.
+    if unsafe {
+        libc::mount(
+            none.as_ptr(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    } != 0
+    {
+        return Err(os_error("cannot make the mount namespace private"));
     }
     Ok(())
 }
@@ -354,21 +361,7 @@ pub fn hold_kernel_settings() -> Result<(), ConfineError> {
         }
         return Ok(());
     }
-    let none = c"none";
-    let root = c"/";
-    // SAFETY: mount with valid C strings: nothing mounted here propagates back out.
-    if unsafe {
-        libc::mount(
-            none.as_ptr(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    } != 0
-    {
-        return Err(os_error("cannot make the mount namespace private"));
-    }
+    private_mounts()?;
     kernel_settings_read_only()
 }
 
