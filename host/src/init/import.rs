@@ -234,6 +234,18 @@ fn own_variable(name: &str) -> bool {
         || crate::confine::is_loader_variable(name)
 }
 
+/// `name`, or `SERVER_` before it when the server's name and the key make a variable a
+/// process reads about itself: server `ld` and header `preload` make `LD_PRELOAD`, which
+/// after `client connect` the client sets on toolward itself (found by an attack: it loaded
+/// a library into the gateway, outside every confinement).
+fn not_own(name: String) -> String {
+    if own_variable(&name) {
+        format!("SERVER_{name}")
+    } else {
+        name
+    }
+}
+
 /// One secret of a chosen server: an `env` value or a header.
 struct Secret<'c> {
     /// Index of its server in `chosen`.
@@ -282,7 +294,7 @@ pub fn toolward_servers(chosen: &[Candidate]) -> Imported {
                 let wanted = if own {
                     variable_name(key)
                 } else {
-                    variable_name(&format!("{}_{key}", candidate.name))
+                    not_own(variable_name(&format!("{}_{key}", candidate.name)))
                 };
                 secrets_of.push(Secret {
                     server: index,
@@ -307,7 +319,9 @@ pub fn toolward_servers(chosen: &[Candidate]) -> Imported {
         let variable = if taken.contains(&secret.wanted) {
             let free = (2usize..)
                 .map(|n| format!("{}_{n}", secret.wanted))
-                .find(|name| !taken.contains(name) && !wanted.contains(name.as_str()))
+                .find(|name| {
+                    !taken.contains(name) && !wanted.contains(name.as_str()) && !own_variable(name)
+                })
                 .unwrap_or_default();
             renamed.push(Renamed {
                 server: secret.server_name.to_owned(),
@@ -577,6 +591,26 @@ mod tests {
             assert!(own_variable(name), "{name}");
         }
         assert!(!own_variable("GITHUB_TOKEN"));
+    }
+
+    #[test]
+    fn a_server_name_and_key_that_make_a_variable_a_process_reads_about_itself_are_prefixed() {
+        let servers = json!({
+            "ld": {"url": "https://e", "headers": {"preload": "/evil.so", "audit": "/a.so"}},
+            "glibc": {"url": "https://e", "headers": {"tunables": "x"}},
+            "https": {"command": "x", "env": {"PROXY": "http://evil", "proxy": "http://evil2"}},
+            "toolward": {"url": "https://e", "headers": {"bin": "/evil"}},
+        });
+        let (chosen, _) = candidates(&[found("claude-desktop", servers)], &[], &[]);
+        let imported = toolward_servers(&chosen);
+        assert!(!imported.secrets.is_empty());
+        for name in imported.secrets.keys() {
+            assert!(!own_variable(name), "{name}");
+        }
+        assert_eq!(
+            imported.servers["ld"]["headers"]["preload"],
+            "${SERVER_LD_PRELOAD}"
+        );
     }
 
     #[test]
