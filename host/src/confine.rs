@@ -470,7 +470,8 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
 }
 
 /// The folders of the operator's terminal multiplexers' sockets that exist: tmux's
-/// (`$TMUX_TMPDIR/tmux-UID`, else `/tmp/tmux-UID`) and GNU screen's (`$SCREENDIR`,
+/// (`/tmp/tmux-UID`, `$TMUX_TMPDIR/tmux-UID`, the folder of the socket `$TMUX` names) and
+/// GNU screen's (`$SCREENDIR`,
 /// `/run/screen/S-USER`, `/tmp/screens/S-USER`). Whoever connects to one types into the
 /// operator's panes and runs commands outside every confinement, with no password (found by
 /// an attack: `tmux run-shell` from a confined server read the approval key). Only those that
@@ -481,10 +482,21 @@ fn multiplexer_sockets() -> Vec<PathBuf> {
     #[cfg(target_os = "linux")]
     {
         let uid = rustix::process::getuid().as_raw();
-        let tmux_tmp = std::env::var_os("TMUX_TMPDIR")
-            .filter(|dir| !dir.is_empty())
-            .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-        folders.push(tmux_tmp.join(format!("tmux-{uid}")));
+        // Both tmux's default and `$TMUX_TMPDIR`'s: a tmux started from another environment
+        // than toolward's uses the other (found by an attack), and the socket `$TMUX` names
+        // when toolward runs inside one started with `-S`.
+        folders.push(PathBuf::from(format!("/tmp/tmux-{uid}")));
+        if let Some(dir) = std::env::var_os("TMUX_TMPDIR").filter(|dir| !dir.is_empty()) {
+            folders.push(PathBuf::from(dir).join(format!("tmux-{uid}")));
+        }
+        if let Some(socket) = std::env::var_os("TMUX")
+            .and_then(|value| value.to_str().map(str::to_owned))
+            .and_then(|value| value.split(',').next().map(PathBuf::from))
+            .and_then(|socket| socket.parent().map(Path::to_path_buf))
+            .filter(|folder| folder.is_absolute() && folder != Path::new("/"))
+        {
+            folders.push(socket);
+        }
         if let Some(dir) = std::env::var_os("SCREENDIR").filter(|dir| !dir.is_empty()) {
             folders.push(PathBuf::from(dir));
         }
@@ -535,22 +547,47 @@ pub fn launcher(config: &Config) -> Option<Result<Launcher, String>> {
         .map(|value| held(Path::new(&value)))
 }
 
-/// The launcher named `path`, opened the first time and held for the process's life.
+/// The launcher named `path`, opened the first time and held for the process's life, and
+/// refused from then on when its inode's status changed since (`ctime`: written, or its mode,
+/// owner or links changed). Under Landlock alone a server may `chmod` the file it cannot
+/// write, and another local account then write it (found by an attack: the restart ran that
+/// account's program, unconfined); nothing sets a `ctime` back.
 fn held(path: &Path) -> Result<Launcher, String> {
     use std::collections::btree_map::Entry;
     use std::os::fd::AsRawFd;
-    static HELD: Mutex<BTreeMap<PathBuf, std::fs::File>> = Mutex::new(BTreeMap::new());
+    use std::os::unix::fs::MetadataExt;
+    /// A launcher held open, and its `ctime` (seconds, nanoseconds) when first opened.
+    type Held = (std::fs::File, (i64, i64));
+    static HELD: Mutex<BTreeMap<PathBuf, Held>> = Mutex::new(BTreeMap::new());
+    let changed = |file: &std::fs::File| -> Result<(i64, i64), String> {
+        file.metadata()
+            .map(|meta| (meta.ctime(), meta.ctime_nsec()))
+            .map_err(|e| format!("the launcher `{}` cannot be read ({e})", path.display()))
+    };
     let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-    let file = match held.entry(path.to_owned()) {
-        Entry::Occupied(entry) => entry.into_mut(),
+    let file: &std::fs::File = match held.entry(path.to_owned()) {
+        Entry::Occupied(entry) => {
+            let (file, first) = entry.into_mut();
+            if changed(file)? != *first {
+                return Err(format!(
+                    "the launcher `{}` changed since toolward first ran it (written, or its mode or owner changed): a start runs only what the first start ran; restart toolward to take the new file",
+                    path.display()
+                ));
+            }
+            file
+        }
         // Read-only and close-on-exec: executable through `/proc/self/fd/N` until the `exec`
         // of the launcher itself, and never inherited by a server.
-        Entry::Vacant(entry) => entry.insert(std::fs::File::open(path).map_err(|e| {
-            format!(
-                "the launcher `{}` cannot be opened ({e}): set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
-                path.display()
-            )
-        })?),
+        Entry::Vacant(entry) => {
+            let file = std::fs::File::open(path).map_err(|e| {
+                format!(
+                    "the launcher `{}` cannot be opened ({e}): set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
+                    path.display()
+                )
+            })?;
+            let first = changed(&file)?;
+            &entry.insert((file, first)).0
+        }
     };
     Ok(Launcher {
         exec: PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())),

@@ -198,6 +198,13 @@ async fn supervise(
             if spec.is_some()
                 && let Some(weaker) = crate::confine::weaker_start(first.as_ref(), now)
             {
+                // Unconfined now: the plan says why (a launcher that changed, say).
+                let weaker = match crate::confine::plan(&config, &server_config) {
+                    Some(crate::confine::Plan::Unconfined { reason, .. }) if now.is_none() => {
+                        reason
+                    }
+                    _ => weaker,
+                };
                 let down = format!(
                     "{why}; it was not restarted: it would have run less confined than its first start ({weaker}), so it is marked failed: restart toolward to start it again"
                 );

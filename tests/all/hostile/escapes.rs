@@ -591,10 +591,15 @@ fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
     let launcher = bench.path().join("bin/toolward");
     std::fs::create_dir_all(launcher.parent().unwrap()).unwrap();
     std::fs::copy(&bin, &launcher).unwrap();
-    let bench = bench.with(
-        "confine",
-        json!({ "namespaces": false, "launcher": launcher }),
-    );
+    let bench = bench
+        .with(
+            "confine",
+            json!({ "namespaces": false, "launcher": launcher }),
+        )
+        .with(
+            "limits",
+            json!({ "call_timeout_ms": 5000, "restart_backoff_ms": 20 }),
+        );
     let config = prepared(&bench, &bin, None);
     let output = Command::new(&bin)
         .args(["check", "--config"])
@@ -634,7 +639,37 @@ fn without_namespaces_check_says_landlock_alone_and_reads_stay_refused() {
         refused(&opened),
         "the server opened the launcher to write: {opened}"
     );
+    // Landlock does not govern metadata: a server may `chmod` the launcher and another
+    // account then write it (found by an attack). Any such change moves its `ctime`, as this
+    // `chmod` keeping the mode does: the restart after the crash is refused, not run.
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, crashed) = serve.call("probe__crash", json!({}));
+    assert!(crashed);
+    let mut after = (String::new(), false);
+    for _ in 0..100 {
+        after = serve.call("probe__read", json!({ "path": key }));
+        if after.0.contains("changed since toolward first ran it") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        after.1 && after.0.contains("changed since toolward first ran it"),
+        "a call after the refused restart: {}",
+        after.0
+    );
     serve.close();
+    let records = std::fs::read_to_string(bench.path().join("state/audit.jsonl")).unwrap();
+    assert!(
+        records.contains("changed since toolward first ran it"),
+        "no record says why the restart was refused: {}",
+        records.lines().rev().take(4).collect::<Vec<_>>().join("\n")
+    );
+    let starts = records.matches("\"server-start\"").count();
+    assert_eq!(
+        starts, 1,
+        "the server started again after its launcher changed"
+    );
     bench.assert_no_processes_left();
 }
 
