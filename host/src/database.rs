@@ -348,6 +348,29 @@ pub enum PgError {
         /// The version found.
         found: i32,
     },
+    /// `migrate` in a schema owned by a role other than the one running it, a superuser or
+    /// the database's owner.
+    #[error(
+        "PostgreSQL store {store}: the tables' schema {schema} (the first valid schema of the role's `search_path`) is owned by {owner}, who could put functions there that `migrate` would run with the owner's rights (found by an attack): run `migrate` as a role whose `search_path` starts with a schema it, a superuser or the database's owner owns (docs/fleet.md)"
+    )]
+    SchemaOfAnother {
+        /// The store.
+        store: String,
+        /// The schema, shown.
+        schema: String,
+        /// Its owner, shown.
+        owner: String,
+    },
+    /// `migrate` of toolward tables another role owns.
+    #[error(
+        "PostgreSQL store {store}: {tables}: `migrate` keeps tables only of the role running it (another role made them, and may have put a key or records of its own in them, found by an attack); drop them, or hand them over with `ALTER TABLE ... OWNER TO` as docs/fleet.md's upgrade block does, then run `toolward store migrate` again"
+    )]
+    TablesOfAnother {
+        /// The store.
+        store: String,
+        /// The tables and their owners, shown.
+        tables: String,
+    },
     /// `migrate` in a schema where roles other than its owner (and superusers) may create
     /// objects: one of them could make a function or operator that `migrate`'s own
     /// statements would call with the owner's rights.
@@ -561,6 +584,7 @@ impl PgStore {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK_KEY])
             .await
             .map_err(|e| self.query_error("lock the schema", e))?;
+        self.hold_the_schema(&tx).await?;
         self.refuse_others_creating(&tx).await?;
         let from = self.read_version(&tx).await?;
         if let Some(found) = from.filter(|found| *found > SCHEMA_VERSION) {
@@ -642,6 +666,74 @@ impl PgStore {
             missing,
             drift,
         })
+    }
+
+    /// Pins this transaction's `search_path` to the schema the tables are in (after
+    /// `pg_catalog`, which PostgreSQL searches first), so no statement of `migrate` finds a
+    /// function, operator or table in another schema of the owner's path (found by an attack:
+    /// a `public.unnest(text[])` planted by a role that could create in `public`, second on
+    /// the owner's path, ran as the owner). Refuses a schema owned by a role other than the
+    /// one running `migrate`, a superuser or the database's owner (an attack made a schema
+    /// named after the owner role, first on its path by `"$user"`), and toolward tables
+    /// owned by another role than the one running `migrate` (an attack made them before the
+    /// first `migrate`, with a key of its own).
+    async fn hold_the_schema(
+        &self,
+        tx: &impl deadpool_postgres::GenericClient,
+    ) -> Result<(), PgError> {
+        let Some(row) = tx
+            .query_opt(
+                "SELECT n.nspname::text, pg_catalog.quote_ident(n.nspname)::text, \
+                        pg_catalog.pg_get_userbyid(n.nspowner)::text, \
+                        (pg_catalog.pg_get_userbyid(n.nspowner) OPERATOR(pg_catalog.=) 'pg_database_owner' \
+                         OR pg_catalog.pg_get_userbyid(n.nspowner) OPERATOR(pg_catalog.=) CURRENT_USER \
+                         OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r \
+                                    WHERE r.oid OPERATOR(pg_catalog.=) n.nspowner AND r.rolsuper)) \
+                 FROM pg_catalog.pg_namespace n \
+                 WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()",
+                &[],
+            )
+            .await
+            .map_err(|e| self.query_error("find the schema the tables are in", e))?
+        else {
+            return Ok(());
+        };
+        let schema: String = row.get(0);
+        let quoted: String = row.get(1);
+        let owner: String = row.get(2);
+        if !row.get::<_, bool>(3) {
+            return Err(PgError::SchemaOfAnother {
+                store: self.name.to_string(),
+                schema: shown(&schema),
+                owner: shown(&owner),
+            });
+        }
+        tx.execute("SELECT pg_catalog.set_config('search_path', $1, true)", &[&quoted])
+            .await
+            .map_err(|e| self.query_error("pin the search path to the tables' schema", e))?;
+        let tables: &Vec<&str> = &TABLES.to_vec();
+        let foreign: Vec<String> = tx
+            .query(
+                "SELECT c.relname::text, pg_catalog.pg_get_userbyid(c.relowner)::text \
+                 FROM pg_catalog.pg_class c \
+                 WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace($2) \
+                   AND c.relname::text OPERATOR(pg_catalog.=) ANY ($1::text[]) \
+                   AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.<>) CURRENT_USER \
+                 ORDER BY 1",
+                &[tables, &quoted],
+            )
+            .await
+            .map_err(|e| self.query_error("check who owns the toolward tables", e))?
+            .iter()
+            .map(|row| format!("{} (owned by {})", shown(row.get(0)), shown(row.get(1))))
+            .collect();
+        if !foreign.is_empty() {
+            return Err(PgError::TablesOfAnother {
+                store: self.name.to_string(),
+                tables: foreign.join(", "),
+            });
+        }
+        Ok(())
     }
 
     /// Refuses to go on when a role that is neither a superuser, the role running `migrate`,

@@ -915,3 +915,86 @@ async fn migrate_refuses_a_schema_others_can_create_in_and_runs_nothing_of_their
         .await;
     db.drop_database().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_refuses_a_schema_first_on_the_owners_path_that_another_role_owns() {
+    let Some(db) = RoleDatabase::new("migrate and a schema of another's").await else {
+        return;
+    };
+    // A role that may create schemas makes one named after the owner role: `"$user"` puts
+    // it first on the owner's `search_path`, and it owns what is in it.
+    db.run_as_superuser(
+        "CREATE ROLE toolward_mallory LOGIN PASSWORD 'mallory';
+         GRANT CONNECT, CREATE ON DATABASE toolward TO toolward_mallory",
+    )
+    .await;
+    let mallory = db.connect(("toolward_mallory", "mallory")).await;
+    mallory
+        .batch_execute(
+            "CREATE SCHEMA toolward_owner;
+             GRANT USAGE, CREATE ON SCHEMA toolward_owner TO toolward_owner",
+        )
+        .await
+        .unwrap();
+    let (ok, stdout, stderr) = toolward(&db.config(OWNER), &["store", "migrate"]);
+    assert!(
+        !ok,
+        "migrate ran in another role's schema: {stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("schema `toolward_owner`")
+            && stderr.contains("owned by `toolward_mallory`"),
+        "{stderr}"
+    );
+    let made = mallory
+        .query(
+            "SELECT 1 FROM pg_catalog.pg_class WHERE relname = 'toolward_keys'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(
+        made.is_empty(),
+        "migrate made tables in another role's schema"
+    );
+    drop(mallory);
+    db.run_as_superuser("REVOKE CONNECT, CREATE ON DATABASE toolward FROM toolward_mallory")
+        .await;
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_refuses_toolward_tables_another_role_made_before_it() {
+    let Some(db) = RoleDatabase::new("migrate and tables made before").await else {
+        return;
+    };
+    // Before the first migrate, a role that could then create in the schema makes the key
+    // table with a key of its own; the right is taken back, as docs/fleet.md's block does.
+    db.run_as_superuser(
+        "CREATE ROLE toolward_mallory LOGIN PASSWORD 'mallory';
+         GRANT CONNECT ON DATABASE toolward TO toolward_mallory;
+         GRANT USAGE, CREATE ON SCHEMA public TO toolward_mallory",
+    )
+    .await;
+    let mallory = db.connect(("toolward_mallory", "mallory")).await;
+    mallory
+        .batch_execute(
+            "CREATE TABLE public.toolward_keys (name text PRIMARY KEY, key bytea NOT NULL);
+             INSERT INTO public.toolward_keys VALUES ('request-state', '\\x41414141');
+             GRANT ALL ON public.toolward_keys TO toolward_owner WITH GRANT OPTION",
+        )
+        .await
+        .unwrap();
+    db.run_as_superuser("REVOKE CREATE ON SCHEMA public FROM toolward_mallory")
+        .await;
+    let (ok, stdout, stderr) = toolward(&db.config(OWNER), &["store", "migrate"]);
+    assert!(!ok, "migrate kept another role's tables: {stdout}{stderr}");
+    assert!(
+        stderr.contains("`toolward_keys` (owned by `toolward_mallory`)"),
+        "{stderr}"
+    );
+    drop(mallory);
+    db.run_as_superuser("REVOKE CONNECT ON DATABASE toolward FROM toolward_mallory")
+        .await;
+    db.drop_database().await;
+}
