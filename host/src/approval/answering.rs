@@ -41,13 +41,7 @@ pub fn list_queue(state_dir: &Path) -> Result<Vec<PendingEntry>, ApprovalError> 
         let read = open_entry(&queue.pending, &name, &path).and_then(|file| match file {
             None => Ok(None),
             Some(file) => {
-                let bytes = read_all(&file, &path)?;
-                let entry: PendingFile =
-                    serde_json::from_slice(&bytes).map_err(|source| ApprovalError::Malformed {
-                        path: path.clone(),
-                        source,
-                    })?;
-                Ok(Some((entry, is_held(&file))))
+                Ok(Some((read_pending(&file, &path)?, is_held(&file))))
             }
         });
         match read {
@@ -183,12 +177,7 @@ pub fn answer(
             call_id: call_id.to_owned(),
         });
     };
-    let bytes = read_all(&file, &path)?;
-    let entry: PendingFile =
-        serde_json::from_slice(&bytes).map_err(|source| ApprovalError::Malformed {
-            path: path.clone(),
-            source,
-        })?;
+    let entry = read_pending(&file, &path)?;
     if let Some(problem) = entry_problem(&entry, call_id, &queue.key) {
         return Err(ApprovalError::Tampered {
             call_id: call_id.to_owned(),
@@ -270,4 +259,14 @@ fn place_answer(
         });
     let _ = queue.answers.remove_file(&temporary);
     placed
+}
+
+/// A pending entry's file read whole (bounded) and parsed; `Malformed` naming `path` when it
+/// is not an entry.
+fn read_pending(file: &std::fs::File, path: &Path) -> Result<PendingFile, ApprovalError> {
+    let bytes = read_all(file, path)?;
+    serde_json::from_slice(&bytes).map_err(|source| ApprovalError::Malformed {
+        path: path.to_owned(),
+        source,
+    })
 }
