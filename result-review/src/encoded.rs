@@ -1,0 +1,485 @@
+//! Encoded copies of secrets: runs of base64, percent-encoded and JSON-escaped text, each
+//! decoded once and reviewed by [`Secrets::scan`] (one level: what a decoding holds is not
+//! decoded again).
+//!
+//! Every scanner here is one pass over the text, and each run is decoded and reviewed once, so
+//! the work is linear in the text's length.
+
+use regex::bytes::{Regex, RegexBuilder};
+
+use crate::secrets::{Hit, Secrets};
+
+/// Fewest base64 characters (padding not counted) a base64 run has.
+pub(crate) const MIN_BASE64: usize = 24;
+
+/// A secret found by decoding a run: the run's span and the rule id of the first secret its
+/// decoding holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EncodedHit {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) rule: &'static str,
+    pub(crate) encoding: Encoding,
+}
+
+/// How a run is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    Base64,
+    Percent,
+    Json,
+}
+
+impl Encoding {
+    /// The suffix of the finding's kind: `secret:<rule>+<suffix>`.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Encoding::Base64 => "base64",
+            Encoding::Percent => "percent",
+            Encoding::Json => "json",
+        }
+    }
+}
+
+/// The value of a base64 character of either alphabet (`+` and `-` are 62, `/` and `_` 63).
+fn base64_value(b: u8) -> Option<u32> {
+    match b {
+        b'A'..=b'Z' => Some(u32::from(b - b'A')),
+        b'a'..=b'z' => Some(u32::from(b - b'a') + 26),
+        b'0'..=b'9' => Some(u32::from(b - b'0') + 52),
+        b'+' | b'-' => Some(62),
+        b'/' | b'_' => Some(63),
+        _ => None,
+    }
+}
+
+/// The bytes `text` encodes in base64, standard or URL-safe alphabet (both accepted, mixed
+/// too): every character outside both alphabets (padding, line breaks) is skipped, and bits
+/// that do not make a whole byte at the end are dropped.
+pub(crate) fn decode_base64(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() / 4 * 3 + 2);
+    let mut bits: u32 = 0;
+    let mut count = 0;
+    for value in text.iter().filter_map(|&b| base64_value(b)) {
+        bits = (bits << 6) | value;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push(((bits >> count) & 0xff) as u8);
+        }
+    }
+    out
+}
+
+/// The value of an ASCII hexadecimal digit.
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// The byte of a percent escape `%XX` at the start of `text`.
+fn percent_escape(text: &[u8]) -> Option<u8> {
+    match text {
+        [b'%', high, low, ..] => Some(hex_value(*high)? << 4 | hex_value(*low)?),
+        _ => None,
+    }
+}
+
+/// What a decoding reviewer needs: the decoded bytes and, for each decoded byte, whether it
+/// came from an escape (a secret made only of bytes written as they are was found in the text
+/// already, and is not reported again as an encoded one).
+#[derive(Debug, Default)]
+struct Decoded {
+    bytes: Vec<u8>,
+    /// `escaped[i]`: how many of the first `i` decoded bytes came from an escape.
+    escaped: Vec<u32>,
+}
+
+impl Decoded {
+    fn push(&mut self, byte: u8, from_escape: bool) {
+        if self.escaped.is_empty() {
+            self.escaped.push(0);
+        }
+        let before = self.escaped.last().copied().unwrap_or_default();
+        self.bytes.push(byte);
+        self.escaped.push(before + u32::from(from_escape));
+    }
+
+    fn extend(&mut self, bytes: &[u8], from_escape: bool) {
+        for &byte in bytes {
+            self.push(byte, from_escape);
+        }
+    }
+
+    /// Whether some byte of `[start, end)` came from an escape.
+    fn any_escaped(&self, start: usize, end: usize) -> bool {
+        let at = |i: usize| self.escaped.get(i).copied().unwrap_or_default();
+        at(end) > at(start)
+    }
+}
+
+/// The escapes that start percent and JSON runs, found with the `regex` crate's literal
+/// prefilter (`memchr` on `%` and `\`), so text without them costs one fast scan.
+#[derive(Clone, Debug)]
+pub(crate) struct Escapes {
+    percent: Regex,
+    json: Regex,
+}
+
+impl Escapes {
+    pub(crate) fn new() -> Result<Escapes, String> {
+        let build = |pattern: &str| {
+            RegexBuilder::new(pattern)
+                .unicode(false)
+                .build()
+                .map_err(|e| format!("encoded review: {e}"))
+        };
+        Ok(Escapes {
+            percent: build(r"%[0-9A-Fa-f]{2}")?,
+            json: build(r"\\(?:/|u[0-9A-Fa-f]{4})")?,
+        })
+    }
+}
+
+/// Reviews decodings for secrets; `hits` is a buffer reused from run to run.
+#[derive(Debug)]
+pub(crate) struct Decoder<'a> {
+    secrets: &'a Secrets,
+    escapes: &'a Escapes,
+    hits: Vec<Hit>,
+    out: Vec<EncodedHit>,
+}
+
+impl<'a> Decoder<'a> {
+    pub(crate) fn new(secrets: &'a Secrets, escapes: &'a Escapes) -> Decoder<'a> {
+        Decoder {
+            secrets,
+            escapes,
+            hits: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Every encoded secret of `text`: base64, percent and JSON runs, in that order.
+    pub(crate) fn review(mut self, text: &[u8]) -> Vec<EncodedHit> {
+        self.base64_runs(text);
+        self.percent_runs(text);
+        self.json_runs(text);
+        self.out
+    }
+
+    /// Reviews the decoding of the run `[start, end)`: the first secret it holds that is not
+    /// written as it is in the run (`escaped` is `None` for base64, where every byte is
+    /// decoded).
+    fn review_run(
+        &mut self,
+        start: usize,
+        end: usize,
+        decoded: &[u8],
+        escaped: Option<&Decoded>,
+        encoding: Encoding,
+    ) {
+        self.hits.clear();
+        self.secrets.scan(decoded, &mut self.hits);
+        let first = self
+            .hits
+            .iter()
+            .filter(|hit| escaped.is_none_or(|e| e.any_escaped(hit.start, hit.end)))
+            .min_by_key(|hit| hit.start);
+        if let Some(hit) = first {
+            self.out.push(EncodedHit {
+                start,
+                end,
+                rule: hit.rule,
+                encoding,
+            });
+        }
+    }
+
+    /// Base64 runs: maximal runs of `[A-Za-z0-9+/_-]` of at least [`MIN_BASE64`] characters,
+    /// with up to two `=` of padding after them. A run goes on over a line break (`\n`,
+    /// `\r\n`, or the JSON escapes `\n`, `\r\n`) when its line so far is at least
+    /// [`MIN_BASE64`] characters long and a multiple of 4 (wrapped base64, as MIME and PEM
+    /// write it). A run right after a JSON escape `\n`, `\r` or `\t` starts after the escape's
+    /// letter.
+    fn base64_runs(&mut self, text: &[u8]) {
+        let mut at = 0;
+        while let Some((start, end)) = next_base64_line(text, at) {
+            at = self.base64_run(text, start, end).max(end);
+        }
+    }
+
+    /// Reviews the base64 run whose first line is `[start, end)`, and returns where it ends.
+    fn base64_run(&mut self, text: &[u8], mut start: usize, mut end: usize) -> usize {
+        // `…\nQUJD…` in JSON text: the `n` belongs to the escape.
+        if start > 0
+            && text.get(start - 1) == Some(&b'\\')
+            && matches!(text.get(start), Some(b'n' | b'r' | b't'))
+        {
+            start += 1;
+        }
+        let mut line = end - start;
+        let mut count = line;
+        loop {
+            let rest = text.get(end..).unwrap_or_default();
+            let line_break = [&b"\r\n"[..], b"\n", b"\\r\\n", b"\\n"]
+                .iter()
+                .find(|brk| rest.starts_with(brk))
+                .map_or(0, |brk| brk.len());
+            let continues = line_break > 0
+                && line >= MIN_BASE64
+                && line.is_multiple_of(4)
+                && rest.get(line_break).is_some_and(|&b| is_base64(b));
+            if !continues {
+                break;
+            }
+            line = text
+                .get(end + line_break..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|&&b| is_base64(b))
+                .count();
+            end += line_break + line;
+            count += line;
+        }
+        for _ in 0..2 {
+            if text.get(end) == Some(&b'=') {
+                end += 1;
+            }
+        }
+        if count >= MIN_BASE64 {
+            let run = text.get(start..end).unwrap_or_default();
+            // A JSON escape `\n` or `\r` inside: its letter is a base64 character, so the
+            // escape is dropped before decoding.
+            let decoded = if run.contains(&b'\\') {
+                let mut plain = Vec::with_capacity(run.len());
+                let mut k = 0;
+                while k < run.len() {
+                    if run.get(k) == Some(&b'\\') {
+                        k += 2;
+                    } else {
+                        plain.extend(run.get(k).copied());
+                        k += 1;
+                    }
+                }
+                decode_base64(&plain)
+            } else {
+                decode_base64(run)
+            };
+            self.review_run(start, end, &decoded, None, Encoding::Base64);
+        }
+        end
+    }
+
+    /// Percent runs: maximal runs of `[A-Za-z0-9._~:/+-]` and escapes `%XX` (two hexadecimal
+    /// digits) holding at least one escape. `+` stays `+`.
+    fn percent_runs(&mut self, text: &[u8]) {
+        let escape = |rest: &[u8]| percent_escape(rest).map(|_| 3);
+        let mut done = 0;
+        while let Some(found) = self.escapes.percent.find_at(text, done) {
+            // The run's start: back over plain characters (an escape before this one would
+            // have been found first, and its run taken this one in).
+            let start = found.start() - plain_before(text, done, found.start());
+            let (end, _) = run(text, start, escape);
+            let mut decoded = Decoded::default();
+            let mut i = start;
+            while i < end {
+                let rest = text.get(i..).unwrap_or_default();
+                if let Some(byte) = percent_escape(rest) {
+                    decoded.push(byte, true);
+                    i += 3;
+                } else {
+                    decoded.extend(rest.get(..1).unwrap_or_default(), false);
+                    i += 1;
+                }
+            }
+            self.review_run(
+                start,
+                end,
+                &decoded.bytes,
+                Some(&decoded),
+                Encoding::Percent,
+            );
+            done = end;
+        }
+    }
+
+    /// JSON runs: maximal runs of `[A-Za-z0-9._~:/+-]` and the JSON escapes `\uXXXX` and `\/`,
+    /// holding at least one escape. A `\uXXXX` pair of surrogates is one character, a lone
+    /// surrogate U+FFFD. Any other escape (`\\`, `\"`, `\n`…) ends a run, and its letter is
+    /// not part of the next.
+    fn json_runs(&mut self, text: &[u8]) {
+        let escape = |rest: &[u8]| {
+            if rest.starts_with(b"\\/") {
+                Some(2)
+            } else {
+                json_unit(rest).map(|_| 6)
+            }
+        };
+        let mut done = 0;
+        while let Some(found) = self.escapes.json.find_at(text, done) {
+            // A backslash after an odd number of backslashes is itself escaped: `\\u0041` is
+            // a backslash and `u0041`.
+            let backslashes = text
+                .get(..found.start())
+                .unwrap_or_default()
+                .iter()
+                .rev()
+                .take_while(|&&b| b == b'\\')
+                .count();
+            if backslashes % 2 == 1 {
+                done = found.start() + 1;
+                continue;
+            }
+            let start = found.start() - plain_before(text, done, found.start());
+            let (end, _) = run(text, start, escape);
+            let mut decoded = Decoded::default();
+            let mut i = start;
+            while i < end {
+                let rest = text.get(i..end).unwrap_or_default();
+                if rest.starts_with(b"\\/") {
+                    decoded.push(b'/', true);
+                    i += 2;
+                } else if let Some((c, used)) = json_unicode_escape(rest) {
+                    let mut utf8 = [0; 4];
+                    decoded.extend(c.encode_utf8(&mut utf8).as_bytes(), true);
+                    i += used;
+                } else {
+                    decoded.extend(rest.get(..1).unwrap_or_default(), false);
+                    i += 1;
+                }
+            }
+            self.review_run(start, end, &decoded.bytes, Some(&decoded), Encoding::Json);
+            done = end;
+        }
+    }
+}
+
+/// Which bytes are base64 characters of either alphabet.
+const BASE64: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'-');
+        b += 1;
+    }
+    table
+};
+
+/// Whether `b` is a base64 character of either alphabet.
+fn is_base64(b: u8) -> bool {
+    BASE64[usize::from(b)]
+}
+
+/// The first maximal run of base64 characters at least [`MIN_BASE64`] long that starts at or
+/// after `from`, where no run crosses `from` (the byte before it, or the byte at it, is not a
+/// base64 character).
+///
+/// A skip search: such a run holds the byte [`MIN_BASE64`]` - 1` past any start it can have,
+/// so one byte is probed per window, and a probe that is not base64 skips the whole window.
+/// Each byte is read about once, most of prose not at all.
+fn next_base64_line(text: &[u8], from: usize) -> Option<(usize, usize)> {
+    let base64_at = |i: usize| text.get(i).is_some_and(|&b| is_base64(b));
+    let mut start = from;
+    while start + MIN_BASE64 <= text.len() {
+        let probe = start + MIN_BASE64 - 1;
+        if !base64_at(probe) {
+            start = probe + 1;
+            continue;
+        }
+        // How many base64 characters end at the probe (at most the window).
+        let behind = (1..MIN_BASE64)
+            .find(|&k| !base64_at(probe - k))
+            .unwrap_or(MIN_BASE64);
+        if behind < MIN_BASE64 {
+            start = probe - behind + 1;
+            continue;
+        }
+        // The window is base64: widen it to the whole run (it cannot start before `start`).
+        let mut first = probe + 1 - MIN_BASE64;
+        while first > start && base64_at(first - 1) {
+            first -= 1;
+        }
+        let mut end = probe + 1;
+        while base64_at(end) {
+            end += 1;
+        }
+        return Some((first, end));
+    }
+    None
+}
+
+/// How many [`run_character`]s stand right before `at`, not going back past `floor`, nor
+/// taking the letter of a backslash escape (`\n`).
+fn plain_before(text: &[u8], floor: usize, at: usize) -> usize {
+    let mut start = at;
+    while start > floor
+        && text.get(start - 1).is_some_and(|&b| run_character(b))
+        && !(start >= 2 && text.get(start - 2) == Some(&b'\\'))
+    {
+        start -= 1;
+    }
+    at - start
+}
+
+/// Whether `b` may stand unescaped in a percent or JSON run.
+fn run_character(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"._~:/+-".contains(&b)
+}
+
+/// The end of the run of [`run_character`]s and escapes starting at `start` (`escape` gives an
+/// escape's length at the start of its argument), and how many escapes it holds.
+fn run(text: &[u8], start: usize, escape: impl Fn(&[u8]) -> Option<usize>) -> (usize, usize) {
+    let mut at = start;
+    let mut escapes = 0;
+    loop {
+        let rest = text.get(at..).unwrap_or_default();
+        if let Some(used) = escape(rest) {
+            escapes += 1;
+            at += used;
+        } else if rest.first().is_some_and(|&b| run_character(b)) {
+            at += 1;
+        } else {
+            return (at, escapes);
+        }
+    }
+}
+
+/// The UTF-16 code unit of `\uXXXX` at the start of `text`.
+fn json_unit(text: &[u8]) -> Option<u16> {
+    match text {
+        [b'\\', b'u', a, b, c, d, ..] => {
+            let mut unit: u16 = 0;
+            for digit in [a, b, c, d] {
+                unit = unit << 4 | u16::from(hex_value(*digit)?);
+            }
+            Some(unit)
+        }
+        _ => None,
+    }
+}
+
+/// The character of a JSON escape `\uXXXX` (or a pair of them for a surrogate pair) at the
+/// start of `text`, and how many bytes it takes.
+fn json_unicode_escape(text: &[u8]) -> Option<(char, usize)> {
+    let unit = json_unit(text)?;
+    if (0xd800..0xdc00).contains(&unit) {
+        if let Some(low) = text.get(6..).and_then(json_unit)
+            && (0xdc00..0xe000).contains(&low)
+        {
+            let c = 0x10000 + ((u32::from(unit) - 0xd800) << 10) + (u32::from(low) - 0xdc00);
+            return Some((char::from_u32(c).unwrap_or('\u{fffd}'), 12));
+        }
+        return Some(('\u{fffd}', 6));
+    }
+    Some((char::from_u32(u32::from(unit)).unwrap_or('\u{fffd}'), 6))
+}
+
+#[cfg(test)]
+#[path = "encoded/tests.rs"]
+mod tests;

@@ -1,0 +1,358 @@
+//! What a policy must redact in the text of an MCP tool result before a model reads it.
+//!
+//! A [`Reviewer`] is built once with the [`Review`]s to run (the regexes are compiled in
+//! [`Reviewer::new`]), then [`Reviewer::review`] gives, for each text, the [`Finding`]s: byte
+//! spans on character boundaries, sorted, not overlapping, each with a kind. The crate is pure
+//! Rust with one dependency (`regex`, without its Unicode tables): it builds for
+//! `wasm32-unknown-unknown` and needs no clock, randomness, file or thread.
+//!
+//! ```
+//! use toolward_result_review::{Finding, Review, Reviewer};
+//!
+//! let reviewer = Reviewer::new(&[Review::Secrets, Review::HiddenCharacters])?;
+//! let text = "token: ghp_0123456789abcdefghijABCDEFGHIJklmnop\u{200b}!";
+//! assert_eq!(
+//!     reviewer.review(text),
+//!     [
+//!         Finding { start: 7, end: 47, kind: "secret:github-pat".into() },
+//!         Finding { start: 47, end: 50, kind: "hidden:zero-width".into() },
+//!     ]
+//! );
+//! # Ok::<(), String>(())
+//! ```
+//!
+//! # Findings
+//!
+//! Every finding of every review is collected, sorted by start (the longer first at the same
+//! start), and overlapping findings are merged into one that spans them all, whose kind lists
+//! their distinct kinds in that order, joined by `,` (`secret:jwt,secret:github-pat+base64`,
+//! `hidden:escape-sequence,secret:github-pat`): a policy that acts on one kind must look at
+//! each of them. No kind holds a `,` otherwise. Findings that only touch (one ends where the
+//! next starts) stay apart. A secret finding starts at an ASCII byte and ends after one (or at
+//! the end of the text), a hidden one starts at a character and ends after one, so all
+//! boundaries are character boundaries.
+//!
+//! # The secrets review (`secrets`)
+//!
+//! Kinds `secret:<rule-id>`, or `secret:<rule-id>+base64`, `+percent`, `+json` for an encoded
+//! copy. What is detected is exactly the shapes below; there is no entropy measure, no keyword
+//! near a value, and no generic "looks random" rule, so a secret of a format not listed (a
+//! password, a database URL's credentials, a key of a service not listed) is not found.
+//!
+//! ## Key and token formats
+//!
+//! The formats follow the default rule set of gitleaks
+//! (<https://github.com/gitleaks/gitleaks>, `config/gitleaks.toml` at commit
+//! `420a0f55f4a7a03dfe701ceb1f4f66a7c68b26b4`, MIT licence; see the `NOTICE` file), keeping
+//! only the rules whose shape is distinctive by itself (a fixed prefix or infix), expressed
+//! anew for the `regex` crate. In the patterns, `\w` is `[0-9A-Za-z_]`; **B** marks a token
+//! that must start at a word boundary (after a byte that is not an ASCII letter, digit or `_`,
+//! or at the start of the text, or right after a JSON escape `\n`, `\r`, `\t`); **+class** is
+//! the class a finding extends over (below).
+//!
+//! | rule id | matches | notes |
+//! | --- | --- | --- |
+//! | `github-pat` | `ghp_[0-9A-Za-z]{36}` | +alnum |
+//! | `github-oauth` | `gho_[0-9A-Za-z]{36}` | +alnum |
+//! | `github-app-token` | `gh[us]_[0-9A-Za-z]{36}` | +alnum |
+//! | `github-refresh-token` | `ghr_[0-9A-Za-z]{36}` | +alnum |
+//! | `github-fine-grained-pat` | `github_pat_\w{82}` | +`\w` |
+//! | `gitlab-pat-routable` | `glpat-[\w-]{27,300}\.[0-9a-z]{9}` | +`[0-9a-z]`, tried before `gitlab-pat` |
+//! | `gitlab-pat` | `glpat-[\w-]{20}` | +`[\w-]` |
+//! | `gitlab-ptt` | `glptt-[0-9a-f]{40}` | +`[0-9a-f]` |
+//! | `gitlab-rrt` | `GR1348941[\w-]{20}` | +`[\w-]` |
+//! | `gitlab-runner-authentication-token` | `glrt-[\w-]{20}` | +`[\w-]` |
+//! | `slack-bot-token` | `xoxb-[0-9]{10,13}-[0-9]{10,13}[0-9A-Za-z-]*` | +`[0-9A-Za-z-]` |
+//! | `slack-user-token` | `xox[pe](-[0-9]{10,13}){3}-[0-9A-Za-z-]{28,34}` | +`[0-9A-Za-z-]` |
+//! | `slack-app-token` | `xapp-[0-9]-[0-9A-Za-z]+-[0-9]+-[0-9A-Za-z]+` | lowercase `xapp` only |
+//! | `slack-webhook-url` | `hooks.slack.com/(services\|workflows\|triggers)/[0-9A-Za-z+/]{43,56}`, with `https://` or `http://` right before it | +`[0-9A-Za-z+/]` |
+//! | `aws-access-key-id` | `(A3T[0-9A-Z]\|AKIA\|ASIA\|ABIA\|ACCA)[0-9A-Z]{16}` | B, +`[0-9A-Z]`; gitleaks' `aws-access-token`; a key ending in `EXAMPLE` is not found (gitleaks' allowlist) |
+//! | `gcp-api-key` | `AIza[\w-]{35}` | B, +`[\w-]`; gitleaks' list of known public keys not kept |
+//! | `openai-api-key` | `sk-(proj\|svcacct\|admin)-` 74 or 58 `[\w-]`, `T3BlbkFJ`, 74 or 58 `[\w-]`; or `sk-` 20 alnum `T3BlbkFJ` 20 alnum | B, +`[\w-]` |
+//! | `anthropic-api-key` | `sk-ant-(api03\|admin01)-[\w-]{93}AA` | B, +`[\w-]`; **not in the pinned commit**: the shape of gitleaks' later `anthropic-api-key` and `anthropic-admin-api-key` rules |
+//! | `stripe-access-token` | `[sr]k_(test\|live\|prod)_[0-9A-Za-z]{10,99}` | B, +alnum |
+//! | `npm-access-token` | `npm_[0-9A-Za-z]{36}` | B, +alnum; lowercase `npm_` only |
+//! | `pypi-upload-token` | `pypi-AgEIcHlwaS5vcmc[\w-]{50,}` | no upper bound (gitleaks: 1000) |
+//! | `rubygems-api-token` | `rubygems_[0-9a-f]{48}` | B, +`[0-9a-f]` |
+//! | `sendgrid-api-token` | `SG\.[0-9A-Za-z=_.-]{66}` | B, +`[\w=-]`; uppercase `SG.` only |
+//! | `huggingface-access-token` | `hf_[A-Za-z]{34}` | B, +letters |
+//! | `digitalocean-pat` | `dop_v1_[0-9a-f]{64}` | B, +`[0-9a-f]` |
+//! | `digitalocean-access-token` | `doo_v1_[0-9a-f]{64}` | B, +`[0-9a-f]` |
+//! | `digitalocean-refresh-token` | `dor_v1_[0-9A-Fa-f]{64}` | B, +hex; lowercase `dor_v1_` only |
+//! | `shopify-access-token` | `shpat_[0-9A-Fa-f]{32}` | +hex |
+//! | `shopify-custom-access-token` | `shpca_[0-9A-Fa-f]{32}` | +hex |
+//! | `shopify-private-app-access-token` | `shppa_[0-9A-Fa-f]{32}` | +hex |
+//! | `shopify-shared-secret` | `shpss_[0-9A-Fa-f]{32}` | +hex |
+//! | `age-secret-key` | `AGE-SECRET-KEY-1` and 58 bech32 characters `[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]` | |
+//! | `databricks-api-token` | `dapi[0-9a-f]{32}(-[0-9])?` | B |
+//! | `vault-service-token` | `hvs\.[\w-]{90,120}` | B, +`[\w-]`; the legacy `s.` form is not kept |
+//! | `grafana-service-account-token` | `glsa_[0-9A-Za-z]{32}_[0-9A-Fa-f]{8}` | B, +hex |
+//! | `1password-service-account-token` | `ops_eyJ[0-9A-Za-z+/]{250,}={0,3}` | |
+//! | `atlassian-api-token` | `ATATT3[\w=-]{186}` | B, +`[\w=-]`; gitleaks' keyword form (`jira … = <24 chars>`) is not kept |
+//! | `private-key` | a private key block, below | |
+//! | `jwt` | a JWT, below | |
+//!
+//! How these differ from gitleaks, beyond the rules left out:
+//!
+//! - **No look-around.** The `regex` crate has neither look-around nor backreferences.
+//!   gitleaks ends many rules with "followed by a quote, white space, `;`, `\n`, `\r` or the
+//!   end", and some (`github-pat`) with nothing; here a match is instead **extended** over the
+//!   following bytes of the class shown as +class, so a token longer than its pattern is
+//!   covered whole rather than cut or missed, and a token followed by `,`, `)` or `&` is found
+//!   (gitleaks misses those where it asks for that ending). A rule without +class ends where
+//!   its pattern does.
+//! - Prefixes are matched with their case as written (gitleaks makes some rules wholly
+//!   case-insensitive: `(?i)npm_…`, `(?i)xapp-…`), so `NPM_…` is not found.
+//! - No entropy threshold and no stopwords: a matching shape is a finding.
+//! - At one position the rules are tried in the table's order; the matches do not overlap one
+//!   another (the search goes on after each finding).
+//! - The word boundary (**B**) and the `EXAMPLE` allowlist are checked after a match, not by the
+//!   regex, so that the one pass keeps a fast literal prefilter; the `https://` of a Slack
+//!   webhook likewise.
+//! - Left out although distinctive enough: `twilio-api-key` (`SK` + 32 hex), whose two-letter
+//!   prefix made the one-pass search three times slower on prose.
+//!
+//! ## Private keys (`private-key`)
+//!
+//! A line `-----BEGIN <label>PRIVATE KEY-----` or `-----BEGIN <label>PRIVATE KEY BLOCK-----`,
+//! `<label>` being up to 100 of `[ A-Z0-9_-]` (`RSA `, `EC `, `OPENSSH `, `ENCRYPTED `,
+//! `PGP `, or none), through the first `-----END` line with the same label and ending. A block
+//! with no such end line is found through the end of the text. Upper case only; no minimum
+//! length between the lines (gitleaks asks for 64 characters).
+//!
+//! ## JWTs (`jwt`)
+//!
+//! A header segment starting with `ey` at a word boundary (or after a `-`, or after a JSON
+//! escape `\n`, `\r`, `\t`) with at least 10 base64url characters, `.`, a payload segment,
+//! `.`, a signature segment (both possibly empty: a detached or unsecured JWS), and, for a
+//! JWE, two more non-empty segments. The header must decode (base64url) to text that starts
+//! with `{`, ends with `}`, holds no control character but tab, line feed and carriage return,
+//! and has `"alg"` followed by `:`; dotted text that merely looks like base64 is not a JWT.
+//!
+//! ## Encoded copies
+//!
+//! One level of decoding; each encoded run is decoded once and its decoding reviewed with the
+//! formats, private keys and JWTs above (as bytes: a decoding need not be UTF-8). The finding
+//! then covers the **whole run**, with the kind of the first secret its decoding holds and a
+//! suffix:
+//!
+//! - `+base64`: a run of at least 24 characters of `[A-Za-z0-9+/_-]` (both alphabets), with
+//!   up to two `=` after it. A run goes on over a line break (`\n`, `\r\n`, or their JSON
+//!   escapes) when its line so far is at least 24 characters long and a multiple of 4, as
+//!   wrapped base64 is. A run right after a JSON escape `\n`, `\r`, `\t` starts after its
+//!   letter. A run is decoded from its first character: base64 glued to other letters
+//!   (`keyZ2hw…`) decodes misaligned and is not found.
+//! - `+percent`: a run of `[A-Za-z0-9._~:/+-]` and `%XX` escapes with at least one escape
+//!   (`ghp%5F…`, a URL's query value); `+` is not decoded to a space.
+//! - `+json`: a run of `[A-Za-z0-9._~:/+-]` and the JSON escapes `\uXXXX` (surrogate pairs
+//!   joined) and `\/`, with at least one escape (`ghp\u005F…`,
+//!   `https:\/\/hooks.slack.com\/…`). Other escapes end a run.
+//!
+//! A secret of a percent or JSON run that is written in the run as it is (not one of its
+//! bytes escaped) is not reported again as encoded: it is found directly.
+//!
+//! ## Not detected
+//!
+//! - A secret split across two texts (two results, two content blocks, two pages): each text
+//!   is reviewed alone, and neither half matches.
+//! - A secret broken by a line break, by spaces, or by hidden characters inside it
+//!   (`ghp_` U+200B `…`): the hidden characters are found, the secret is not.
+//! - Two levels of encoding (base64 of percent-encoded text, base64 of base64), other
+//!   encodings (hex, gzip, quoted-printable, HTML entities), and encrypted or compressed copies.
+//! - A secret of a format not in the table.
+//!
+//! # The hidden-characters review (`hidden-characters`)
+//!
+//! Kinds `hidden:<what>`. One finding per run of consecutive characters of one kind:
+//!
+//! | kind | characters |
+//! | --- | --- |
+//! | `hidden:escape-sequence` | a terminal escape sequence, whole (below) |
+//! | `hidden:control` | C0 controls U+0000–U+001F but tab, line feed and carriage return; DEL U+007F; C1 controls U+0080–U+009F (an ESC or C1 introducer that starts no sequence) |
+//! | `hidden:bidi` | U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069 |
+//! | `hidden:zero-width` | U+00AD (soft hyphen), U+180E, U+200B–U+200D, U+2060–U+2064, U+FEFF |
+//! | `hidden:tag` | U+E0000–U+E007F (invisible ASCII: "ASCII smuggling") |
+//! | `hidden:variation-selector` | U+FE00–U+FE0F, U+E0100–U+E01EF, only a run of **two or more** (one selector after an emoji or an ideograph is ordinary text; a run of them can carry bytes nobody sees) |
+//! | `hidden:invisible` | the rest of the host's hidden set: U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180B–U+180D, U+180F, U+2065, U+206A–U+206F, U+2800, U+3164, U+FFA0, U+FFF0–U+FFFB, U+110BD, U+110CD, U+13430–U+1343F, U+1BCA0–U+1BCA3, U+1D159, U+1D173–U+1D17A, U+E0080–U+E00FF, U+E01F0–U+E0FFF |
+//!
+//! An escape sequence starts with ESC or a C1 introducer and is one finding (consecutive
+//! sequences make one run):
+//!
+//! - CSI (`ESC [`, U+009B): parameter bytes 0x30–0x3F, intermediate bytes 0x20–0x2F, a final
+//!   byte 0x40–0x7E (`ESC [31m`, `ESC [2J`); without a final byte, through the last parameter
+//!   or intermediate byte;
+//! - OSC (`ESC ]`, U+009D): through BEL, ST (`ESC \`) or U+009C (`ESC ]8;;url BEL`, a
+//!   hyperlink's target; `ESC ]0;title BEL`);
+//! - DCS, SOS, PM, APC (`ESC P`, `ESC X`, `ESC ^`, `ESC _`; U+0090, U+0098, U+009E, U+009F):
+//!   through ST or U+009C;
+//! - a string sequence (OSC and the four above) ends right before CAN, SUB or an ESC that
+//!   does not start ST; unterminated, it runs **to the end of the text**, all that a terminal
+//!   would swallow;
+//! - any other `ESC` + intermediate bytes 0x20–0x2F + a final byte 0x30–0x7E (`ESC ( B`,
+//!   `ESC 7`, `ESC c`).
+//!
+//! ## Compared with the host
+//!
+//! The host's `text::hidden_character` (`host/src/text.rs`, used by `host/src/listing.rs` to
+//! refuse tool descriptions) is the reference; every character it names hidden is found here
+//! too, but for these differences:
+//!
+//! - Carriage return is never found (the host refuses a lone one, not before a line feed, in
+//!   multi-line text): here it is layout, like tab and line feed.
+//! - U+2028 and U+2029 (line and paragraph separators) are not found: layout too.
+//! - A single variation selector is not found (the host refuses any but U+FE0E and U+FE0F
+//!   right after a visible character): only runs of two or more.
+//! - U+200E and U+200F are `bidi` here (the host calls them zero-width); U+00AD and U+180E
+//!   are `zero-width` (the host: invisible). Names only.
+//! - Escape sequences are found whole, not as their ESC alone, and emoji sequences joined by
+//!   U+200D (ZWJ) or flag tag sequences are found like any other, as the host refuses them.
+
+#![deny(missing_docs)]
+
+mod encoded;
+mod hidden;
+mod secrets;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One span to redact: the UTF-8 byte range `[start, end)` of the text reviewed, both on
+/// character boundaries, and what it is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Finding {
+    /// The first byte.
+    pub start: usize,
+    /// One past the last byte.
+    pub end: usize,
+    /// What was found: `secret:<rule-id>` (with `+base64`, `+percent` or `+json` for an
+    /// encoded copy) or `hidden:<what>`, as the crate docs list them; for findings merged
+    /// because they overlapped, each of their kinds, joined by `,`.
+    pub kind: String,
+}
+
+/// A review a [`Reviewer`] can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Review {
+    /// Key and token formats, private keys and JWTs, also base64-, percent- or JSON-encoded:
+    /// `"secrets"`.
+    Secrets,
+    /// Control characters and terminal escape sequences, bidirectional controls, zero-width,
+    /// tag and invisible characters, runs of variation selectors: `"hidden-characters"`.
+    HiddenCharacters,
+}
+
+impl Review {
+    /// Every review.
+    pub const ALL: [Review; 2] = [Review::Secrets, Review::HiddenCharacters];
+
+    /// The review's name: `"secrets"` or `"hidden-characters"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Review::Secrets => "secrets",
+            Review::HiddenCharacters => "hidden-characters",
+        }
+    }
+}
+
+impl fmt::Display for Review {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Review {
+    type Err = String;
+
+    /// The review named `name` ([`Review::as_str`]).
+    fn from_str(name: &str) -> Result<Review, String> {
+        Review::ALL
+            .into_iter()
+            .find(|review| review.as_str() == name)
+            .ok_or_else(|| {
+                format!(
+                    "no review named `{name}` (the reviews are `secrets` and `hidden-characters`)"
+                )
+            })
+    }
+}
+
+/// The reviews to run, compiled once (the regexes are built in [`Reviewer::new`]) and then
+/// used for many texts.
+#[derive(Clone, Debug)]
+pub struct Reviewer {
+    secrets: Option<(secrets::Secrets, encoded::Escapes)>,
+    hidden: bool,
+}
+
+impl Reviewer {
+    /// A reviewer running `reviews` (in any order; one named twice runs once; none at all
+    /// finds nothing). An error only if a regex does not compile, which the tests rule out.
+    pub fn new(reviews: &[Review]) -> Result<Reviewer, String> {
+        let secrets = if reviews.contains(&Review::Secrets) {
+            Some((secrets::Secrets::new()?, encoded::Escapes::new()?))
+        } else {
+            None
+        };
+        Ok(Reviewer {
+            secrets,
+            hidden: reviews.contains(&Review::HiddenCharacters),
+        })
+    }
+
+    /// The findings in `text`: sorted by start, not overlapping (overlapping findings are
+    /// merged, naming each of their kinds), every boundary a character boundary of `text`.
+    pub fn review(&self, text: &str) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        if let Some((secrets, escapes)) = &self.secrets {
+            let bytes = text.as_bytes();
+            let mut hits = Vec::new();
+            secrets.scan(bytes, &mut hits);
+            findings.extend(hits.into_iter().map(|hit| Finding {
+                start: hit.start,
+                end: hit.end,
+                kind: format!("secret:{}", hit.rule),
+            }));
+            findings.extend(
+                encoded::Decoder::new(secrets, escapes)
+                    .review(bytes)
+                    .into_iter()
+                    .map(|hit| Finding {
+                        start: hit.start,
+                        end: hit.end,
+                        kind: format!("secret:{}+{}", hit.rule, hit.encoding.suffix()),
+                    }),
+            );
+        }
+        if self.hidden {
+            findings.extend(hidden::review(text).into_iter().map(|run| Finding {
+                start: run.start,
+                end: run.end,
+                kind: format!("hidden:{}", run.what.as_str()),
+            }));
+        }
+        merge(findings)
+    }
+}
+
+/// `findings` sorted by start (the longer first at one start, then in the order given) with
+/// overlapping ones merged: the span of them all, their distinct kinds joined by `,`.
+fn merge(mut findings: Vec<Finding>) -> Vec<Finding> {
+    findings.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+    let mut merged: Vec<Finding> = Vec::with_capacity(findings.len());
+    for finding in findings {
+        match merged.last_mut() {
+            Some(last) if finding.start < last.end => {
+                last.end = last.end.max(finding.end);
+                if !last.kind.split(',').any(|kind| kind == finding.kind) {
+                    last.kind.push(',');
+                    last.kind.push_str(&finding.kind);
+                }
+            }
+            _ => merged.push(finding),
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests;

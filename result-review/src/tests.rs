@@ -1,0 +1,282 @@
+//! Helpers shared by the unit tests, and the tests of the public surface: names, merging, the
+//! crate docs against the rules.
+
+use super::*;
+
+/// `n` characters of `alphabet`, deterministic for `seed` (a linear congruential generator):
+/// realistic-looking tokens that are nobody's secret.
+pub(crate) fn fill(alphabet: &str, n: usize, seed: u64) -> String {
+    let alphabet = alphabet.as_bytes();
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let index = (state >> 33) as usize % alphabet.len();
+            char::from(alphabet[index])
+        })
+        .collect()
+}
+
+pub(crate) fn reviewer_of(reviews: &[Review]) -> Reviewer {
+    Reviewer::new(reviews).unwrap()
+}
+
+pub(crate) fn secret(start: usize, end: usize, rule: &str) -> Finding {
+    Finding {
+        start,
+        end,
+        kind: format!("secret:{rule}"),
+    }
+}
+
+pub(crate) fn hidden(start: usize, end: usize, what: &str) -> Finding {
+    Finding {
+        start,
+        end,
+        kind: format!("hidden:{what}"),
+    }
+}
+
+fn encode(bytes: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(char::from(alphabet[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+        if pad {
+            for _ in chunk.len()..3 {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding.
+pub(crate) fn base64(bytes: &[u8]) -> String {
+    encode(
+        bytes,
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        true,
+    )
+}
+
+/// base64url without padding.
+pub(crate) fn base64url(bytes: &[u8]) -> String {
+    encode(
+        bytes,
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+        false,
+    )
+}
+
+#[test]
+fn the_test_encoder_round_trips_through_the_decoder() {
+    for text in ["", "a", "ab", "abc", "abcd", "{\"alg\":\"HS256\"}"] {
+        assert_eq!(
+            encoded::decode_base64(base64(text.as_bytes()).as_bytes()),
+            text.as_bytes()
+        );
+        assert_eq!(
+            encoded::decode_base64(base64url(text.as_bytes()).as_bytes()),
+            text.as_bytes()
+        );
+    }
+    assert_eq!(base64(b"ab"), "YWI=");
+    assert_eq!(base64url(b"\xfb\xff"), "-_8");
+}
+
+#[test]
+fn reviews_have_names() {
+    for review in Review::ALL {
+        assert_eq!(review.as_str().parse::<Review>(), Ok(review));
+        assert_eq!(review.to_string(), review.as_str());
+    }
+    assert_eq!("secrets".parse::<Review>(), Ok(Review::Secrets));
+    assert_eq!(
+        "hidden-characters".parse::<Review>(),
+        Ok(Review::HiddenCharacters)
+    );
+    assert_eq!(
+        "Secrets".parse::<Review>(),
+        Err(
+            "no review named `Secrets` (the reviews are `secrets` and `hidden-characters`)"
+                .to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_reviewer_runs_only_its_reviews() {
+    let token = format!("ghp_{}", fill("abcdef0123456789", 36, 1));
+    let text = format!("{token}\u{200b}");
+    assert_eq!(reviewer_of(&[]).review(&text), []);
+    assert_eq!(
+        reviewer_of(&[Review::Secrets]).review(&text),
+        [secret(0, 40, "github-pat")]
+    );
+    assert_eq!(
+        reviewer_of(&[Review::HiddenCharacters]).review(&text),
+        [hidden(40, 43, "zero-width")]
+    );
+    assert_eq!(
+        reviewer_of(&[Review::HiddenCharacters, Review::Secrets, Review::Secrets]).review(&text),
+        [secret(0, 40, "github-pat"), hidden(40, 43, "zero-width")]
+    );
+    assert_eq!(reviewer_of(&Review::ALL).review(""), []);
+}
+
+#[test]
+fn overlapping_findings_merge_into_the_first() {
+    let merged = merge(vec![
+        hidden(10, 12, "control"),
+        secret(0, 20, "private-key"),
+        secret(30, 40, "jwt"),
+        secret(30, 35, "github-pat+base64"),
+        hidden(40, 43, "bidi"),
+        secret(38, 50, "aws-access-key-id"),
+        hidden(60, 61, "control"),
+        hidden(55, 61, "tag"),
+    ]);
+    assert_eq!(
+        merged,
+        [
+            Finding {
+                start: 0,
+                end: 20,
+                kind: "secret:private-key,hidden:control".to_owned()
+            },
+            Finding {
+                start: 30,
+                end: 50,
+                kind: "secret:jwt,secret:github-pat+base64,secret:aws-access-key-id,hidden:bidi"
+                    .to_owned()
+            },
+            Finding {
+                start: 55,
+                end: 61,
+                kind: "hidden:tag,hidden:control".to_owned()
+            },
+        ]
+    );
+    // A kind named twice is listed once.
+    assert_eq!(
+        merge(vec![
+            secret(0, 5, "jwt"),
+            secret(2, 8, "jwt"),
+            secret(3, 9, "jwt")
+        ]),
+        [secret(0, 9, "jwt")]
+    );
+}
+
+#[test]
+fn an_escape_sequence_that_swallows_a_secret_names_both() {
+    // `ESC SP g` is a whole escape sequence: the `g` of `ghp_` is in it.
+    let text = "\u{1b} ghp_0123456789abcdefghijABCDEFGHIJklmnop";
+    assert_eq!(
+        reviewer_of(&Review::ALL).review(text),
+        [Finding {
+            start: 0,
+            end: text.len(),
+            kind: "hidden:escape-sequence,secret:github-pat".to_owned()
+        }]
+    );
+}
+
+#[test]
+fn a_hidden_character_inside_a_private_key_block_is_merged_into_it() {
+    let text = "-----BEGIN EC PRIVATE KEY-----\nMHcC\u{1b}[8mAQEE\n-----END EC PRIVATE KEY-----";
+    assert_eq!(
+        reviewer_of(&Review::ALL).review(text),
+        [Finding {
+            start: 0,
+            end: text.len(),
+            kind: "secret:private-key,hidden:escape-sequence".to_owned()
+        }]
+    );
+}
+
+#[test]
+fn a_secret_with_a_hidden_character_inside_is_not_found_but_the_character_is() {
+    // A documented limit: the token is broken, the zero-width space is what is found.
+    let text = format!(
+        "ghp_{}\u{200b}{}",
+        fill("abcdef", 18, 1),
+        fill("abcdef", 18, 2)
+    );
+    assert_eq!(
+        reviewer_of(&Review::ALL).review(&text),
+        [hidden(22, 25, "zero-width")]
+    );
+}
+
+#[test]
+fn a_secret_split_across_two_texts_is_found_in_neither() {
+    // A documented limit: each text is reviewed alone.
+    let reviewer = reviewer_of(&Review::ALL);
+    let token = format!("ghp_{}", fill("0123456789ABCDEFabcdef", 36, 3));
+    let (first, second) = token.split_at(20);
+    assert_eq!(reviewer.review(&format!("page 1: {first}")), []);
+    assert_eq!(reviewer.review(&format!("{second} (page 2)")), []);
+    assert_eq!(
+        reviewer.review(&format!("{first}{second}")),
+        [secret(0, 40, "github-pat")]
+    );
+    // So is a private key block cut in two: the first half is found to its end, the second
+    // (no begin line) not at all.
+    let key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lg\n-----END RSA PRIVATE KEY-----";
+    let (first, second) = key.split_at(50);
+    assert_eq!(reviewer.review(first), [secret(0, 50, "private-key")]);
+    assert_eq!(reviewer.review(second), []);
+}
+
+#[test]
+fn the_crate_docs_list_every_rule() {
+    let docs: Vec<&str> = include_str!("lib.rs")
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! | `"))
+        .collect();
+    let listed: Vec<&str> = docs
+        .iter()
+        .filter_map(|row| row.split('`').next())
+        .filter(|id| !id.starts_with("hidden:"))
+        .collect();
+    let mut rules: Vec<&str> = secrets::RULES.iter().map(|rule| rule.id).collect();
+    rules.extend([secrets::PRIVATE_KEY, secrets::JWT]);
+    assert_eq!(listed, rules);
+    // Each row of a gitleaks rule names it (its id, or the id it had there).
+    for rule in secrets::RULES {
+        let row = docs
+            .iter()
+            .find(|row| row.starts_with(&format!("{}`", rule.id)))
+            .unwrap();
+        match rule.gitleaks {
+            Some(id) if id != rule.id => {
+                assert!(row.contains(&format!("gitleaks' `{id}`")), "{row}")
+            }
+            Some(_) => assert!(!row.contains("not in the pinned commit"), "{row}"),
+            None => assert!(row.contains("not in the pinned commit"), "{row}"),
+        }
+    }
+}
+
+#[test]
+fn the_doc_example_holds() {
+    let reviewer = reviewer_of(&Review::ALL);
+    let text = "token: ghp_0123456789abcdefghijABCDEFGHIJklmnop\u{200b}!";
+    assert_eq!(
+        reviewer.review(text),
+        [secret(7, 47, "github-pat"), hidden(47, 50, "zero-width")]
+    );
+}
