@@ -91,6 +91,8 @@ fn call() -> CallView {
         ),
         principal: "operator".into(),
         session: "bench".into(),
+        principal_attributes: Vec::new(),
+        labels: Default::default(),
         time_ms: 1_700_000_000_000,
         facts: vec![("tool.forwarded.minute".into(), "3".into())],
     }

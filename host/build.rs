@@ -78,6 +78,7 @@ fn run() -> Result<(), String> {
         "guest-cedar",
         "docs/toolward.cedarschema",
         "policy-table",
+        "result-review",
         "tests/fault-guest",
         "examples/custom-policy",
         "Cargo.lock",

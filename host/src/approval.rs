@@ -80,7 +80,7 @@ pub use crate::identity::{AnsweredBy, Channel, MAX_PASSWD_BYTES, OsUser, current
 use crate::state_dir::StateError;
 use crate::text;
 pub use answering::{PendingEntry, abandon_pending, answer, list_pending, list_queue};
-pub use display::{display_arguments, display_request};
+pub use display::{display_arguments, display_request, display_result};
 pub use queue::QueueApprover;
 
 /// How often a [`QueueApprover`] looks for an answer file.
@@ -220,6 +220,12 @@ pub struct ApprovalRequest {
     pub session: String,
     /// When the call was held, milliseconds since the Unix epoch.
     pub time_ms: u64,
+    /// Of a held *result* (a `results@0.3.0` review answered hold): what would be
+    /// delivered to the client, the result's JSON text; `None` for a held call. Its call id
+    /// is the call's with `/result` after it, so an answer to the call cannot answer its
+    /// result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
 }
 
 /// A person's answer, or its absence.
@@ -254,6 +260,13 @@ pub trait Approver: Send + Sync {
 
     /// The channel this approver asks through, recorded when nobody answers in time.
     fn channel(&self) -> Channel;
+
+    /// Whether the answer comes back on a later request rather than to this `ask` (the
+    /// 2026-07-28 revision's `input_required`): such an approver cannot hold a *result*,
+    /// which would need the tool run again, so a result a review holds is withheld.
+    fn answers_later(&self) -> bool {
+        false
+    }
 }
 
 /// Refuses every held call: the approver when no person can be asked.

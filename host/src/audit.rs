@@ -10,7 +10,7 @@
 //! | `seq`  | position in the log, `0` for the first record, `+1` for each record after it |
 //! | `time` | milliseconds since the Unix epoch (UTC), from the host's clock; the same unit the WIT `call.time` uses, so a record and the call it describes compare directly |
 //! | `prev` | SHA-256, lowercase hex, of the previous line's bytes without its newline; 64 zeros for the first record |
-//! | `kind` | one of [`AuditKind`] (`load`, `server-start`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `refusal`, `recovered`) |
+//! | `kind` | one of [`AuditKind`] (`load`, `server-start`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `result-decision`, `refusal`, `recovered`) |
 //! | ...    | the event fields of [`AuditEvent`] that apply; an absent field is left out, never `null` |
 //!
 //! Changing, inserting or deleting a line breaks the chain at the first line after the change
@@ -399,6 +399,11 @@ pub enum AuditKind {
     Forwarded,
     /// The server's result came back (or the call timed out).
     Result,
+    /// A policy component reviewed a result (`results@0.3.0`): `result_action` (pass,
+    /// redact, withhold, hold), `redactions` by kind and count, `result_sha256` as received
+    /// and `delivered_sha256` as delivered, the session's `labels` after it; never the
+    /// redacted text.
+    ResultDecision,
     /// toolward refused a call or a tool.
     Refusal,
     /// The log was reopened after a torn last line was truncated away.
@@ -422,6 +427,7 @@ impl fmt::Display for AuditKind {
             Self::ApprovalForged => "approval-forged",
             Self::Forwarded => "forwarded",
             Self::Result => "result",
+            Self::ResultDecision => "result-decision",
             Self::Refusal => "refusal",
             Self::Recovered => "recovered",
             Self::ServerStart => "server-start",
@@ -558,6 +564,22 @@ pub struct AuditEvent {
     /// `… and N more`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub determined_by: Option<Vec<String>>,
+    /// Of a `result-decision`: what happened to the result (`pass`, `redact`, `withhold`,
+    /// `hold`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_action: Option<String>,
+    /// Of a `result-decision`: how many spans were redacted, by kind (`secret:github-pat`:
+    /// 2); never what they held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<std::collections::BTreeMap<String, u64>>,
+    /// Of a `result-decision`: SHA-256 of the result as delivered to the client (its JSON
+    /// text), beside `result_sha256`, the result as received from the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_sha256: Option<String>,
+    /// Of a `result-decision`: the session's labels after the result (joined with what
+    /// the review found), or before it when the result was not delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<crate::component::Labels>,
 }
 
 impl AuditEvent {
@@ -592,6 +614,10 @@ impl AuditEvent {
             truncated_sha256: None,
             detail: None,
             determined_by: None,
+            result_action: None,
+            redactions: None,
+            delivered_sha256: None,
+            labels: None,
         }
     }
 }

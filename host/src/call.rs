@@ -61,9 +61,10 @@ use crate::approval::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Appro
 use crate::audit::AuditStore;
 use crate::audit::{AuditDecision, AuditEvent, AuditKind, ComponentHashes};
 use crate::canonical::{self, Value};
-use crate::component::{CallView, Decision, Policy};
+use crate::component::{CallView, Decision, Labels, Policy};
 use crate::config::{self, Config};
 use crate::facts::{Change, FactKeys, FactScopes, FactStore, Facts};
+use crate::labels::{LabelKey, LabelSettings, LabelStore, MemoryLabels};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema::Dialect;
 use crate::schema::validator::build_validator;
@@ -372,6 +373,30 @@ pub enum CallError {
         /// The transport's message.
         reason: String,
     },
+    /// The policy component's review withheld the result (`results@0.3.0`), or the review
+    /// failed, or its labels could not be kept: the server acted, the model does not see
+    /// what it returned.
+    #[error("the result of tool `{tool}` on server `{server}` was withheld: {reason}")]
+    ResultWithheld {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// Why, from the review or the host.
+        reason: String,
+    },
+    /// The session's labels could not be read; no decision is made without them.
+    #[error(
+        "the call of tool `{tool}` on server `{server}` was refused because its session's labels could not be read: {reason}"
+    )]
+    Labels {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The store's message.
+        reason: String,
+    },
     /// The server's result is not a `CallToolResult`.
     #[error(
         "server `{server}` answered the call of tool `{tool}` with a malformed result: {reason}"
@@ -432,6 +457,11 @@ pub struct CallPath {
     fact_scopes: FactScopes,
     telemetry: Option<Arc<Telemetry>>,
     ledger: Option<Arc<dyn RequestStateLedger>>,
+    /// Where sessions' labels live (`crate::labels`).
+    labels: Arc<dyn LabelStore>,
+    /// Whether the policy component reviews results ([`Policy::reviews`] names some):
+    /// when not, no result is copied into it.
+    reviews: bool,
     /// Calls between the start and the end of [`CallPath::call`]: a call alone syncs the
     /// audit log on its own thread (see [`Run::record`]).
     in_flight: AtomicUsize,
@@ -463,6 +493,12 @@ impl CallPath {
             .tools()
             .map(|tool| (tool.exposed_name.clone(), OnceLock::new()))
             .collect();
+        let reviewed = policy.reviews();
+        let reviews = !reviewed.reviews.is_empty();
+        let mut label_settings = LabelSettings::default();
+        if !reviewed.levels.is_empty() {
+            label_settings.levels = reviewed.levels.clone();
+        }
         Self {
             registry,
             policy,
@@ -475,8 +511,18 @@ impl CallPath {
             fact_scopes: FactScopes::ALL,
             telemetry: None,
             ledger: None,
+            labels: Arc::new(MemoryLabels::new(label_settings)),
+            reviews,
             in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Keeps sessions' labels in `store` (default: in memory, ranking confidentiality by the
+    /// levels the policy component names).
+    #[must_use]
+    pub fn with_labels(mut self, store: Arc<dyn LabelStore>) -> Self {
+        self.labels = store;
+        self
     }
 
     /// Counts calls in `store` and gives every decision its facts (`docs/facts.md`).
@@ -924,6 +970,18 @@ impl Run<'_> {
             }
             _ => Some(Facts::default()),
         };
+        let labels = self
+            .path
+            .labels
+            .get(&LabelKey::of(&self.ctx.session, &self.ctx.principal), time_ms)
+            .await
+            .map_err(|error| {
+                refused(CallError::Labels {
+                    tool: name(),
+                    server: server(),
+                    reason: error.to_string(),
+                })
+            })?;
         let view = CallView {
             id: self.call_id.clone(),
             server: server(),
@@ -933,6 +991,8 @@ impl Run<'_> {
             arguments_sha256: arguments_sha256.clone(),
             principal: self.ctx.principal.clone(),
             session: self.ctx.session.clone(),
+            principal_attributes: Vec::new(),
+            labels,
             time_ms,
             facts: facts.as_ref().map(Facts::to_pairs).unwrap_or_default(),
         };
@@ -966,6 +1026,9 @@ impl Run<'_> {
         event.determined_by = answer.determined_by;
         event.policy_time_ms = Some(time_ms);
         event.facts = facts.as_ref().map(|facts| facts.as_map().clone());
+        if view.labels != Labels::default() {
+            event.labels = Some(view.labels.clone());
+        }
         // The reservation stands for an allowed call; a held one counts as held, a denied
         // one not at all.
         match &decision {
@@ -998,12 +1061,13 @@ impl Run<'_> {
                     effect: tool.effect.as_str().to_owned(),
                     arguments: canonical_arguments.clone(),
                     arguments_sha256: arguments_sha256.clone(),
-                    reason: reason.clone(),
+                    reason: with_labels(&reason, &view.labels),
                     description_sha256: tool.description_sha256.clone(),
                     input_schema_sha256: tool.input_schema_sha256.clone(),
                     principal: self.ctx.principal.clone(),
                     session: self.ctx.session.clone(),
                     time_ms: now_ms(),
+                    result: None,
                 };
                 let mut event = with_arguments(self.event(AuditKind::ApprovalAsked));
                 event.decision = Some(AuditDecision::Hold);
@@ -1087,10 +1151,11 @@ impl Run<'_> {
             )
         })?;
 
-        // Step 6: the untrusted result.
+        // Step 6: the untrusted result, reviewed when the policy reviews results.
         let received_bytes = serde_json::to_vec(&raw).unwrap_or_default();
         let (result, truncated) = self
-            .untrusted_result(raw, tool, validators)
+            .result(raw, tool, validators, &view, &received_bytes)
+            .await
             .map_err(|error| (error, outcome))?;
         let mut event = self.event(AuditKind::Result);
         event.is_error = Some(false);
@@ -1150,97 +1215,6 @@ impl Run<'_> {
             answer = asking => answer.unwrap_or_else(|_| timed_out()),
             () = keep_alive => timed_out(),
         }
-    }
-
-    /// Checks and caps the server's result; returns it with whether anything was cut.
-    fn untrusted_result(
-        &self,
-        raw: Json,
-        tool: &RegisteredTool,
-        validators: &ToolValidators,
-    ) -> Result<(Json, bool), CallError> {
-        let malformed = |reason: &str| CallError::MalformedResult {
-            tool: tool.exposed_name.clone(),
-            server: tool.server.clone(),
-            reason: reason.to_owned(),
-        };
-        let Json::Object(mut raw) = raw else {
-            return Err(malformed("the result is not an object"));
-        };
-        let is_error = match raw.get("isError") {
-            None | Some(Json::Null) => false,
-            Some(Json::Bool(flag)) => *flag,
-            Some(_) => return Err(malformed("`isError` is not a boolean")),
-        };
-        let content = match raw.remove("content") {
-            None => Vec::new(),
-            Some(Json::Array(items)) => items,
-            Some(_) => return Err(malformed("`content` is not an array")),
-        };
-        let cap = self.path.settings.max_result_bytes;
-        if is_error {
-            let text = content_text(&json!({ "content": content }));
-            let (text, _) = cut(&text, cap);
-            return Err(CallError::ToolError {
-                tool: tool.exposed_name.clone(),
-                server: tool.server.clone(),
-                text: if text.is_empty() {
-                    String::from("(no text)")
-                } else {
-                    text
-                },
-            });
-        }
-        let structured = raw.remove("structuredContent");
-        if let Some(Some(validator)) = validators.output.as_ref().map(|v| v.as_ref().ok()) {
-            let Some(structured) = &structured else {
-                return Err(CallError::OutputMismatch {
-                    tool: tool.exposed_name.clone(),
-                    server: tool.server.clone(),
-                    problems: String::from(
-                        "the tool declares an output schema but sent no `structuredContent`",
-                    ),
-                });
-            };
-            let problems = problems(validator, structured);
-            if !problems.is_empty() {
-                return Err(CallError::OutputMismatch {
-                    tool: tool.exposed_name.clone(),
-                    server: tool.server.clone(),
-                    problems,
-                });
-            }
-        } else if let Some(Err(reason)) = &validators.output {
-            return Err(CallError::Schema {
-                tool: tool.exposed_name.clone(),
-                server: tool.server.clone(),
-                which: "output schema",
-                reason: reason.clone(),
-            });
-        }
-        let (mut content, mut truncated) = cap_content(content, cap);
-        let structured = structured.and_then(|mut structured| {
-            // The structure (keys, numbers, punctuation) takes its share of the cap, the
-            // strings the rest; a structure that alone is past the cap cannot be cut to fit.
-            let skeleton = json_len(&structured).saturating_sub(string_values_len(&structured));
-            if skeleton > cap {
-                truncated = true;
-                let text =
-                    STRUCTURED_DROPPED_MARKER.replace("{}", &json_len(&structured).to_string());
-                content.push(json!({ "type": "text", "text": text }));
-                return None;
-            }
-            let mut budget = cap - skeleton;
-            truncated |= cap_strings(&mut structured, &mut budget);
-            Some(structured)
-        });
-        let mut result = Map::new();
-        result.insert(String::from("content"), Json::Array(content));
-        if let Some(structured) = structured {
-            result.insert(String::from("structuredContent"), structured);
-        }
-        result.insert(String::from("isError"), Json::Bool(false));
-        Ok((Json::Object(result), truncated))
     }
 }
 
@@ -1302,145 +1276,23 @@ fn error_result(text: &str) -> Json {
     json!({ "content": [{ "type": "text", "text": text }], "isError": true })
 }
 
-/// The text items of a result's `content`, joined by line breaks.
-fn content_text(result: &Json) -> String {
-    result
-        .get("content")
-        .and_then(Json::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|item| item.get("text").and_then(Json::as_str))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
-fn marker(bytes: usize) -> String {
-    TRUNCATION_MARKER.replace("{}", &bytes.to_string())
-}
-
-/// `text` cut to at most `budget` bytes at a character boundary, with the marker appended
-/// when anything was cut; and whether it was.
-fn cut(text: &str, budget: usize) -> (String, bool) {
-    if text.len() <= budget {
-        return (text.to_owned(), false);
+/// A hold's reason, with the session's labels when it has any, for the approver: a call
+/// held because of what the session has seen says so.
+fn with_labels(reason: &str, labels: &Labels) -> String {
+    if *labels == Labels::default() {
+        return reason.to_owned();
     }
-    let mut end = budget;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    let mut seen = Vec::new();
+    if labels.untrusted {
+        seen.push(String::from("untrusted content"));
     }
-    let kept = text.get(..end).unwrap_or_default();
-    (format!("{kept}\n{}", marker(text.len() - end)), true)
-}
-
-/// Caps `content` at `cap` bytes of JSON text: each item counts its JSON size and the comma
-/// after it, a text item's `text` by its UTF-8 bytes (so the cut lands where the budget ends,
-/// whatever the escapes), so a million empty blocks cost their JSON, not nothing. The text
-/// item that crosses the cap is cut and marked when its envelope still fits; later items are
-/// replaced by one marker.
-fn cap_content(content: Vec<Json>, cap: usize) -> (Vec<Json>, bool) {
-    let mut budget = cap;
-    let mut kept = Vec::with_capacity(content.len().min(1024));
-    let mut dropped_bytes = 0usize;
-    let mut truncated = false;
-    for item in content {
-        let size = item_size(&item);
-        if truncated {
-            dropped_bytes = dropped_bytes.saturating_add(size);
-            continue;
-        }
-        if size <= budget {
-            budget -= size;
-            kept.push(item);
-            continue;
-        }
-        truncated = true;
-        let text = item.get("text").and_then(Json::as_str);
-        match text.map(|text| (text, size.saturating_sub(text.len()))) {
-            Some((text, envelope)) if envelope < budget => {
-                let (text, _) = cut(text, budget - envelope);
-                let mut item = item;
-                if let Json::Object(map) = &mut item {
-                    map.insert(String::from("text"), Json::String(text));
-                }
-                kept.push(item);
-            }
-            _ => dropped_bytes = dropped_bytes.saturating_add(size),
-        }
-        budget = 0;
+    if !labels.confidentiality.is_empty() {
+        seen.push(format!("{} data", labels.confidentiality));
     }
-    if dropped_bytes > 0 {
-        kept.push(json!({ "type": "text", "text": marker(dropped_bytes) }));
+    if !labels.tags.is_empty() {
+        seen.push(format!("tags {}", labels.tags.join(", ")));
     }
-    (kept, truncated)
-}
-
-/// What a content item costs against the result cap: its JSON size and a comma, with a text
-/// item's `text` counted by its UTF-8 bytes (and its quotes) rather than its escaped form.
-fn item_size(item: &Json) -> usize {
-    let whole = json_len(item).saturating_add(1);
-    match item.get("text").and_then(Json::as_str) {
-        Some(text) => whole
-            .saturating_sub(json_len(text))
-            .saturating_add(text.len() + 2),
-        None => whole,
-    }
-}
-
-/// The bytes of the JSON text of every string value (not key) in `value`, between the quotes.
-fn string_values_len(value: &Json) -> usize {
-    match value {
-        Json::String(text) => json_len(text.as_str()).saturating_sub(2),
-        Json::Array(items) => items.iter().map(string_values_len).sum(),
-        Json::Object(map) => map.values().map(string_values_len).sum(),
-        Json::Null | Json::Bool(_) | Json::Number(_) => 0,
-    }
-}
-
-/// The length of `value`'s JSON text, counted without building it.
-fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 = self.0.saturating_add(bytes.len());
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
-}
-
-/// Cuts the strings of `value`, depth first, once their bytes together pass `budget`;
-/// returns whether any was cut. Structure is kept, so a string field stays a string.
-fn cap_strings(value: &mut Json, budget: &mut usize) -> bool {
-    match value {
-        Json::String(text) => {
-            if text.len() <= *budget {
-                *budget -= text.len();
-                false
-            } else {
-                let (cut_text, _) = cut(text, *budget);
-                *text = cut_text;
-                *budget = 0;
-                true
-            }
-        }
-        Json::Array(items) => items
-            .iter_mut()
-            .fold(false, |cut, item| cap_strings(item, budget) | cut),
-        Json::Object(map) => map
-            .values_mut()
-            .fold(false, |cut, item| cap_strings(item, budget) | cut),
-        Json::Null | Json::Bool(_) | Json::Number(_) => false,
-    }
+    format!("{reason} (this session has seen: {})", seen.join("; "))
 }
 
 /// Untrusted text for a one-line message: [`text::quote`] at [`MAX_QUOTED_BYTES`].
@@ -1448,60 +1300,6 @@ fn quote(text: &str) -> String {
     text::quote(text, MAX_QUOTED_BYTES)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod result;
 
-    #[test]
-    fn content_past_the_cap_is_cut_at_a_character_boundary_and_marked() {
-        // `{"type":"text","text":""},` is 26 bytes: 5 are left for the text.
-        let (content, truncated) = cap_content(
-            vec![
-                json!({"type": "text", "text": "ééééé"}),
-                json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
-            ],
-            31,
-        );
-        assert!(truncated);
-        let text = content[0]["text"].as_str().unwrap();
-        assert!(
-            text.starts_with("éé\n[toolward: truncated 6 bytes]"),
-            "{text}"
-        );
-        assert!(
-            content[1]["text"]
-                .as_str()
-                .unwrap()
-                .starts_with("[toolward: truncated")
-        );
-    }
-
-    #[test]
-    fn every_content_item_costs_its_envelope_so_empty_blocks_cannot_pass_the_cap() {
-        let empty = json!({"type": "text", "text": ""});
-        let (content, truncated) = cap_content(vec![empty.clone(); 1000], 260);
-        assert!(truncated);
-        assert_eq!(content.len(), 11);
-        assert_eq!(content[..10], vec![empty; 10][..]);
-        assert_eq!(content[10]["text"], "[toolward: truncated 25740 bytes]");
-    }
-
-    #[test]
-    fn an_item_whose_envelope_does_not_fit_is_dropped_whole() {
-        let (content, truncated) = cap_content(vec![json!({"type": "text", "text": "abc"})], 10);
-        assert!(truncated);
-        assert_eq!(
-            content,
-            [json!({"type": "text", "text": "[toolward: truncated 29 bytes]"})]
-        );
-    }
-
-    #[test]
-    fn structured_strings_past_the_cap_are_cut_and_stay_strings() {
-        let mut value = json!({"content": "abcdefgh", "n": 1});
-        let mut budget = 3;
-        assert!(cap_strings(&mut value, &mut budget));
-        assert_eq!(value["content"], "abc\n[toolward: truncated 5 bytes]");
-        assert_eq!(value["n"], 1);
-    }
-}
+use result::content_text;

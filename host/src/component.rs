@@ -2,11 +2,14 @@
 //! on disk, purity checked, every guest call bounded, every failure a deny.
 //!
 //! The contract is the WIT package `toolward:policy` in `wit/`: version 0.1.0
-//! (`wit/policy.wit`) and 0.2.0 (`wit/v0.2.0/policy.wit`), both accepted. A component exports
-//! `rules@0.1.0` (classify tools), `policy` of either version (decide calls), or both; a
-//! 0.2.0 `policy` names the policies that determined each decision
-//! ([`PolicyAnswer::determined_by`]), and a component may export `validation@0.2.0` to check
-//! its settings against the registered tools ([`Policy::validate`]).
+//! (`wit/policy.wit`), 0.2.0 (`wit/v0.2.0/policy.wit`) and 0.3.0 (`wit/v0.3.0/policy.wit`),
+//! all accepted. A component exports `rules@0.1.0` (classify tools), `policy` of any version
+//! (decide calls), or both; a 0.2.0 or 0.3.0 `policy` names the policies that determined
+//! each decision ([`PolicyAnswer::determined_by`]), and a component may export `validation`
+//! to check its settings against the registered tools ([`Policy::validate`]). A 0.3.0
+//! `policy` sees the session's labels and the principal's attributes in each call, and its
+//! component may export `results@0.3.0` to review what a tool returned before the model
+//! reads it ([`Policy::review`]).
 //!
 //! # Configured once, fresh per decision
 //! `configure` runs once: the host instantiates the component (instrumented by
@@ -41,13 +44,17 @@ pub use cache::{CACHE_FOLDER, CACHE_KEY, ComponentCache, MAX_COMPILED_BYTES};
 pub use engine::ComponentHost;
 pub use limits::{
     CORE_INSTANCES_PER_SLOT, DEFAULT_CLASSIFY_FUEL, DEFAULT_CONFIGURE_FUEL, DEFAULT_DECIDE_FUEL,
+    DEFAULT_REVIEW_FUEL,
     DEFAULT_MAX_INSTANCES, DEFAULT_MAX_WASM_STACK, DEFAULT_MEMORY_BYTES, DEFAULT_READY_INSTANCES,
     GuestLimits, KEEP_RESIDENT_BYTES, MAX_DETERMINED_BY, READY_MIN_CORES, TABLE_KEEP_RESIDENT_BYTES,
     TABLES_PER_SLOT, default_ready_instances,
 };
-pub use policy::{LivePolicy, Policy, PolicyAnswer, ReadyStats};
+pub use policy::{LivePolicy, Policy, PolicyAnswer, ReadyStats, ReviewSettings};
 pub use rules::{Classifier, Rules};
-pub use views::{Annotations, CallView, Classification, RegisteredToolView, ToolView};
+pub use views::{
+    Annotations, BlockKind, BlockView, CallView, Classification, Labels, RegisteredToolView,
+    ResultAction, ResultView, ReviewAnswer, Span, ToolView,
+};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -79,6 +86,22 @@ use bindings_v2::exports::toolward::policy::{
 };
 use bindings_v2::toolward::policy::types as wit2;
 
+mod bindings_v3 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.3.0",
+        world: "validated-reviewing-policy-component",
+        ownership: Borrowing {
+            duplicate_if_necessary: false
+        },
+    });
+}
+
+use bindings_v3::exports::toolward::policy0_3_0::{
+    facts as wit3_facts, policy as wit3_policy, results as wit3_results,
+    validation as wit3_validation,
+};
+use bindings_v3::toolward::policy0_3_0::types as wit3;
+
 /// The default policy component (`guest-policy/`), built by `host/build.rs` and embedded in
 /// the library: it classifies from the operator's rules file and decides from its table.
 pub const DEFAULT_COMPONENT: &[u8] = include_bytes!(concat!(
@@ -106,6 +129,14 @@ pub const POLICY_INTERFACE_V2: &str = "toolward:policy/policy@0.2.0";
 pub const VALIDATION_INTERFACE: &str = "toolward:policy/validation@0.2.0";
 /// The exported interface that says which facts the configured settings read.
 pub const FACTS_INTERFACE: &str = "toolward:policy/facts@0.2.0";
+/// The exported interface that decides calls that carry their session's labels.
+pub const POLICY_INTERFACE_V3: &str = "toolward:policy/policy@0.3.0";
+/// The exported interface that reviews results before the model reads them.
+pub const RESULTS_INTERFACE: &str = "toolward:policy/results@0.3.0";
+/// `validation` of `toolward:policy@0.3.0`.
+pub const VALIDATION_INTERFACE_V3: &str = "toolward:policy/validation@0.3.0";
+/// `facts` of `toolward:policy@0.3.0`.
+pub const FACTS_INTERFACE_V3: &str = "toolward:policy/facts@0.3.0";
 /// Errors of loading and configuring components. Decisions never return these: they deny.
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {
@@ -243,6 +274,8 @@ pub struct LoadedComponent {
     exports_rules: bool,
     exports_policy: bool,
     exports_policy_v2: bool,
+    exports_policy_v3: bool,
+    exports_results: bool,
     exports_validation: bool,
     cache: CacheOutcome,
     bytes: Vec<u8>,
@@ -298,7 +331,16 @@ impl LoadedComponent {
     pub fn exports_policy_v2(&self) -> bool {
         self.exports_policy_v2
     }
-    /// Whether it exports `toolward:policy/validation@0.2.0`.
+    /// Whether its `policy` is `toolward:policy/policy@0.3.0` (calls carry labels and
+    /// attributes); a component exporting several versions is used as the newest.
+    pub fn exports_policy_v3(&self) -> bool {
+        self.exports_policy_v3
+    }
+    /// Whether it exports `toolward:policy/results@0.3.0` (reviews results).
+    pub fn exports_results(&self) -> bool {
+        self.exports_results
+    }
+    /// Whether it exports `validation` (0.2.0 or 0.3.0).
     pub fn exports_validation(&self) -> bool {
         self.exports_validation
     }

@@ -71,7 +71,7 @@ mod stdio;
 
 use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, QueueApprover,
-    display_arguments,
+    display_arguments, display_result,
 };
 use crate::call::{CallContext, CallPath};
 use crate::config::{self, Config};
@@ -769,7 +769,7 @@ impl Approver for ElicitationApprover {
 /// `approve tool `fs__write_file` on server `fs`: effect local-change; …` and then the
 /// arguments as [`display_arguments`] shows them, every value escaped for display.
 fn elicitation_message(request: &ApprovalRequest) -> String {
-    format!(
+    let message = format!(
         "approve tool `{}` on server `{}`: effect {}; the policy held it: {}\narguments (sha256 {}):\n{}",
         text::escape(&request.exposed_tool),
         text::escape(&request.server),
@@ -777,5 +777,9 @@ fn elicitation_message(request: &ApprovalRequest) -> String {
         text::escape(&request.reason),
         text::escape(&request.arguments_sha256),
         display_arguments(&request.arguments),
-    )
+    );
+    match &request.result {
+        Some(result) => format!("{message}\n{}", display_result(result)),
+        None => message,
+    }
 }

@@ -20,7 +20,7 @@
 //! | 1 | identity, schema | principals and answerers; `inputSchema` checks, narrowing, validators |
 //! | 2 | state_dir | the state folder |
 //! | 3 | database, component | the PostgreSQL connection; wasmtime hosting policy components |
-//! | 4 | audit, facts | the audit chain and its store interface; fact counters |
+//! | 4 | audit, facts, labels, review | the audit chain and its store interface; fact counters; sessions' labels; a result as a review sees it, and redactions applied |
 //! | 5 | config, approval | the operator's config; held calls and answers |
 //! | 6 | confine, manifest, store, client_config, policy_test, telemetry | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP |
 //! | 7 | transport | the MCP client to a server, started confined |
@@ -68,6 +68,7 @@ modules!(
     identity,
     ids,
     init,
+    labels,
     listen,
     listing,
     load,
@@ -75,6 +76,7 @@ modules!(
     pin,
     policy_test,
     registry,
+    review,
     schema,
     start,
     state_dir,

@@ -250,6 +250,8 @@ impl CasesFile {
             arguments_sha256: sha256_hex(case.arguments.as_bytes()),
             principal: case.principal.clone(),
             session: CASE_SESSION.to_owned(),
+            principal_attributes: Vec::new(),
+            labels: Default::default(),
             time_ms: 0,
             facts: case.facts.clone(),
         }

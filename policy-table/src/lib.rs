@@ -153,7 +153,44 @@ pub struct ToolRule {
     pub decision: Option<Verdict>,
     /// Limits on the calls of this tool, counted by the host's `tool.*` facts.
     pub limits: Limits,
+    /// The labels this tool's results bring to the session (`returns`).
+    pub returns: Returns,
+    /// Whether a call of this tool may go ahead once untrusted content has reached the
+    /// session (`accepts_untrusted`; default true).
+    pub accepts_untrusted: bool,
+    /// The highest confidentiality of what the session may have seen for a call of this
+    /// tool to go ahead (`accepts_confidentiality`; none: any).
+    pub accepts_confidentiality: Option<String>,
+    /// What a call gets whose session's labels this tool does not accept (`on_labels`,
+    /// `hold` or `deny`; default `hold`).
+    pub on_labels: Verdict,
 }
+
+/// The labels a tool's results bring to the session (a rule's `returns`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Returns {
+    /// Its results are untrusted content (a web page, an issue someone else wrote).
+    pub untrusted: bool,
+    /// Their confidentiality (a level of the rules' `labels.levels`); none: unlabelled.
+    pub confidentiality: Option<String>,
+    /// Free tags.
+    pub tags: Vec<String>,
+}
+
+/// The labels of a session as a decision sees them (WIT 0.3.0 `types.labels`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionLabels<'a> {
+    /// Untrusted content has reached the session.
+    pub untrusted: bool,
+    /// The highest confidentiality that reached it; empty: none.
+    pub confidentiality: &'a str,
+}
+
+/// The reviews the default component can run on results (the rules' `reviews`).
+pub const REVIEWS: [&str; 2] = ["secrets", "hidden-characters"];
+
+/// The confidentiality levels when the rules name none, lowest first.
+pub const DEFAULT_LEVELS: [&str; 2] = ["public", "private"];
 
 /// Which calls a [`Limit`] counts (the `{outcome}` part of a fact's name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -250,6 +287,10 @@ struct ServerRules {
 pub struct Rules {
     servers: BTreeMap<String, ServerRules>,
     decisions: [Option<Verdict>; 4],
+    /// The reviews run on every result (`reviews`), names from [`REVIEWS`].
+    reviews: Vec<String>,
+    /// The confidentiality levels, lowest first (`labels.levels`); empty: [`DEFAULT_LEVELS`].
+    levels: Vec<String>,
 }
 
 /// A fault in a rules text: the dotted path of the fault and what is wrong there.
@@ -420,6 +461,10 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
             "allow_hint_mismatch",
             "decision",
             "limits",
+            "returns",
+            "accepts_untrusted",
+            "accepts_confidentiality",
+            "on_labels",
         ],
     )?;
     let effect_path = join(path, "effect");
@@ -505,6 +550,39 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         Some(value) => limits_of(value, &join(path, "limits"))?,
         None => Limits::default(),
     };
+    let returns = match map.get("returns") {
+        Some(value) => returns_of(value, &join(path, "returns"))?,
+        None => Returns::default(),
+    };
+    let accepts_untrusted = match map.get("accepts_untrusted") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(fault(
+                &join(path, "accepts_untrusted"),
+                format!("expected a boolean, found {}", type_name(other)),
+            ));
+        }
+    };
+    let accepts_confidentiality = map
+        .get("accepts_confidentiality")
+        .map(|value| level_of(value, &join(path, "accepts_confidentiality")))
+        .transpose()?;
+    let on_labels = match map.get("on_labels") {
+        None => Verdict::Hold,
+        Some(value) => {
+            let here = join(path, "on_labels");
+            match verdict_of(value, &here)? {
+                Verdict::Allow => {
+                    return Err(fault(
+                        &here,
+                        "expected \"hold\" or \"deny\" (to let every call through, leave out `accepts_untrusted` and `accepts_confidentiality`)",
+                    ));
+                }
+                verdict => verdict,
+            }
+        }
+    };
     Ok(ToolRule {
         effect,
         deny,
@@ -513,6 +591,67 @@ fn tool_rule(value: &Value, path: &str) -> Result<ToolRule, RulesError> {
         allow_hint_mismatch,
         decision,
         limits,
+        returns,
+        accepts_untrusted,
+        accepts_confidentiality,
+        on_labels,
+    })
+}
+
+fn level_of(value: &Value, path: &str) -> Result<String, RulesError> {
+    match value {
+        Value::String(text) if !text.is_empty() => Ok(text.clone()),
+        other => Err(fault(
+            path,
+            format!("expected a confidentiality level (a non-empty string), found {}", type_name(other)),
+        )),
+    }
+}
+
+fn names_of(value: &Value, path: &str) -> Result<Vec<String>, RulesError> {
+    let items = value.as_array().ok_or_else(|| {
+        fault(path, format!("expected an array of names, found {}", type_name(value)))
+    })?;
+    let mut names = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let here = format!("{path}[{i}]");
+        let name = item
+            .as_str()
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| fault(&here, format!("expected a non-empty name, found {}", type_name(item))))?;
+        if names.iter().any(|known| known == name) {
+            return Err(fault(&here, format!("{name:?} is named twice")));
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+fn returns_of(value: &Value, path: &str) -> Result<Returns, RulesError> {
+    let map = object(value, path)?;
+    only_keys(map, path, &["untrusted", "confidentiality", "tags"])?;
+    let untrusted = match map.get("untrusted") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(fault(
+                &join(path, "untrusted"),
+                format!("expected a boolean, found {}", type_name(other)),
+            ));
+        }
+    };
+    let confidentiality = map
+        .get("confidentiality")
+        .map(|value| level_of(value, &join(path, "confidentiality")))
+        .transpose()?;
+    let tags = match map.get("tags") {
+        Some(value) => names_of(value, &join(path, "tags"))?,
+        None => Vec::new(),
+    };
+    Ok(Returns {
+        untrusted,
+        confidentiality,
+        tags,
     })
 }
 
@@ -527,11 +666,36 @@ impl Rules {
         let root: Value =
             serde_json::from_str(text).map_err(|e| fault("", format!("not valid JSON: {e}")))?;
         let map = object(&root, "")?;
-        only_keys(map, "", &["$schema", "decisions", "servers"])?;
+        only_keys(map, "", &["$schema", "decisions", "servers", "reviews", "labels"])?;
         let decisions = match map.get("decisions") {
             Some(value) => table(value, "decisions")?,
             None => [None; 4],
         };
+        let reviews = match map.get("reviews") {
+            Some(value) => names_of(value, "reviews")?,
+            None => Vec::new(),
+        };
+        if let Some((i, name)) = reviews
+            .iter()
+            .enumerate()
+            .find(|(_, name)| !REVIEWS.contains(&name.as_str()))
+        {
+            return Err(fault(
+                &format!("reviews[{i}]"),
+                format!("unknown review {name:?} (expected one of {})", REVIEWS.join(", ")),
+            ));
+        }
+        let mut levels = Vec::new();
+        if let Some(value) = map.get("labels") {
+            let labels = object(value, "labels")?;
+            only_keys(labels, "labels", &["levels"])?;
+            if let Some(value) = labels.get("levels") {
+                levels = names_of(value, "labels.levels")?;
+                if levels.is_empty() {
+                    return Err(fault("labels.levels", "expected at least one level"));
+                }
+            }
+        }
         let mut servers = BTreeMap::new();
         if let Some(value) = map.get("servers") {
             for (server, rules) in object(value, "servers")? {
@@ -567,7 +731,124 @@ impl Rules {
                 );
             }
         }
-        Ok(Rules { servers, decisions })
+        let rules = Rules {
+            servers,
+            decisions,
+            reviews,
+            levels,
+        };
+        rules.check_levels()?;
+        Ok(rules)
+    }
+
+    /// Every level a rule names is one of the levels (a typo would otherwise rank above
+    /// every level, and hold every call).
+    fn check_levels(&self) -> Result<(), RulesError> {
+        for (server, rules) in &self.servers {
+            for (tool, rule) in &rules.tools {
+                let here = format!("servers.{server}.tools.{tool}");
+                for (key, level) in [
+                    ("returns.confidentiality", rule.returns.confidentiality.as_deref()),
+                    ("accepts_confidentiality", rule.accepts_confidentiality.as_deref()),
+                ] {
+                    if let Some(level) = level.filter(|level| self.rank(level) > self.levels().len()) {
+                        return Err(fault(
+                            &join(&here, key),
+                            format!(
+                                "unknown confidentiality level {level:?} (the levels are {}; name more in `labels.levels`)",
+                                self.levels().join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The reviews these rules run on every result (`reviews`), in their order.
+    pub fn reviews(&self) -> &[String] {
+        &self.reviews
+    }
+
+    /// The confidentiality levels, lowest first: `labels.levels`, or [`DEFAULT_LEVELS`].
+    pub fn levels(&self) -> Vec<&str> {
+        if self.levels.is_empty() {
+            DEFAULT_LEVELS.to_vec()
+        } else {
+            self.levels.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// The rank of `level`: 0 for none (empty), its place among [`Rules::levels`] from 1,
+    /// above every level for an unknown one.
+    pub fn rank(&self, level: &str) -> usize {
+        if level.is_empty() {
+            return 0;
+        }
+        let levels = self.levels();
+        levels
+            .iter()
+            .position(|known| *known == level)
+            .map_or(levels.len() + 1, |at| at + 1)
+    }
+
+    /// The highest level ([`Rules::levels`]' last): what a found secret makes a result.
+    pub fn highest_level(&self) -> String {
+        self.levels().last().map_or_else(String::new, |level| (*level).to_owned())
+    }
+
+    /// Why `tool` of `server` does not accept a session with `labels`, with the verdict it
+    /// gets then (`on_labels`); `None` when it accepts them (or has no rule).
+    pub fn labels_refusal(
+        &self,
+        server: &str,
+        tool: &str,
+        labels: SessionLabels<'_>,
+    ) -> Option<(Verdict, String)> {
+        let rule = self.tool_rule(server, tool)?;
+        if labels.untrusted && !rule.accepts_untrusted {
+            return Some((
+                rule.on_labels,
+                format!(
+                    "tool `{tool}` of server `{server}` does not accept untrusted content, and this session has seen some"
+                ),
+            ));
+        }
+        let highest = rule.accepts_confidentiality.as_deref()?;
+        if self.rank(labels.confidentiality) > self.rank(highest) {
+            return Some((
+                rule.on_labels,
+                format!(
+                    "tool `{tool}` of server `{server}` accepts data up to `{highest}`, and this session has seen `{}` data",
+                    labels.confidentiality
+                ),
+            ));
+        }
+        None
+    }
+
+    /// [`Rules::decide_with_facts`], then the session's labels: a call whose tool does not
+    /// accept them ([`Rules::labels_refusal`]) is held, or denied when its rule says
+    /// `on_labels: deny`. A deny of the tables or a limit comes first.
+    pub fn decide_with_labels(
+        &self,
+        server: &str,
+        tool: &str,
+        effect: Effect,
+        facts: &[(&str, &str)],
+        labels: SessionLabels<'_>,
+    ) -> Decision {
+        let decision = self.decide_with_facts(server, tool, effect, facts);
+        if matches!(decision, Decision::Deny(_)) {
+            return decision;
+        }
+        match (self.labels_refusal(server, tool, labels), decision) {
+            (None, decision) => decision,
+            (Some((Verdict::Deny, why)), _) => Decision::Deny(why),
+            (Some((_, why)), Decision::Hold(reason)) => Decision::Hold(format!("{reason}; {why}")),
+            (Some((_, why)), _) => Decision::Hold(why),
+        }
     }
 
     /// The servers the rules name, each with the tools it classifies, in name order.

@@ -48,6 +48,8 @@ fn call(server: &str, tool: &str, effect: Effect) -> CallView {
         arguments_sha256: toolward::canonical::sha256_hex(b"{}"),
         principal: "operator".into(),
         session: "test".into(),
+        principal_attributes: Vec::new(),
+        labels: Default::default(),
         time_ms: 1_700_000_000_000,
         facts: Vec::new(),
     }

@@ -370,6 +370,8 @@ fn javascript_and_rust_example_decisions_measured_side_by_side() {
         arguments_sha256: toolward::canonical::sha256_hex(arguments.as_bytes()),
         principal: "operator".into(),
         session: "measure".into(),
+        principal_attributes: Vec::new(),
+        labels: Default::default(),
         time_ms: 1_700_000_000_000,
         facts: vec![("tool.forwarded.minute".into(), "3".into())],
     };

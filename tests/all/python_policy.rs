@@ -117,6 +117,8 @@ fn call(tool: &str, arguments: &str) -> CallView {
         arguments_sha256: toolward::canonical::sha256_hex(arguments.as_bytes()),
         principal: "operator".into(),
         session: "s1".into(),
+        principal_attributes: Vec::new(),
+        labels: Default::default(),
         time_ms: 1_700_000_000_123,
         facts: Vec::new(),
     }

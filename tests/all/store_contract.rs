@@ -528,6 +528,7 @@ fn request(call_id: &str) -> ApprovalRequest {
         principal: "tester".to_owned(),
         session: "session".to_owned(),
         time_ms: 1,
+        result: None,
     }
 }
 

@@ -7,7 +7,7 @@ use crate::{canonical, text};
 /// [`text::escape`], the arguments as [`display_arguments`] shows them. The terminal of
 /// `toolward call` and `toolward approvals list` show this.
 pub fn display_request(request: &ApprovalRequest) -> String {
-    format!(
+    let shown = format!(
         "call {}\n  tool:      {} (server {}, upstream tool {})\n  effect:    {}\n  reason:    {}\n  arguments (sha256 {}):\n{}\n  principal: {}, session {}",
         text::escape(&request.call_id),
         text::escape(&request.exposed_tool),
@@ -19,7 +19,56 @@ pub fn display_request(request: &ApprovalRequest) -> String {
         display_arguments(&request.arguments),
         text::escape(&request.principal),
         text::escape(&request.session),
-    )
+    );
+    match &request.result {
+        Some(result) => format!("{shown}\n{}", display_result(result)),
+        None => shown,
+    }
+}
+
+/// A held result (the JSON text of what would be delivered) as lines for a person: its
+/// SHA-256, then each content block's text (and `structuredContent`'s canonical JSON) on
+/// its own line, cut as [`display_arguments`] cuts values, everything escaped; binary
+/// blocks by type, MIME type and size.
+pub fn display_result(result: &str) -> String {
+    let mut lines = vec![format!(
+        "  result that would be delivered (sha256 {}):",
+        canonical::sha256_hex(result.as_bytes())
+    )];
+    let parsed: serde_json::Value = match serde_json::from_str(result) {
+        Ok(parsed) => parsed,
+        Err(_) => {
+            lines.push(format!("    (not JSON) {}", cut(result, MAX_DISPLAYED_VALUE_CHARS)));
+            return lines.join("\n");
+        }
+    };
+    let blocks = parsed
+        .get("content")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for block in blocks {
+        let kind = block.get("type").and_then(serde_json::Value::as_str).unwrap_or("?");
+        let line = match block.get("text").and_then(serde_json::Value::as_str) {
+            Some(text) => format!("    {}: {}", cut(kind, MAX_DISPLAYED_NAME_CHARS), cut(text, MAX_DISPLAYED_VALUE_CHARS)),
+            None => format!(
+                "    {}: {}",
+                cut(kind, MAX_DISPLAYED_NAME_CHARS),
+                cut(&block.to_string(), MAX_DISPLAYED_VALUE_CHARS)
+            ),
+        };
+        lines.push(line);
+    }
+    if let Some(structured) = parsed.get("structuredContent") {
+        lines.push(format!(
+            "    structuredContent: {}",
+            cut(&structured.to_string(), MAX_DISPLAYED_VALUE_CHARS)
+        ));
+    }
+    if parsed.get("isError") == Some(&serde_json::Value::Bool(true)) {
+        lines.push(String::from("    (the server marked this result an error)"));
+    }
+    lines.join("\n")
 }
 
 /// The canonical arguments text `arguments` as lines for a person, one per top-level

@@ -42,6 +42,27 @@ pub(super) struct AnswerFile {
 /// declaration order (borrowed, so the arguments are not copied to be MAC'd).
 pub(super) fn with_request_mac_parts<R>(request: &ApprovalRequest, f: impl FnOnce(&[&[u8]]) -> R) -> R {
     let time_ms = request.time_ms.to_string();
+    // A held result's text is covered after the rest; a held call's parts are as before.
+    if let Some(result) = &request.result {
+        return f(&[
+            REQUEST_MAC_DOMAIN,
+            request.call_id.as_bytes(),
+            request.exposed_tool.as_bytes(),
+            request.server.as_bytes(),
+            request.tool.as_bytes(),
+            request.effect.as_bytes(),
+            request.arguments.as_bytes(),
+            request.arguments_sha256.as_bytes(),
+            request.reason.as_bytes(),
+            request.description_sha256.as_bytes(),
+            request.input_schema_sha256.as_bytes(),
+            request.principal.as_bytes(),
+            request.session.as_bytes(),
+            time_ms.as_bytes(),
+            b"result",
+            result.as_bytes(),
+        ]);
+    }
     f(&[
         REQUEST_MAC_DOMAIN,
         request.call_id.as_bytes(),
@@ -79,6 +100,31 @@ fn with_answer_mac_parts<R>(
         optional(by.answerer.as_deref()),
         optional(uid.as_deref()),
     );
+    // An answer to a held result binds the result it was shown.
+    let result_sha256 = request
+        .result
+        .as_ref()
+        .map(|result| crate::canonical::sha256_hex(result.as_bytes()));
+    if let Some(result_sha256) = &result_sha256 {
+        return f(&[
+            ANSWER_MAC_DOMAIN,
+            request.call_id.as_bytes(),
+            request.arguments_sha256.as_bytes(),
+            request.description_sha256.as_bytes(),
+            request.input_schema_sha256.as_bytes(),
+            if approve {
+                b"approve".as_slice()
+            } else {
+                b"deny".as_slice()
+            },
+            &reason,
+            by.channel.as_str().as_bytes(),
+            &answerer,
+            &uid,
+            b"result",
+            result_sha256.as_bytes(),
+        ]);
+    }
     f(&[
         ANSWER_MAC_DOMAIN,
         request.call_id.as_bytes(),

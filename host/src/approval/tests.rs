@@ -22,6 +22,7 @@ fn request(call_id: &str, arguments: &str) -> ApprovalRequest {
         principal: String::from("tester"),
         session: String::from("session-1"),
         time_ms: 1,
+        result: None,
     }
 }
 

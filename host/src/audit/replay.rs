@@ -139,6 +139,8 @@ fn replay_one(record: &AuditRecord, raw: &Value, policy: &Policy, report: &mut R
             .unwrap_or_else(|| crate::canonical::sha256_hex(arguments.as_bytes())),
         principal: principal.clone(),
         session: e.session.clone().unwrap_or_default(),
+        principal_attributes: Vec::new(),
+        labels: Default::default(),
         time_ms,
         facts,
     };

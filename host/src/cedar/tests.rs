@@ -52,6 +52,8 @@ fn call(tool: &str, effect: Effect, arguments: &str) -> CallView {
         arguments,
         principal: "alice".to_owned(),
         session: "session-1".to_owned(),
+        principal_attributes: Vec::new(),
+        labels: Default::default(),
         time_ms: 1_700_000_000_000,
         facts: Vec::new(),
     }
@@ -474,10 +476,15 @@ fn configure_refuses_a_forbid_with_hold() {
 
 #[test]
 fn a_0_1_0_component_names_nothing() {
-    let loaded = host().load(DEFAULT_COMPONENT, "built-in").unwrap();
-    assert!(!loaded.exports_policy_v2());
+    // The example custom policy is a `policy@0.1.0` component.
+    let bytes = std::fs::read(crate::guests::CUSTOM_POLICY_WASM).unwrap();
+    let loaded = host().load(&bytes, "custom").unwrap();
+    assert!(!loaded.exports_policy_v2() && !loaded.exports_policy_v3());
     let policy = host()
-        .configure_policy(&loaded, r#"{"decisions":{"local-change":"allow"}}"#)
+        .configure_policy(
+            &loaded,
+            r#"{"rules":{"decisions":{"local-change":"allow"}},"write_root":"/"}"#,
+        )
         .unwrap();
     let answer = policy.answer(&write("{}"));
     assert_eq!(answer.decision, Decision::Allow);

@@ -9,9 +9,9 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 use wasmtime::component::{Component, Instance, InstancePre, Linker, WasmList};
 use wasmtime::component::types::ComponentItem;
 use wasmtime_wizer::{ComponentInstanceState, Wizer};
-use super::{CORE_INSTANCES_PER_SLOT, CacheOutcome, ComponentCache, ComponentError, DEFAULT_MAX_WASM_STACK, FACTS_INTERFACE, GuestLimits, GuestState, KEEP_RESIDENT_BYTES, LoadedComponent, POLICY_INTERFACE, POLICY_INTERFACE_V2, Policy, RULES_INTERFACE, Rules, TABLES_PER_SLOT, TABLE_KEEP_RESIDENT_BYTES, VALIDATION_INTERFACE, WIT_PACKAGE, wasi, wit2_facts, wit2_policy, wit2_validation, wit_policy, wit_rules};
+use super::{CORE_INSTANCES_PER_SLOT, CacheOutcome, ComponentCache, ComponentError, DEFAULT_MAX_WASM_STACK, FACTS_INTERFACE, FACTS_INTERFACE_V3, GuestLimits, GuestState, KEEP_RESIDENT_BYTES, LoadedComponent, POLICY_INTERFACE, POLICY_INTERFACE_V2, POLICY_INTERFACE_V3, Policy, RESULTS_INTERFACE, RULES_INTERFACE, Rules, TABLES_PER_SLOT, TABLE_KEEP_RESIDENT_BYTES, VALIDATION_INTERFACE, VALIDATION_INTERFACE_V3, WIT_PACKAGE, wasi, wit2_facts, wit2_policy, wit2_validation, wit3_facts, wit3_policy, wit3_results, wit3_validation, wit_policy, wit_rules};
 use super::cache::Lookup;
-use super::policy::{PolicyIndices, PolicyShared, ReadyQueue};
+use super::policy::{FactsIndices, PolicyIndices, PolicyShared, ReadyQueue, ValidationIndices};
 
 /// One wasmtime engine with its compiled-component cache: the place components are
 /// loaded. Cheap to clone (shared).
@@ -148,11 +148,15 @@ impl ComponentHost {
             sha256,
             size_bytes: bytes.len(),
             exports_rules: exports.iter().any(|e| e == RULES_INTERFACE),
-            exports_policy: exports
-                .iter()
-                .any(|e| e == POLICY_INTERFACE || e == POLICY_INTERFACE_V2),
+            exports_policy: exports.iter().any(|e| {
+                e == POLICY_INTERFACE || e == POLICY_INTERFACE_V2 || e == POLICY_INTERFACE_V3
+            }),
             exports_policy_v2: exports.iter().any(|e| e == POLICY_INTERFACE_V2),
-            exports_validation: exports.iter().any(|e| e == VALIDATION_INTERFACE),
+            exports_policy_v3: exports.iter().any(|e| e == POLICY_INTERFACE_V3),
+            exports_results: exports.iter().any(|e| e == RESULTS_INTERFACE),
+            exports_validation: exports
+                .iter()
+                .any(|e| e == VALIDATION_INTERFACE || e == VALIDATION_INTERFACE_V3),
             exports,
             imports,
             imports_wasi,
@@ -179,9 +183,17 @@ impl ComponentHost {
                 interface: POLICY_INTERFACE,
             });
         }
-        let v2 = component.exports_policy_v2;
+        let v3 = component.exports_policy_v3;
+        let v2 = component.exports_policy_v2 && !v3;
         let (pre, snapshot_cache) = self.snapshot(component, |store, instance, pre| {
-            if v2 {
+            if v3 {
+                let guest = wit3_policy::GuestIndices::new(pre)
+                    .and_then(|i| i.load(&mut *store, instance))
+                    .map_err(|e| e.to_string())?;
+                guest
+                    .call_configure(&mut *store, settings)
+                    .map_err(|e| e.to_string())
+            } else if v2 {
                 let guest = wit2_policy::GuestIndices::new(pre)
                     .and_then(|i| i.load(&mut *store, instance))
                     .map_err(|e| e.to_string())?;
@@ -202,18 +214,39 @@ impl ComponentHost {
             step: "snapshot",
             reason: e.to_string(),
         };
-        let indices = if v2 {
+        let exports = |name: &str| component.exports.iter().any(|e| e == name);
+        let indices = if v3 {
+            PolicyIndices::V3(wit3_policy::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        } else if v2 {
             PolicyIndices::V2(wit2_policy::GuestIndices::new(&pre).map_err(snapshot_err)?)
         } else {
             PolicyIndices::V1(wit_policy::GuestIndices::new(&pre).map_err(snapshot_err)?)
         };
-        let validation = if component.exports_validation {
-            Some(wit2_validation::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        // The 0.3.0 `validation` and `facts` go with a 0.3.0 `policy`, as 0.2.0's with 0.2.0.
+        let validation = if v3 && exports(VALIDATION_INTERFACE_V3) {
+            Some(ValidationIndices::V3(
+                wit3_validation::GuestIndices::new(&pre).map_err(snapshot_err)?,
+            ))
+        } else if exports(VALIDATION_INTERFACE) {
+            Some(ValidationIndices::V2(
+                wit2_validation::GuestIndices::new(&pre).map_err(snapshot_err)?,
+            ))
         } else {
             None
         };
-        let facts = if component.exports.iter().any(|e| e == FACTS_INTERFACE) {
-            Some(wit2_facts::GuestIndices::new(&pre).map_err(snapshot_err)?)
+        let facts = if v3 && exports(FACTS_INTERFACE_V3) {
+            Some(FactsIndices::V3(
+                wit3_facts::GuestIndices::new(&pre).map_err(snapshot_err)?,
+            ))
+        } else if exports(FACTS_INTERFACE) {
+            Some(FactsIndices::V2(
+                wit2_facts::GuestIndices::new(&pre).map_err(snapshot_err)?,
+            ))
+        } else {
+            None
+        };
+        let results = if v3 && exports(RESULTS_INTERFACE) {
+            Some(wit3_results::GuestIndices::new(&pre).map_err(snapshot_err)?)
         } else {
             None
         };
@@ -224,6 +257,8 @@ impl ComponentHost {
                 indices,
                 validation,
                 facts,
+                results,
+                reviews: std::sync::OnceLock::new(),
                 sha256: component.sha256.clone(),
                 wasi: component.imports_wasi,
                 queue: Mutex::new(ReadyQueue {

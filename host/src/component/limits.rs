@@ -10,6 +10,9 @@ pub const MAX_DETERMINED_BY: usize = 64;
 pub const DEFAULT_DECIDE_FUEL: u64 = 50_000_000;
 /// Fuel for one `classify` call, as for [`DEFAULT_DECIDE_FUEL`].
 pub const DEFAULT_CLASSIFY_FUEL: u64 = 50_000_000;
+/// Fuel for one result review: a review reads every byte of the result (up to the size
+/// cap, 1 MiB by default) with each of its patterns.
+pub const DEFAULT_REVIEW_FUEL: u64 = 1_000_000_000;
 /// Fuel for `configure`, which parses the whole settings text once (a rules file of many
 /// megabytes fits).
 pub const DEFAULT_CONFIGURE_FUEL: u64 = 2_000_000_000;
@@ -87,6 +90,9 @@ pub struct GuestLimits {
     pub classify_fuel: u64,
     /// Fuel for one `configure` call.
     pub configure_fuel: u64,
+    /// Fuel for one result `review` call (`results@0.3.0`): a review reads the whole
+    /// result, up to the size cap, so it gets more than a decision.
+    pub review_fuel: u64,
     /// Linear memory one instance may grow to, in bytes.
     pub memory_bytes: usize,
     /// Instances live at once.
@@ -109,6 +115,7 @@ impl Default for GuestLimits {
             decide_fuel: DEFAULT_DECIDE_FUEL,
             classify_fuel: DEFAULT_CLASSIFY_FUEL,
             configure_fuel: DEFAULT_CONFIGURE_FUEL,
+            review_fuel: DEFAULT_REVIEW_FUEL,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             max_instances: DEFAULT_MAX_INSTANCES,
             ready_instances: default_ready_instances(),

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
-use super::{CacheOutcome, CallView, ComponentHost, Decision, Effect, GuestState, MAX_DETERMINED_BY, RegisteredToolView, effect_to_wit, guest_failure, short, wasi, wit, wit2, wit2_facts, wit2_policy, wit2_validation, wit_policy};
+use super::{BlockKind, CacheOutcome, CallView, ComponentHost, Decision, Effect, GuestState, Labels, MAX_DETERMINED_BY, RegisteredToolView, ResultAction, ResultView, ReviewAnswer, Span, effect_to_wit, guest_failure, short, wasi, wit, wit2, wit2_facts, wit2_policy, wit2_validation, wit3, wit3_facts, wit3_policy, wit3_results, wit3_validation, wit_policy};
 
 /// A configured `policy` export: decides calls, each in a fresh instance of the configured
 /// snapshot. `Send + Sync`; cheap to share behind an `Arc`.
@@ -28,10 +28,14 @@ pub(super) struct PolicyShared {
     pub(super) host: ComponentHost,
     pub(super) pre: InstancePre<GuestState>,
     pub(super) indices: PolicyIndices,
-    /// The `validation@0.2.0` export, when the component has one.
-    pub(super) validation: Option<wit2_validation::GuestIndices>,
-    /// The `facts@0.2.0` export, when the component has one.
-    pub(super) facts: Option<wit2_facts::GuestIndices>,
+    /// The `validation` export, when the component has one.
+    pub(super) validation: Option<ValidationIndices>,
+    /// The `facts` export, when the component has one.
+    pub(super) facts: Option<FactsIndices>,
+    /// The `results@0.3.0` export, when the component has one.
+    pub(super) results: Option<wit3_results::GuestIndices>,
+    /// What `results.reviews` answered, asked on first use.
+    pub(super) reviews: std::sync::OnceLock<ReviewSettings>,
     pub(super) sha256: String,
     /// Whether the component imports WASI: its calls then run off the Tokio runtime
     /// ([`wasi::off_runtime`]) with the call's clock and random seed.
@@ -54,12 +58,26 @@ pub(super) struct FreshInstance {
 pub(super) enum PolicyIndices {
     V1(wit_policy::GuestIndices),
     V2(wit2_policy::GuestIndices),
+    V3(wit3_policy::GuestIndices),
+}
+
+/// The `validation` export of a configured snapshot, by its WIT version.
+pub(super) enum ValidationIndices {
+    V2(wit2_validation::GuestIndices),
+    V3(wit3_validation::GuestIndices),
+}
+
+/// The `facts` export of a configured snapshot, by its WIT version.
+pub(super) enum FactsIndices {
+    V2(wit2_facts::GuestIndices),
+    V3(wit3_facts::GuestIndices),
 }
 
 /// The `policy` export of an instance, by its WIT version.
 enum PolicyGuest {
     V1(wit_policy::Guest),
     V2(wit2_policy::Guest),
+    V3(wit3_policy::Guest),
 }
 
 impl PolicyGuest {
@@ -92,8 +110,74 @@ impl PolicyGuest {
                     output: None,
                 })
             }
+            PolicyGuest::V3(guest) => {
+                let parts = Wit3CallParts::of(call);
+                let verdict = guest.call_decide(store, parts.call(call))?;
+                Ok(PolicyAnswer {
+                    decision: from_wit3(verdict.decision),
+                    determined_by: Some(bounded_ids(verdict.determined_by)),
+                    output: None,
+                })
+            }
         }
     }
+}
+
+/// The lists a 0.3.0 `call` borrows, built from a [`CallView`].
+struct Wit3CallParts<'a> {
+    facts: Vec<wit3::Fact<'a>>,
+    attributes: Vec<wit3::Attribute<'a>>,
+    /// Owned: the record is also a result type (of `review`), so bindgen gives it owned
+    /// strings.
+    labels: wit3::Labels,
+}
+
+impl<'a> Wit3CallParts<'a> {
+    fn of(call: &'a CallView) -> Self {
+        Wit3CallParts {
+            facts: call
+                .facts
+                .iter()
+                .map(|(name, value)| wit3::Fact { name, value })
+                .collect(),
+            attributes: call
+                .principal_attributes
+                .iter()
+                .map(|(name, value)| wit3::Attribute { name, value })
+                .collect(),
+            labels: wit3::Labels {
+                untrusted: call.labels.untrusted,
+                confidentiality: call.labels.confidentiality.clone(),
+                tags: call.labels.tags.clone(),
+            },
+        }
+    }
+
+    fn call(&'a self, call: &'a CallView) -> wit3::Call<'a> {
+        wit3::Call {
+            id: &call.id,
+            server: &call.server,
+            tool: &call.tool,
+            effect: effect_to_wit3(call.effect),
+            arguments: &call.arguments,
+            arguments_sha256: &call.arguments_sha256,
+            principal: &call.principal,
+            principal_attributes: &self.attributes,
+            session: &call.session,
+            labels: &self.labels,
+            time_ms: call.time_ms,
+            facts: &self.facts,
+        }
+    }
+}
+
+/// What a component's settings review (`results@0.3.0`'s `review-settings`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReviewSettings {
+    /// The names of the reviews run; empty: none, no result is copied into the component.
+    pub reviews: Vec<String>,
+    /// The confidentiality levels, lowest first; empty: `public`, `private`.
+    pub levels: Vec<String>,
 }
 
 /// A policy's answer on one call: the decision and, from a `policy@0.2.0` component, the
@@ -179,6 +263,7 @@ impl PolicyShared {
         let guest = match &self.indices {
             PolicyIndices::V1(indices) => indices.load(&mut store, &instance).map(PolicyGuest::V1),
             PolicyIndices::V2(indices) => indices.load(&mut store, &instance).map(PolicyGuest::V2),
+            PolicyIndices::V3(indices) => indices.load(&mut store, &instance).map(PolicyGuest::V3),
         }
         .map_err(|e| format!("has an unusable `decide` export: {e}"))?;
         Ok(FreshInstance { store, guest })
@@ -423,8 +508,17 @@ impl Policy {
             .host
             .store(shared.host.inner.limits.configure_fuel, shared.wasi);
         let instance = shared.pre.instantiate(&mut store).ok()?;
-        let guest = indices.load(&mut store, &instance).ok()?;
-        match guest.call_read_scopes(&mut store) {
+        let scopes = match indices {
+            FactsIndices::V2(indices) => indices
+                .load(&mut store, &instance)
+                .ok()?
+                .call_read_scopes(&mut store),
+            FactsIndices::V3(indices) => indices
+                .load(&mut store, &instance)
+                .ok()?
+                .call_read_scopes(&mut store),
+        };
+        match scopes {
             Ok(scopes) => Some(scopes),
             Err(e) => {
                 tracing::warn!(
@@ -433,6 +527,117 @@ impl Policy {
                 );
                 None
             }
+        }
+    }
+
+    /// What the configured settings review and how they rank confidentiality
+    /// (`results@0.3.0`'s `reviews`, asked once in a fresh instance and remembered). No
+    /// reviews (a component without `results`, or settings that run none): no result is
+    /// copied into the component. A component that cannot say (it traps, runs out of fuel)
+    /// is taken to review every result, named `reviews (unknown)`: failing closed, its
+    /// reviews then withhold.
+    pub fn reviews(&self) -> &ReviewSettings {
+        self.shared.reviews.get_or_init(|| {
+            let shared = &*self.shared;
+            let Some(indices) = &shared.results else {
+                return ReviewSettings::default();
+            };
+            let mut store = shared
+                .host
+                .store(shared.host.inner.limits.configure_fuel, shared.wasi);
+            let asked = shared
+                .pre
+                .instantiate(&mut store)
+                .and_then(|instance| indices.load(&mut store, &instance))
+                .and_then(|guest| guest.call_reviews(&mut store));
+            match asked {
+                Ok(settings) => ReviewSettings {
+                    reviews: settings.reviews,
+                    levels: settings.levels,
+                },
+                Err(e) => {
+                    tracing::warn!(
+                        "policy component `{}` could not say which results it reviews ({e}); every result is reviewed",
+                        short(&shared.sha256)
+                    );
+                    ReviewSettings {
+                        reviews: vec![String::from("reviews (unknown)")],
+                        levels: Vec::new(),
+                    }
+                }
+            }
+        })
+    }
+
+    /// The review of `result`, the result of `call`, in a fresh instance of the configured
+    /// snapshot with [`GuestLimits::review_fuel`](super::GuestLimits::review_fuel).
+    ///
+    /// Fails closed: a component without `results@0.3.0` passes (it reviews nothing; the
+    /// caller asks only when [`Policy::reviews`] is not empty); a trap, exhausted fuel or
+    /// memory, or no free instance is [`ResultAction::Withhold`] naming the component and
+    /// the failure, with `determined_by` empty.
+    pub fn review(&self, call: &CallView, result: &ResultView) -> ReviewAnswer {
+        let shared = &*self.shared;
+        let limits = &shared.host.inner.limits;
+        let withhold = |reason: String| ReviewAnswer {
+            action: ResultAction::Withhold(format!(
+                "policy component `{}` {reason}; the result is withheld",
+                short(&shared.sha256)
+            )),
+            labels: Labels::default(),
+            determined_by: Vec::new(),
+        };
+        let Some(indices) = &shared.results else {
+            return ReviewAnswer {
+                action: ResultAction::Pass,
+                labels: Labels::default(),
+                determined_by: Vec::new(),
+            };
+        };
+        let mut store = shared.host.store(limits.review_fuel, shared.wasi);
+        let guest = match shared
+            .pre
+            .instantiate(&mut store)
+            .and_then(|instance| indices.load(&mut store, &instance))
+        {
+            Ok(guest) => guest,
+            Err(e) => return withhold(format!("could not be instantiated for a review: {e}")),
+        };
+        let parts = Wit3CallParts::of(call);
+        let blocks: Vec<wit3::Block<'_>> = result
+            .blocks
+            .iter()
+            .map(|block| wit3::Block {
+                kind: block_kind_to_wit3(block.kind),
+                text: &block.text,
+                mime_type: block.mime_type.as_deref(),
+                uri: &block.uri,
+                size: block.size,
+                sha256: &block.sha256,
+            })
+            .collect();
+        let returned = wit3::ToolResult {
+            is_error: result.is_error,
+            blocks: &blocks,
+            received_bytes: result.received_bytes,
+        };
+        let reviewed = if shared.wasi {
+            store
+                .data_mut()
+                .wasi()
+                .begin_call(call.time_ms, call.arguments_sha256.as_bytes());
+            wasi::off_runtime(|| guest.call_review(&mut store, parts.call(call), returned))
+        } else {
+            guest.call_review(&mut store, parts.call(call), returned)
+        };
+        match reviewed {
+            Ok(answer) => from_wit3_review(answer, result),
+            Err(e) => withhold(guest_failure(
+                &store,
+                &e,
+                limits.review_fuel,
+                limits.memory_bytes,
+            )),
         }
     }
 
@@ -463,25 +668,47 @@ impl Policy {
                 short(&shared.sha256)
             )
         })?;
-        let guest = indices.load(&mut store, &instance).map_err(|e| {
+        let unusable = |e: wasmtime::Error| {
             format!(
                 "policy component `{}` has an unusable `validate` export: {e}",
                 short(&shared.sha256)
             )
-        })?;
-        let wit_tools: Vec<wit2::RegisteredTool<'_>> = tools
-            .iter()
-            .map(|tool| wit2::RegisteredTool {
-                server: &tool.server,
-                name: &tool.name,
-                effect: effect_to_wit2(tool.effect),
-                input_schema: &tool.input_schema,
-            })
-            .collect();
-        let validated = if shared.wasi {
-            wasi::off_runtime(|| guest.call_validate(&mut store, &wit_tools))
-        } else {
-            guest.call_validate(&mut store, &wit_tools)
+        };
+        let validated = match indices {
+            ValidationIndices::V2(indices) => {
+                let guest = indices.load(&mut store, &instance).map_err(unusable)?;
+                let wit_tools: Vec<wit2::RegisteredTool<'_>> = tools
+                    .iter()
+                    .map(|tool| wit2::RegisteredTool {
+                        server: &tool.server,
+                        name: &tool.name,
+                        effect: effect_to_wit2(tool.effect),
+                        input_schema: &tool.input_schema,
+                    })
+                    .collect();
+                if shared.wasi {
+                    wasi::off_runtime(|| guest.call_validate(&mut store, &wit_tools))
+                } else {
+                    guest.call_validate(&mut store, &wit_tools)
+                }
+            }
+            ValidationIndices::V3(indices) => {
+                let guest = indices.load(&mut store, &instance).map_err(unusable)?;
+                let wit_tools: Vec<wit3::RegisteredTool<'_>> = tools
+                    .iter()
+                    .map(|tool| wit3::RegisteredTool {
+                        server: &tool.server,
+                        name: &tool.name,
+                        effect: effect_to_wit3(tool.effect),
+                        input_schema: &tool.input_schema,
+                    })
+                    .collect();
+                if shared.wasi {
+                    wasi::off_runtime(|| guest.call_validate(&mut store, &wit_tools))
+                } else {
+                    guest.call_validate(&mut store, &wit_tools)
+                }
+            }
         };
         validated.map_err(|e| {
             format!(
@@ -617,5 +844,103 @@ fn to_wit_call<'a>(call: &'a CallView, facts: &'a [wit::Fact<'a>]) -> wit::Call<
         session: &call.session,
         time_ms: call.time_ms,
         facts,
+    }
+}
+
+fn from_wit3(decision: wit3::Decision) -> Decision {
+    match decision {
+        wit3::Decision::Allow => Decision::Allow,
+        wit3::Decision::Deny(reason) => Decision::Deny(reason),
+        wit3::Decision::Hold(reason) => Decision::Hold(reason),
+    }
+}
+
+fn effect_to_wit3(effect: Effect) -> wit3::Effect {
+    match effect {
+        Effect::ReadOnly => wit3::Effect::ReadOnly,
+        Effect::LocalChange => wit3::Effect::LocalChange,
+        Effect::RemoteChange => wit3::Effect::RemoteChange,
+        Effect::Destructive => wit3::Effect::Destructive,
+    }
+}
+
+fn block_kind_to_wit3(kind: BlockKind) -> wit3::BlockKind {
+    match kind {
+        BlockKind::Text => wit3::BlockKind::Text,
+        BlockKind::Structured => wit3::BlockKind::Structured,
+        BlockKind::ResourceText => wit3::BlockKind::ResourceText,
+        BlockKind::ResourceLink => wit3::BlockKind::ResourceLink,
+        BlockKind::Image => wit3::BlockKind::Image,
+        BlockKind::Audio => wit3::BlockKind::Audio,
+        BlockKind::Blob => wit3::BlockKind::Blob,
+        BlockKind::Other => wit3::BlockKind::Other,
+    }
+}
+
+/// The most spans one review may return; more withholds the result (a review that finds
+/// that much to redact should withhold it itself).
+pub const MAX_SPANS: usize = 10_000;
+
+/// A guest's review as the host's; spans are checked against `result` (block index, byte
+/// range inside the text, character boundaries): a span that does not fit withholds the
+/// result, naming the span, since a redaction that cannot be applied must not deliver the
+/// text it was meant to hide.
+fn from_wit3_review(answer: wit3::ReviewAnswer, result: &ResultView) -> ReviewAnswer {
+    let labels = Labels {
+        untrusted: answer.labels.untrusted,
+        confidentiality: answer.labels.confidentiality,
+        tags: {
+            let mut tags = answer.labels.tags;
+            tags.sort();
+            tags.dedup();
+            tags
+        },
+    };
+    let determined_by = bounded_ids(answer.determined_by);
+    let action = match answer.action {
+        wit3::ResultAction::Pass => ResultAction::Pass,
+        wit3::ResultAction::Withhold(reason) => ResultAction::Withhold(reason),
+        wit3::ResultAction::Hold(reason) => ResultAction::Hold(reason),
+        wit3::ResultAction::Redact(spans) if spans.len() > MAX_SPANS => ResultAction::Withhold(
+            format!(
+                "the review asked for {} redactions, more than the {MAX_SPANS} allowed",
+                spans.len()
+            ),
+        ),
+        wit3::ResultAction::Redact(spans) => {
+            let mut checked = Vec::with_capacity(spans.len());
+            let mut refused = None;
+            for span in spans {
+                let (block, start, end) = (span.block as usize, span.start as usize, span.end as usize);
+                let fits = result.blocks.get(block).is_some_and(|b| {
+                    b.kind.has_text()
+                        && start < end
+                        && b.text.is_char_boundary(start)
+                        && b.text.is_char_boundary(end)
+                        && end <= b.text.len()
+                });
+                if !fits {
+                    refused = Some(format!(
+                        "the review asked to redact bytes {start}..{end} of block {block}, which is not a range of that block's text on character boundaries"
+                    ));
+                    break;
+                }
+                checked.push(Span {
+                    block,
+                    start,
+                    end,
+                    kind: span.kind,
+                });
+            }
+            match refused {
+                Some(reason) => ResultAction::Withhold(reason),
+                None => ResultAction::Redact(checked),
+            }
+        }
+    };
+    ReviewAnswer {
+        action,
+        labels,
+        determined_by,
     }
 }

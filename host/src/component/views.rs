@@ -86,10 +86,131 @@ pub struct CallView {
     pub arguments_sha256: String,
     /// Who asked.
     pub principal: String,
+    /// The principal's attributes: name and JSON text (`policy@0.3.0` only; empty until an
+    /// identity provider supplies them).
+    pub principal_attributes: Vec<(String, String)>,
     /// The client connection.
     pub session: String,
+    /// The labels of the session (or principal) before this call (`policy@0.3.0` only).
+    pub labels: Labels,
     /// Milliseconds since the Unix epoch.
     pub time_ms: u64,
-    /// Host facts: name and JSON text (none in this version).
+    /// Host facts: name and JSON text.
     pub facts: Vec<(String, String)>,
+}
+
+/// What a session has seen (WIT 0.3.0 `types.labels`): whether untrusted content reached
+/// it, the highest confidentiality of what reached it, and free tags. Joined as results
+/// arrive, never lowered within a session ([`crate::labels`] joins them).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Labels {
+    /// Untrusted content has reached the session.
+    #[serde(default)]
+    pub untrusted: bool,
+    /// The highest confidentiality level that reached it; empty: none labelled.
+    #[serde(default)]
+    pub confidentiality: String,
+    /// Free tags, sorted, without duplicates.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// What kind of content block a [`BlockView`] is (WIT 0.3.0 `types.block-kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    /// A `text` block.
+    Text,
+    /// The result's `structuredContent`, as canonical JSON text.
+    Structured,
+    /// An embedded `resource` with `text`.
+    ResourceText,
+    /// A `resource_link`, as canonical JSON text.
+    ResourceLink,
+    /// An `image` block.
+    Image,
+    /// An `audio` block.
+    Audio,
+    /// An embedded `resource` with a `blob`.
+    Blob,
+    /// A block of another type, as canonical JSON text.
+    Other,
+}
+
+impl BlockKind {
+    /// Whether the block carries text a review reads and may redact.
+    pub fn has_text(self) -> bool {
+        matches!(
+            self,
+            BlockKind::Text
+                | BlockKind::Structured
+                | BlockKind::ResourceText
+                | BlockKind::ResourceLink
+                | BlockKind::Other
+        )
+    }
+}
+
+/// One block of a result as a review sees it (WIT 0.3.0 `types.block`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockView {
+    /// The kind of block.
+    pub kind: BlockKind,
+    /// The text reviewed; empty for binary blocks.
+    pub text: String,
+    /// The MIME type the server gave.
+    pub mime_type: Option<String>,
+    /// The URI of a resource or link; empty otherwise.
+    pub uri: String,
+    /// Size in bytes of the text or of the decoded binary data.
+    pub size: u64,
+    /// SHA-256 of the decoded binary data, lowercase hex; empty for text blocks.
+    pub sha256: String,
+}
+
+/// What a tool returned, as a review sees it (WIT 0.3.0 `types.tool-result`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResultView {
+    /// The server marked the result an error.
+    pub is_error: bool,
+    /// The content blocks, then `structuredContent` as the last block when present.
+    pub blocks: Vec<BlockView>,
+    /// Size in bytes of the result as received.
+    pub received_bytes: u64,
+}
+
+/// A byte range of one block's text to replace with a marker naming `kind`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// Index into [`ResultView::blocks`].
+    pub block: usize,
+    /// Start, a UTF-8 byte offset on a character boundary.
+    pub start: usize,
+    /// End (excluded).
+    pub end: usize,
+    /// What was found (for example `secret:github-pat`).
+    pub kind: String,
+}
+
+/// What happens to a result (WIT 0.3.0 `types.result-action`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResultAction {
+    /// Deliver it as it is.
+    Pass,
+    /// Deliver it with these spans replaced by markers.
+    Redact(Vec<Span>),
+    /// Do not deliver it; the reason reaches the model as a tool error.
+    Withhold(String),
+    /// Deliver it only after a person approves; the reason is shown.
+    Hold(String),
+}
+
+/// A review's answer on one result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewAnswer {
+    /// What happens to the result.
+    pub action: ResultAction,
+    /// The labels the result brings to the session.
+    pub labels: Labels,
+    /// The reviews or policies that determined the action, in the component's naming.
+    pub determined_by: Vec<String>,
 }

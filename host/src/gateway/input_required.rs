@@ -412,6 +412,10 @@ impl Approver for InputRequiredApprover {
     fn channel(&self) -> Channel {
         Channel::Elicitation
     }
+
+    fn answers_later(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
