@@ -16,6 +16,7 @@ mod listings;
 mod policy_faults;
 mod processes;
 mod results;
+mod reviews;
 mod rewrites;
 mod schemas;
 mod shared_log;
@@ -58,6 +59,8 @@ struct Bench {
     marker: String,
     servers: Vec<String>,
     rules: BTreeMap<String, serde_json::Map<String, Value>>,
+    /// Members of the rules file beside `servers` (`reviews`, `labels`).
+    rules_members: serde_json::Map<String, Value>,
     settings: serde_json::Map<String, Value>,
     server_settings: BTreeMap<String, serde_json::Map<String, Value>>,
 }
@@ -78,6 +81,7 @@ impl Bench {
             marker: unique_marker(test),
             servers: Vec::new(),
             rules: BTreeMap::new(),
+            rules_members: serde_json::Map::new(),
             settings: serde_json::Map::new(),
             server_settings: BTreeMap::new(),
         }
@@ -102,6 +106,21 @@ impl Bench {
     /// Server `good`, whose `echo` answers.
     fn with_good_server(self) -> Bench {
         self.server("good", listing(&[&tool("echo")]), &["echo"])
+    }
+
+    /// Sets a member of the rules file beside `servers` (`reviews`, `labels`).
+    fn with_rules_member(mut self, key: &str, value: Value) -> Bench {
+        self.rules_members.insert(key.to_owned(), value);
+        self
+    }
+
+    /// Replaces the rule of `tool` of server `name` (added by [`Bench::server`]).
+    fn with_tool_rule(mut self, name: &str, tool: &str, rule: Value) -> Bench {
+        self.rules
+            .entry(name.to_owned())
+            .or_default()
+            .insert(tool.to_owned(), rule);
+        self
     }
 
     /// Sets a config member (`limits`, `audit`, `policy`).
@@ -147,11 +166,11 @@ impl Bench {
             .iter()
             .map(|(server, tools)| (server.clone(), json!({ "tools": tools })))
             .collect();
-        std::fs::write(
-            self.path().join("rules.json"),
-            json!({ "servers": rules }).to_string(),
-        )
-        .unwrap();
+        let mut rules_file = json!({ "servers": rules });
+        for (key, value) in &self.rules_members {
+            rules_file[key] = value.clone();
+        }
+        std::fs::write(self.path().join("rules.json"), rules_file.to_string()).unwrap();
         let mut config = json!({
             "mcpServers": servers,
             "rules": {"file": "rules.json"},
