@@ -580,6 +580,11 @@ pub struct AuditEvent {
     /// the review found), or before it when the result was not delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<crate::component::Labels>,
+    /// Of a `result-decision`, with `audit.record_results`: the result the review read, as
+    /// the server sent it after the size cap (JSON text: `content`, `structuredContent`,
+    /// `isError`), for `audit replay`. May hold what the review redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
 }
 
 impl AuditEvent {
@@ -618,6 +623,7 @@ impl AuditEvent {
             redactions: None,
             delivered_sha256: None,
             labels: None,
+            result: None,
         }
     }
 }

@@ -107,6 +107,9 @@ pub struct CallSettings {
     pub max_result_bytes: usize,
     /// Whether audit records carry the canonical arguments themselves, not only their hash.
     pub record_arguments: bool,
+    /// Result-decision records hold the reviewed result as received
+    /// (`audit.record_results`).
+    pub record_results: bool,
     /// How often a held call sends a progress notification.
     pub held_progress_interval: Duration,
 }
@@ -119,6 +122,7 @@ impl Default for CallSettings {
             max_result_bytes: usize::try_from(config::DEFAULT_MAX_RESULT_BYTES)
                 .unwrap_or(usize::MAX),
             record_arguments: false,
+            record_results: false,
             held_progress_interval: HELD_PROGRESS_INTERVAL,
         }
     }
@@ -132,6 +136,7 @@ impl CallSettings {
             approval_timeout: config.limits.approval_timeout(),
             max_result_bytes: usize::try_from(config.limits.max_result_bytes).unwrap_or(usize::MAX),
             record_arguments: config.audit.record_arguments,
+            record_results: config.audit.record_results,
             held_progress_interval: HELD_PROGRESS_INTERVAL,
         }
     }

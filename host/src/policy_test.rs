@@ -27,6 +27,22 @@
 //! non-negative integer, such as `{"tool.forwarded.minute": 30}`; none when absent), so a
 //! pure component answers every run the same. The component is configured once; each case is decided in a fresh instance of
 //! the configured snapshot, exactly as `toolward serve` decides calls.
+//!
+//! A case may also give the session's `labels` before the call (`{"untrusted": true,
+//! "confidentiality": "private", "tags": []}`) and a `result` the tool returns (a
+//! `CallToolResult`: `content`, `structuredContent`, `isError`), with `expect_result`
+//! (`pass`, `redact`, `withhold` or `hold`) and, optionally, the exact `delivered` result
+//! after the redactions (`content` and `structuredContent`). The result is reviewed as
+//! `toolward serve` reviews it (`results@0.3.0`), whatever the decision; a component whose
+//! settings run no review passes every result.
+//!
+//! ```json
+//! { "name": "tokens are redacted", "server": "fs", "tool": "read_file", "effect": "read-only",
+//!   "expect": "allow",
+//!   "result": { "content": [{ "type": "text", "text": "key ghp_abcdefghijklmnopqrstuvwxyz0123456789" }] },
+//!   "expect_result": "redact",
+//!   "delivered": { "content": [{ "type": "text", "text": "key [redacted secret:github-pat]" }] } }
+//! ```
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -99,6 +115,14 @@ pub struct Case {
     pub reason_contains: Option<String>,
     /// The facts the call carries (`call.facts`): name and JSON text, in name order.
     pub facts: Vec<(String, String)>,
+    /// The session's labels before the call (`call.labels`).
+    pub labels: crate::component::Labels,
+    /// The result the tool returns, reviewed after the decision; `None`: not reviewed.
+    pub result: Option<serde_json::Value>,
+    /// What the review must do with `result` (`pass`, `redact`, `withhold`, `hold`).
+    pub expect_result: Option<String>,
+    /// The exact result after the redactions (`content`, `structuredContent`).
+    pub delivered: Option<serde_json::Value>,
 }
 
 /// A parsed cases file.
@@ -135,7 +159,15 @@ struct RawCase {
     reason_contains: Option<String>,
     #[serde(default)]
     facts: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    labels: crate::component::Labels,
+    result: Option<serde_json::Value>,
+    expect_result: Option<String>,
+    delivered: Option<serde_json::Value>,
 }
+
+/// The actions a review can take, as cases and `result-decision` records spell them.
+const RESULT_ACTIONS: [&str; 4] = ["pass", "redact", "withhold", "hold"];
 
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
@@ -218,6 +250,24 @@ impl CasesFile {
                     "{here}.reason_contains: an allow has no reason to match"
                 )));
             }
+            if case.result.is_some() != case.expect_result.is_some() {
+                return Err(invalid(format!(
+                    "{here}: `result` and `expect_result` go together"
+                )));
+            }
+            if case.delivered.is_some() && case.expect_result.as_deref() != Some("redact") && case.expect_result.as_deref() != Some("pass") {
+                return Err(invalid(format!(
+                    "{here}.delivered: only a `pass` or `redact` result is delivered"
+                )));
+            }
+            if let Some(action) = case.expect_result.as_deref().filter(|a| !RESULT_ACTIONS.contains(a)) {
+                return Err(invalid(format!(
+                    "{here}.expect_result: unknown action `{action}` (expected pass, redact, withhold or hold)"
+                )));
+            }
+            if case.result.as_ref().is_some_and(|r| !r.is_object()) {
+                return Err(invalid(format!("{here}.result: expected a CallToolResult object")));
+            }
             cases.push(Case {
                 name: case.name,
                 server: case.server,
@@ -234,6 +284,10 @@ impl CasesFile {
                     .into_iter()
                     .map(|(name, value)| (name, value.to_string()))
                     .collect(),
+                labels: case.labels,
+                result: case.result,
+                expect_result: case.expect_result,
+                delivered: case.delivered,
             });
         }
         Ok(CasesFile { settings, cases })
@@ -251,7 +305,7 @@ impl CasesFile {
             principal: case.principal.clone(),
             session: CASE_SESSION.to_owned(),
             principal_attributes: Vec::new(),
-            labels: Default::default(),
+            labels: case.labels.clone(),
             time_ms: 0,
             facts: case.facts.clone(),
         }
@@ -288,6 +342,15 @@ pub struct CaseResult {
     /// imports WASI; bounded by `component::wasi::MAX_OUTPUT_BYTES`); absent when nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::component::wasi::GuestOutput>,
+    /// The review's action on the case's `result`; absent when the case has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_action: Option<String>,
+    /// The review's reason (a withhold's or hold's), or a redaction that could not apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_reason: Option<String>,
+    /// The result as it would be delivered (after redactions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<serde_json::Value>,
 }
 
 /// The outcome of a cases file against one component.
@@ -367,6 +430,17 @@ impl CaseReport {
             if let Some(output) = &case.output {
                 let _ = writeln!(out, "         printed {}", shown(&output.for_reason()));
             }
+            if let Some(action) = &case.result_action {
+                let _ = writeln!(
+                    out,
+                    "         result: {}{}",
+                    shown(action),
+                    case.result_reason
+                        .as_ref()
+                        .map(|r| format!(" ({})", shown(r)))
+                        .unwrap_or_default()
+                );
+            }
         }
         let _ = writeln!(out, "{} passed, {} failed", self.passed, self.failed);
         out
@@ -406,15 +480,31 @@ pub fn run_cases(
             return report;
         }
     };
+    let reviews = !policy.reviews().reviews.is_empty();
     for (index, case) in cases.cases.iter().enumerate() {
-        let answer = policy.answer(&CasesFile::call(index, case));
+        let call = CasesFile::call(index, case);
+        let answer = policy.answer(&call);
         let (actual, reason) = verdict_of(&answer.decision);
         let reason_matches = match (&case.reason_contains, reason) {
             (None, _) => true,
             (Some(want), Some(got)) => got.contains(want.as_str()),
             (Some(_), None) => false,
         };
-        let passed = actual == case.expect && reason_matches;
+        let reviewed = case
+            .result
+            .as_ref()
+            .map(|result| review_case(&policy, &call, result, reviews));
+        let result_matches = match (&reviewed, &case.expect_result) {
+            (Some((action, _, delivered)), Some(want)) => {
+                action == want
+                    && case
+                        .delivered
+                        .as_ref()
+                        .is_none_or(|expected| delivered.as_ref() == Some(expected))
+            }
+            _ => true,
+        };
+        let passed = actual == case.expect && reason_matches && result_matches;
         if passed {
             report.passed += 1;
         } else {
@@ -432,9 +522,53 @@ pub fn run_cases(
             passed,
             determined_by: answer.determined_by.clone(),
             output: answer.output.filter(|o| !o.is_empty()),
+            result_action: reviewed.as_ref().map(|(action, _, _)| action.clone()),
+            result_reason: reviewed.as_ref().and_then(|(_, reason, _)| reason.clone()),
+            delivered: reviewed.and_then(|(_, _, delivered)| delivered),
         });
     }
     report
+}
+
+/// The review of a case's `result`: the action, its reason, and what would be delivered
+/// (for pass and redact). A redaction that cannot apply withholds, as in service.
+fn review_case(
+    policy: &crate::component::Policy,
+    call: &CallView,
+    result: &serde_json::Value,
+    reviews: bool,
+) -> (String, Option<String>, Option<serde_json::Value>) {
+    use crate::component::{ResultAction, ResultView};
+    let mut content = result
+        .get("content")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut structured = result.get("structuredContent").cloned();
+    let is_error = result.get("isError") == Some(&serde_json::Value::Bool(true));
+    let delivered = |content: Vec<serde_json::Value>, structured: Option<serde_json::Value>| {
+        let mut out = serde_json::Map::new();
+        out.insert("content".to_owned(), serde_json::Value::Array(content));
+        if let Some(structured) = structured {
+            out.insert("structuredContent".to_owned(), structured);
+        }
+        serde_json::Value::Object(out)
+    };
+    if !reviews {
+        return ("pass".to_owned(), None, Some(delivered(content, structured)));
+    }
+    let view = ResultView::of(&content, structured.as_ref(), is_error, result.to_string().len() as u64);
+    match policy.review(call, &view).action {
+        ResultAction::Pass => ("pass".to_owned(), None, Some(delivered(content, structured))),
+        ResultAction::Withhold(reason) => ("withhold".to_owned(), Some(reason), None),
+        ResultAction::Hold(reason) => ("hold".to_owned(), Some(reason), None),
+        ResultAction::Redact(spans) => {
+            match crate::review::redact(&view, &spans, &mut content, &mut structured) {
+                Ok(_) => ("redact".to_owned(), None, Some(delivered(content, structured))),
+                Err(reason) => ("withhold".to_owned(), Some(reason), None),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -460,6 +594,9 @@ mod tests {
                 passed: true,
                 determined_by: None,
                 output: None,
+                result_action: None,
+                result_reason: None,
+                delivered: None,
             }],
             passed: 1,
             failed: 0,

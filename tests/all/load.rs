@@ -582,3 +582,21 @@ async fn rules_that_name_a_missing_server_or_tool_are_noted_with_the_closest_nam
     );
     registry.close().await;
 }
+
+/// The examples' pinned manifests name the built-in component this build carries, so a
+/// newcomer's first `serve` does not report "the policy component changed since the pin".
+#[test]
+fn the_example_manifests_pin_the_built_in_component() {
+    let built_in = toolward::canonical::sha256_hex(toolward::component::DEFAULT_COMPONENT);
+    for example in ["examples/mcp", "examples/data-flow"] {
+        let text = std::fs::read_to_string(crate::support::repo().join(example).join("manifest.json")).unwrap();
+        let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for role in ["policy", "rules"] {
+            assert_eq!(
+                manifest["components"][role].as_str(),
+                Some(built_in.as_str()),
+                "{example}/manifest.json pins another {role} component: run `toolward pin --config {example}/toolward.json`"
+            );
+        }
+    }
+}

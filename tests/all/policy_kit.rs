@@ -575,3 +575,43 @@ fn policy_authoring_guide_builds_inspects_tests_and_deploys_its_component() {
     assert_eq!(manifest.servers["memory"].tools.len(), 9);
     assert_guide_deployed(&stdout, &wasm, "my-policy");
 }
+
+#[test]
+fn cases_review_results_and_see_labels() {
+    let token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
+    let text = serde_json::json!({
+        "settings": {
+            "reviews": ["secrets"],
+            "servers": {"web": {"tools": {
+                "fetch": {"effect": "read-only", "returns": {"untrusted": true}},
+                "send": {"effect": "read-only", "accepts_untrusted": false}
+            }}}
+        },
+        "cases": [
+            {"name": "a token is redacted", "server": "web", "tool": "fetch", "effect": "read-only",
+             "expect": "allow",
+             "result": {"content": [{"type": "text", "text": format!("key {token}")}]},
+             "expect_result": "redact",
+             "delivered": {"content": [{"type": "text", "text": "key [redacted secret:github-pat]"}]}},
+            {"name": "clean text passes", "server": "web", "tool": "fetch", "effect": "read-only",
+             "expect": "allow",
+             "result": {"content": [{"type": "text", "text": "hello"}]}, "expect_result": "pass"},
+            {"name": "a send after untrusted content is held", "server": "web", "tool": "send",
+             "effect": "read-only", "labels": {"untrusted": true}, "expect": "hold",
+             "reason_contains": "does not accept untrusted content"},
+            {"name": "a send before is allowed", "server": "web", "tool": "send",
+             "effect": "read-only", "expect": "allow"}
+        ]
+    })
+    .to_string();
+    let dir = std::env::temp_dir();
+    let cases = CasesFile::parse(&text, &dir, &dir.join("inline.json")).unwrap();
+    let report = run_cases(host(), &default_component(), &cases);
+    assert_all_pass(&report);
+    // A wrong expectation of the result fails, showing what the review did.
+    let wrong = text.replace(r#""expect_result":"pass""#, r#""expect_result":"withhold""#);
+    let cases = CasesFile::parse(&wrong, &dir, &dir.join("inline.json")).unwrap();
+    let report = run_cases(host(), &default_component(), &cases);
+    assert_eq!(report.failed, 1, "{}", report.render());
+    assert!(report.render().contains("result: pass"), "{}", report.render());
+}

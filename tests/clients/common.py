@@ -76,7 +76,10 @@ class Example:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def example_copy(prefix: str, audit_sync: str | None = None) -> Example:
+def example_copy(prefix: str, audit_sync: str | None = None, example: Path = EXAMPLE) -> Example:
+    """A temp copy of `example` (examples/mcp by default): its config, rules and manifest,
+    its sandbox (examples/mcp's holds only `hello.txt`), with the config's paths made
+    absolute: the sandbox, and commands and arguments inside the installed servers."""
     for path, what in (
         (TOOLWARD, "build it: cargo build -p toolward"),
         (SERVER_FS, "install it: bash tests/real-servers/install.sh"),
@@ -85,24 +88,31 @@ def example_copy(prefix: str, audit_sync: str | None = None) -> Example:
             sys.exit(f"{path} is missing: {what}")
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     for name in ("toolward.json", "rules.json", "manifest.json"):
-        shutil.copy(EXAMPLE / name, folder / name)
+        shutil.copy(example / name, folder / name)
     ex = Example(folder)
-    ex.sandbox.mkdir()
-    (ex.sandbox / "hello.txt").write_text(HELLO)
+    if (example / "sandbox").is_dir():
+        shutil.copytree(example / "sandbox", ex.sandbox)
+    else:
+        ex.sandbox.mkdir()
+    if example == EXAMPLE:
+        (ex.sandbox / "hello.txt").write_text(HELLO)
     config = json.loads(ex.config.read_text())
     if "$schema" in config:
-        config["$schema"] = str((EXAMPLE / config["$schema"]).resolve())
+        config["$schema"] = str((example / config["$schema"]).resolve())
     installed_in_tree = (ROOT / "tests" / "real-servers" / ".installed").resolve()
+
+    def absolute(arg: str) -> str:
+        resolved = (example / arg).resolve()
+        if resolved == (example / "sandbox").resolve():
+            return str(ex.sandbox)
+        if resolved.is_relative_to(installed_in_tree):
+            return str(INSTALLED / resolved.relative_to(installed_in_tree))
+        return arg
+
     for server in config["mcpServers"].values():
-        args = []
-        for arg in server.get("args", []):
-            resolved = (EXAMPLE / arg).resolve()
-            if resolved == (EXAMPLE / "sandbox").resolve():
-                arg = str(ex.sandbox)
-            elif resolved.is_relative_to(installed_in_tree):
-                arg = str(INSTALLED / resolved.relative_to(installed_in_tree))
-            args.append(arg)
-        server["args"] = args
+        if "/" in server.get("command", ""):
+            server["command"] = absolute(server["command"])
+        server["args"] = [absolute(arg) for arg in server.get("args", [])]
     if audit_sync is not None:
         config.setdefault("audit", {})["sync"] = audit_sync
     ex.config.write_text(json.dumps(config, indent=2) + "\n")

@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dest="$here/.installed"
 mkdir -p "$dest"
-stamp="$dest/.stamp-v2"
+stamp="$dest/.stamp-v3"
 # PyPI: a real OTLP/HTTP receiver the telemetry test reads spans and metrics back from
 # (tests/all/telemetry.rs), in a venv of its own; installed apart from the stamp below so
 # that an existing installation gains it.
@@ -64,6 +64,7 @@ fi
 python3 -m venv "$dest/venv"
 "$dest/venv/bin/pip" install --quiet --disable-pip-version-check \
   mcp-server-time==2026.10.19 mcp-server-git==2026.10.19 \
+  mcp-server-fetch==2026.10.24 \
   mcp==2.3.0
 # The Python client library (`mcp`, pinned above, in the same venv) drives
 # tests/clients/test_acceptance.py.

@@ -10,8 +10,15 @@
 //! Records without `arguments` (`audit.record_arguments` off) are counted and skipped: the
 //! arguments are never guessed. The chain is checked as it is read; records past a break
 //! are not replayed.
+//!
+//! When the other policy reviews results (`results@0.3.0`), every `result-decision` record
+//! that holds its result (`audit.record_results`) is reviewed again, with the call as its
+//! decision record gave it (the labels the session had then included); the action on
+//! record (`pass`, `redact`, `withhold`, `hold`) is compared with the replayed one. A
+//! result not on record, or whose call's decision record was skipped, is counted and
+//! skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -19,7 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{AuditDecision, AuditError, AuditKind, AuditRecord};
-use crate::component::{CallView, Decision, Effect, Policy};
+use crate::component::{CallView, Decision, Effect, Policy, ResultAction, ResultView};
 
 /// One call whose decision would change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -39,6 +46,23 @@ pub struct Changed {
     /// The other policy's decision.
     pub replayed: AuditDecision,
     /// The other policy's reason (none for allow).
+    pub reason: Option<String>,
+}
+
+/// One result whose review would change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangedResult {
+    /// The `result-decision` record's `seq`.
+    pub seq: u64,
+    /// The call id.
+    pub call_id: String,
+    /// `server/tool`.
+    pub tool: String,
+    /// The action on record.
+    pub recorded: String,
+    /// The other policy's action.
+    pub replayed: String,
+    /// The other policy's reason (a withhold's or hold's), or the kinds it would redact.
     pub reason: Option<String>,
 }
 
@@ -64,6 +88,16 @@ pub struct ReplayReport {
     pub by_tool: BTreeMap<String, BTreeMap<String, u64>>,
     /// Where the chain breaks, if it does.
     pub first_break: Option<String>,
+    /// `result-decision` records read.
+    pub results: u64,
+    /// Reviewed again.
+    pub results_replayed: u64,
+    /// Skipped: recorded without the result (`audit.record_results` off).
+    pub results_without_result: u64,
+    /// Skipped: the call's decision record was skipped or not found.
+    pub results_without_call: u64,
+    /// The results whose review would change, in log order.
+    pub changed_results: Vec<ChangedResult>,
 }
 
 fn word(d: AuditDecision) -> &'static str {
@@ -82,23 +116,45 @@ fn word(d: AuditDecision) -> &'static str {
 /// [`ReplayReport::first_break`].
 pub fn replay(path: &Path, policy: &Policy) -> Result<ReplayReport, AuditError> {
     let mut report = ReplayReport::default();
-    let verify = super::read_chain(path, |record, line| {
-        if record.event.kind != AuditKind::Decision {
-            return;
+    let reviews = !policy.reviews().reviews.is_empty();
+    // The calls whose result may follow, by call id (only when the policy reviews).
+    let mut calls: HashMap<String, CallView> = HashMap::new();
+    let verify = super::read_chain(path, |record, line| match record.event.kind {
+        AuditKind::Decision => {
+            report.decisions += 1;
+            let raw: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+            if let Some(view) = replay_one(record, &raw, policy, &mut report) {
+                if reviews && record.event.decision != Some(AuditDecision::Deny) {
+                    calls.insert(view.id.clone(), view);
+                }
+            }
         }
-        report.decisions += 1;
-        let raw: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-        replay_one(record, &raw, policy, &mut report);
+        AuditKind::ResultDecision if reviews => {
+            report.results += 1;
+            let call = record
+                .event
+                .call_id
+                .as_ref()
+                .and_then(|id| calls.remove(id));
+            review_one(record, call, policy, &mut report);
+        }
+        _ => {}
     })?;
     report.first_break = verify.first_break.map(|b| b.to_string());
     Ok(report)
 }
 
-fn replay_one(record: &AuditRecord, raw: &Value, policy: &Policy, report: &mut ReplayReport) {
+/// Decides one `decision` record again; returns the call as the policy saw it.
+fn replay_one(
+    record: &AuditRecord,
+    raw: &Value,
+    policy: &Policy,
+    report: &mut ReplayReport,
+) -> Option<CallView> {
     let e = &record.event;
     let Some(arguments) = &e.arguments else {
         report.without_arguments += 1;
-        return;
+        return None;
     };
     let (Some(server), Some(tool), Some(effect), Some(principal), Some(recorded)) = (
         &e.server,
@@ -108,7 +164,7 @@ fn replay_one(record: &AuditRecord, raw: &Value, policy: &Policy, report: &mut R
         e.decision,
     ) else {
         report.incomplete += 1;
-        return;
+        return None;
     };
     let time_ms = match raw.get("policy_time_ms").and_then(Value::as_u64) {
         Some(ms) => ms,
@@ -140,7 +196,7 @@ fn replay_one(record: &AuditRecord, raw: &Value, policy: &Policy, report: &mut R
         principal: principal.clone(),
         session: e.session.clone().unwrap_or_default(),
         principal_attributes: Vec::new(),
-        labels: Default::default(),
+        labels: e.labels.clone().unwrap_or_default(),
         time_ms,
         facts,
     };
@@ -166,6 +222,68 @@ fn replay_one(record: &AuditRecord, raw: &Value, policy: &Policy, report: &mut R
             principal: principal.clone(),
             recorded,
             replayed,
+            reason,
+        });
+    }
+    Some(view)
+}
+
+/// The name of a review's action, as `result-decision` records spell it.
+fn action_word(action: &ResultAction) -> &'static str {
+    match action {
+        ResultAction::Pass => "pass",
+        ResultAction::Redact(_) => "redact",
+        ResultAction::Withhold(_) => "withhold",
+        ResultAction::Hold(_) => "hold",
+    }
+}
+
+/// Reviews one `result-decision` record's result again, as `call` (its decision record's
+/// call) returned it.
+fn review_one(record: &AuditRecord, call: Option<CallView>, policy: &Policy, report: &mut ReplayReport) {
+    let e = &record.event;
+    let Some(result) = e.result.as_deref() else {
+        report.results_without_result += 1;
+        return;
+    };
+    let Some(call) = call else {
+        report.results_without_call += 1;
+        return;
+    };
+    let parsed: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+    let content = parsed
+        .get("content")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let is_error = parsed.get("isError") == Some(&Value::Bool(true));
+    let view = ResultView::of(
+        &content,
+        parsed.get("structuredContent"),
+        is_error,
+        e.result_bytes.unwrap_or(0),
+    );
+    let answer = policy.review(&call, &view);
+    report.results_replayed += 1;
+    let replayed = action_word(&answer.action);
+    let recorded = e.result_action.clone().unwrap_or_default();
+    if replayed != recorded {
+        let reason = match answer.action {
+            ResultAction::Withhold(reason) | ResultAction::Hold(reason) => Some(reason),
+            ResultAction::Redact(spans) => {
+                let mut kinds: Vec<String> = spans.into_iter().map(|span| span.kind).collect();
+                kinds.sort();
+                kinds.dedup();
+                Some(format!("would redact {}", kinds.join(", ")))
+            }
+            ResultAction::Pass => None,
+        };
+        report.changed_results.push(ChangedResult {
+            seq: record.seq,
+            call_id: e.call_id.clone().unwrap_or_default(),
+            tool: format!("{}/{}", call.server, call.tool),
+            recorded,
+            replayed: replayed.to_owned(),
             reason,
         });
     }
@@ -242,6 +360,50 @@ impl ReplayReport {
                 "{} calls had no `facts` on record: replayed with no facts",
                 self.without_facts
             );
+        }
+        if self.results > 0 {
+            if self.changed_results.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "no result review would change ({} results reviewed again)",
+                    self.results_replayed
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{} of {} results would be reviewed differently:",
+                    self.changed_results.len(),
+                    self.results_replayed
+                );
+                for c in &self.changed_results {
+                    let _ = writeln!(
+                        out,
+                        "  call {}  {}: {} -> {}{}",
+                        visible(&c.call_id),
+                        visible(&c.tool),
+                        visible(&c.recorded),
+                        c.replayed,
+                        c.reason
+                            .as_ref()
+                            .map(|r| format!(" ({})", visible(r)))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+            if self.results_without_result > 0 {
+                let _ = writeln!(
+                    out,
+                    "skipped {} results not on record (turn on `audit.record_results` to review future results again)",
+                    self.results_without_result
+                );
+            }
+            if self.results_without_call > 0 {
+                let _ = writeln!(
+                    out,
+                    "skipped {} results whose call's decision was not replayed",
+                    self.results_without_call
+                );
+            }
         }
         if let Some(brk) = &self.first_break {
             let _ = writeln!(

@@ -21,10 +21,11 @@ pub(super) struct Checked {
 impl Checked {
     /// The result the client receives: the `CallToolResult`, or the tool error that
     /// quotes a failed call's text.
-    fn delivered(self, tool: &RegisteredTool, cap: usize) -> Result<Json, CallError> {
+    fn delivered(self, tool: &RegisteredTool) -> Result<Json, CallError> {
         if self.is_error {
+            // Already cut at the cap (`untrusted_result`); a redaction marker may lengthen
+            // it by a few bytes.
             let text = content_text(&json!({ "content": self.content }));
-            let (text, _) = cut(&text, cap);
             return Err(CallError::ToolError {
                 tool: tool.exposed_name.clone(),
                 server: tool.server.clone(),
@@ -70,16 +71,15 @@ impl Run<'_> {
     ) -> Result<(Json, bool), CallError> {
         let mut checked = self.untrusted_result(raw, tool, validators)?;
         let truncated = checked.truncated;
-        let cap = self.path.settings.max_result_bytes;
         if !self.path.reviews {
-            return checked.delivered(tool, cap).map(|result| (result, truncated));
+            return checked.delivered(tool).map(|result| (result, truncated));
         }
         let withheld = |reason: String| CallError::ResultWithheld {
             tool: tool.exposed_name.clone(),
             server: tool.server.clone(),
             reason,
         };
-        let view = review::view(
+        let view = crate::component::ResultView::of(
             &checked.content,
             checked.structured.as_ref(),
             checked.is_error,
@@ -89,6 +89,9 @@ impl Run<'_> {
         let answer = self.path.policy.review(call, &view);
         drop(reviewing);
         let mut event = self.event(AuditKind::ResultDecision);
+        if self.path.settings.record_results {
+            event.result = Some(checked.shown());
+        }
         event.result_sha256 = Some(canonical::sha256_hex(received));
         event.result_bytes = Some(received.len() as u64);
         event.determined_by = Some(answer.determined_by.clone());
@@ -145,7 +148,7 @@ impl Run<'_> {
         };
         match outcome {
             Ok(()) => {
-                let delivered = checked.delivered(tool, cap);
+                let delivered = checked.delivered(tool);
                 let text = match &delivered {
                     Ok(result) => result.to_string(),
                     Err(error) => error_result(&error.to_string()).to_string(),
@@ -275,9 +278,12 @@ impl Run<'_> {
         };
         let cap = self.path.settings.max_result_bytes;
         if is_error {
-            let (content, truncated) = cap_content(content, cap);
+            // The client gets the items' text joined, cut at the cap: that one text is what
+            // is reviewed.
+            let text = content_text(&json!({ "content": content }));
+            let (text, truncated) = cut(&text, cap);
             return Ok(Checked {
-                content,
+                content: vec![json!({ "type": "text", "text": text })],
                 structured: None,
                 is_error,
                 truncated,

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use crate::canonical::{parse, sha256_hex, to_canonical};
 use crate::component::{
-    CEDAR_COMPONENT, CallView, ComponentError, ComponentHost, DEFAULT_COMPONENT, Decision, Effect,
+    CEDAR_COMPONENT, CallView, ComponentError, ComponentHost, Decision, Effect,
     GuestLimits, LoadedComponent, Policy, PolicyAnswer, RegisteredToolView,
 };
 

@@ -1,6 +1,10 @@
 //! What a guest sees: the tools, annotations, classifications and calls passed to it.
 
+use base64::Engine as _;
+use serde_json::Value as Json;
+
 use super::Effect;
+use crate::canonical;
 
 /// The host's view of a tool, passed to `classify` (WIT `types.tool`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -177,6 +181,100 @@ pub struct ResultView {
     /// Size in bytes of the result as received.
     pub received_bytes: u64,
 }
+
+impl ResultView {
+    /// A result as a review sees it: its blocks ([`ResultView::blocks`]): each content item in order, then
+    /// `structured` (the `structuredContent`) when present.
+    pub fn of(content: &[Json], structured: Option<&Json>, is_error: bool, received_bytes: u64) -> ResultView {
+        let mut blocks: Vec<BlockView> = content.iter().map(block_view).collect();
+        if let Some(structured) = structured {
+            let text = canonical_text(structured);
+            blocks.push(BlockView {
+                kind: BlockKind::Structured,
+                size: text.len() as u64,
+                text,
+                mime_type: None,
+                uri: String::new(),
+                sha256: String::new(),
+            });
+        }
+        ResultView {
+            is_error,
+            blocks,
+            received_bytes,
+        }
+    }
+}
+
+fn canonical_text(value: &Json) -> String {
+    canonical::to_canonical(&canonical::Value::from_serde_json(value))
+}
+
+fn text_block(kind: BlockKind, text: String, mime_type: Option<String>, uri: String) -> BlockView {
+    BlockView {
+        kind,
+        size: text.len() as u64,
+        text,
+        mime_type,
+        uri,
+        sha256: String::new(),
+    }
+}
+
+/// A binary block: the size and SHA-256 of the decoded data (of the text itself when it is
+/// not valid base64: the review still sees what arrived).
+fn binary_block(kind: BlockKind, data: &str, mime_type: Option<String>, uri: String) -> BlockView {
+    let decoded = base64::engine::general_purpose::STANDARD.decode(data.as_bytes());
+    let bytes = decoded.as_deref().unwrap_or(data.as_bytes());
+    BlockView {
+        kind,
+        text: String::new(),
+        mime_type,
+        uri,
+        size: bytes.len() as u64,
+        sha256: canonical::sha256_hex(bytes),
+    }
+}
+
+fn block_view(item: &Json) -> BlockView {
+    let str_of = |value: Option<&Json>| value.and_then(Json::as_str).map(str::to_owned);
+    let kind = item.get("type").and_then(Json::as_str).unwrap_or("");
+    let mime = str_of(item.get("mimeType"));
+    match kind {
+        "text" => match item.get("text").and_then(Json::as_str) {
+            Some(text) => text_block(BlockKind::Text, text.to_owned(), None, String::new()),
+            None => text_block(BlockKind::Other, canonical_text(item), None, String::new()),
+        },
+        "image" | "audio" => match item.get("data").and_then(Json::as_str) {
+            Some(data) => binary_block(
+                if kind == "image" { BlockKind::Image } else { BlockKind::Audio },
+                data,
+                mime,
+                String::new(),
+            ),
+            None => text_block(BlockKind::Other, canonical_text(item), mime, String::new()),
+        },
+        "resource" => {
+            let resource = item.get("resource");
+            let uri = str_of(resource.and_then(|r| r.get("uri"))).unwrap_or_default();
+            let mime = str_of(resource.and_then(|r| r.get("mimeType")));
+            match (
+                resource.and_then(|r| r.get("text")).and_then(Json::as_str),
+                resource.and_then(|r| r.get("blob")).and_then(Json::as_str),
+            ) {
+                (Some(text), None) => text_block(BlockKind::ResourceText, text.to_owned(), mime, uri),
+                (None, Some(blob)) => binary_block(BlockKind::Blob, blob, mime, uri),
+                _ => text_block(BlockKind::Other, canonical_text(item), mime, uri),
+            }
+        }
+        "resource_link" => {
+            let uri = str_of(item.get("uri")).unwrap_or_default();
+            text_block(BlockKind::ResourceLink, canonical_text(item), mime, uri)
+        }
+        _ => text_block(BlockKind::Other, canonical_text(item), mime, String::new()),
+    }
+}
+
 
 /// A byte range of one block's text to replace with a marker naming `kind`.
 #[derive(Debug, Clone, PartialEq, Eq)]

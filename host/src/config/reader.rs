@@ -47,6 +47,7 @@ pub(super) const GUEST_KEYS: &[&str] = &[
     "decide_fuel",
     "classify_fuel",
     "configure_fuel",
+    "review_fuel",
     "memory_bytes",
     "max_instances",
     "ready_instances",
@@ -71,7 +72,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
 pub(super) const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
 const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings", "cedar"];
-pub(super) const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments"];
+pub(super) const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments", "record_results"];
 /// Keys of `store` (see [`StoreConfig`]).
 pub(super) const STORE_KEYS: &[&str] = &["postgres"];
 pub(super) const LISTEN_KEYS: &[&str] = &[
@@ -266,6 +267,7 @@ impl Reader<'_> {
                 file: self.base_dir.join(DEFAULT_AUDIT_FILE),
                 sync: AuditSync::Always,
                 record_arguments: false,
+                record_results: false,
             },
             Some(value) => self.audit(value, &root.key("audit"))?,
         };
@@ -695,10 +697,15 @@ impl Reader<'_> {
             None => false,
             Some(value) => as_bool(value, &path.key("record_arguments"))?,
         };
+        let record_results = match map.get("record_results") {
+            None => false,
+            Some(value) => as_bool(value, &path.key("record_results"))?,
+        };
         Ok(AuditConfig {
             file: self.path_or(map, path, "file", DEFAULT_AUDIT_FILE)?,
             sync,
             record_arguments,
+            record_results,
         })
     }
 
@@ -1069,6 +1076,7 @@ fn guest(value: &Value, path: &JsonPath) -> Result<GuestLimits, ConfigError> {
             "decide_fuel" => limits.decide_fuel = number,
             "classify_fuel" => limits.classify_fuel = number,
             "configure_fuel" => limits.configure_fuel = number,
+            "review_fuel" => limits.review_fuel = number,
             "memory_bytes" => {
                 limits.memory_bytes = usize::try_from(number).map_err(|_| too_large())?;
             }

@@ -303,6 +303,11 @@ pub struct AuditConfig {
     /// Whether records hold each call's arguments, not only their hash
     /// (`audit.record_arguments`, default `false`: arguments may hold secrets).
     pub record_arguments: bool,
+    /// Whether each `result-decision` record holds the result the review read, as
+    /// received (after the size cap), so `audit replay` can review it again
+    /// (`audit.record_results`, default `false`: results may hold secrets, which the
+    /// review redacted from what the client got but not from this record).
+    pub record_results: bool,
 }
 
 /// Listing and call limits. Every field has its unit in its name; every default is a

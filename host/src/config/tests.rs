@@ -881,6 +881,7 @@ fn json_schema_names_the_same_keys_as_the_reader() {
         ("decide_fuel", defaults.decide_fuel),
         ("classify_fuel", defaults.classify_fuel),
         ("configure_fuel", defaults.configure_fuel),
+        ("review_fuel", defaults.review_fuel),
         ("memory_bytes", defaults.memory_bytes as u64),
         ("max_instances", u64::from(defaults.max_instances)),
     ] {

@@ -16,7 +16,7 @@ fn span(block: usize, text: &str, needle: &str, kind: &str) -> Span {
 fn a_span_of_a_text_block_is_replaced_by_a_marker_naming_its_kind() {
     let mut content = vec![json!({"type": "text", "text": "key ghp_0123456789abcdefghij0123456789abcdef here"})];
     let mut structured = None;
-    let view = view(&content, None, false, 0);
+    let view = ResultView::of(&content, None, false, 0);
     let spans = [span(0, &view.blocks[0].text, "ghp_0123456789abcdefghij0123456789abcdef", "secret:github-pat")];
     let done = redact(&view, &spans, &mut content, &mut structured);
     assert_eq!(
@@ -32,7 +32,7 @@ fn a_structured_redaction_stays_a_string_and_its_text_copy_is_redacted_alike() {
     let structured_value = json!({"name": "deploy", "token": secret, "count": 3});
     let mut content = vec![json!({"type": "text", "text": serde_json::to_string(&structured_value).unwrap_or_default()})];
     let mut structured = Some(structured_value.clone());
-    let view = view(&content, structured.as_ref(), false, 0);
+    let view = ResultView::of(&content, structured.as_ref(), false, 0);
     let block = &view.blocks[1];
     assert_eq!(block.kind, BlockKind::Structured);
     // Only the structured copy is pointed at; the text copy must follow.
@@ -52,7 +52,7 @@ fn a_structured_redaction_stays_a_string_and_its_text_copy_is_redacted_alike() {
 fn a_span_over_an_object_key_or_across_values_is_refused() {
     let mut content = Vec::new();
     let mut structured = Some(json!({"secret_name": "value", "b": "other"}));
-    let view = view(&content, structured.as_ref(), false, 0);
+    let view = ResultView::of(&content, structured.as_ref(), false, 0);
     let text = view.blocks[0].text.clone();
     let key = [span(0, &text, "secret_name", "k")];
     let refused = redact(&view, &key, &mut content, &mut structured);
@@ -70,7 +70,7 @@ fn a_span_over_escaped_characters_replaces_the_decoded_text() {
     let mut content = Vec::new();
     let original = "line one\nsay \"hi\" \u{202E}evil";
     let mut structured = Some(json!({"note": original}));
-    let view = view(&content, structured.as_ref(), false, 0);
+    let view = ResultView::of(&content, structured.as_ref(), false, 0);
     let text = view.blocks[0].text.clone();
     // In canonical text the quote is escaped; the span covers `\"hi\"`.
     let spans = [span(0, &text, "\\\"hi\\\"", "quoted")];
@@ -105,12 +105,12 @@ fn binary_blocks_are_seen_by_type_size_and_hash_and_links_as_json() {
         json!({"type": "resource_link", "uri": "file:///x", "name": "x", "description": "read me"}),
         json!({"type": "resource", "resource": {"uri": "file:///y", "text": "inner", "mimeType": "text/plain"}}),
     ];
-    let view = view(&content, None, true, 99);
+    let view = ResultView::of(&content, None, true, 99);
     assert!(view.is_error);
     assert_eq!(view.received_bytes, 99);
     let image = &view.blocks[0];
     assert_eq!((image.kind, image.size, image.text.as_str()), (BlockKind::Image, 5, ""));
-    assert_eq!(image.sha256, canonical::sha256_hex(b"hello"));
+    assert_eq!(image.sha256, crate::canonical::sha256_hex(b"hello"));
     assert_eq!(image.mime_type.as_deref(), Some("image/png"));
     let link = &view.blocks[1];
     assert_eq!(link.kind, BlockKind::ResourceLink);
@@ -124,7 +124,7 @@ fn binary_blocks_are_seen_by_type_size_and_hash_and_links_as_json() {
 fn a_resource_link_description_can_be_redacted_and_stays_a_link() {
     let mut content = vec![json!({"type": "resource_link", "uri": "file:///x", "name": "x", "description": "token AKIAABCDEFGHIJKLMNOP"})];
     let mut structured = None;
-    let view = view(&content, None, false, 0);
+    let view = ResultView::of(&content, None, false, 0);
     let spans = [span(0, &view.blocks[0].text, "AKIAABCDEFGHIJKLMNOP", "secret:aws")];
     let done = redact(&view, &spans, &mut content, &mut structured);
     assert!(done.is_ok(), "{done:?}");

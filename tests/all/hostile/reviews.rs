@@ -201,3 +201,88 @@ async fn a_held_call_shows_the_approver_what_the_session_has_seen() {
     );
     toolward.shutdown().await;
 }
+
+#[tokio::test]
+async fn audit_replay_reviews_recorded_results_again_under_another_policy() {
+    let Some(bin) = crate::support::toolward_binary() else { return };
+    let bench = Bench::new("review-replay")
+        .server(
+            "s",
+            json!({"pages": [page(&[&tool("read")])], "results": {
+                "read": json!({"content": [{"type": "text", "text": format!("token {TOKEN}")}]}).to_string()
+            }}),
+            &["read"],
+        )
+        .with_rules_member("reviews", json!(["secrets"]))
+        .with(
+            "audit",
+            json!({"file": "state/audit.jsonl", "sync": "none", "record_arguments": true, "record_results": true}),
+        );
+    let toolward = bench.pin_and_start().await;
+    let read = call(&toolward, "s__read").await;
+    assert_eq!(read.text(), "token [redacted secret:github-pat]");
+    toolward.shutdown().await;
+    drop(toolward);
+    let decision = &records(&bench, "result-decision")[0];
+    assert_eq!(
+        decision["result"].as_str().map(|r| r.contains(TOKEN)),
+        Some(true),
+        "record_results keeps the result as received: {decision}"
+    );
+    // The same rules without the review: the token would have passed.
+    std::fs::write(
+        bench.path().join("no-reviews.json"),
+        json!({"servers": {"s": {"tools": {"read": {"effect": "read-only"}}}}}).to_string(),
+    )
+    .unwrap();
+    let replay = |settings: &str| {
+        let out = std::process::Command::new(bin)
+            .current_dir(bench.path())
+            .args(["audit", "replay", "--config", "toolward.json", "--policy", "built-in", "--settings", settings, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let same = replay("rules.json");
+    assert_eq!((same["results_replayed"].as_u64(), same["changed_results"].as_array().map(Vec::len)), (Some(1), Some(0)), "{same}");
+    let other = replay("no-reviews.json");
+    // A policy that reviews nothing is not asked about results.
+    assert_eq!(other["results"], 0, "{other}");
+    // And one that reviews hidden characters only would let the token through.
+    std::fs::write(
+        bench.path().join("hidden-only.json"),
+        json!({"reviews": ["hidden-characters"], "servers": {"s": {"tools": {"read": {"effect": "read-only"}}}}}).to_string(),
+    )
+    .unwrap();
+    let hidden = replay("hidden-only.json");
+    let changed = &hidden["changed_results"][0];
+    assert_eq!((changed["recorded"].as_str(), changed["replayed"].as_str()), (Some("redact"), Some("pass")), "{hidden}");
+}
+
+#[tokio::test]
+async fn a_review_that_runs_out_of_fuel_withholds_the_result_and_says_so() {
+    let bench = Bench::new("review-fuel")
+        .server(
+            "s",
+            json!({"pages": [page(&[&tool("read")])], "results": {
+                "read": json!({"content": [{"type": "text", "text": "x".repeat(100_000)}]}).to_string()
+            }}),
+            &["read"],
+        )
+        .with_rules_member("reviews", json!(["secrets", "hidden-characters"]))
+        .with("guest", json!({"review_fuel": 10_000}));
+    let toolward = bench.pin_and_start().await;
+    let read = call(&toolward, "s__read").await;
+    assert!(read.is_error(), "{}", read.result);
+    let text = read.text();
+    assert!(
+        text.starts_with("the result of tool `s__read` on server `s` was withheld: policy component `")
+            && text.ends_with("ran out of fuel (limit 10000 units); the result is withheld"),
+        "{text}"
+    );
+    toolward.shutdown().await;
+    let decision = &records(&bench, "result-decision")[0];
+    assert_eq!(decision["result_action"], "withhold");
+    assert_eq!(records(&bench, "result")[0]["is_error"], true);
+}
