@@ -495,10 +495,7 @@ impl CallPath {
             .collect();
         let reviewed = policy.reviews();
         let reviews = !reviewed.reviews.is_empty();
-        let mut label_settings = LabelSettings::default();
-        if !reviewed.levels.is_empty() {
-            label_settings.levels = reviewed.levels.clone();
-        }
+        let label_settings = LabelSettings::from_reviews(reviewed);
         Self {
             registry,
             policy,
