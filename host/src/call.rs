@@ -738,7 +738,7 @@ impl Run<'_> {
         let mut event = AuditEvent::new(kind);
         event.call_id = Some(self.call_id.clone());
         event.principal = Some(self.ctx.principal.clone());
-        event.session = Some(self.ctx.session.clone());
+        event.session = (!self.ctx.session.is_empty()).then(|| self.ctx.session.clone());
         event.tool = Some(self.exposed_name.clone());
         event.components = Some(self.path.components.clone());
         if let Some(tool) = self.tool {
