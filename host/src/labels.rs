@@ -13,6 +13,10 @@
 //! A client of the 2026-07-28 revision has no session: its calls accumulate labels per
 //! principal, forgotten after [`LabelSettings::principal_window_ms`] without a delivered
 //! result. A session's labels are forgotten after [`SESSION_IDLE_MS`] without one.
+//!
+//! Kept in the gateway's memory ([`MemoryLabels`]), or with `store.postgres` in the
+//! database, so that every gateway of a fleet sees the same labels
+//! (`crate::store::postgres::PgLabels`, table `toolward_labels`).
 
 use std::collections::HashMap;
 use std::fmt;

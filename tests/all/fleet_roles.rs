@@ -231,15 +231,15 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     };
     let first = db.migrate();
     assert!(
-        first.contains("created the schema, version 3")
+        first.contains("created the schema, version 4")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 3")
+            && first.contains("schema version 4")
             && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
     assert!(
-        again.contains("schema version 3 already; nothing to create")
+        again.contains("schema version 4 already; nothing to create")
             && !again.contains("made the fleet's"),
         "{again}"
     );
@@ -277,6 +277,7 @@ async fn a_gateway_role_calls_and_is_audited_but_cannot_delete_or_update_audit_r
         "DELETE FROM toolward_approvals",
         "UPDATE toolward_approvals SET answerer = 'gw'",
         "UPDATE toolward_schema SET version = 3",
+        "TRUNCATE toolward_labels",
         "CREATE TABLE toolward_more (x int)",
     ] {
         assert_denied(&gateway, GATEWAY.0, statement).await;
@@ -336,6 +337,7 @@ async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
         "UPDATE toolward_audit_head SET next_seq = 0",
         "SELECT * FROM toolward_audit",
         "SELECT * FROM toolward_keys",
+        "SELECT * FROM toolward_labels",
         "UPDATE toolward_approvals SET request = '{}'",
         "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ('x', '{}', 'x', 0, 0)",
     ] {
@@ -385,6 +387,7 @@ async fn an_auditor_role_verifies_shows_and_tails_the_database_chain_but_cannot_
         "DELETE FROM toolward_facts",
         "UPDATE toolward_schema SET version = 3",
         "SELECT * FROM toolward_keys",
+        "SELECT * FROM toolward_labels",
         "CREATE TABLE toolward_more (x int)",
     ] {
         assert_denied(&auditor, AUDITOR.0, statement).await;
@@ -402,7 +405,7 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
     let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
     assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
     let expected = format!(
-        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 3: run `toolward store migrate --config {}` as the role that owns the tables",
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 4: run `toolward store migrate --config {}` as the role that owns the tables",
         db.server,
         db.name,
         config.display()
@@ -753,12 +756,12 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 2, and this toolward needs version 3: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 2, and this toolward needs version 4: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 2 to 3"),
+        migrated.contains("migrated the schema from version 2 to 4"),
         "{migrated}"
     );
     let gateway = db.connect(GATEWAY).await;
