@@ -780,6 +780,68 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
     db.drop_database().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_which_a_gateway_role_keeps()
+ {
+    let Some(db) = RoleDatabase::new("version 3 to 4").await else {
+        return;
+    };
+    db.migrate();
+    // A version 3 database: the same tables but the labels'.
+    let admin = connect(&db.admin_url).await;
+    admin
+        .batch_execute("DROP TABLE toolward_labels; UPDATE toolward_schema SET version = 3")
+        .await
+        .unwrap();
+    let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
+    assert!(
+        !ok && stderr.contains("holds schema version 3, and this toolward needs version 4: run `toolward store migrate --config"),
+        "{stdout}{stderr}"
+    );
+    let migrated = db.migrate();
+    assert!(
+        migrated.contains("migrated the schema from version 3 to 4")
+            && migrated.contains("granted the rights of docs/fleet.md")
+            && !migrated.contains("drift:"),
+        "{migrated}"
+    );
+    // A call whose result labels its session, as the gateway role: the join (and the
+    // prune of lapsed rows after a store's first join) runs with the role's rights.
+    crate::fleet::label_rules(&db.fleet, "s");
+    let (ok, stdout, stderr) = toolward(
+        &db.config(GATEWAY),
+        &["call", "s__echo", "--args", r#"{"labels": true}"#],
+    );
+    assert!(ok, "a labelled call as the gateway failed: {stdout}{stderr}");
+    assert!(
+        !stderr.contains("cannot delete lapsed labels"),
+        "the gateway could not prune labels: {stderr}"
+    );
+    let owner = db.connect(OWNER).await;
+    let rows = owner
+        .query(
+            "SELECT kind, untrusted, confidentiality, rank FROM toolward_labels",
+            &[],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<(String, bool, String, i64)> = rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
+    assert_eq!(
+        rows,
+        [(String::from("session"), true, String::from("public"), 1)]
+    );
+    let gateway = db.connect(GATEWAY).await;
+    gateway
+        .batch_execute("DELETE FROM toolward_labels WHERE at_ms < 0")
+        .await
+        .unwrap();
+    drop((gateway, owner, admin));
+    db.drop_database().await;
+}
+
 /// What a role with too much reach leaves on the tables, for `migrate` to find: rights for
 /// everyone and for a login role, a column and a grant option beyond a group's, row-level
 /// security with a policy whose name holds an escape character, a rule and a trigger.
