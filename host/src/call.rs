@@ -500,10 +500,7 @@ impl CallPath {
             .collect();
         let reviewed = policy.reviews();
         let reviews = !reviewed.reviews.is_empty();
-        let mut label_settings = LabelSettings::default();
-        if !reviewed.levels.is_empty() {
-            label_settings.levels = reviewed.levels.clone();
-        }
+        let label_settings = LabelSettings::from_reviews(reviewed);
         Self {
             registry,
             policy,
@@ -746,7 +743,7 @@ impl Run<'_> {
         let mut event = AuditEvent::new(kind);
         event.call_id = Some(self.call_id.clone());
         event.principal = Some(self.ctx.principal.clone());
-        event.session = Some(self.ctx.session.clone());
+        event.session = (!self.ctx.session.is_empty()).then(|| self.ctx.session.clone());
         event.tool = Some(self.exposed_name.clone());
         event.components = Some(self.path.components.clone());
         if let Some(tool) = self.tool {

@@ -27,10 +27,12 @@
 //! | `toolward_facts` | one per key, bucket width and bucket: the calls forwarded and held ([`PgFacts`](crate::store::postgres::PgFacts)) |
 //! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`](crate::store::postgres::PgLedger)) |
 //! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`](crate::store::postgres::PgLedger::key)) |
+//! | `toolward_labels` | one per session or sessionless principal that saw labels: what it has seen ([`PgLabels`](crate::store::postgres::PgLabels)) |
 //!
-//! Version 2 added the last two tables; version 3 the triggers that keep an answered approval
-//! as it was answered and each audit record's `seq` at the head ([`TRIGGERS`]). `migrate`
-//! takes an older database to version 3 (what is missing created, the version row moved),
+//! Version 2 added the fact counters, the ledger and the key; version 3 the triggers that keep
+//! an answered approval as it was answered and each audit record's `seq` at the head
+//! ([`TRIGGERS`]); version 4 the sessions' labels. `migrate` takes an older database to
+//! version 4 (what is missing created, the version row moved),
 //! after which an older toolward refuses it: upgrade every gateway of the fleet together.
 //! After migrating it reports drift ([`Drift`]): what the tables hold beyond the roles'
 //! contract.
@@ -50,10 +52,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
 
-/// The schema version this toolward writes and reads: 3 (2 without the triggers that keep an
-/// answered approval and the chain's `seq` as toolward writes them, 1 without the fact
-/// counters and the `requestState` ledger).
-pub const SCHEMA_VERSION: i32 = 3;
+/// The schema version this toolward writes and reads: 4 (3 without the sessions' labels, 2
+/// without the triggers that keep an answered approval and the chain's `seq` as toolward
+/// writes them, 1 without the fact counters and the `requestState` ledger).
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
 pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
@@ -84,7 +86,8 @@ pub const ROLES: &[&str] = &["toolward_gateway", "toolward_approver", "toolward_
 /// Nothing grants `DELETE`, `TRUNCATE` or a write of `line` on `toolward_audit` to anyone but
 /// the owner: a gateway appends records and moves the head; an approver answers a held call
 /// (the answer columns only); an auditor reads. `toolward_keys` (the `requestState` MAC
-/// key) is the gateways' alone.
+/// key) and `toolward_labels` (sessions' labels: joined as results are delivered, lapsed
+/// rows deleted) are the gateways' alone.
 pub const GRANTS: &str = "\
 GRANT SELECT ON toolward_schema TO toolward_gateway;
 GRANT SELECT, INSERT ON toolward_audit TO toolward_gateway;
@@ -93,6 +96,7 @@ GRANT SELECT, INSERT, UPDATE (state) ON toolward_approvals TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_facts TO toolward_gateway;
 GRANT SELECT, INSERT, DELETE ON toolward_request_states TO toolward_gateway;
 GRANT SELECT ON toolward_keys TO toolward_gateway;
+GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_labels TO toolward_gateway;
 GRANT SELECT ON toolward_schema TO toolward_approver;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms) ON toolward_approvals TO toolward_approver;
 GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head TO toolward_auditor;
@@ -158,6 +162,7 @@ const TABLES: &[&str] = &[
     "toolward_facts",
     "toolward_request_states",
     "toolward_keys",
+    "toolward_labels",
 ];
 
 /// One privilege [`GRANTS`] gives: the table, the role, the privilege (`SELECT`) and the
@@ -986,7 +991,7 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 or 2
+/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1, 2 or 3
 /// database it adds what is missing and moves the version row (never down: [`PgStore::migrate`] refuses a
 /// newer version before running it).
 const SCHEMA: &str = r"
@@ -994,8 +999,8 @@ CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 3)
-    ON CONFLICT (id) DO UPDATE SET version = 3 WHERE toolward_schema.version < 3;
+INSERT INTO toolward_schema (id, version) VALUES (1, 4)
+    ON CONFLICT (id) DO UPDATE SET version = 4 WHERE toolward_schema.version < 4;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -1039,6 +1044,16 @@ CREATE TABLE IF NOT EXISTS toolward_request_states (
 CREATE TABLE IF NOT EXISTS toolward_keys (
     name text PRIMARY KEY,
     key bytea NOT NULL CHECK (length(key) = 32)
+);
+CREATE TABLE IF NOT EXISTS toolward_labels (
+    kind text NOT NULL CHECK (kind IN ('session', 'principal')),
+    name text NOT NULL,
+    untrusted boolean NOT NULL,
+    confidentiality text NOT NULL,
+    rank bigint NOT NULL CHECK (rank >= 0),
+    tags text[] NOT NULL,
+    at_ms bigint NOT NULL CHECK (at_ms >= 0),
+    PRIMARY KEY (kind, name)
 );
 ";
 
@@ -1218,6 +1233,8 @@ mod tests {
             ("toolward_approvals", "toolward_gateway", "UPDATE", Some("state")),
             ("toolward_approvals", "toolward_approver", "UPDATE", Some("answered_at_ms")),
             ("toolward_audit_head", "toolward_auditor", "SELECT", None),
+            ("toolward_labels", "toolward_gateway", "UPDATE", None),
+            ("toolward_labels", "toolward_gateway", "DELETE", None),
         ] {
             assert!(
                 granted.contains(&Granted {
@@ -1233,7 +1250,14 @@ mod tests {
             && g.role == "toolward_gateway"
             && g.privilege == "UPDATE"
             && g.column.is_none_or(|c| c != "state")));
-        assert_eq!(granted.len(), 27);
+        // Sessions' labels are the gateways' alone: an approver or an auditor reads none.
+        assert!(
+            granted
+                .iter()
+                .filter(|g| g.table == "toolward_labels")
+                .all(|g| g.role == "toolward_gateway")
+        );
+        assert_eq!(granted.len(), 31);
     }
 
     #[test]
@@ -1286,7 +1310,7 @@ mod tests {
         .to_string();
         assert_eq!(
             error,
-            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 3: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 4: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
         );
     }
 }

@@ -619,7 +619,15 @@ impl ServerHandler for Gateway {
             .map(str::to_owned);
         let ctx = CallContext {
             principal,
-            session: self.session.clone(),
+            // A 2026-07-28 request has no session: its handler is its own, and its handler's
+            // id would make every request a session of one call. Without one, its facts have
+            // no `session` scope and its labels are the principal's (`docs/facts.md`,
+            // `docs/results.md`).
+            session: if stateless {
+                String::new()
+            } else {
+                self.session.clone()
+            },
             approver,
             progress,
             traceparent,

@@ -13,6 +13,10 @@
 //! A client of the 2026-07-28 revision has no session: its calls accumulate labels per
 //! principal, forgotten after [`LabelSettings::principal_window_ms`] without a delivered
 //! result. A session's labels are forgotten after [`SESSION_IDLE_MS`] without one.
+//!
+//! Kept in the gateway's memory ([`MemoryLabels`]), or with `store.postgres` in the
+//! database, so that every gateway of a fleet sees the same labels
+//! (`crate::store::postgres::PgLabels`, table `toolward_labels`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -21,6 +25,7 @@ use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 
 pub use crate::component::Labels;
+use crate::component::ReviewSettings;
 
 /// The confidentiality levels when the operator names none, lowest first.
 pub const DEFAULT_LEVELS: [&str; 2] = ["public", "private"];
@@ -59,6 +64,27 @@ impl Default for LabelSettings {
 }
 
 impl LabelSettings {
+    /// The settings a policy component's reviews give: its confidentiality levels (the
+    /// defaults, [`DEFAULT_LEVELS`], when it names none) and the default principal window.
+    /// Every label store of a gateway is built from these, so that the in-memory store and
+    /// the PostgreSQL one rank levels alike.
+    pub fn from_reviews(reviews: &ReviewSettings) -> LabelSettings {
+        let mut settings = LabelSettings::default();
+        if !reviews.levels.is_empty() {
+            settings.levels = reviews.levels.clone();
+        }
+        settings
+    }
+
+    /// How long the labels of `key` last without a delivered result: [`SESSION_IDLE_MS`]
+    /// for a session, [`LabelSettings::principal_window_ms`] for a sessionless principal.
+    pub fn lapse_ms(&self, key: &LabelKey) -> u64 {
+        match key {
+            LabelKey::Session(_) => SESSION_IDLE_MS,
+            LabelKey::Principal(_) => self.principal_window_ms,
+        }
+    }
+
     /// The rank of `level`: 0 for none (empty), its place in the levels from 1, and above
     /// every named level for an unknown one.
     pub fn rank(&self, level: &str) -> usize {
@@ -177,10 +203,7 @@ impl MemoryLabels {
     }
 
     fn lapse_ms(&self, key: &LabelKey) -> u64 {
-        match key {
-            LabelKey::Session(_) => SESSION_IDLE_MS,
-            LabelKey::Principal(_) => self.settings.principal_window_ms,
-        }
+        self.settings.lapse_ms(key)
     }
 
     fn get_now(&self, key: &LabelKey, now_ms: u64) -> Labels {
@@ -269,6 +292,21 @@ mod tests {
         };
         let joined = settings.join(&labels(false, "private", &[]), &labels(false, "internal", &[]));
         assert_eq!(joined.confidentiality, "private");
+    }
+
+    #[test]
+    fn settings_from_reviews_take_the_components_levels_or_else_the_defaults() {
+        assert_eq!(
+            LabelSettings::from_reviews(&ReviewSettings::default()),
+            LabelSettings::default()
+        );
+        let named = LabelSettings::from_reviews(&ReviewSettings {
+            reviews: vec![String::from("secrets")],
+            levels: vec![String::from("low"), String::from("high")],
+        });
+        assert_eq!(named.levels, ["low", "high"]);
+        assert_eq!((named.rank("low"), named.rank("high"), named.rank("private")), (1, 2, 3));
+        assert_eq!(named.principal_window_ms, DEFAULT_PRINCIPAL_WINDOW_MS);
     }
 
     #[tokio::test]

@@ -33,7 +33,8 @@ use crate::facts::FactStore;
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
-use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
+use crate::labels::{LabelSettings, LabelStore};
+use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLabels, PgLedger, PgStore};
 use crate::store::{ApprovalStore, AuditStore, RequestStateLedger, StateDir, StateDirApprovals};
 use crate::supervise::Supervisors;
 
@@ -115,7 +116,7 @@ impl Toolward {
                 // hold across every gateway on the database, not per machine.
                 let facts: Arc<dyn FactStore> = Arc::new(PgFacts::open(&store).await?);
                 let ledger: Arc<dyn RequestStateLedger> = Arc::new(PgLedger::open(&store).await?);
-                Some((audit, approvals, Some((facts, ledger))))
+                Some((audit, approvals, Some((facts, ledger, store))))
             }
         };
         let manifest = if config.manifest.exists() {
@@ -155,6 +156,24 @@ impl Toolward {
             }
         };
         let components = load::prepare_components(&config, config.guest.clone(), &state)?;
+        // The fleet's labels, ranked by the levels of the policy's reviews (as the in-memory
+        // store `CallPath::new` makes ranks them), opened before any server starts. Only
+        // when the policy reviews results: otherwise nothing is ever joined, every session's
+        // labels stay empty, and the in-memory store answers without a round trip.
+        let fleet = match fleet {
+            Some((facts, ledger, store)) => {
+                let reviewed = components.policy.reviews();
+                let labels: Option<Arc<dyn LabelStore>> = if reviewed.reviews.is_empty() {
+                    None
+                } else {
+                    Some(Arc::new(
+                        PgLabels::open(&store, LabelSettings::from_reviews(reviewed)).await?,
+                    ))
+                };
+                Some((facts, ledger, labels))
+            }
+            None => None,
+        };
         let (registry, report) = load::load(
             &config,
             &components.rules,
@@ -224,7 +243,13 @@ impl Toolward {
         .with_fact_scopes(components.fact_scopes)
         .with_telemetry(telemetry);
         let call_path = match fleet {
-            Some((facts, ledger)) => call_path.with_facts(facts).with_ledger(ledger),
+            Some((facts, ledger, labels)) => {
+                let call_path = call_path.with_facts(facts).with_ledger(ledger);
+                match labels {
+                    Some(labels) => call_path.with_labels(labels),
+                    None => call_path,
+                }
+            }
             None => call_path.with_facts(Arc::new(crate::facts::StateFacts::open(&state)?)),
         };
         let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));

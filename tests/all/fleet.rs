@@ -9,7 +9,9 @@
 //!   passes on the database, and every call the server received has its `decision` and
 //!   `forwarded` records, in that order;
 //! - the database stopped while a gateway serves: calls fail closed with a tool error naming
-//!   the store, the server receives nothing, and calls go through again once it is back.
+//!   the store, the server receives nothing, and calls go through again once it is back;
+//! - what one gateway delivered labels the session (or the sessionless principal) on the
+//!   other: a tool that does not accept untrusted content is held there.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
@@ -178,6 +180,7 @@ impl Fleet {
 pub(crate) struct Gateway {
     child: Child,
     url: String,
+    addr: std::net::SocketAddr,
 }
 
 impl Gateway {
@@ -215,6 +218,7 @@ impl Gateway {
         Gateway {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         }
     }
 
@@ -817,4 +821,153 @@ async fn calls_per_second_of_two_gateways_on_one_database_against_one_on_its_sta
     println!(
         "{total} calls, {workers} at once, limit {limit:?}: one gateway on its state folder (audit.sync always): {state_folder:.0} calls/s; two gateways on one PostgreSQL: {database:.0} calls/s"
     );
+}
+
+/// The rules of the label tests: `echo` returns untrusted content, `write` (read-only, so
+/// allowed until then) does not accept it.
+pub(crate) fn label_rules(fleet: &Fleet, server: &str) {
+    std::fs::write(
+        fleet.dir.path().join("rules.json"),
+        json!({"servers": {server: {"tools": {
+            "echo": {"effect": "read-only", "returns": {"untrusted": true, "confidentiality": "public"}},
+            "write": {"effect": "read-only", "accepts_untrusted": false}}}}})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// A client of the 2026-07-28 revision has no session: its calls, answered by either of two
+/// gateways on one database, gather labels per principal in the database. After `echo`'s
+/// untrusted result is delivered by one gateway, the other holds the principal's `write`
+/// (asking through `input_required`, forwarding nothing), its decision record naming the
+/// labels; another principal's `write` on that gateway goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateways_on_one_database_see_the_labels_of_a_sessionless_principal_gathered_on_either()
+{
+    let Some(url) = test_database_url("fleet labels of a principal") else {
+        return;
+    };
+    // Principals of their own: the database is shared with the tests running at once, and
+    // a principal's labels last an hour.
+    let (alice, bob) = (
+        format!("alice-{}", toolward::ids::new_ulid().to_lowercase()),
+        format!("bob-{}", toolward::ids::new_ulid().to_lowercase()),
+    );
+    const BOB_TOKEN: &str = "fleet-bob-0123456789abcdef0123456789abcd";
+    let fleet = Fleet::new(&url).await;
+    label_rules(&fleet, "s");
+    for n in 1..=2 {
+        let mut document: Value =
+            serde_json::from_str(&std::fs::read_to_string(fleet.config(n)).unwrap()).unwrap();
+        document["listen"]["tokens"] = json!({&alice: TOKEN, &bob: BOB_TOKEN});
+        std::fs::write(fleet.config(n), document.to_string()).unwrap();
+    }
+    let gw1 = Gateway::start(&fleet.config(1));
+    let gw2 = Gateway::start(&fleet.config(2));
+    let request = |id: u64, tool: &str| {
+        crate::listen::stateless::request(
+            id,
+            "tools/call",
+            json!({"name": tool, "arguments": {"id": id}}),
+            true,
+        )
+    };
+    use crate::listen::stateless::call as post;
+
+    let before = post(gw2.addr, TOKEN, &request(1, "s__write")).await;
+    assert_eq!(before["result"]["isError"], json!(false), "{before}");
+    let fetched = post(gw1.addr, TOKEN, &request(2, "s__echo")).await;
+    assert_eq!(fetched["result"]["isError"], json!(false), "{fetched}");
+    let held = post(gw2.addr, TOKEN, &request(3, "s__write")).await;
+    assert_eq!(held["result"]["resultType"], "input_required", "{held}");
+    let others = post(gw2.addr, BOB_TOKEN, &request(4, "s__write")).await;
+    assert_eq!(others["result"]["isError"], json!(false), "{others}");
+    drop((gw1, gw2));
+
+    let ids: Vec<u64> = fleet
+        .received()
+        .iter()
+        .filter_map(|arguments| arguments["id"].as_u64())
+        .collect();
+    let mut ids = ids;
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 4], "the held write reached the server");
+    let decisions: Vec<Value> = fleet
+        .records()
+        .into_iter()
+        .filter(|r| r["kind"] == "decision" && (r["principal"] == json!(alice) || r["principal"] == json!(bob)))
+        .collect();
+    let hold = decisions
+        .iter()
+        .find(|r| r["decision"] == "hold")
+        .unwrap_or_else(|| panic!("no hold: {decisions:?}"));
+    assert_eq!(hold["principal"], json!(alice), "{hold}");
+    assert_eq!(hold.get("session"), None, "a 2026-07-28 call has no session: {hold}");
+    assert!(
+        hold["reason"].as_str().unwrap().contains(
+            "tool `write` of server `s` does not accept untrusted content, and this session has seen some"
+        ),
+        "{hold}"
+    );
+    assert_eq!(
+        hold["labels"],
+        json!({"untrusted": true, "confidentiality": "public", "tags": []})
+    );
+    assert_eq!(
+        decisions.iter().filter(|r| r["decision"] == "hold").count(),
+        1,
+        "{decisions:?}"
+    );
+}
+
+/// Two gateways on one database (`Toolward::start` twice, each with its own state folder)
+/// whose embedder gives both one session id: what the session was delivered on one labels
+/// its calls on the other, and the approver is told what it has seen; another session on
+/// that gateway has seen nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_gateways_on_one_database_see_one_sessions_labels() {
+    let Some(url) = test_database_url("fleet labels of a session") else {
+        return;
+    };
+    let fleet = Fleet::new(&url).await;
+    label_rules(&fleet, "s");
+    let one = toolward::Toolward::start(Config::from_path(&fleet.config(1)).unwrap())
+        .await
+        .unwrap();
+    let two = toolward::Toolward::start(Config::from_path(&fleet.config(2)).unwrap())
+        .await
+        .unwrap();
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let approver = {
+        let asked = Arc::clone(&asked);
+        Arc::new(toolward::approval::FnApprover::new(
+            move |request: toolward::approval::ApprovalRequest| {
+                asked.lock().unwrap().push(request.reason.clone());
+                async { toolward::approval::ApprovalAnswer::Denied(String::from("no")) }
+            },
+        ))
+    };
+    let session = format!("shared-{}", toolward::ids::new_ulid());
+    let context = |toolward: &toolward::Toolward, session: &str| {
+        let mut context = toolward.context(approver.clone());
+        context.session = session.to_owned();
+        context
+    };
+    let (on_one, on_two) = (context(&one, &session), context(&two, &session));
+
+    let before = two.call_with("s__write", None, &on_two).await;
+    assert!(!before.is_error(), "{}", before.result);
+    let fetched = one.call_with("s__echo", None, &on_one).await;
+    assert!(!fetched.is_error(), "{}", fetched.result);
+    let held = two.call_with("s__write", None, &on_two).await;
+    assert!(held.is_error(), "{}", held.result);
+    assert_eq!(
+        *asked.lock().unwrap(),
+        ["tool `write` of server `s` does not accept untrusted content, and this session has seen some (this session has seen: untrusted content; public data)"]
+    );
+    let other = context(&two, &format!("other-{}", toolward::ids::new_ulid()));
+    let elsewhere = two.call_with("s__write", None, &other).await;
+    assert!(!elsewhere.is_error(), "{}", elsewhere.result);
+    one.shutdown().await;
+    two.shutdown().await;
 }

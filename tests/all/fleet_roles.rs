@@ -231,15 +231,15 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     };
     let first = db.migrate();
     assert!(
-        first.contains("created the schema, version 3")
+        first.contains("created the schema, version 4")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 3")
+            && first.contains("schema version 4")
             && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
     assert!(
-        again.contains("schema version 3 already; nothing to create")
+        again.contains("schema version 4 already; nothing to create")
             && !again.contains("made the fleet's"),
         "{again}"
     );
@@ -277,6 +277,7 @@ async fn a_gateway_role_calls_and_is_audited_but_cannot_delete_or_update_audit_r
         "DELETE FROM toolward_approvals",
         "UPDATE toolward_approvals SET answerer = 'gw'",
         "UPDATE toolward_schema SET version = 3",
+        "TRUNCATE toolward_labels",
         "CREATE TABLE toolward_more (x int)",
     ] {
         assert_denied(&gateway, GATEWAY.0, statement).await;
@@ -336,6 +337,7 @@ async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
         "UPDATE toolward_audit_head SET next_seq = 0",
         "SELECT * FROM toolward_audit",
         "SELECT * FROM toolward_keys",
+        "SELECT * FROM toolward_labels",
         "UPDATE toolward_approvals SET request = '{}'",
         "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ('x', '{}', 'x', 0, 0)",
     ] {
@@ -385,6 +387,7 @@ async fn an_auditor_role_verifies_shows_and_tails_the_database_chain_but_cannot_
         "DELETE FROM toolward_facts",
         "UPDATE toolward_schema SET version = 3",
         "SELECT * FROM toolward_keys",
+        "SELECT * FROM toolward_labels",
         "CREATE TABLE toolward_more (x int)",
     ] {
         assert_denied(&auditor, AUDITOR.0, statement).await;
@@ -402,7 +405,7 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
     let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
     assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
     let expected = format!(
-        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 3: run `toolward store migrate --config {}` as the role that owns the tables",
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 4: run `toolward store migrate --config {}` as the role that owns the tables",
         db.server,
         db.name,
         config.display()
@@ -753,12 +756,12 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 2, and this toolward needs version 3: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 2, and this toolward needs version 4: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 2 to 3"),
+        migrated.contains("migrated the schema from version 2 to 4"),
         "{migrated}"
     );
     let gateway = db.connect(GATEWAY).await;
@@ -774,6 +777,68 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
     )
     .await;
     drop((gateway, admin));
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_which_a_gateway_role_keeps()
+ {
+    let Some(db) = RoleDatabase::new("version 3 to 4").await else {
+        return;
+    };
+    db.migrate();
+    // A version 3 database: the same tables but the labels'.
+    let admin = connect(&db.admin_url).await;
+    admin
+        .batch_execute("DROP TABLE toolward_labels; UPDATE toolward_schema SET version = 3")
+        .await
+        .unwrap();
+    let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
+    assert!(
+        !ok && stderr.contains("holds schema version 3, and this toolward needs version 4: run `toolward store migrate --config"),
+        "{stdout}{stderr}"
+    );
+    let migrated = db.migrate();
+    assert!(
+        migrated.contains("migrated the schema from version 3 to 4")
+            && migrated.contains("granted the rights of docs/fleet.md")
+            && !migrated.contains("drift:"),
+        "{migrated}"
+    );
+    // A call whose result labels its session, as the gateway role: the join (and the
+    // prune of lapsed rows after a store's first join) runs with the role's rights.
+    crate::fleet::label_rules(&db.fleet, "s");
+    let (ok, stdout, stderr) = toolward(
+        &db.config(GATEWAY),
+        &["call", "s__echo", "--args", r#"{"labels": true}"#],
+    );
+    assert!(ok, "a labelled call as the gateway failed: {stdout}{stderr}");
+    assert!(
+        !stderr.contains("cannot delete lapsed labels"),
+        "the gateway could not prune labels: {stderr}"
+    );
+    let owner = db.connect(OWNER).await;
+    let rows = owner
+        .query(
+            "SELECT kind, untrusted, confidentiality, rank FROM toolward_labels",
+            &[],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<(String, bool, String, i64)> = rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
+    assert_eq!(
+        rows,
+        [(String::from("session"), true, String::from("public"), 1)]
+    );
+    let gateway = db.connect(GATEWAY).await;
+    gateway
+        .batch_execute("DELETE FROM toolward_labels WHERE at_ms < 0")
+        .await
+        .unwrap();
+    drop((gateway, owner, admin));
     db.drop_database().await;
 }
 

@@ -9,7 +9,7 @@
 
 mod abuse;
 mod sessions;
-mod stateless;
+pub(crate) mod stateless;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

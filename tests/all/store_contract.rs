@@ -1,6 +1,7 @@
 //! The store contract (`toolward::store::audit`, `toolward::store::approvals`,
-//! `toolward::facts`, `toolward::store::request_states`), one suite run against both
-//! implementations: the state folder and PostgreSQL.
+//! `toolward::facts`, `toolward::store::request_states`, `toolward::labels`), one suite run
+//! against both implementations: the state folder (for labels, the gateway's memory) and
+//! PostgreSQL.
 //!
 //! Each contract is a function taking a [`Stores`] factory; [`contract!`] runs it on a fresh
 //! state folder and on the database of `TOOLWARD_TEST_DATABASE_URL` (`scripts/postgres.sh
@@ -16,7 +17,10 @@ use std::time::Duration;
 use toolward::approval::{ApprovalAnswer, ApprovalRequest, Channel};
 use toolward::audit::{AuditEvent, AuditHead, AuditKind, AuditLog, AuditSync};
 use toolward::facts::{Change, FactKeys, FactScopes, FactStore, StateFacts};
-use toolward::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLedger, PgStore};
+use toolward::labels::{
+    LabelKey, LabelSettings, LabelStore, Labels, MemoryLabels, SESSION_IDLE_MS,
+};
+use toolward::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLabels, PgLedger, PgStore};
 use toolward::store::{
     ApprovalStore, AuditStore, Redemption, RequestStateLedger, StateDir, StateDirApprovals,
     StateDirLedger,
@@ -600,6 +604,391 @@ async fn call_no_longer_waiting_cannot_be_answered(stores: &Stores) {
     assert!(late.is_err(), "a call no longer waiting was approved");
 }
 
+/// Where the label contracts keep labels: the gateway's memory (one store: a gateway's
+/// memory is its own, so every view of it is the same store) or a PostgreSQL database
+/// (each view another gateway's store on it, with its own connections).
+pub enum LabelBacking {
+    /// One in-memory store, made at the first view with that view's settings.
+    Memory(std::sync::Mutex<Option<Arc<MemoryLabels>>>),
+    /// A PostgreSQL database.
+    Postgres(Box<PgStore>),
+}
+
+impl LabelBacking {
+    fn memory() -> LabelBacking {
+        LabelBacking::Memory(std::sync::Mutex::new(None))
+    }
+
+    async fn postgres(test: &str) -> Option<LabelBacking> {
+        let url = test_database_url(test)?;
+        migrate(&url).await;
+        Some(LabelBacking::Postgres(Box::new(PgStore::new(&url).unwrap())))
+    }
+
+    /// One more view of the labels, ranking by `settings` (every view of a contract is given
+    /// the same, as every gateway of a fleet has one config).
+    async fn labels(&self, settings: &LabelSettings) -> Arc<dyn LabelStore> {
+        match self {
+            LabelBacking::Memory(store) => {
+                let mut store = store.lock().unwrap();
+                let store =
+                    store.get_or_insert_with(|| Arc::new(MemoryLabels::new(settings.clone())));
+                Arc::clone(store) as Arc<dyn LabelStore>
+            }
+            LabelBacking::Postgres(store) => {
+                Arc::new(PgLabels::open(store, settings.clone()).await.unwrap())
+            }
+        }
+    }
+}
+
+/// Runs a label contract on both stores, as `<name>_in_memory` and `<name>_on_postgres`.
+macro_rules! label_contract {
+    ($name:ident, $memory:ident, $pg:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $memory() {
+            $name(&LabelBacking::memory()).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $pg() {
+            if let Some(backing) = LabelBacking::postgres(stringify!($pg)).await {
+                $name(&backing).await;
+            }
+        }
+    };
+}
+
+label_contract!(
+    joins_raise_labels_never_lower_them_and_keep_each_key_apart,
+    joins_raise_labels_never_lower_them_and_keep_each_key_apart_in_memory,
+    joins_raise_labels_never_lower_them_and_keep_each_key_apart_on_postgres
+);
+label_contract!(
+    labels_lapse_after_a_day_for_a_session_and_the_window_for_a_principal_without_a_delivered_result,
+    labels_lapse_after_a_day_for_a_session_and_the_window_for_a_principal_without_a_delivered_result_in_memory,
+    labels_lapse_after_a_day_for_a_session_and_the_window_for_a_principal_without_a_delivered_result_on_postgres
+);
+label_contract!(
+    joins_at_once_through_two_stores_each_apply_on_top_of_the_last_and_none_is_lost,
+    joins_at_once_through_two_stores_each_apply_on_top_of_the_last_and_none_is_lost_in_memory,
+    joins_at_once_through_two_stores_each_apply_on_top_of_the_last_and_none_is_lost_on_postgres
+);
+
+fn labels(untrusted: bool, confidentiality: &str, tags: &[&str]) -> Labels {
+    Labels {
+        untrusted,
+        confidentiality: confidentiality.to_owned(),
+        tags: tags.iter().map(|tag| (*tag).to_owned()).collect(),
+    }
+}
+
+/// Operator levels of three (`internal` between the defaults).
+fn three_levels() -> LabelSettings {
+    LabelSettings {
+        levels: vec!["public".into(), "internal".into(), "private".into()],
+        ..LabelSettings::default()
+    }
+}
+
+/// Joins through two views (two gateways) raise one session's labels: untrusted once any
+/// result was, the higher level by the operator's order (an unknown level above all, the
+/// first of two unknown ones kept), the tags united, sorted by bytes and without duplicates;
+/// never lowered. Another session, and a principal named as the session, see none of it.
+async fn joins_raise_labels_never_lower_them_and_keep_each_key_apart(backing: &LabelBacking) {
+    let settings = three_levels();
+    let (a, b) = (
+        backing.labels(&settings).await,
+        backing.labels(&settings).await,
+    );
+    let name = toolward::ids::new_ulid();
+    let session = LabelKey::Session(name.clone());
+    let now = fact_time();
+    assert_eq!(b.get(&session, now).await.unwrap(), Labels::default());
+    assert_eq!(
+        a.join(&session, &labels(false, "internal", &["b", "a", "b"]), now)
+            .await
+            .unwrap(),
+        labels(false, "internal", &["a", "b"])
+    );
+    // Sorted by bytes, as Rust sorts strings (not by a locale's collation).
+    assert_eq!(
+        b.join(&session, &labels(true, "", &["Z", "é", "B"]), now + 1)
+            .await
+            .unwrap(),
+        labels(true, "internal", &["B", "Z", "a", "b", "é"])
+    );
+    // A lower level leaves the higher one.
+    assert_eq!(
+        a.join(&session, &labels(false, "public", &["a"]), now + 2)
+            .await
+            .unwrap(),
+        labels(true, "internal", &["B", "Z", "a", "b", "é"])
+    );
+    assert_eq!(
+        b.join(&session, &labels(false, "private", &[]), now + 3)
+            .await
+            .unwrap()
+            .confidentiality,
+        "private"
+    );
+    // An unknown level ranks above every named one; of two unknown ones the first stays.
+    assert_eq!(
+        a.join(&session, &labels(false, "secret", &[]), now + 4)
+            .await
+            .unwrap()
+            .confidentiality,
+        "secret"
+    );
+    assert_eq!(
+        b.join(&session, &labels(false, "top-secret", &[]), now + 5)
+            .await
+            .unwrap()
+            .confidentiality,
+        "secret"
+    );
+    let seen = labels(true, "secret", &["B", "Z", "a", "b", "é"]);
+    assert_eq!(a.get(&session, now + 6).await.unwrap(), seen);
+    assert_eq!(b.get(&session, now + 6).await.unwrap(), seen);
+    // Keys apart: another session, and the principal of the same name.
+    let other = LabelKey::Session(toolward::ids::new_ulid());
+    assert_eq!(a.get(&other, now + 6).await.unwrap(), Labels::default());
+    let principal = LabelKey::Principal(name);
+    assert_eq!(b.get(&principal, now + 6).await.unwrap(), Labels::default());
+    assert_eq!(
+        a.join(&principal, &labels(false, "public", &[]), now + 7)
+            .await
+            .unwrap(),
+        labels(false, "public", &[])
+    );
+    assert_eq!(b.get(&session, now + 8).await.unwrap(), seen);
+}
+
+/// A session's labels last [`SESSION_IDLE_MS`] after the last delivered result, a
+/// sessionless principal's its window; a delivered result that brings no labels still
+/// restarts the lapse; after it, the key reads as new and a join starts from nothing. A
+/// result that brings no labels to a new key leaves it with none.
+async fn labels_lapse_after_a_day_for_a_session_and_the_window_for_a_principal_without_a_delivered_result(
+    backing: &LabelBacking,
+) {
+    const WINDOW: u64 = 60_000;
+    let settings = LabelSettings {
+        principal_window_ms: WINDOW,
+        ..LabelSettings::default()
+    };
+    let (a, b) = (
+        backing.labels(&settings).await,
+        backing.labels(&settings).await,
+    );
+    let t = fact_time();
+    let session = LabelKey::Session(toolward::ids::new_ulid());
+    a.join(&session, &labels(true, "private", &["x"]), t)
+        .await
+        .unwrap();
+    let seen = labels(true, "private", &["x"]);
+    assert_eq!(b.get(&session, t + SESSION_IDLE_MS).await.unwrap(), seen);
+    assert_eq!(
+        b.get(&session, t + SESSION_IDLE_MS + 1).await.unwrap(),
+        Labels::default()
+    );
+    // A result with no labels, delivered before the lapse, restarts it.
+    let refreshed = t + SESSION_IDLE_MS - 1;
+    assert_eq!(
+        b.join(&session, &Labels::default(), refreshed).await.unwrap(),
+        seen
+    );
+    assert_eq!(a.get(&session, t + SESSION_IDLE_MS + 1).await.unwrap(), seen);
+    assert_eq!(
+        a.get(&session, refreshed + SESSION_IDLE_MS).await.unwrap(),
+        seen
+    );
+    let lapsed = refreshed + SESSION_IDLE_MS + 1;
+    assert_eq!(a.get(&session, lapsed).await.unwrap(), Labels::default());
+    // Lapsed, a result with no labels does not bring the old ones back...
+    assert_eq!(
+        a.join(&session, &Labels::default(), lapsed).await.unwrap(),
+        Labels::default()
+    );
+    // ...and a join starts from nothing.
+    assert_eq!(
+        b.join(&session, &labels(false, "public", &["y"]), lapsed + 1)
+            .await
+            .unwrap(),
+        labels(false, "public", &["y"])
+    );
+
+    let principal = LabelKey::Principal(toolward::ids::new_ulid());
+    b.join(&principal, &labels(true, "", &[]), t).await.unwrap();
+    assert!(a.get(&principal, t + WINDOW).await.unwrap().untrusted);
+    assert!(!a.get(&principal, t + WINDOW + 1).await.unwrap().untrusted);
+
+    let fresh = LabelKey::Session(toolward::ids::new_ulid());
+    assert_eq!(
+        a.join(&fresh, &Labels::default(), t).await.unwrap(),
+        Labels::default()
+    );
+    assert_eq!(b.get(&fresh, t + 1).await.unwrap(), Labels::default());
+}
+
+/// Joins of one session at once through two stores (two gateways, each with its own
+/// connections), each bringing a tag of its own: each join returns what it applied on top
+/// of, so the results hold 1, 2, ... N tags, each all of the one before and its own; the
+/// session ends with every tag, the untrusted one and the highest level.
+async fn joins_at_once_through_two_stores_each_apply_on_top_of_the_last_and_none_is_lost(
+    backing: &LabelBacking,
+) {
+    const JOINS: usize = 40;
+    let settings = three_levels();
+    let stores = [
+        backing.labels(&settings).await,
+        backing.labels(&settings).await,
+    ];
+    let session = LabelKey::Session(toolward::ids::new_ulid());
+    let now = fact_time();
+    let start = Arc::new(tokio::sync::Barrier::new(JOINS));
+    let mut tasks = Vec::new();
+    for i in 0..JOINS {
+        let store = Arc::clone(&stores[i % 2]);
+        let (session, start) = (session.clone(), Arc::clone(&start));
+        tasks.push(tokio::spawn(async move {
+            let brought = labels(
+                i == 7,
+                match i {
+                    13 => "private",
+                    21 => "internal",
+                    _ => "public",
+                },
+                &[&format!("t{i:02}")],
+            );
+            start.wait().await;
+            let joined = store.join(&session, &brought, now).await.unwrap();
+            (format!("t{i:02}"), joined)
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        let (own, joined) = task.await.unwrap();
+        assert!(joined.tags.contains(&own), "a join lost its own tag: {joined:?}");
+        results.push(joined);
+    }
+    results.sort_by_key(|joined| joined.tags.len());
+    let sizes: Vec<usize> = results.iter().map(|joined| joined.tags.len()).collect();
+    assert_eq!(
+        sizes,
+        (1..=JOINS).collect::<Vec<_>>(),
+        "two joins applied on top of the same labels"
+    );
+    for pair in results.windows(2) {
+        assert!(
+            pair[0].tags.iter().all(|tag| pair[1].tags.contains(tag)),
+            "a join lost what one before it joined: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let all: Vec<String> = (0..JOINS).map(|i| format!("t{i:02}")).collect();
+    let last = stores[0].get(&session, now).await.unwrap();
+    assert_eq!(last.tags, all);
+    assert!(last.untrusted);
+    assert_eq!(last.confidentiality, "private");
+}
+
+/// A PostgreSQL label row lapsed for longer than any gateway's clock may lag (its lapse
+/// and `PRUNE_GRACE_MS`, by the database's clock) is deleted at the next store's first
+/// join; a live one is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lapsed_label_row_is_deleted_and_a_live_one_kept_on_postgres() {
+    let Some(backing) =
+        LabelBacking::postgres("a_long_lapsed_label_row_is_deleted_and_a_live_one_kept_on_postgres")
+            .await
+    else {
+        return;
+    };
+    let settings = LabelSettings::default();
+    let now = fact_time();
+    let old_at = now
+        - SESSION_IDLE_MS
+        - toolward::store::postgres::labels::PRUNE_GRACE_MS
+        - 60_000;
+    let (old, live) = (
+        LabelKey::Session(toolward::ids::new_ulid()),
+        LabelKey::Session(toolward::ids::new_ulid()),
+    );
+    // The first join of a store prunes (after it): this one's is of the live row.
+    let first = backing.labels(&settings).await;
+    first.join(&live, &labels(true, "", &[]), now).await.unwrap();
+    first.join(&old, &labels(true, "", &[]), old_at).await.unwrap();
+    assert!(
+        first.get(&old, old_at).await.unwrap().untrusted,
+        "the old row is there before the prune"
+    );
+    let later = backing.labels(&settings).await;
+    later
+        .join(
+            &LabelKey::Session(toolward::ids::new_ulid()),
+            &labels(false, "public", &[]),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        later.get(&old, old_at).await.unwrap(),
+        Labels::default(),
+        "the long-lapsed row was kept"
+    );
+    assert!(later.get(&live, now).await.unwrap().untrusted);
+}
+
+/// What a PostgreSQL row cannot hold is refused, the error naming the store and why: the
+/// call path then withholds the result (its labels could not be kept) or refuses the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_or_label_postgresql_cannot_hold_is_refused_naming_the_store_and_why_on_postgres() {
+    let Some(backing) = LabelBacking::postgres(
+        "a_name_or_label_postgresql_cannot_hold_is_refused_naming_the_store_and_why_on_postgres",
+    )
+    .await
+    else {
+        return;
+    };
+    let LabelBacking::Postgres(pg) = &backing else {
+        unreachable!()
+    };
+    let store = backing.labels(&LabelSettings::default()).await;
+    let now = fact_time();
+    let error = store
+        .join(&LabelKey::Session(String::from("a\0b")), &labels(true, "", &[]), now)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        format!(
+            "session labels in PostgreSQL: PostgreSQL store {}: cannot join a session's labels: the session's name holds a NUL byte, which PostgreSQL text cannot",
+            pg.name()
+        )
+    );
+    let long = LabelKey::Principal("p".repeat(2000));
+    let error = store.get(&long, now).await.unwrap_err().to_string();
+    assert!(
+        error.contains(pg.name())
+            && error.contains("cannot read a session's labels: the principal's name is 2000 bytes, more than the 1024 kept"),
+        "{error}"
+    );
+    let error = store
+        .join(
+            &LabelKey::Session(toolward::ids::new_ulid()),
+            &labels(false, "", &["a\0"]),
+            now,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(pg.name()) && error.contains("a label holds a NUL byte"),
+        "{error}"
+    );
+}
+
 /// The schema of version 1 (before the fact counters and the `requestState` ledger), as a
 /// toolward of that version created it.
 const SCHEMA_V1: &str = r"
@@ -610,13 +999,14 @@ CREATE TABLE toolward_audit_head (id integer PRIMARY KEY CHECK (id = 1), next_se
 ";
 
 /// A database a version 1 toolward created is refused by every open of this version, naming
-/// `toolward store migrate`, until `migrate` adds the counters and ledger tables (and the
-/// version 3 triggers) and moves the version row to 3; the counters and ledger then work on it.
+/// `toolward store migrate`, until `migrate` adds the counters, ledger and labels tables (and
+/// the version 3 triggers) and moves the version row to 4; the counters, the ledger and the
+/// labels then work on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_with_the_facts_and_ledger_tables()
+async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_with_the_facts_ledger_and_labels_tables()
  {
     let Some(url) = test_database_url(
-        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_with_the_facts_and_ledger_tables",
+        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_with_the_facts_ledger_and_labels_tables",
     ) else {
         return;
     };
@@ -640,8 +1030,16 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_wit
             && refused.contains("run `toolward store migrate --config PATH`"),
         "{refused}"
     );
+    let refused = PgLabels::open(&store, LabelSettings::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("holds schema version 1, and this toolward needs version 4"),
+        "{refused}"
+    );
     let migration = store.migrate(&v1_pool).await.unwrap();
-    assert_eq!((migration.from, migration.to), (Some(1), 3));
+    assert_eq!((migration.from, migration.to), (Some(1), 4));
     let facts = PgFacts::open(&store).await.unwrap();
     let version: i32 = v1
         .query_one("SELECT version FROM toolward_schema", &[])
@@ -649,7 +1047,7 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_wit
         .unwrap()
         .get(0);
     assert_eq!(version, toolward::store::postgres::SCHEMA_VERSION);
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
     let keys = fact_keys("fs", "write", "");
     let now = fact_time();
     facts.reserve(&keys, now).await.unwrap();
@@ -661,7 +1059,19 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_3_wit
         ledger.redeem(&id, now + 60_000, now).await.unwrap(),
         Redemption::First
     );
-    drop((facts, ledger, v1, v1_pool));
+    let labels_store = PgLabels::open(&store, LabelSettings::default())
+        .await
+        .unwrap();
+    let session = LabelKey::Session(id);
+    labels_store
+        .join(&session, &labels(true, "private", &["t"]), now)
+        .await
+        .unwrap();
+    assert_eq!(
+        labels_store.get(&session, now).await.unwrap(),
+        labels(true, "private", &["t"])
+    );
+    drop((facts, ledger, labels_store, v1, v1_pool));
     admin
         .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
         .await

@@ -1,10 +1,12 @@
 //! The PostgreSQL backends of a fleet's store, on the connection of [`crate::database`]:
 //! one audit chain ([`PgAudit`]), one approvals queue ([`PgApprovals`]), the fact counters
-//! ([`PgFacts`]) and the `requestState` ledger ([`PgLedger`]) across every gateway.
+//! ([`PgFacts`]), the `requestState` ledger ([`PgLedger`]) and sessions' labels
+//! ([`PgLabels`]) across every gateway.
 
 pub mod approvals;
 pub mod audit;
 pub mod facts;
+pub mod labels;
 pub mod request_states;
 
 pub use crate::database::{
@@ -14,4 +16,5 @@ pub use crate::database::{
 pub use approvals::PgApprovals;
 pub use audit::PgAudit;
 pub use facts::PgFacts;
+pub use labels::PgLabels;
 pub use request_states::PgLedger;

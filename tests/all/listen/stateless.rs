@@ -34,7 +34,7 @@ fn meta(elicitation: bool) -> Value {
 }
 
 /// A request of `method` with `params` (and the `_meta` of [`meta`]).
-fn request(id: u64, method: &str, mut params: Value, elicitation: bool) -> Value {
+pub(crate) fn request(id: u64, method: &str, mut params: Value, elicitation: bool) -> Value {
     params["_meta"] = meta(elicitation);
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
@@ -95,7 +95,7 @@ async fn post(
 }
 
 /// POSTs `body` with the `Mcp-Method` and `Mcp-Name` a conforming client sends.
-async fn call(addr: SocketAddr, token: &str, body: &Value) -> Value {
+pub(crate) async fn call(addr: SocketAddr, token: &str, body: &Value) -> Value {
     let method = body["method"].as_str().unwrap().to_owned();
     let name = body["params"]["name"].as_str().map(str::to_owned);
     let mut headers = vec![("mcp-method", method.as_str())];
