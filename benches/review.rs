@@ -9,7 +9,12 @@
 //!
 //! The target: `guest` ≤ 2 × `native` + `copy_only`. The ratio is printed at the end. The
 //! text is `result-review/benches/sample.rs`'s. Run: `cargo bench --bench review`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a benchmark")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a benchmark"
+)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
@@ -27,7 +32,8 @@ mod sample;
 fn configured(rules: &serde_json::Value) -> Policy {
     let host = ComponentHost::new(GuestLimits::default(), None).unwrap();
     let component = host.load(DEFAULT_COMPONENT, "built-in").unwrap();
-    host.configure_policy(&component, &rules.to_string()).unwrap()
+    host.configure_policy(&component, &rules.to_string())
+        .unwrap()
 }
 
 fn call() -> CallView {
@@ -61,7 +67,12 @@ fn mean(runs: u32, mut f: impl FnMut()) -> Duration {
 
 fn bench(c: &mut Criterion) {
     let text = sample::text(&sample::secrets());
-    let result = ResultView::of(&[json!({"type": "text", "text": text})], None, false, text.len() as u64);
+    let result = ResultView::of(
+        &[json!({"type": "text", "text": text})],
+        None,
+        false,
+        text.len() as u64,
+    );
     let tool_rule = json!({"effect": "read-only", "returns": {"confidentiality": "private"}});
     let reviewing = configured(&json!({
         "reviews": ["secrets", "hidden-characters"],
@@ -77,10 +88,15 @@ fn bench(c: &mut Criterion) {
         panic!("the guest redacted nothing")
     };
     assert_eq!(spans.len(), found.len());
-    assert!(matches!(copying.review(&call, &result).action, ResultAction::Pass));
+    assert!(matches!(
+        copying.review(&call, &result).action,
+        ResultAction::Pass
+    ));
 
     let mut group = c.benchmark_group("review_64k");
-    group.bench_function("native", |b| b.iter(|| black_box(native.review(black_box(&text)))));
+    group.bench_function("native", |b| {
+        b.iter(|| black_box(native.review(black_box(&text))))
+    });
     group.bench_function("copy_only", |b| {
         b.iter(|| black_box(copying.review(black_box(&call), black_box(&result))))
     });

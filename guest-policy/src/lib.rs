@@ -227,7 +227,8 @@ impl ResultsGuest for Component {
                     spans.push(span(index, finding.start, finding.end, finding.kind));
                 }
                 // In JSON text a control character is escaped (`\u001b`): found here.
-                if json_text(block.kind) && rules.reviews().iter().any(|r| r == "hidden-characters") {
+                if json_text(block.kind) && rules.reviews().iter().any(|r| r == "hidden-characters")
+                {
                     for (start, end) in escaped_controls(&block.text) {
                         found_hidden = true;
                         spans.push(span(index, start, end, "hidden:control".to_owned()));

@@ -326,12 +326,10 @@ fn replace_copies(text: &mut String, copies: &[(String, String)], escaped_too: b
     let mut count = 0u64;
     for (hidden, mark) in copies {
         let mut spellings = vec![hidden.clone()];
-        if escaped_too {
-            if let Ok(quoted) = serde_json::to_string(hidden) {
-                let inner = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default();
-                if inner != hidden {
-                    spellings.push(inner.to_owned());
-                }
+        if escaped_too && let Ok(quoted) = serde_json::to_string(hidden) {
+            let inner = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default();
+            if inner != hidden {
+                spellings.push(inner.to_owned());
             }
         }
         for spelling in spellings {

@@ -603,14 +603,20 @@ fn level_of(value: &Value, path: &str) -> Result<String, RulesError> {
         Value::String(text) if !text.is_empty() => Ok(text.clone()),
         other => Err(fault(
             path,
-            format!("expected a confidentiality level (a non-empty string), found {}", type_name(other)),
+            format!(
+                "expected a confidentiality level (a non-empty string), found {}",
+                type_name(other)
+            ),
         )),
     }
 }
 
 fn names_of(value: &Value, path: &str) -> Result<Vec<String>, RulesError> {
     let items = value.as_array().ok_or_else(|| {
-        fault(path, format!("expected an array of names, found {}", type_name(value)))
+        fault(
+            path,
+            format!("expected an array of names, found {}", type_name(value)),
+        )
     })?;
     let mut names = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -618,7 +624,12 @@ fn names_of(value: &Value, path: &str) -> Result<Vec<String>, RulesError> {
         let name = item
             .as_str()
             .filter(|name| !name.is_empty())
-            .ok_or_else(|| fault(&here, format!("expected a non-empty name, found {}", type_name(item))))?;
+            .ok_or_else(|| {
+                fault(
+                    &here,
+                    format!("expected a non-empty name, found {}", type_name(item)),
+                )
+            })?;
         if names.iter().any(|known| known == name) {
             return Err(fault(&here, format!("{name:?} is named twice")));
         }
@@ -666,7 +677,11 @@ impl Rules {
         let root: Value =
             serde_json::from_str(text).map_err(|e| fault("", format!("not valid JSON: {e}")))?;
         let map = object(&root, "")?;
-        only_keys(map, "", &["$schema", "decisions", "servers", "reviews", "labels"])?;
+        only_keys(
+            map,
+            "",
+            &["$schema", "decisions", "servers", "reviews", "labels"],
+        )?;
         let decisions = match map.get("decisions") {
             Some(value) => table(value, "decisions")?,
             None => [None; 4],
@@ -682,7 +697,10 @@ impl Rules {
         {
             return Err(fault(
                 &format!("reviews[{i}]"),
-                format!("unknown review {name:?} (expected one of {})", REVIEWS.join(", ")),
+                format!(
+                    "unknown review {name:?} (expected one of {})",
+                    REVIEWS.join(", ")
+                ),
             ));
         }
         let mut levels = Vec::new();
@@ -748,10 +766,18 @@ impl Rules {
             for (tool, rule) in &rules.tools {
                 let here = format!("servers.{server}.tools.{tool}");
                 for (key, level) in [
-                    ("returns.confidentiality", rule.returns.confidentiality.as_deref()),
-                    ("accepts_confidentiality", rule.accepts_confidentiality.as_deref()),
+                    (
+                        "returns.confidentiality",
+                        rule.returns.confidentiality.as_deref(),
+                    ),
+                    (
+                        "accepts_confidentiality",
+                        rule.accepts_confidentiality.as_deref(),
+                    ),
                 ] {
-                    if let Some(level) = level.filter(|level| self.rank(level) > self.levels().len()) {
+                    if let Some(level) =
+                        level.filter(|level| self.rank(level) > self.levels().len())
+                    {
                         return Err(fault(
                             &join(&here, key),
                             format!(
@@ -795,7 +821,9 @@ impl Rules {
 
     /// The highest level ([`Rules::levels`]' last): what a found secret makes a result.
     pub fn highest_level(&self) -> String {
-        self.levels().last().map_or_else(String::new, |level| (*level).to_owned())
+        self.levels()
+            .last()
+            .map_or_else(String::new, |level| (*level).to_owned())
     }
 
     /// Why `tool` of `server` does not accept a session with `labels`, with the verdict it

@@ -80,4 +80,3 @@ pub fn text(extra: &[String]) -> String {
     text.truncate(end);
     text
 }
-

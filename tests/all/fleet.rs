@@ -895,14 +895,21 @@ async fn two_gateways_on_one_database_see_the_labels_of_a_sessionless_principal_
     let decisions: Vec<Value> = fleet
         .records()
         .into_iter()
-        .filter(|r| r["kind"] == "decision" && (r["principal"] == json!(alice) || r["principal"] == json!(bob)))
+        .filter(|r| {
+            r["kind"] == "decision"
+                && (r["principal"] == json!(alice) || r["principal"] == json!(bob))
+        })
         .collect();
     let hold = decisions
         .iter()
         .find(|r| r["decision"] == "hold")
         .unwrap_or_else(|| panic!("no hold: {decisions:?}"));
     assert_eq!(hold["principal"], json!(alice), "{hold}");
-    assert_eq!(hold.get("session"), None, "a 2026-07-28 call has no session: {hold}");
+    assert_eq!(
+        hold.get("session"),
+        None,
+        "a 2026-07-28 call has no session: {hold}"
+    );
     assert!(
         hold["reason"].as_str().unwrap().contains(
             "tool `write` of server `s` does not accept untrusted content, and this session has seen some"
@@ -963,7 +970,9 @@ async fn two_gateways_on_one_database_see_one_sessions_labels() {
     assert!(held.is_error(), "{}", held.result);
     assert_eq!(
         *asked.lock().unwrap(),
-        ["tool `write` of server `s` does not accept untrusted content, and this session has seen some (this session has seen: untrusted content; public data)"]
+        [
+            "tool `write` of server `s` does not accept untrusted content, and this session has seen some (this session has seen: untrusted content; public data)"
+        ]
     );
     let other = context(&two, &format!("other-{}", toolward::ids::new_ulid()));
     let elsewhere = two.call_with("s__write", None, &other).await;

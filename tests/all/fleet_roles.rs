@@ -812,7 +812,10 @@ async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_whi
         &db.config(GATEWAY),
         &["call", "s__echo", "--args", r#"{"labels": true}"#],
     );
-    assert!(ok, "a labelled call as the gateway failed: {stdout}{stderr}");
+    assert!(
+        ok,
+        "a labelled call as the gateway failed: {stdout}{stderr}"
+    );
     assert!(
         !stderr.contains("cannot delete lapsed labels"),
         "the gateway could not prune labels: {stderr}"

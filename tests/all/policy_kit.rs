@@ -613,5 +613,9 @@ fn cases_review_results_and_see_labels() {
     let cases = CasesFile::parse(&wrong, &dir, &dir.join("inline.json")).unwrap();
     let report = run_cases(host(), &default_component(), &cases);
     assert_eq!(report.failed, 1, "{}", report.render());
-    assert!(report.render().contains("result: pass"), "{}", report.render());
+    assert!(
+        report.render().contains("result: pass"),
+        "{}",
+        report.render()
+    );
 }

@@ -622,7 +622,9 @@ impl LabelBacking {
     async fn postgres(test: &str) -> Option<LabelBacking> {
         let url = test_database_url(test)?;
         migrate(&url).await;
-        Some(LabelBacking::Postgres(Box::new(PgStore::new(&url).unwrap())))
+        Some(LabelBacking::Postgres(Box::new(
+            PgStore::new(&url).unwrap(),
+        )))
     }
 
     /// One more view of the labels, ranking by `settings` (every view of a contract is given
@@ -794,10 +796,15 @@ async fn labels_lapse_after_a_day_for_a_session_and_the_window_for_a_principal_w
     // A result with no labels, delivered before the lapse, restarts it.
     let refreshed = t + SESSION_IDLE_MS - 1;
     assert_eq!(
-        b.join(&session, &Labels::default(), refreshed).await.unwrap(),
+        b.join(&session, &Labels::default(), refreshed)
+            .await
+            .unwrap(),
         seen
     );
-    assert_eq!(a.get(&session, t + SESSION_IDLE_MS + 1).await.unwrap(), seen);
+    assert_eq!(
+        a.get(&session, t + SESSION_IDLE_MS + 1).await.unwrap(),
+        seen
+    );
     assert_eq!(
         a.get(&session, refreshed + SESSION_IDLE_MS).await.unwrap(),
         seen
@@ -868,7 +875,10 @@ async fn joins_at_once_through_two_stores_each_apply_on_top_of_the_last_and_none
     let mut results = Vec::new();
     for task in tasks {
         let (own, joined) = task.await.unwrap();
-        assert!(joined.tags.contains(&own), "a join lost its own tag: {joined:?}");
+        assert!(
+            joined.tags.contains(&own),
+            "a join lost its own tag: {joined:?}"
+        );
         results.push(joined);
     }
     results.sort_by_key(|joined| joined.tags.len());
@@ -898,26 +908,30 @@ async fn joins_at_once_through_two_stores_each_apply_on_top_of_the_last_and_none
 /// join; a live one is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_lapsed_label_row_is_deleted_and_a_live_one_kept_on_postgres() {
-    let Some(backing) =
-        LabelBacking::postgres("a_long_lapsed_label_row_is_deleted_and_a_live_one_kept_on_postgres")
-            .await
+    let Some(backing) = LabelBacking::postgres(
+        "a_long_lapsed_label_row_is_deleted_and_a_live_one_kept_on_postgres",
+    )
+    .await
     else {
         return;
     };
     let settings = LabelSettings::default();
     let now = fact_time();
-    let old_at = now
-        - SESSION_IDLE_MS
-        - toolward::store::postgres::labels::PRUNE_GRACE_MS
-        - 60_000;
+    let old_at = now - SESSION_IDLE_MS - toolward::store::postgres::labels::PRUNE_GRACE_MS - 60_000;
     let (old, live) = (
         LabelKey::Session(toolward::ids::new_ulid()),
         LabelKey::Session(toolward::ids::new_ulid()),
     );
     // The first join of a store prunes (after it): this one's is of the live row.
     let first = backing.labels(&settings).await;
-    first.join(&live, &labels(true, "", &[]), now).await.unwrap();
-    first.join(&old, &labels(true, "", &[]), old_at).await.unwrap();
+    first
+        .join(&live, &labels(true, "", &[]), now)
+        .await
+        .unwrap();
+    first
+        .join(&old, &labels(true, "", &[]), old_at)
+        .await
+        .unwrap();
     assert!(
         first.get(&old, old_at).await.unwrap().untrusted,
         "the old row is there before the prune"
@@ -956,7 +970,11 @@ async fn a_name_or_label_postgresql_cannot_hold_is_refused_naming_the_store_and_
     let store = backing.labels(&LabelSettings::default()).await;
     let now = fact_time();
     let error = store
-        .join(&LabelKey::Session(String::from("a\0b")), &labels(true, "", &[]), now)
+        .join(
+            &LabelKey::Session(String::from("a\0b")),
+            &labels(true, "", &[]),
+            now,
+        )
         .await
         .unwrap_err()
         .to_string();

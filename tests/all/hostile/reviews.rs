@@ -10,7 +10,12 @@ const TOKEN: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// Starts toolward in front of server `s`, whose tools answer the raw `results`, with the
 /// default component running `reviews`; `rules` replaces tools' rules.
-async fn reviewing(test: &str, results: Value, reviews: Value, rules: &[(&str, Value)]) -> (Bench, Toolward) {
+async fn reviewing(
+    test: &str,
+    results: Value,
+    reviews: Value,
+    rules: &[(&str, Value)],
+) -> (Bench, Toolward) {
     let tools: Vec<String> = results
         .as_object()
         .map(|tools| tools.keys().cloned().collect())
@@ -25,7 +30,11 @@ async fn reviewing(test: &str, results: Value, reviews: Value, rules: &[(&str, V
         .map(|(name, result)| (name.clone(), Value::String(result.to_string())))
         .collect();
     let mut bench = Bench::new(test)
-        .server("s", json!({"pages": [page(&listed)], "results": results}), &classified)
+        .server(
+            "s",
+            json!({"pages": [page(&listed)], "results": results}),
+            &classified,
+        )
         .with_rules_member("reviews", reviews);
     for (tool, rule) in rules {
         bench = bench.with_tool_rule("s", tool, rule.clone());
@@ -164,7 +173,10 @@ async fn once_a_session_has_seen_untrusted_content_a_tool_that_refuses_it_is_hel
         ),
         "{decision}"
     );
-    assert_eq!(decision["labels"], json!({"untrusted": true, "confidentiality": "public", "tags": []}));
+    assert_eq!(
+        decision["labels"],
+        json!({"untrusted": true, "confidentiality": "public", "tags": []})
+    );
     // Another session has seen nothing: its send goes through.
     let mut other = toolward.context(Arc::new(DenyAll));
     other.session = String::from("another-session");
@@ -182,17 +194,22 @@ async fn a_held_call_shows_the_approver_what_the_session_has_seen() {
             "post": {"content": [{"type": "text", "text": "posted"}]}
         }),
         json!(["secrets"]),
-        &[("post", json!({"effect": "read-only", "accepts_confidentiality": "public"}))],
+        &[(
+            "post",
+            json!({"effect": "read-only", "accepts_confidentiality": "public"}),
+        )],
     )
     .await;
     let read = call(&toolward, "s__read").await;
     assert_eq!(read.text(), "config: [redacted secret:github-pat]");
     let shown = Arc::new(std::sync::Mutex::new(String::new()));
     let seen = Arc::clone(&shown);
-    let approver = Arc::new(FnApprover::new(move |request: toolward::approval::ApprovalRequest| {
-        *seen.lock().unwrap() = request.reason.clone();
-        async { ApprovalAnswer::Denied(String::from("no")) }
-    }));
+    let approver = Arc::new(FnApprover::new(
+        move |request: toolward::approval::ApprovalRequest| {
+            *seen.lock().unwrap() = request.reason.clone();
+            async { ApprovalAnswer::Denied(String::from("no")) }
+        },
+    ));
     let posted = toolward.call("s__post", None, approver).await;
     assert!(posted.is_error());
     assert_eq!(
@@ -204,7 +221,9 @@ async fn a_held_call_shows_the_approver_what_the_session_has_seen() {
 
 #[tokio::test]
 async fn audit_replay_reviews_recorded_results_again_under_another_policy() {
-    let Some(bin) = crate::support::toolward_binary() else { return };
+    let Some(bin) = crate::support::toolward_binary() else {
+        return;
+    };
     let bench = Bench::new("review-replay")
         .server(
             "s",
@@ -238,14 +257,35 @@ async fn audit_replay_reviews_recorded_results_again_under_another_policy() {
     let replay = |settings: &str| {
         let out = std::process::Command::new(bin)
             .current_dir(bench.path())
-            .args(["audit", "replay", "--config", "toolward.json", "--policy", "built-in", "--settings", settings, "--json"])
+            .args([
+                "audit",
+                "replay",
+                "--config",
+                "toolward.json",
+                "--policy",
+                "built-in",
+                "--settings",
+                settings,
+                "--json",
+            ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
     let same = replay("rules.json");
-    assert_eq!((same["results_replayed"].as_u64(), same["changed_results"].as_array().map(Vec::len)), (Some(1), Some(0)), "{same}");
+    assert_eq!(
+        (
+            same["results_replayed"].as_u64(),
+            same["changed_results"].as_array().map(Vec::len)
+        ),
+        (Some(1), Some(0)),
+        "{same}"
+    );
     let other = replay("no-reviews.json");
     // A policy that reviews nothing is not asked about results.
     assert_eq!(other["results"], 0, "{other}");
@@ -257,7 +297,11 @@ async fn audit_replay_reviews_recorded_results_again_under_another_policy() {
     .unwrap();
     let hidden = replay("hidden-only.json");
     let changed = &hidden["changed_results"][0];
-    assert_eq!((changed["recorded"].as_str(), changed["replayed"].as_str()), (Some("redact"), Some("pass")), "{hidden}");
+    assert_eq!(
+        (changed["recorded"].as_str(), changed["replayed"].as_str()),
+        (Some("redact"), Some("pass")),
+        "{hidden}"
+    );
 }
 
 #[tokio::test]
@@ -277,8 +321,9 @@ async fn a_review_that_runs_out_of_fuel_withholds_the_result_and_says_so() {
     assert!(read.is_error(), "{}", read.result);
     let text = read.text();
     assert!(
-        text.starts_with("the result of tool `s__read` on server `s` was withheld: policy component `")
-            && text.ends_with("ran out of fuel (limit 10000 units); the result is withheld"),
+        text.starts_with(
+            "the result of tool `s__read` on server `s` was withheld: policy component `"
+        ) && text.ends_with("ran out of fuel (limit 10000 units); the result is withheld"),
         "{text}"
     );
     toolward.shutdown().await;
