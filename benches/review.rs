@@ -21,7 +21,7 @@ use serde_json::json;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use toolward::component::{
-    CallView, ComponentHost, DEFAULT_COMPONENT, Effect, GuestLimits, Policy, ResultAction,
+    CallView, ComponentHost, Effect, GuestLimits, Policy, REVIEWING_COMPONENT, ResultAction,
     ResultView,
 };
 use toolward_result_review::{Review, Reviewer};
@@ -31,7 +31,9 @@ mod sample;
 
 fn configured(rules: &serde_json::Value) -> Policy {
     let host = ComponentHost::new(GuestLimits::default(), None).unwrap();
-    let component = host.load(DEFAULT_COMPONENT, "built-in").unwrap();
+    // Both configurations on the reviewing variant, so that the copy-only baseline pays for
+    // the same component.
+    let component = host.load(REVIEWING_COMPONENT, "built-in").unwrap();
     host.configure_policy(&component, &rules.to_string())
         .unwrap()
 }

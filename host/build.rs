@@ -91,11 +91,34 @@ fn run() -> Result<(), String> {
     let linker = component_linker(&rustc)?;
 
     for (group, opt_level) in GUESTS.iter().zip(OPT_LEVELS) {
-        build_group(group, opt_level, &root, &target_dir, &cargo, &linker)?;
+        build_group(group, opt_level, &[], &root, &target_dir, &cargo, &linker)?;
     }
+    // The default component again with its result reviews, in a target folder of its own
+    // (same package, other features): the variant `load` picks for rules that name reviews.
+    let reviewing_dir = target_dir.join("reviewing");
+    build_group(
+        &[("toolward-guest-policy", "REVIEWING_POLICY_WASM")],
+        REVIEWING_OPT_LEVEL,
+        &["toolward-guest-policy/reviews"],
+        &root,
+        &reviewing_dir,
+        &cargo,
+        &linker,
+    )?;
 
     let mut constants = String::new();
-    for (package, constant) in GUESTS.iter().copied().flatten() {
+    let reviewing = [(
+        "toolward-guest-policy",
+        "REVIEWING_POLICY_WASM",
+        &reviewing_dir,
+    )];
+    let built = GUESTS
+        .iter()
+        .copied()
+        .flatten()
+        .map(|(package, constant)| (*package, *constant, &target_dir))
+        .chain(reviewing);
+    for (package, constant, target_dir) in built {
         let file = target_dir
             .join(WASM_TARGET)
             .join("release")
@@ -115,10 +138,16 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// One nested cargo run building the guests of `group` for [`WASM_TARGET`] at `opt_level`.
+/// The `opt-level` of the reviewing variant of the default component: built for speed, as
+/// Cedar is, since a review reads every byte of a result with each of its patterns.
+const REVIEWING_OPT_LEVEL: &str = "3";
+
+/// One nested cargo run building the guests of `group` for [`WASM_TARGET`] at `opt_level`,
+/// with `features` (`package/feature`).
 fn build_group(
     group: &[(&str, &str)],
     opt_level: &str,
+    features: &[&str],
     root: &Path,
     target_dir: &Path,
     cargo: &str,
@@ -134,6 +163,9 @@ fn build_group(
         .arg(root.join("Cargo.toml"));
     for (package, _) in group {
         cmd.arg("-p").arg(package);
+    }
+    for feature in features {
+        cmd.arg("--features").arg(feature);
     }
     cmd.env("CARGO_TARGET_DIR", target_dir)
         .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", linker)

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use toolward_policy_table::{
     Decision as TableDecision, Effect as TableEffect, Rules, SessionLabels,
 };
+#[cfg(feature = "reviews")]
 use toolward_result_review::{Review, Reviewer};
 
 wit_bindgen::generate!({
@@ -46,6 +47,7 @@ static CLASSIFY_RULES: OnceLock<Rules> = OnceLock::new();
 /// rules and policy from two components with two texts).
 static DECIDE_RULES: OnceLock<Rules> = OnceLock::new();
 /// The reviews the rules name, compiled in `policy.configure` (so the snapshot holds them).
+#[cfg(feature = "reviews")]
 static REVIEWER: OnceLock<Reviewer> = OnceLock::new();
 
 /// The review name under which a tool's `returns` labels are reported.
@@ -107,15 +109,7 @@ impl PolicyGuest for Component {
         let Some(rules) = DECIDE_RULES.get() else {
             return Err("the rules were not kept".to_owned());
         };
-        let reviews = rules
-            .reviews()
-            .iter()
-            .map(|name| name.parse::<Review>())
-            .collect::<Result<Vec<_>, _>>()?;
-        let reviewer = Reviewer::new(&reviews)?;
-        REVIEWER
-            .set(reviewer)
-            .map_err(|_| "configure was called twice".to_owned())
+        configure_reviews(rules)
     }
 
     fn decide(call: Call) -> Verdict {
@@ -213,7 +207,27 @@ impl ResultsGuest for Component {
         let mut spans = Vec::new();
         let mut found_secret = false;
         let mut found_hidden = false;
-        if let Some(reviewer) = REVIEWER.get() {
+        if !rules.reviews().is_empty() {
+            // A block's URI and MIME type cannot be redacted in place: a finding there
+            // withholds the result.
+            for (index, block) in returned.blocks.iter().enumerate() {
+                let fields = [
+                    ("URI", block.uri.as_str()),
+                    ("MIME type", block.mime_type.as_deref().unwrap_or("")),
+                ];
+                for (what, value) in fields {
+                    if let Some((_, _, kind)) = findings(value).into_iter().next() {
+                        determined_by.push(review_of(&kind).to_owned());
+                        return ReviewAnswer {
+                            action: ResultAction::Withhold(format!(
+                                "the {what} of block {index} holds what the reviews redact ({kind})"
+                            )),
+                            labels,
+                            determined_by,
+                        };
+                    }
+                }
+            }
             for (index, block) in returned.blocks.iter().enumerate() {
                 if block.text.is_empty() {
                     continue;
@@ -221,10 +235,10 @@ impl ResultsGuest for Component {
                 let Ok(index) = u32::try_from(index) else {
                     break;
                 };
-                for finding in reviewer.review(&block.text) {
-                    found_secret |= finding.kind.contains("secret:");
-                    found_hidden |= finding.kind.contains("hidden:");
-                    spans.push(span(index, finding.start, finding.end, finding.kind));
+                for (start, end, kind) in findings(&block.text) {
+                    found_secret |= kind.contains("secret:");
+                    found_hidden |= kind.contains("hidden:");
+                    spans.push(span(index, start, end, kind));
                 }
                 // In JSON text a control character is escaped (`\u001b`): found here.
                 if json_text(block.kind) && rules.reviews().iter().any(|r| r == "hidden-characters")
@@ -254,6 +268,58 @@ impl ResultsGuest for Component {
             labels,
             determined_by,
         }
+    }
+}
+
+/// Compiles the reviews the rules name.
+#[cfg(feature = "reviews")]
+fn configure_reviews(rules: &Rules) -> Result<(), String> {
+    let reviews = rules
+        .reviews()
+        .iter()
+        .map(|name| name.parse::<Review>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let reviewer = Reviewer::new(&reviews)?;
+    REVIEWER
+        .set(reviewer)
+        .map_err(|_| "configure was called twice".to_owned())
+}
+
+/// This build runs no review: rules that name one are refused (the host loads the
+/// reviewing variant for them), never silently unreviewed.
+#[cfg(not(feature = "reviews"))]
+fn configure_reviews(rules: &Rules) -> Result<(), String> {
+    match rules.reviews().first() {
+        Some(review) => Err(format!(
+            "reviews: `{review}` is named, and this build of the default component runs no review (toolward loads its reviewing variant for rules that name reviews)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The findings of the configured reviews in `text`: byte ranges and kinds.
+#[cfg(feature = "reviews")]
+fn findings(text: &str) -> Vec<(usize, usize, String)> {
+    REVIEWER.get().map_or_else(Vec::new, |reviewer| {
+        reviewer
+            .review(text)
+            .into_iter()
+            .map(|f| (f.start, f.end, f.kind))
+            .collect()
+    })
+}
+
+#[cfg(not(feature = "reviews"))]
+fn findings(_text: &str) -> Vec<(usize, usize, String)> {
+    Vec::new()
+}
+
+/// The review a finding's kind comes from.
+fn review_of(kind: &str) -> &'static str {
+    if kind.contains("secret:") {
+        "secrets"
+    } else {
+        "hidden-characters"
     }
 }
 

@@ -1463,10 +1463,15 @@ fn print_audit_head(toolward: &crate::Toolward) {
     }
 }
 
-/// The bytes of a component named on the command line: a `.wasm` path, or `built-in`.
-fn read_component(component: &str) -> Result<Vec<u8>, Failure> {
+/// The bytes of a component named on the command line: a `.wasm` path, or `built-in` (the
+/// default component, its reviewing variant when `settings` name reviews).
+fn read_component(component: &str, settings: Option<&str>) -> Result<Vec<u8>, Failure> {
     if component == "built-in" {
-        return Ok(crate::component::DEFAULT_COMPONENT.to_vec());
+        return Ok(match settings {
+            Some(settings) => crate::component::built_in_for(settings),
+            None => crate::component::DEFAULT_COMPONENT,
+        }
+        .to_vec());
     }
     if component == crate::cedar::BUILT_IN_CEDAR {
         return Ok(crate::component::CEDAR_COMPONENT.to_vec());
@@ -1480,7 +1485,7 @@ fn read_component(component: &str) -> Result<Vec<u8>, Failure> {
 }
 
 fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<ExitCode, Failure> {
-    let bytes = read_component(component)?;
+    let bytes = read_component(component, None)?;
     let cache = match config {
         Some(path) => {
             let state = open_state(&read_config(path)?)?;
@@ -1632,7 +1637,7 @@ fn policy_test(
     let bytes = if is_cedar {
         crate::component::CEDAR_COMPONENT.to_vec()
     } else {
-        read_component(component)?
+        read_component(component, cases.settings.as_deref())?
     };
     let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
     let loaded = host.load(&bytes, component).map_err(usage)?;

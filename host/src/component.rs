@@ -109,6 +109,30 @@ pub const DEFAULT_COMPONENT: &[u8] = include_bytes!(concat!(
     "/guests/wasm32-unknown-unknown/release/toolward_guest_policy.wasm"
 ));
 
+/// The default component built with its result reviews (`guest-policy/`, feature
+/// `reviews`): what the load runs for rules that name `reviews` ([`built_in_for`]). Apart
+/// from [`DEFAULT_COMPONENT`] because the reviews (the `regex` crate) make it eight times
+/// larger, and every start validates and instruments the component it loads.
+pub const REVIEWING_COMPONENT: &[u8] = include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/guests/reviewing/wasm32-unknown-unknown/release/toolward_guest_policy.wasm"
+));
+
+/// The built-in default component for a rules (or settings) text: [`REVIEWING_COMPONENT`]
+/// when its top-level `reviews` names any review, else [`DEFAULT_COMPONENT`]. Text that is
+/// not a JSON object gets [`DEFAULT_COMPONENT`], whose `configure` then reports the fault.
+pub fn built_in_for(settings: &str) -> &'static [u8] {
+    let names_reviews = serde_json::from_str::<serde_json::Value>(settings)
+        .ok()
+        .and_then(|value| value.get("reviews").map(|r| r.as_array().is_none_or(|r| !r.is_empty())))
+        .unwrap_or(false);
+    if names_reviews {
+        REVIEWING_COMPONENT
+    } else {
+        DEFAULT_COMPONENT
+    }
+}
+
 /// The built-in Cedar component (`guest-cedar/`), built by `host/build.rs` and embedded in
 /// the library: it decides calls with the operator's Cedar policies (`policy.cedar` in the
 /// config, `docs/cedar.md`), exporting `policy` and `validation` of `toolward:policy@0.2.0`.

@@ -658,10 +658,19 @@ impl ServerHandler for Gateway {
                 "isError": true,
             }),
         };
+        // serde's message quotes the value it could not take (a server's string): the
+        // client gets where, not what.
         let result: CallToolResult = serde_json::from_value(result).unwrap_or_else(|error| {
+            tracing::warn!(
+                "the result of tool `{}` cannot be encoded as an MCP CallToolResult: {}",
+                text::escape(&request.name),
+                text::escape(&error.to_string())
+            );
             CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
-                "the result of tool `{}` cannot be encoded: {error}",
-                text::escape(&request.name)
+                "the result of tool `{}` cannot be encoded as an MCP CallToolResult (line {}, column {} of its JSON): a content block does not follow the MCP schema; the details are in toolward's log",
+                text::escape(&request.name),
+                error.line(),
+                error.column()
             ))])
         });
         Ok(CallToolResponse::Complete(result))

@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    CEDAR_COMPONENT, Classification, ComponentCache, ComponentError, ComponentHost,
-    DEFAULT_COMPONENT, Effect, GuestLimits, LoadedComponent, Policy, Rules, ToolView,
+    CEDAR_COMPONENT, Classification, ComponentCache, ComponentError, ComponentHost, Effect,
+    GuestLimits, LoadedComponent, Policy, Rules, ToolView, built_in_for,
 };
 use crate::config::Config;
 use crate::config::operator_file::{
@@ -1048,16 +1048,6 @@ pub fn prepare_components(
 ) -> Result<Components, StartError> {
     let cache = ComponentCache::open(state)?;
     let host = ComponentHost::new(limits, Some(cache))?;
-    let load_component =
-        |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
-            match path {
-                Some(path) => {
-                    let bytes = operator_file::read(path, what, MAX_COMPONENT_BYTES)?;
-                    Ok(host.load(&bytes, &path.display().to_string())?)
-                }
-                None => Ok(host.load(DEFAULT_COMPONENT, "built-in")?),
-            }
-        };
     let rules_bytes = read_rules(config)?;
     // Parsers disagree on which of two equal keys wins, so a rules text with duplicate
     // keys is ambiguous to review: refuse it before any component reads it.
@@ -1066,6 +1056,18 @@ pub fn prepare_components(
         reason: e.to_string(),
     })?;
     let rules_text = String::from_utf8_lossy(&rules_bytes).into_owned();
+    // The built-in component for these rules: its reviewing variant when they name reviews.
+    let built_in = built_in_for(&rules_text);
+    let load_component =
+        |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
+            match path {
+                Some(path) => {
+                    let bytes = operator_file::read(path, what, MAX_COMPONENT_BYTES)?;
+                    Ok(host.load(&bytes, &path.display().to_string())?)
+                }
+                None => Ok(host.load(built_in, "built-in")?),
+            }
+        };
     let rules_component = load_component(&config.rules.component, "rules component")?;
     let policy_component = if config.policy.cedar.is_some() {
         host.load(CEDAR_COMPONENT, "built-in-cedar")?

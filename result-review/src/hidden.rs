@@ -247,7 +247,12 @@ pub(crate) fn review(text: &str) -> Vec<Run> {
             continue;
         };
         let end = at + c.len_utf8();
-        if let Some(what) = classify(c) {
+        // A carriage return not followed by a line feed moves a terminal's cursor back over
+        // the line: a control here (one before a line feed is layout).
+        let lone_cr = c == '\r' && bytes.get(end) != Some(&b'\n');
+        if lone_cr {
+            push(at, end, Hidden::Control);
+        } else if let Some(what) = classify(c) {
             push(at, end, what);
         }
         at = end;

@@ -168,7 +168,7 @@
 //! | kind | characters |
 //! | --- | --- |
 //! | `hidden:escape-sequence` | a terminal escape sequence, whole (below) |
-//! | `hidden:control` | C0 controls U+0000–U+001F but tab, line feed and carriage return; DEL U+007F; C1 controls U+0080–U+009F (an ESC or C1 introducer that starts no sequence) |
+//! | `hidden:control` | C0 controls U+0000–U+001F but tab, line feed and a carriage return before a line feed (a lone one moves the cursor back over the line); DEL U+007F; C1 controls U+0080–U+009F (an ESC or C1 introducer that starts no sequence) |
 //! | `hidden:bidi` | U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069 |
 //! | `hidden:zero-width` | U+00AD (soft hyphen), U+180E, U+200B–U+200D, U+2060–U+2064, U+FEFF |
 //! | `hidden:tag` | U+E0000–U+E007F (invisible ASCII: "ASCII smuggling") |
@@ -197,8 +197,8 @@
 //! refuse tool descriptions) is the reference; every character it names hidden is found here
 //! too, but for these differences:
 //!
-//! - Carriage return is never found (the host refuses a lone one, not before a line feed, in
-//!   multi-line text): here it is layout, like tab and line feed.
+//! - A carriage return before a line feed is layout, like tab and line feed; a lone one is a
+//!   control, as the host refuses it.
 //! - U+2028 and U+2029 (line and paragraph separators) are not found: layout too.
 //! - A single variation selector is not found (the host refuses any but U+FE0E and U+FE0F
 //!   right after a visible character): only runs of two or more.

@@ -606,12 +606,13 @@ fn cases_review_results_and_see_labels() {
     .to_string();
     let dir = std::env::temp_dir();
     let cases = CasesFile::parse(&text, &dir, &dir.join("inline.json")).unwrap();
-    let report = run_cases(host(), &default_component(), &cases);
+    let reviewing = load(toolward::guests::REVIEWING_POLICY_WASM);
+    let report = run_cases(host(), &reviewing, &cases);
     assert_all_pass(&report);
     // A wrong expectation of the result fails, showing what the review did.
     let wrong = text.replace(r#""expect_result":"pass""#, r#""expect_result":"withhold""#);
     let cases = CasesFile::parse(&wrong, &dir, &dir.join("inline.json")).unwrap();
-    let report = run_cases(host(), &default_component(), &cases);
+    let report = run_cases(host(), &reviewing, &cases);
     assert_eq!(report.failed, 1, "{}", report.render());
     assert!(
         report.render().contains("result: pass"),

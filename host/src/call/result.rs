@@ -271,11 +271,14 @@ impl Run<'_> {
             Some(Json::Bool(flag)) => *flag,
             Some(_) => return Err(malformed("`isError` is not a boolean")),
         };
-        let content = match raw.remove("content") {
+        let mut content = match raw.remove("content") {
             None => Vec::new(),
             Some(Json::Array(items)) => items,
             Some(_) => return Err(malformed("`content` is not an array")),
         };
+        if self.path.reviews {
+            content.iter_mut().for_each(strip_block);
+        }
         let cap = self.path.settings.max_result_bytes;
         if is_error {
             // The client gets the items' text joined, cut at the cap: that one text is what
@@ -341,6 +344,51 @@ impl Run<'_> {
     }
 }
 
+
+/// Takes out of a content block, when the policy reviews results, what no review reads and
+/// no client needs: its `_meta` (and
+/// an embedded resource's), and any `annotations` member but `audience` (`user` or
+/// `assistant`), `priority` (a number) and `lastModified` (an ISO 8601 date's characters
+/// only). A server's string there would otherwise reach the client unreviewed.
+pub(super) fn strip_block(item: &mut Json) {
+    let Json::Object(block) = item else {
+        return;
+    };
+    block.remove("_meta");
+    if let Some(Json::Object(resource)) = block.get_mut("resource") {
+        resource.remove("_meta");
+    }
+    if let Some(annotations) = block.get_mut("annotations") {
+        let kept = match annotations {
+            Json::Object(members) => {
+                let mut kept = Map::new();
+                if let Some(Json::Array(audience)) = members.get("audience") {
+                    let known: Vec<Json> = audience
+                        .iter()
+                        .filter(|role| matches!(role.as_str(), Some("user" | "assistant")))
+                        .cloned()
+                        .collect();
+                    kept.insert(String::from("audience"), Json::Array(known));
+                }
+                if let Some(priority) = members.get("priority").filter(|p| p.is_number()) {
+                    kept.insert(String::from("priority"), priority.clone());
+                }
+                if let Some(date) = members.get("lastModified").filter(|d| {
+                    d.as_str().is_some_and(|d| {
+                        !d.is_empty()
+                            && d.len() <= 40
+                            && d.bytes().all(|b| b.is_ascii_digit() || b"-:.TZ+".contains(&b))
+                    })
+                }) {
+                    kept.insert(String::from("lastModified"), date.clone());
+                }
+                kept
+            }
+            _ => Map::new(),
+        };
+        *annotations = Json::Object(kept);
+    }
+}
 
 /// The text items of a result's `content`, joined by line breaks.
 pub(super) fn content_text(result: &Json) -> String {

@@ -643,7 +643,7 @@ pub(super) fn audit_replay(
     let bytes = if is_cedar {
         crate::component::CEDAR_COMPONENT.to_vec()
     } else {
-        read_component(policy)?
+        read_component(policy, Some(&settings_text))?
     };
     let host = ComponentHost::new(GuestLimits::default(), None).map_err(failure)?;
     let loaded = host.load(&bytes, policy).map_err(usage)?;

@@ -61,11 +61,19 @@ pub(super) fn handle_line(shared: &Shared, line: &[u8]) -> Result<(), FailureRea
         return Ok(());
     }
     let message: Value = serde_json::from_slice(line).map_err(|error| {
+        // The line's start goes to the operator's log only, escaped: the reason reaches the
+        // client (the tool error of every call until a restart) and the audit log, and a
+        // line the result reviews never saw must not carry the server's text there.
         let start =
             String::from_utf8_lossy(line.get(..MAX_QUOTED_BYTES).unwrap_or(line)).into_owned();
-        not_json_rpc(format!(
-            "{error}, in a line that starts with `{}`",
+        tracing::warn!(
+            server = %crate::text::escape(&shared.server),
+            "server `{}` sent a line that is not JSON ({error}); it starts with `{}`",
+            crate::text::escape(&shared.server),
             quote(&start)
+        );
+        not_json_rpc(format!(
+            "{error} (the line's start is in toolward's log)"
         ))
     })?;
     let Value::Object(mut message) = message else {

@@ -119,7 +119,9 @@ fn a_lone_esc_is_a_control() {
 
 #[test]
 fn control_characters_but_layout() {
-    assert_eq!(review("a\tb\nc\r\nd\re"), []);
+    assert_eq!(review("a\tb\nc\r\nd"), []);
+    // A lone carriage return is a control (it moves the cursor back over the line).
+    assert_eq!(review("d\re"), [hidden(1, 2, "control")]);
     assert_eq!(
         review("a\u{0}\u{7}b\u{7f}"),
         [hidden(1, 3, "control"), hidden(4, 5, "control")]
@@ -263,4 +265,18 @@ proptest::proptest! {
         let plain = bytes.iter().skip(at).position(|&b| may_hide(b)).map(|i| at + i);
         proptest::prop_assert_eq!(next_may_hide(&bytes, at), plain);
     }
+}
+
+#[test]
+fn a_lone_carriage_return_is_a_control_and_one_before_a_line_feed_is_layout() {
+    let reviewer = crate::Reviewer::new(&[crate::Review::HiddenCharacters]).unwrap();
+    let found = reviewer.review("safe output\rEVIL OVERWRITE\r\nnext\r");
+    let spans: Vec<(usize, usize, &str)> = found
+        .iter()
+        .map(|f| (f.start, f.end, f.kind.as_str()))
+        .collect();
+    assert_eq!(
+        spans,
+        [(11, 12, "hidden:control"), (32, 33, "hidden:control")]
+    );
 }

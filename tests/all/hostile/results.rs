@@ -143,7 +143,7 @@ async fn a_line_that_is_not_json_fails_the_server_and_the_gateway_goes_on() {
     assert_call_fails(
         &toolward,
         "bad__junk",
-        &["server `bad` failed: it sent output that is not a JSON-RPC message: expected ident at line 1 column 2, in a line that starts with `this is not JSON`"],
+        &["server `bad` failed: it sent output that is not a JSON-RPC message: expected ident at line 1 column 2 (the line's start is in toolward's log)"],
     )
     .await;
     the_other_server_still_works(&toolward).await;
@@ -270,12 +270,25 @@ async fn a_flood_of_notifications_during_a_call_leaves_the_call_answered_and_mem
         )
         .with("limits", json!({"call_timeout_ms": 120_000}));
     bench.pin().await;
-    let (out, peak_kib) = run_measuring_peak_memory(
-        Command::new(bin)
-            .args(["call", "--config"])
-            .arg(bench.path().join("toolward.json"))
-            .args(["bad__chatty", "--args", r#"{"x":1}"#]),
-    );
+    let call = || {
+        run_measuring_peak_memory(
+            Command::new(bin)
+                .args(["call", "--config"])
+                .arg(bench.path().join("toolward.json"))
+                .args(["bad__chatty", "--args", r#"{"x":1}"#]),
+        )
+    };
+    let flood = std::fs::read_to_string(bench.path().join("bad.json")).unwrap();
+    // The first start compiles the policy component into the state folder's cache, which
+    // alone takes more memory than the flood may: warm the cache with a quiet call first.
+    bench.scenario("bad", &listing(&[&tool("chatty")]));
+    let (warm, _) = call();
+    assert!(warm.status.success());
+    // The same call without the flood, for the baseline.
+    let (quiet, baseline_kib) = call();
+    assert!(quiet.status.success());
+    std::fs::write(bench.path().join("bad.json"), flood).unwrap();
+    let (out, peak_kib) = call();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -283,15 +296,6 @@ async fn a_flood_of_notifications_during_a_call_leaves_the_call_answered_and_mem
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(stdout.trim_end(), r#"{"x":1}"#);
-    // The same call without the flood, for the baseline.
-    bench.scenario("bad", &listing(&[&tool("chatty")]));
-    let (quiet, baseline_kib) = run_measuring_peak_memory(
-        Command::new(bin)
-            .args(["call", "--config"])
-            .arg(bench.path().join("toolward.json"))
-            .args(["bad__chatty", "--args", r#"{"x":1}"#]),
-    );
-    assert!(quiet.status.success());
     assert!(
         peak_kib < baseline_kib + 32 * 1024,
         "peak memory {peak_kib} KiB with the flood, {baseline_kib} KiB without"

@@ -331,3 +331,44 @@ async fn a_review_that_runs_out_of_fuel_withholds_the_result_and_says_so() {
     assert_eq!(decision["result_action"], "withhold");
     assert_eq!(records(&bench, "result")[0]["is_error"], true);
 }
+
+/// What the fifth attack got past the reviews: a server's line that is not JSON quoted into
+/// the tool error, a value the client's encoder refused quoted back, a token in an embedded
+/// resource's URI or an image's MIME type, strings in a block's `_meta` and `annotations`.
+#[tokio::test]
+async fn a_servers_text_outside_the_reviewed_fields_does_not_reach_the_client() {
+    let (_bench, toolward) = reviewing(
+        "review-outside",
+        json!({
+            "meta": {"content": [{"type": "text", "text": "ok", "_meta": {"k": TOKEN},
+                "annotations": {"audience": ["user", TOKEN], "priority": 0.5, "lastModified": TOKEN}}]},
+            "uri": {"content": [{"type": "resource", "resource": {"uri": format!("file:///x/{TOKEN}"), "mimeType": "text/plain", "text": "ok"}}]},
+            "mime": {"content": [{"type": "image", "data": "aGVsbG8=", "mimeType": format!("image/png;{TOKEN}")}]}
+        }),
+        json!(["secrets", "hidden-characters"]),
+        &[],
+    )
+    .await;
+    let meta = call(&toolward, "s__meta").await;
+    assert_eq!(
+        meta.result,
+        json!({"content": [{"type": "text", "text": "ok", "annotations": {"audience": ["user"], "priority": 0.5}}], "isError": false})
+    );
+    for tool in ["s__uri", "s__mime"] {
+        let withheld = call(&toolward, tool).await;
+        assert!(withheld.is_error(), "{tool}: {}", withheld.result);
+        assert!(
+            !withheld.result.to_string().contains(TOKEN),
+            "{tool}: {}",
+            withheld.result
+        );
+        assert!(
+            withheld
+                .text()
+                .contains("holds what the reviews redact (secret:github-pat)"),
+            "{tool}: {}",
+            withheld.text()
+        );
+    }
+    toolward.shutdown().await;
+}
