@@ -514,7 +514,7 @@ fn unknown_key_names_its_path() {
     let text = err_text(value);
     assert!(
         text.starts_with(
-            "audit.synk: unknown key (expected one of `file`, `sync`, `record_arguments`)"
+            "audit.synk: unknown key (expected one of `file`, `sync`, `record_arguments`, `record_results`)"
         ),
         "{text}"
     );

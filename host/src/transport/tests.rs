@@ -419,8 +419,12 @@ async fn output_that_is_not_json_rpc_fails_the_server() {
         ),
         "{message}"
     );
+    // The server's text stays out of the reason (which reaches the client and the audit):
+    // the log has it.
     assert!(
-        message.contains("server `chatty`") && message.contains("Server listening"),
+        message.contains("server `chatty`")
+            && message.contains("the line's start is in toolward's log")
+            && !message.contains("Server listening"),
         "{message}"
     );
 
