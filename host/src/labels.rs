@@ -65,7 +65,7 @@ impl Default for LabelSettings {
 
 impl LabelSettings {
     /// The settings a policy component's reviews give: its confidentiality levels (the
-    /// defaults, [`DEFAULT_LEVELS`], when it names none) and the default principal window.
+    /// defaults, `public` and `private`, when it names none) and the default principal window.
     /// Every label store of a gateway is built from these, so that the in-memory store and
     /// the PostgreSQL one rank levels alike.
     pub fn from_reviews(reviews: &ReviewSettings) -> LabelSettings {
@@ -76,7 +76,7 @@ impl LabelSettings {
         settings
     }
 
-    /// How long the labels of `key` last without a delivered result: [`SESSION_IDLE_MS`]
+    /// How long the labels of `key` last without a delivered result: a day (`SESSION_IDLE_MS`)
     /// for a session, [`LabelSettings::principal_window_ms`] for a sessionless principal.
     pub fn lapse_ms(&self, key: &LabelKey) -> u64 {
         match key {
@@ -150,7 +150,7 @@ impl fmt::Display for LabelKey {
 /// Why labels could not be read or kept.
 #[derive(Debug, thiserror::Error)]
 pub enum LabelError {
-    /// The in-memory store holds [`MAX_KEYS`] keys already.
+    /// The in-memory store holds the labels of 100,000 keys already.
     #[error("the label store holds the labels of {MAX_KEYS} sessions and principals already")]
     Full,
     /// The PostgreSQL store failed.

@@ -128,6 +128,11 @@ pub use state_dir::StateDir;
 // Policy components: the effects and annotations a decision sees, and the bounds on guests.
 pub use component::{Annotations, GuestLimits};
 
+// Sessions' labels (what a session has seen, docs/results.md) and where they are kept.
+pub use labels::{
+    LabelError, LabelFuture, LabelKey, LabelSettings, LabelStore, Labels, MemoryLabels,
+};
+
 /// Runs the `toolward` command line with this process's arguments (the binary's `main`,
 /// and what an embedder's own binary calls to act as the launcher of confined servers).
 pub fn cli_main() -> std::process::ExitCode {

@@ -123,10 +123,11 @@ pub fn replay(path: &Path, policy: &Policy) -> Result<ReplayReport, AuditError> 
         AuditKind::Decision => {
             report.decisions += 1;
             let raw: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
-            if let Some(view) = replay_one(record, &raw, policy, &mut report) {
-                if reviews && record.event.decision != Some(AuditDecision::Deny) {
-                    calls.insert(view.id.clone(), view);
-                }
+            if let Some(view) = replay_one(record, &raw, policy, &mut report)
+                && reviews
+                && record.event.decision != Some(AuditDecision::Deny)
+            {
+                calls.insert(view.id.clone(), view);
             }
         }
         AuditKind::ResultDecision if reviews => {

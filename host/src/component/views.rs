@@ -105,7 +105,7 @@ pub struct CallView {
 
 /// What a session has seen (WIT 0.3.0 `types.labels`): whether untrusted content reached
 /// it, the highest confidentiality of what reached it, and free tags. Joined as results
-/// arrive, never lowered within a session ([`crate::labels`] joins them).
+/// arrive, never lowered within a session (`LabelSettings::join` joins them).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Labels {
     /// Untrusted content has reached the session.
