@@ -42,28 +42,7 @@ pub(super) struct AnswerFile {
 /// declaration order (borrowed, so the arguments are not copied to be MAC'd).
 pub(super) fn with_request_mac_parts<R>(request: &ApprovalRequest, f: impl FnOnce(&[&[u8]]) -> R) -> R {
     let time_ms = request.time_ms.to_string();
-    // A held result's text is covered after the rest; a held call's parts are as before.
-    if let Some(result) = &request.result {
-        return f(&[
-            REQUEST_MAC_DOMAIN,
-            request.call_id.as_bytes(),
-            request.exposed_tool.as_bytes(),
-            request.server.as_bytes(),
-            request.tool.as_bytes(),
-            request.effect.as_bytes(),
-            request.arguments.as_bytes(),
-            request.arguments_sha256.as_bytes(),
-            request.reason.as_bytes(),
-            request.description_sha256.as_bytes(),
-            request.input_schema_sha256.as_bytes(),
-            request.principal.as_bytes(),
-            request.session.as_bytes(),
-            time_ms.as_bytes(),
-            b"result",
-            result.as_bytes(),
-        ]);
-    }
-    f(&[
+    let parts: [&[u8]; 14] = [
         REQUEST_MAC_DOMAIN,
         request.call_id.as_bytes(),
         request.exposed_tool.as_bytes(),
@@ -78,7 +57,12 @@ pub(super) fn with_request_mac_parts<R>(request: &ApprovalRequest, f: impl FnOnc
         request.principal.as_bytes(),
         request.session.as_bytes(),
         time_ms.as_bytes(),
-    ])
+    ];
+    // A held result's text is covered after the rest; a held call's parts are as before.
+    match &request.result {
+        Some(result) => f(&[&parts[..], &[b"result".as_slice(), result.as_bytes()]].concat()),
+        None => f(&parts),
+    }
 }
 
 /// Hands `f` the parts an answer's MAC covers: the request's binding (taken from the request
@@ -100,32 +84,7 @@ fn with_answer_mac_parts<R>(
         optional(by.answerer.as_deref()),
         optional(uid.as_deref()),
     );
-    // An answer to a held result binds the result it was shown.
-    let result_sha256 = request
-        .result
-        .as_ref()
-        .map(|result| crate::canonical::sha256_hex(result.as_bytes()));
-    if let Some(result_sha256) = &result_sha256 {
-        return f(&[
-            ANSWER_MAC_DOMAIN,
-            request.call_id.as_bytes(),
-            request.arguments_sha256.as_bytes(),
-            request.description_sha256.as_bytes(),
-            request.input_schema_sha256.as_bytes(),
-            if approve {
-                b"approve".as_slice()
-            } else {
-                b"deny".as_slice()
-            },
-            &reason,
-            by.channel.as_str().as_bytes(),
-            &answerer,
-            &uid,
-            b"result",
-            result_sha256.as_bytes(),
-        ]);
-    }
-    f(&[
+    let parts: [&[u8]; 10] = [
         ANSWER_MAC_DOMAIN,
         request.call_id.as_bytes(),
         request.arguments_sha256.as_bytes(),
@@ -140,7 +99,15 @@ fn with_answer_mac_parts<R>(
         by.channel.as_str().as_bytes(),
         &answerer,
         &uid,
-    ])
+    ];
+    // An answer to a held result binds the result it was shown.
+    match &request.result {
+        Some(result) => {
+            let result_sha256 = crate::canonical::sha256_hex(result.as_bytes());
+            f(&[&parts[..], &[b"result".as_slice(), result_sha256.as_bytes()]].concat())
+        }
+        None => f(&parts),
+    }
 }
 
 pub(super) fn answer_mac(
