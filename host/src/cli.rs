@@ -1509,23 +1509,29 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
             return Ok(ExitCode::from(EXIT_FOUND));
         }
     };
+    let (v2, v3) = (loaded.exports_policy_v2(), loaded.exports_policy_v3());
+    let v1 = loaded.exports_policy() && !v2 && !v3;
+    let reviewing = v3 && loaded.exports_results();
     let worlds: Vec<&str> = [
-        (
-            loaded.exports_rules() && loaded.exports_policy(),
-            "rules-and-policy",
-        ),
+        (loaded.exports_rules() && v1, "rules-and-policy"),
         (loaded.exports_rules(), "rules-component"),
+        (v1, "policy-component"),
+        (v2 && !loaded.exports_validation(), "policy-component@0.2.0"),
         (
-            loaded.exports_policy() && !loaded.exports_policy_v2(),
-            "policy-component",
-        ),
-        (
-            loaded.exports_policy_v2() && !loaded.exports_validation(),
-            "policy-component@0.2.0",
-        ),
-        (
-            loaded.exports_policy_v2() && loaded.exports_validation(),
+            v2 && loaded.exports_validation(),
             "validated-policy-component@0.2.0",
+        ),
+        (
+            loaded.exports_rules() && reviewing,
+            "rules-and-reviewing-policy@0.3.0",
+        ),
+        (
+            reviewing && !loaded.exports_rules() && !loaded.exports_validation(),
+            "reviewing-policy-component@0.3.0",
+        ),
+        (
+            reviewing && loaded.exports_validation(),
+            "validated-reviewing-policy-component@0.3.0",
         ),
     ]
     .into_iter()
