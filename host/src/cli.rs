@@ -456,7 +456,8 @@ enum PolicyCommand {
         #[arg(long)]
         policy: String,
         /// A settings file for the component's `configure`, used instead of the cases
-        /// file's `settings` or `settings_file`.
+        /// file's `settings` or `settings_file`; with a `.cedar` policy, the rules file
+        /// whose reviews, levels and tools' `returns` the Cedar component is given.
         #[arg(long)]
         rules: Option<PathBuf>,
         /// Print the report as JSON.
@@ -1638,7 +1639,10 @@ fn policy_test(
             crate::config::operator_file::MAX_SETTINGS_BYTES,
         )
         .map_err(usage)?;
-        cases.settings = Some(text);
+        // `--rules` then gives the Cedar component the rules file's reviews, levels and
+        // tools' `returns`, as the gateway does.
+        let rules = rules.and(cases.settings.as_deref());
+        cases.settings = Some(crate::cedar::settings(&text, rules));
     }
     let bytes = if is_cedar {
         crate::component::CEDAR_COMPONENT.to_vec()
