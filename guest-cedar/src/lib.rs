@@ -1,15 +1,19 @@
 //! The built-in Cedar policy component (issue 16): decides calls with the operator's Cedar
-//! policies, exporting `policy`, `validation` and `facts` of `toolward:policy@0.2.0` (world
-//! `validated-policy-component`).
+//! policies and reviews results, exporting `policy`, `results`, `validation` and `facts` of
+//! `toolward:policy@0.3.0` (world `validated-reviewing-policy-component`).
 //!
 //! Built for `wasm32-unknown-unknown` and linked by `wasm-component-ld`, so it imports
 //! nothing; `host/build.rs` builds it and the host embeds it. Its settings text is the
-//! operator's `.cedar` file, parsed once in `configure`; the host snapshots the configured
-//! instance, so every decision starts from a parsed policy set in a fresh instance.
+//! operator's `.cedar` file, or a JSON object holding it beside the reviews, the
+//! confidentiality levels and each tool's `returns` (`settings.rs`), parsed once in
+//! `configure`; the host snapshots the configured instance, so every decision starts from a
+//! parsed policy set in a fresh instance.
 //!
-//! The request each call becomes, the three outcomes and the JSON → Cedar mapping are
-//! specified in `docs/cedar.md`; the schema of the request is `docs/toolward.cedarschema`,
-//! compiled into this component.
+//! The request each call becomes (with the session's labels as `context.session`), the three
+//! outcomes and the JSON → Cedar mapping are specified in `docs/cedar.md`; the schema of the
+//! request is `docs/toolward.cedarschema`, compiled into this component. Results are
+//! reviewed as the default component reviews them (`toolward-result-review`'s
+//! `Reviewer::review_result`), not by Cedar policies.
 //!
 //! `cedar-policy` builds only for wasm32 (see `Cargo.toml`): on other targets this crate is
 //! empty, and its behaviour is tested through the host loading the built component
@@ -24,6 +28,8 @@ mod facts;
 mod json;
 mod reads;
 mod request;
+mod review;
+mod settings;
 mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,16 +37,19 @@ use std::str::FromStr;
 use std::sync::OnceLock;
 
 use cedar_policy::{AuthorizationError, Authorizer, Effect as CedarEffect, PolicyId, PolicySet};
+use toolward_policy_table::ResultRules;
+use toolward_result_review::Reviewer;
 
 wit_bindgen::generate!({
-    path: "../wit/v0.2.0",
-    world: "validated-policy-component",
+    path: "../wit/v0.3.0",
+    world: "validated-reviewing-policy-component",
 });
 
-use exports::toolward::policy::facts::Guest as FactsGuest;
-use exports::toolward::policy::policy::{Call, Guest as PolicyGuest, Verdict};
-use exports::toolward::policy::validation::{Guest as ValidationGuest, RegisteredTool};
-use toolward::policy::types::Decision;
+use exports::toolward::policy0_3_0::facts::Guest as FactsGuest;
+use exports::toolward::policy0_3_0::policy::{Call, Guest as PolicyGuest, Verdict};
+use exports::toolward::policy0_3_0::results::{Guest as ResultsGuest, ToolResult};
+use exports::toolward::policy0_3_0::validation::{Guest as ValidationGuest, RegisteredTool};
+use toolward::policy0_3_0::types::{Decision, ReviewAnswer, ReviewSettings};
 
 /// The annotation naming a policy (`@id("…")`): its id in reasons and `determined_by`.
 const ID_ANNOTATION: &str = "id";
@@ -56,10 +65,14 @@ struct Policies {
     set: PolicySet,
     /// What each policy does when satisfied, read from its effect and annotations.
     kinds: Kinds,
-    /// The arguments each policy reads, by its id.
+    /// The arguments and principal attributes each policy reads, by its id.
     reads: Vec<(String, reads::Reads)>,
-    /// The settings text, for line and column of validation errors.
+    /// The Cedar policies' text, for line and column of validation errors.
     source: String,
+    /// The reviews, the confidentiality levels and each tool's `returns`.
+    results: ResultRules,
+    /// The reviews, compiled (so the snapshot holds them).
+    reviewer: Reviewer,
 }
 
 /// What a satisfied policy does, by its id. Read once in `configure`: Cedar's
@@ -97,15 +110,25 @@ struct Component;
 
 impl PolicyGuest for Component {
     fn configure(settings: String) -> Result<(), String> {
-        let set = parse(&settings)?;
+        let settings::Settings { cedar, results } = settings::Settings::parse(&settings)?;
+        let set = parse(&cedar)?;
+        let reads: Vec<(String, reads::Reads)> = set
+            .policies()
+            .map(|p| (p.id().to_string(), reads::Reads::of(p)))
+            .collect();
+        if let Some((id, _)) = reads.iter().find(|(_, reads)| reads.session_whole) {
+            return Err(format!(
+                "policy `{id}` uses `context.session` whole: it is the session's labels, a record (`context.session.untrusted`, `.confidentiality`, `.confidentiality_rank`, `.tags`); the client connection's id is `context.session_id`"
+            ));
+        }
+        let reviewer = Reviewer::named(results.reviews())?;
         let policies = Policies {
             kinds: kinds(&set),
-            reads: set
-                .policies()
-                .map(|p| (p.id().to_string(), reads::Reads::of(p)))
-                .collect(),
+            reads,
             set,
-            source: settings,
+            source: cedar,
+            results,
+            reviewer,
         };
         // One decision before the snapshot, so that what Cedar initialises lazily on first
         // use (its extension functions, among others) is in the snapshot's memory instead
@@ -123,6 +146,28 @@ impl PolicyGuest for Component {
                 "the Cedar component was not configured; the call is denied".to_owned(),
                 Vec::new(),
             ),
+        }
+    }
+}
+
+impl ResultsGuest for Component {
+    fn reviews() -> ReviewSettings {
+        match POLICIES.get() {
+            Some(policies) => ReviewSettings {
+                reviews: policies.results.review_names(),
+                levels: policies.results.levels().into_iter().map(str::to_owned).collect(),
+            },
+            None => ReviewSettings {
+                reviews: Vec::new(),
+                levels: Vec::new(),
+            },
+        }
+    }
+
+    fn review(call: Call, returned: ToolResult) -> ReviewAnswer {
+        match POLICIES.get() {
+            Some(policies) => review::review(&policies.results, &policies.reviewer, &call, &returned),
+            None => review::withhold("the Cedar component was not configured".to_owned()),
         }
     }
 }
@@ -231,8 +276,8 @@ fn edits(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -249,19 +294,30 @@ fn edits(a: &str, b: &str) -> usize {
     d[a.len()][b.len()]
 }
 
-/// A call that exercises the request mapping (arguments of each kind, facts).
+/// A call that exercises the request mapping (arguments of each kind, a principal
+/// attribute, labels, facts).
 fn warm_up_call() -> Call {
+    use toolward::policy0_3_0::types::{Attribute, Effect, Fact, Labels};
     Call {
         id: "warm-up".to_owned(),
         server: "warm-up".to_owned(),
         tool: "warm-up".to_owned(),
-        effect: toolward::policy::types::Effect::ReadOnly,
+        effect: Effect::ReadOnly,
         arguments: r#"{"a":"b","n":1,"d":1.5,"s":["x"],"o":{"t":true}}"#.to_owned(),
         arguments_sha256: String::new(),
         principal: "warm-up".to_owned(),
+        principal_attributes: vec![Attribute {
+            name: "groups".to_owned(),
+            value: r#"["warm-up"]"#.to_owned(),
+        }],
         session: String::new(),
+        labels: Labels {
+            untrusted: true,
+            confidentiality: "private".to_owned(),
+            tags: vec!["warm-up".to_owned()],
+        },
         time_ms: 0,
-        facts: vec![toolward::policy::types::Fact {
+        facts: vec![Fact {
             name: "tool.forwarded.minute".to_owned(),
             value: "0".to_owned(),
         }],
@@ -284,7 +340,8 @@ fn deny(reason: String, determined_by: Vec<String>) -> Verdict {
 
 /// Three outcomes from Cedar's two effects (`docs/cedar.md`, "Outcomes").
 fn decide(policies: &Policies, call: &Call) -> Verdict {
-    let request = match request::Request::of(call) {
+    let rank = policies.results.rank(&call.labels.confidentiality);
+    let request = match request::Request::of(call, rank) {
         Ok(request) => request,
         Err(reason) => return deny(format!("{reason}; the call is denied"), Vec::new()),
     };
@@ -302,12 +359,13 @@ fn decide(policies: &Policies, call: &Call) -> Verdict {
     verdict
 }
 
-/// A deny when an argument Cedar cannot hold exactly was left out and a policy reads it.
-/// Without it a guarded policy (`context.arguments has n && context.arguments.n > 100`, or a
-/// record compared whole) would see the argument as absent and not apply: a forbid would
-/// fail open. Stricter than Cedar, as for evaluation errors (`docs/cedar.md`).
+/// A deny when an argument (or a principal attribute) Cedar cannot hold exactly was left
+/// out and a policy reads it. Without it a guarded policy (`context.arguments has n &&
+/// context.arguments.n > 100`, or a record compared whole) would see the argument as absent
+/// and not apply: a forbid would fail open. Stricter than Cedar, as for evaluation errors
+/// (`docs/cedar.md`).
 fn left_out_and_read(policies: &Policies, request: &request::Request) -> Option<Verdict> {
-    for path in &request.left_out_arguments {
+    for path in &request.left_out {
         let readers: Vec<String> = policies
             .reads
             .iter()
@@ -317,8 +375,8 @@ fn left_out_and_read(policies: &Policies, request: &request::Request) -> Option<
         if let Some(first) = readers.first() {
             return Some(deny(
                 format!(
-                    "argument `{}` cannot be held exactly by Cedar (null, an integer beyond 64 bits, more than four decimals, an exponent, or an array holding one) and policy `{first}` reads it; the call is denied",
-                    request::pointer(path)
+                    "{} cannot be held exactly by Cedar (null, an integer beyond 64 bits, more than four decimals, an exponent, or an array holding one) and policy `{first}` reads it; the call is denied",
+                    request::left_out_name(path)
                 ),
                 readers,
             ));

@@ -1,26 +1,31 @@
-//! Which arguments each policy reads, so that an argument Cedar cannot hold exactly fails
-//! closed even under a `has` guard (`docs/cedar.md`, "Values Cedar cannot hold").
+//! Which arguments (and principal attributes) each policy reads, so that a value Cedar
+//! cannot hold exactly fails closed even under a `has` guard (`docs/cedar.md`, "Values Cedar
+//! cannot hold"); and whether a policy uses `context.session` whole, as policies written
+//! before it held the session's labels compared it with the connection's id.
 //!
 //! Read from each policy's syntax tree (Cedar's JSON form): every access chain rooted at
-//! `context.arguments` (`context.arguments.o.mode`, `context.arguments has n`) is a path the
-//! policy reads; `context.arguments` or `context` used whole (compared, passed anywhere)
-//! reads every argument. A left-out argument is read by a value the policy uses when either
-//! path is a prefix of the other (`o == {…}` reads `/o/force`; `o.mode` does not), and by a
-//! presence test when the argument's path is a prefix of the tested one (`has n` reads `/n`;
-//! `has o` does not read `/o/force`).
+//! `context` (`context.arguments.o.mode`, `context.arguments has n`) is a path the policy
+//! reads; `context` used whole (compared, passed anywhere) reads everything, and
+//! `context.arguments` used whole every argument. A left-out value is read by a value the
+//! policy uses when either path is a prefix of the other (`o == {…}` reads `/o/force`;
+//! `o.mode` does not), and by a presence test when the value's path is a prefix of the
+//! tested one (`has n` reads `/n`; `has o` does not read `/o/force`).
 
 use cedar_policy::Policy;
 use serde_json::{Map, Value};
 
-/// The arguments one policy reads.
+/// What one policy reads.
 #[derive(Debug, Default)]
 pub struct Reads {
-    /// Member paths below `context.arguments` the policy uses the value of (`.`).
+    /// Member paths below `context` the policy uses the value of (`.`).
     values: Vec<Vec<String>>,
-    /// Member paths below `context.arguments` the policy tests the presence of (`has`).
+    /// Member paths below `context` the policy tests the presence of (`has`).
     tests: Vec<Vec<String>>,
-    /// `context.arguments` or `context` used whole: every argument is read.
+    /// `context` used whole: everything is read.
     whole: bool,
+    /// `context.session` used whole (compared, passed anywhere) rather than through its
+    /// attributes.
+    pub session_whole: bool,
 }
 
 impl Reads {
@@ -34,10 +39,11 @@ impl Reads {
         reads
     }
 
-    /// Whether the argument at `path` (member names and indexes) is read.
+    /// Whether the value at `path` (below `context`: `arguments`, then member names and
+    /// indexes) is read.
     ///
-    /// A value used reads every argument on its path and inside it; a presence test reads
-    /// only the arguments on its path (`has o` does not depend on `o`'s members).
+    /// A value used reads every value on its path and inside it; a presence test reads
+    /// only the values on its path (`has o` does not depend on `o`'s members).
     pub fn reads(&self, path: &[String]) -> bool {
         self.whole
             || self.values.iter().any(|used| {
@@ -104,18 +110,13 @@ fn walk(value: &Value, reads: &mut Reads, as_left: bool) {
             if let Some((left, path, test)) = access(map) {
                 if let Some(mut accessed) = chain(left) {
                     accessed.extend(path.into_iter().map(str::to_owned));
-                    if accessed.first().map(String::as_str) == Some("arguments") {
-                        if accessed.len() == 1 && !test && !as_left {
-                            // `context.arguments` compared or passed whole.
-                            reads.whole = true;
-                        } else if accessed.len() > 1 {
-                            let path = accessed.split_off(1);
-                            if test {
-                                reads.tests.push(path);
-                            } else {
-                                reads.values.push(path);
-                            }
-                        }
+                    if test {
+                        reads.tests.push(accessed);
+                    } else if accessed.len() > 1 || !as_left {
+                        // `context.arguments` compared or passed whole reads every
+                        // argument: the path `arguments` is a prefix of each.
+                        reads.session_whole |= accessed == ["session"] && !as_left;
+                        reads.values.push(accessed);
                     }
                     return;
                 }

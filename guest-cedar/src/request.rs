@@ -1,6 +1,6 @@
 //! A call as a Cedar request (`docs/cedar.md`, "The request"): principal, action, resource
-//! with its server, and the context, with JSON arguments converted only where Cedar holds
-//! them exactly.
+//! with its server, and the context, with JSON arguments (and principal attributes)
+//! converted only where Cedar holds them exactly, and the session's labels.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
@@ -10,9 +10,9 @@ use cedar_policy::{
     Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, RestrictedExpression,
 };
 
-use crate::exports::toolward::policy::policy::Call;
+use crate::exports::toolward::policy0_3_0::policy::Call;
 use crate::json::{self, Json};
-use crate::toolward::policy::types::Effect;
+use crate::toolward::policy0_3_0::types::Effect;
 
 /// Entity type of the principal.
 pub const PRINCIPAL_TYPE: &str = "Toolward::Principal";
@@ -32,14 +32,19 @@ const DECIMAL_DIGITS: usize = 4;
 pub struct Request {
     pub request: cedar_policy::Request,
     pub entities: Entities,
-    /// JSON pointers of the arguments (and `/facts/…` of facts) left out because Cedar
-    /// cannot hold them exactly.
+    /// JSON pointers of the arguments (`/facts/…` of facts, `/principal_attributes/…` of
+    /// principal attributes) left out because Cedar cannot hold them exactly.
     pub unrepresentable: Vec<String>,
-    /// The paths (member names and indexes) of the arguments left out, to tell which
-    /// policies would have read them ([`crate::reads`]); their pointers ([`pointer`]) are
-    /// the first of `unrepresentable`.
-    pub left_out_arguments: Vec<Vec<String>>,
+    /// The paths below `context` (`arguments` or `principal_attributes`, then member names
+    /// and indexes) of the values left out, to tell which policies would have read them
+    /// ([`crate::reads`]); named in a deny by [`left_out_name`].
+    pub left_out: Vec<Vec<String>>,
 }
+
+/// The context attribute holding the arguments.
+const ARGUMENTS: &str = "arguments";
+/// The context attribute holding the principal's attributes.
+const PRINCIPAL_ATTRIBUTES: &str = "principal_attributes";
 
 /// `effect` as the rules file spells it.
 pub fn effect_name(effect: Effect) -> &'static str {
@@ -82,11 +87,12 @@ pub fn tool_id(server: &str, tool: &str) -> String {
 }
 
 impl Request {
-    /// The request for `call`.
+    /// The request for `call`, whose session's confidentiality has `rank` among the
+    /// settings' levels.
     ///
     /// # Errors
     /// A reason when the arguments are not JSON or Cedar refuses the request.
-    pub fn of(call: &Call) -> Result<Request, String> {
+    pub fn of(call: &Call, rank: usize) -> Result<Request, String> {
         let principal = uid(PRINCIPAL_TYPE, &call.principal)?;
         let action = uid(ACTION_TYPE, CALL_ACTION)?;
         let server = uid(SERVER_TYPE, &call.server)?;
@@ -122,17 +128,31 @@ impl Request {
         .map_err(|e| format!("the call's entities: {e}"))?;
 
         let arguments = json::parse(&call.arguments)?;
-        let mut left_out_arguments = Vec::new();
+        let mut left_out = Vec::new();
         let arguments = match &arguments {
-            Json::Object(_) => to_cedar(&arguments, &mut Vec::new(), &mut left_out_arguments),
+            Json::Object(_) => to_cedar(
+                &arguments,
+                &mut vec![Step::Key(ARGUMENTS)],
+                &mut left_out,
+            ),
             _ => None,
         }
         .unwrap_or_else(empty_record);
-        let mut unrepresentable: Vec<String> =
-            left_out_arguments.iter().map(|p| pointer(p)).collect();
+        let attributes = principal_attributes(call, &mut left_out);
+        // An argument's pointer is below `context.arguments` (`/n`), as before attributes
+        // were given; an attribute's below the context (`/principal_attributes/groups`).
+        let mut unrepresentable: Vec<String> = left_out
+            .iter()
+            .map(|path| match path.split_first() {
+                Some((root, rest)) if root == ARGUMENTS => pointer(rest),
+                _ => pointer(path),
+            })
+            .collect();
         let facts = facts(&call.facts, &mut unrepresentable);
+        let rank = i64::try_from(rank).unwrap_or(i64::MAX);
         let mut pairs = vec![
-            ("arguments".to_owned(), arguments),
+            (ARGUMENTS.to_owned(), arguments),
+            (PRINCIPAL_ATTRIBUTES.to_owned(), attributes),
             (
                 "arguments_sha256".to_owned(),
                 RestrictedExpression::new_string(call.arguments_sha256.clone()),
@@ -142,9 +162,10 @@ impl Request {
                 RestrictedExpression::new_string(call.id.clone()),
             ),
             (
-                "session".to_owned(),
+                "session_id".to_owned(),
                 RestrictedExpression::new_string(call.session.clone()),
             ),
+            ("session".to_owned(), session(call, rank)),
             ("facts".to_owned(), facts),
         ];
         match i64::try_from(call.time_ms) {
@@ -166,8 +187,86 @@ impl Request {
             request,
             entities,
             unrepresentable,
-            left_out_arguments,
+            left_out,
         })
+    }
+}
+
+/// `context.session`: the labels of the call's session, with the rank of its
+/// confidentiality so that policies can compare levels.
+fn session(call: &Call, rank: i64) -> RestrictedExpression {
+    let labels = &call.labels;
+    RestrictedExpression::new_record([
+        (
+            "untrusted".to_owned(),
+            RestrictedExpression::new_bool(labels.untrusted),
+        ),
+        (
+            "confidentiality".to_owned(),
+            RestrictedExpression::new_string(labels.confidentiality.clone()),
+        ),
+        (
+            "confidentiality_rank".to_owned(),
+            RestrictedExpression::new_long(rank),
+        ),
+        (
+            "tags".to_owned(),
+            RestrictedExpression::new_set(
+                labels
+                    .tags
+                    .iter()
+                    .map(|tag| RestrictedExpression::new_string(tag.clone())),
+            ),
+        ),
+    ])
+    // Four distinct keys: the record always builds.
+    .unwrap_or_else(|_| empty_record())
+}
+
+/// `context.principal_attributes`: a record of the attributes by name, each JSON value
+/// converted as arguments are. A value that is not JSON, that Cedar cannot hold exactly, or
+/// whose name is given twice is left out, its path added to `left_out`.
+fn principal_attributes(call: &Call, left_out: &mut Vec<Vec<String>>) -> RestrictedExpression {
+    let mut fields: Vec<(String, RestrictedExpression)> = Vec::new();
+    let mut twice: Vec<&str> = Vec::new();
+    for (i, attribute) in call.principal_attributes.iter().enumerate() {
+        let name = attribute.name.as_str();
+        if call.principal_attributes[..i].iter().any(|a| a.name == name) {
+            continue;
+        }
+        if call.principal_attributes[i + 1..].iter().any(|a| a.name == name) {
+            twice.push(name);
+            continue;
+        }
+        let value = match json::parse(&attribute.value) {
+            Ok(value) => to_cedar(
+                &value,
+                &mut vec![Step::Key(PRINCIPAL_ATTRIBUTES), Step::Key(name)],
+                left_out,
+            ),
+            Err(_) => {
+                left_out.push(vec![PRINCIPAL_ATTRIBUTES.to_owned(), name.to_owned()]);
+                None
+            }
+        };
+        if let Some(value) = value {
+            fields.push((name.to_owned(), value));
+        }
+    }
+    for name in twice {
+        left_out.push(vec![PRINCIPAL_ATTRIBUTES.to_owned(), name.to_owned()]);
+    }
+    RestrictedExpression::new_record(fields).unwrap_or_else(|_| empty_record())
+}
+
+/// How a deny names a value left out at `path` (a [`Request::left_out`] path).
+pub fn left_out_name(path: &[String]) -> String {
+    match path.split_first() {
+        Some((root, rest)) if root == ARGUMENTS => format!("argument `{}`", pointer(rest)),
+        Some((root, rest)) if root == PRINCIPAL_ATTRIBUTES => {
+            format!("principal attribute `{}`", pointer(rest))
+        }
+        _ => format!("`{}`", pointer(path)),
     }
 }
 
@@ -243,16 +342,19 @@ fn to_cedar<'a>(
         }
     };
     if converted.is_none() {
-        left_out.push(
-            path.iter()
-                .map(|step| match step {
-                    Step::Key(name) => (*name).to_owned(),
-                    Step::Index(i) => i.to_string(),
-                })
-                .collect(),
-        );
+        left_out.push(owned(path));
     }
     converted
+}
+
+/// A path's steps as member names and indexes.
+fn owned(path: &[Step<'_>]) -> Vec<String> {
+    path.iter()
+        .map(|step| match step {
+            Step::Key(name) => (*name).to_owned(),
+            Step::Index(i) => i.to_string(),
+        })
+        .collect()
 }
 
 /// A canonical JSON number as a Cedar `Long` or `decimal`, when it is one exactly.
@@ -321,7 +423,7 @@ impl Node {
 /// `context.facts`: `tool.forwarded.minute` = `3` becomes
 /// `context.facts.tool.forwarded.minute == 3`.
 fn facts(
-    facts: &[crate::toolward::policy::types::Fact],
+    facts: &[crate::toolward::policy0_3_0::types::Fact],
     unrepresentable: &mut Vec<String>,
 ) -> RestrictedExpression {
     let mut root = Node::Branch(BTreeMap::new());

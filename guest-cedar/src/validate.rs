@@ -19,7 +19,7 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
-use crate::exports::toolward::policy::validation::RegisteredTool;
+use crate::exports::toolward::policy0_3_0::validation::RegisteredTool;
 use crate::json::MAX_DEPTH;
 use crate::request::{SERVER_TYPE, TOOL_TYPE, effect_name, tool_id, uid};
 

@@ -19,10 +19,10 @@
 use std::sync::OnceLock;
 
 use toolward_policy_table::{
-    Decision as TableDecision, Effect as TableEffect, Rules, SessionLabels,
+    Decision as TableDecision, Effect as TableEffect, LABELS_REVIEW, Rules, SessionLabels,
 };
 #[cfg(feature = "reviews")]
-use toolward_result_review::{Review, Reviewer};
+use toolward_result_review::{Block, BlockFinding, Reviewer};
 
 wit_bindgen::generate!({
     path: "../wit/v0.3.0",
@@ -37,9 +37,10 @@ use exports::toolward::policy0_3_0::policy::{Call, Guest as PolicyGuest};
 use exports::toolward::policy0_3_0::results::{Guest as ResultsGuest, ToolResult};
 use toolward::policy0_1_0::types::{Effect, FixedParameter};
 use toolward::policy0_3_0::types::{
-    BlockKind, Decision, Effect as Effect3, Labels, ResultAction, ReviewAnswer, ReviewSettings,
-    Span, Verdict,
+    Decision, Effect as Effect3, Labels, ResultAction, ReviewAnswer, ReviewSettings, Verdict,
 };
+#[cfg(feature = "reviews")]
+use toolward::policy0_3_0::types::{BlockKind, Span};
 
 /// Rules for `classify`, set by `rules.configure`.
 static CLASSIFY_RULES: OnceLock<Rules> = OnceLock::new();
@@ -49,9 +50,6 @@ static DECIDE_RULES: OnceLock<Rules> = OnceLock::new();
 /// The reviews the rules name, compiled in `policy.configure` (so the snapshot holds them).
 #[cfg(feature = "reviews")]
 static REVIEWER: OnceLock<Reviewer> = OnceLock::new();
-
-/// The review name under which a tool's `returns` labels are reported.
-const LABELS: &str = "labels";
 
 struct Component;
 
@@ -164,19 +162,8 @@ impl ResultsGuest for Component {
                 levels: Vec::new(),
             };
         };
-        let mut reviews: Vec<String> = rules.reviews().to_vec();
-        let labels_any = rules.names().any(|(server, tools)| {
-            tools.iter().any(|tool| {
-                rules
-                    .tool_rule(server, tool)
-                    .is_some_and(|rule| rule.returns != Default::default())
-            })
-        });
-        if labels_any {
-            reviews.push(LABELS.to_owned());
-        }
         ReviewSettings {
-            reviews,
+            reviews: rules.results().review_names(),
             levels: rules.levels().into_iter().map(str::to_owned).collect(),
         }
     }
@@ -187,82 +174,21 @@ impl ResultsGuest for Component {
             confidentiality: String::new(),
             tags: Vec::new(),
         };
-        let mut determined_by: Vec<String> = Vec::new();
         let Some(rules) = DECIDE_RULES.get() else {
             return ReviewAnswer {
                 action: ResultAction::Withhold("the policy was not configured".to_owned()),
                 labels,
-                determined_by,
+                determined_by: Vec::new(),
             };
         };
-        if let Some(rule) = rules.tool_rule(&call.server, &call.tool) {
-            let returns = &rule.returns;
-            if *returns != Default::default() {
-                labels.untrusted = returns.untrusted;
-                labels.confidentiality = returns.confidentiality.clone().unwrap_or_default();
-                labels.tags = returns.tags.clone();
-                determined_by.push(LABELS.to_owned());
-            }
+        let mut determined_by = Vec::new();
+        if let Some(returns) = rules.results().returns(&call.server, &call.tool) {
+            labels.untrusted = returns.untrusted;
+            labels.confidentiality = returns.confidentiality.clone().unwrap_or_default();
+            labels.tags = returns.tags.clone();
+            determined_by.push(LABELS_REVIEW.to_owned());
         }
-        let mut spans = Vec::new();
-        let mut found_secret = false;
-        let mut found_hidden = false;
-        if !rules.reviews().is_empty() {
-            // A block's URI and MIME type cannot be redacted in place: a finding there
-            // withholds the result.
-            for (index, block) in returned.blocks.iter().enumerate() {
-                let fields = [
-                    ("URI", block.uri.as_str()),
-                    ("MIME type", block.mime_type.as_deref().unwrap_or("")),
-                ];
-                for (what, value) in fields {
-                    if let Some((_, _, kind)) = findings(value).into_iter().next() {
-                        determined_by.push(review_of(&kind).to_owned());
-                        return ReviewAnswer {
-                            action: ResultAction::Withhold(format!(
-                                "the {what} of block {index} holds what the reviews redact ({kind})"
-                            )),
-                            labels,
-                            determined_by,
-                        };
-                    }
-                }
-            }
-            for (index, block) in returned.blocks.iter().enumerate() {
-                if block.text.is_empty() {
-                    continue;
-                }
-                let Ok(index) = u32::try_from(index) else {
-                    break;
-                };
-                for (start, end, kind) in findings(&block.text) {
-                    found_secret |= kind.contains("secret:");
-                    found_hidden |= kind.contains("hidden:");
-                    spans.push(span(index, start, end, kind));
-                }
-                // In JSON text a control character is escaped (`\u001b`): found here.
-                if json_text(block.kind) && rules.reviews().iter().any(|r| r == "hidden-characters")
-                {
-                    for (start, end) in escaped_controls(&block.text) {
-                        found_hidden = true;
-                        spans.push(span(index, start, end, "hidden:control".to_owned()));
-                    }
-                }
-            }
-        }
-        if found_secret {
-            // A secret makes the result as confidential as the rules' highest level.
-            labels.confidentiality = rules.highest_level();
-            determined_by.push("secrets".to_owned());
-        }
-        if found_hidden {
-            determined_by.push("hidden-characters".to_owned());
-        }
-        let action = if spans.is_empty() {
-            ResultAction::Pass
-        } else {
-            ResultAction::Redact(spans)
-        };
+        let action = reviewed(rules, &returned, &mut labels, &mut determined_by);
         ReviewAnswer {
             action,
             labels,
@@ -271,15 +197,69 @@ impl ResultsGuest for Component {
     }
 }
 
+/// What the reviews make of `returned` (`Reviewer::review_result`, the code the Cedar
+/// component runs too): its labels raised and the reviews that determined it named.
+#[cfg(feature = "reviews")]
+fn reviewed(
+    rules: &Rules,
+    returned: &ToolResult,
+    labels: &mut Labels,
+    determined_by: &mut Vec<String>,
+) -> ResultAction {
+    let Some(reviewer) = REVIEWER.get() else {
+        return ResultAction::Withhold("the reviews were not configured".to_owned());
+    };
+    let blocks: Vec<Block<'_>> = returned
+        .blocks
+        .iter()
+        .map(|block| Block {
+            text: &block.text,
+            json: json_text(block.kind),
+            uri: &block.uri,
+            mime_type: block.mime_type.as_deref().unwrap_or(""),
+        })
+        .collect();
+    let found = reviewer.review_result(&blocks, &rules.highest_level());
+    determined_by.extend(found.determined_by);
+    if let Some(reason) = found.withhold {
+        return ResultAction::Withhold(reason);
+    }
+    if let Some(level) = found.confidentiality {
+        labels.confidentiality = level;
+    }
+    if found.findings.is_empty() {
+        return ResultAction::Pass;
+    }
+    ResultAction::Redact(
+        found
+            .findings
+            .into_iter()
+            .map(|BlockFinding { block, finding }| Span {
+                block: u32::try_from(block).unwrap_or(u32::MAX),
+                start: u32::try_from(finding.start).unwrap_or(u32::MAX),
+                end: u32::try_from(finding.end).unwrap_or(u32::MAX),
+                kind: finding.kind,
+            })
+            .collect(),
+    )
+}
+
+/// This build runs no review (rules that name one are refused in `configure`): a result is
+/// only labelled.
+#[cfg(not(feature = "reviews"))]
+fn reviewed(
+    _rules: &Rules,
+    _returned: &ToolResult,
+    _labels: &mut Labels,
+    _determined_by: &mut Vec<String>,
+) -> ResultAction {
+    ResultAction::Pass
+}
+
 /// Compiles the reviews the rules name.
 #[cfg(feature = "reviews")]
 fn configure_reviews(rules: &Rules) -> Result<(), String> {
-    let reviews = rules
-        .reviews()
-        .iter()
-        .map(|name| name.parse::<Review>())
-        .collect::<Result<Vec<_>, _>>()?;
-    let reviewer = Reviewer::new(&reviews)?;
+    let reviewer = Reviewer::named(rules.reviews())?;
     REVIEWER
         .set(reviewer)
         .map_err(|_| "configure was called twice".to_owned())
@@ -297,77 +277,13 @@ fn configure_reviews(rules: &Rules) -> Result<(), String> {
     }
 }
 
-/// The findings of the configured reviews in `text`: byte ranges and kinds.
-#[cfg(feature = "reviews")]
-fn findings(text: &str) -> Vec<(usize, usize, String)> {
-    REVIEWER.get().map_or_else(Vec::new, |reviewer| {
-        reviewer
-            .review(text)
-            .into_iter()
-            .map(|f| (f.start, f.end, f.kind))
-            .collect()
-    })
-}
-
-#[cfg(not(feature = "reviews"))]
-fn findings(_text: &str) -> Vec<(usize, usize, String)> {
-    Vec::new()
-}
-
-/// The review a finding's kind comes from.
-fn review_of(kind: &str) -> &'static str {
-    if kind.contains("secret:") {
-        "secrets"
-    } else {
-        "hidden-characters"
-    }
-}
-
-fn span(block: u32, start: usize, end: usize, kind: String) -> Span {
-    Span {
-        block,
-        start: u32::try_from(start).unwrap_or(u32::MAX),
-        end: u32::try_from(end).unwrap_or(u32::MAX),
-        kind,
-    }
-}
-
 /// Whether a block's text is JSON (its strings' control characters escaped).
+#[cfg(feature = "reviews")]
 fn json_text(kind: BlockKind) -> bool {
     matches!(
         kind,
         BlockKind::Structured | BlockKind::ResourceLink | BlockKind::Other
     )
-}
-
-/// The `\u00XX` escapes of control characters (C0 but tab, line feed and carriage return;
-/// DEL; C1) in JSON text, as byte ranges; an escaped backslash before them is skipped.
-fn escaped_controls(text: &str) -> Vec<(usize, usize)> {
-    let bytes = text.as_bytes();
-    let mut found = Vec::new();
-    let mut i = 0;
-    while i + 1 < bytes.len() {
-        if bytes[i] != b'\\' {
-            i += 1;
-            continue;
-        }
-        if bytes[i + 1] == b'u' {
-            let code = text
-                .get(i + 2..i + 6)
-                .and_then(|hex| u32::from_str_radix(hex, 16).ok());
-            if let Some(code) = code {
-                let control = (code < 0x20 && !matches!(code, 0x09 | 0x0a | 0x0d))
-                    || (0x7f..=0x9f).contains(&code);
-                if control {
-                    found.push((i, i + 6));
-                }
-                i += 6;
-                continue;
-            }
-        }
-        i += 2;
-    }
-    found
 }
 
 export!(Component);

@@ -456,7 +456,8 @@ enum PolicyCommand {
         #[arg(long)]
         policy: String,
         /// A settings file for the component's `configure`, used instead of the cases
-        /// file's `settings` or `settings_file`.
+        /// file's `settings` or `settings_file`; with a `.cedar` policy, the rules file
+        /// whose reviews, levels and tools' `returns` the Cedar component is given.
         #[arg(long)]
         rules: Option<PathBuf>,
         /// Print the report as JSON.
@@ -1509,23 +1510,29 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
             return Ok(ExitCode::from(EXIT_FOUND));
         }
     };
+    let (v2, v3) = (loaded.exports_policy_v2(), loaded.exports_policy_v3());
+    let v1 = loaded.exports_policy() && !v2 && !v3;
+    let reviewing = v3 && loaded.exports_results();
     let worlds: Vec<&str> = [
-        (
-            loaded.exports_rules() && loaded.exports_policy(),
-            "rules-and-policy",
-        ),
+        (loaded.exports_rules() && v1, "rules-and-policy"),
         (loaded.exports_rules(), "rules-component"),
+        (v1, "policy-component"),
+        (v2 && !loaded.exports_validation(), "policy-component@0.2.0"),
         (
-            loaded.exports_policy() && !loaded.exports_policy_v2(),
-            "policy-component",
-        ),
-        (
-            loaded.exports_policy_v2() && !loaded.exports_validation(),
-            "policy-component@0.2.0",
-        ),
-        (
-            loaded.exports_policy_v2() && loaded.exports_validation(),
+            v2 && loaded.exports_validation(),
             "validated-policy-component@0.2.0",
+        ),
+        (
+            loaded.exports_rules() && reviewing,
+            "rules-and-reviewing-policy@0.3.0",
+        ),
+        (
+            reviewing && !loaded.exports_rules() && !loaded.exports_validation(),
+            "reviewing-policy-component@0.3.0",
+        ),
+        (
+            reviewing && loaded.exports_validation(),
+            "validated-reviewing-policy-component@0.3.0",
         ),
     ]
     .into_iter()
@@ -1632,7 +1639,10 @@ fn policy_test(
             crate::config::operator_file::MAX_SETTINGS_BYTES,
         )
         .map_err(usage)?;
-        cases.settings = Some(text);
+        // `--rules` then gives the Cedar component the rules file's reviews, levels and
+        // tools' `returns`, as the gateway does.
+        let rules = rules.and(cases.settings.as_deref());
+        cases.settings = Some(crate::cedar::settings(&text, rules));
     }
     let bytes = if is_cedar {
         crate::component::CEDAR_COMPONENT.to_vec()

@@ -1093,6 +1093,16 @@ pub fn prepare_components(
         }
         None => rules_text.clone(),
     };
+    // The Cedar component reviews results and labels sessions as the rules file (where the
+    // default component reads it) says: its reviews, levels and tools' `returns`.
+    let policy_text = if config.policy.cedar.is_some() {
+        crate::cedar::settings(
+            &policy_text,
+            config.rules.component.is_none().then_some(rules_text.as_str()),
+        )
+    } else {
+        policy_text
+    };
     let in_file = |path: &Path| {
         let path = path.to_owned();
         move |e: ComponentError| match e {

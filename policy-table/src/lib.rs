@@ -186,8 +186,20 @@ pub struct SessionLabels<'a> {
     pub confidentiality: &'a str,
 }
 
+impl Returns {
+    /// Whether these labels say nothing (no `returns`, or an empty one).
+    pub fn is_empty(&self) -> bool {
+        *self == Returns::default()
+    }
+}
+
 /// The reviews the default component can run on results (the rules' `reviews`).
 pub const REVIEWS: [&str; 2] = ["secrets", "hidden-characters"];
+
+/// The name a review answer gives a tool's `returns` labels among what determined it, and
+/// that [`ResultRules::review_names`] adds when some tool has them (so that the host hands
+/// every result to the component, to be labelled).
+pub const LABELS_REVIEW: &str = "labels";
 
 /// The confidentiality levels when the rules name none, lowest first.
 pub const DEFAULT_LEVELS: [&str; 2] = ["public", "private"];
@@ -287,10 +299,25 @@ struct ServerRules {
 pub struct Rules {
     servers: BTreeMap<String, ServerRules>,
     decisions: [Option<Verdict>; 4],
-    /// The reviews run on every result (`reviews`), names from [`REVIEWS`].
+    /// The reviews, the levels and each tool's `returns`.
+    results: ResultRules,
+}
+
+/// What rules say about tools' results: the reviews run on every result (`reviews`, names
+/// from [`REVIEWS`]), the confidentiality levels (`labels.levels`) and the labels each
+/// tool's results bring to the session (its `returns`).
+///
+/// Every [`Rules`] holds one ([`Rules::results`]). A component that decides otherwise (the
+/// Cedar component) reads one alone from settings of the rules file's shape that carry
+/// only these keys ([`ResultRules::from_value`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResultRules {
+    /// The reviews run on every result, in their order.
     reviews: Vec<String>,
-    /// The confidentiality levels, lowest first (`labels.levels`); empty: [`DEFAULT_LEVELS`].
+    /// The confidentiality levels, lowest first; empty: [`DEFAULT_LEVELS`].
     levels: Vec<String>,
+    /// Server, tool: the tool's `returns`, for the tools whose `returns` says something.
+    returns: BTreeMap<String, BTreeMap<String, Returns>>,
 }
 
 /// A fault in a rules text: the dotted path of the fault and what is wrong there.
@@ -666,26 +693,48 @@ fn returns_of(value: &Value, path: &str) -> Result<Returns, RulesError> {
     })
 }
 
-impl Rules {
-    /// Parses a rules text.
+impl ResultRules {
+    /// Reads what rules say about results from settings of the rules file's shape (a JSON
+    /// object) that carry only `reviews`, `labels` and, under `servers.SERVER.tools.TOOL`,
+    /// `returns`; `other_keys` are keys of the root the caller reads itself (the Cedar
+    /// component's `cedar`). Keys starting with `_` are comments, as in the rules file.
     ///
     /// # Errors
-    /// A [`RulesError`] naming the first fault's path: text that is not JSON, an unknown
-    /// key, an unknown effect or verdict, a value of the wrong type, a missing `effect`, a
-    /// parameter both denied and fixed.
-    pub fn parse(text: &str) -> Result<Rules, RulesError> {
-        let root: Value =
-            serde_json::from_str(text).map_err(|e| fault("", format!("not valid JSON: {e}")))?;
-        let map = object(&root, "")?;
-        only_keys(
-            map,
-            "",
-            &["$schema", "decisions", "servers", "reviews", "labels"],
-        )?;
-        let decisions = match map.get("decisions") {
-            Some(value) => table(value, "decisions")?,
-            None => [None; 4],
+    /// A [`RulesError`] naming the first fault's path, as [`Rules::parse`] names them: an
+    /// unknown key or review, a value of the wrong type, a level that `labels.levels` does
+    /// not name.
+    pub fn from_value(root: &Value, other_keys: &[&str]) -> Result<ResultRules, RulesError> {
+        let map = object(root, "")?;
+        let mut allowed = vec!["$schema", "reviews", "labels", "servers"];
+        allowed.extend_from_slice(other_keys);
+        only_keys(map, "", &allowed)?;
+        let mut results = ResultRules::reviews_and_levels(map)?;
+        let Some(servers) = map.get("servers") else {
+            return Ok(results);
         };
+        for (server, rules) in object(servers, "servers")? {
+            let path = join("servers", server);
+            let server_map = object(rules, &path)?;
+            only_keys(server_map, &path, &["tools"])?;
+            let Some(tools) = server_map.get("tools") else {
+                continue;
+            };
+            let tools_path = join(&path, "tools");
+            for (tool, rule) in object(tools, &tools_path)? {
+                let here = join(&tools_path, tool);
+                let rule = object(rule, &here)?;
+                only_keys(rule, &here, &["returns"])?;
+                if let Some(value) = rule.get("returns") {
+                    let returns = returns_of(value, &join(&here, "returns"))?;
+                    results.add_returns(server, tool, &returns, &here)?;
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// `reviews` and `labels.levels` of the root object `map`, without any `returns`.
+    fn reviews_and_levels(map: &Map<String, Value>) -> Result<ResultRules, RulesError> {
         let reviews = match map.get("reviews") {
             Some(value) => names_of(value, "reviews")?,
             None => Vec::new(),
@@ -714,6 +763,123 @@ impl Rules {
                 }
             }
         }
+        Ok(ResultRules {
+            reviews,
+            levels,
+            returns: BTreeMap::new(),
+        })
+    }
+
+    /// Keeps `returns` as what `tool` of `server` returns (`path`: the tool's rule), when it
+    /// says something; its level must be one of the levels.
+    fn add_returns(
+        &mut self,
+        server: &str,
+        tool: &str,
+        returns: &Returns,
+        path: &str,
+    ) -> Result<(), RulesError> {
+        self.check_level(
+            returns.confidentiality.as_deref(),
+            &join(path, "returns.confidentiality"),
+        )?;
+        if !returns.is_empty() {
+            self.returns
+                .entry(server.to_owned())
+                .or_default()
+                .insert(tool.to_owned(), returns.clone());
+        }
+        Ok(())
+    }
+
+    /// A level named at `path` must be one of the levels: a typo would otherwise rank above
+    /// every level, and hold every call.
+    fn check_level(&self, level: Option<&str>, path: &str) -> Result<(), RulesError> {
+        match level {
+            Some(level) if self.rank(level) > self.levels().len() => Err(fault(
+                path,
+                format!(
+                    "unknown confidentiality level {level:?} (the levels are {}; name more in `labels.levels`)",
+                    self.levels().join(", ")
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The reviews run on every result (`reviews`), in their order.
+    pub fn reviews(&self) -> &[String] {
+        &self.reviews
+    }
+
+    /// What a component answers to `results.reviews`: [`ResultRules::reviews`], then
+    /// [`LABELS_REVIEW`] when some tool's `returns` says something. Empty: no result need
+    /// reach the component.
+    pub fn review_names(&self) -> Vec<String> {
+        let mut names = self.reviews.clone();
+        if !self.returns.is_empty() {
+            names.push(LABELS_REVIEW.to_owned());
+        }
+        names
+    }
+
+    /// The confidentiality levels, lowest first: `labels.levels`, or [`DEFAULT_LEVELS`].
+    pub fn levels(&self) -> Vec<&str> {
+        if self.levels.is_empty() {
+            DEFAULT_LEVELS.to_vec()
+        } else {
+            self.levels.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// The rank of `level`: 0 for none (empty), its place among [`ResultRules::levels`]
+    /// from 1, above every level for an unknown one.
+    pub fn rank(&self, level: &str) -> usize {
+        if level.is_empty() {
+            return 0;
+        }
+        let levels = self.levels();
+        levels
+            .iter()
+            .position(|known| *known == level)
+            .map_or(levels.len() + 1, |at| at + 1)
+    }
+
+    /// The highest level ([`ResultRules::levels`]' last): what a found secret makes a
+    /// result.
+    pub fn highest_level(&self) -> String {
+        self.levels()
+            .last()
+            .map_or_else(String::new, |level| (*level).to_owned())
+    }
+
+    /// What results of `tool` of `server` return, when its `returns` says something.
+    pub fn returns(&self, server: &str, tool: &str) -> Option<&Returns> {
+        self.returns.get(server)?.get(tool)
+    }
+}
+
+impl Rules {
+    /// Parses a rules text.
+    ///
+    /// # Errors
+    /// A [`RulesError`] naming the first fault's path: text that is not JSON, an unknown
+    /// key, an unknown effect or verdict, a value of the wrong type, a missing `effect`, a
+    /// parameter both denied and fixed.
+    pub fn parse(text: &str) -> Result<Rules, RulesError> {
+        let root: Value =
+            serde_json::from_str(text).map_err(|e| fault("", format!("not valid JSON: {e}")))?;
+        let map = object(&root, "")?;
+        only_keys(
+            map,
+            "",
+            &["$schema", "decisions", "servers", "reviews", "labels"],
+        )?;
+        let decisions = match map.get("decisions") {
+            Some(value) => table(value, "decisions")?,
+            None => [None; 4],
+        };
+        let mut results = ResultRules::reviews_and_levels(map)?;
         let mut servers = BTreeMap::new();
         if let Some(value) = map.get("servers") {
             for (server, rules) in object(value, "servers")? {
@@ -749,81 +915,47 @@ impl Rules {
                 );
             }
         }
-        let rules = Rules {
-            servers,
-            decisions,
-            reviews,
-            levels,
-        };
-        rules.check_levels()?;
-        Ok(rules)
-    }
-
-    /// Every level a rule names is one of the levels (a typo would otherwise rank above
-    /// every level, and hold every call).
-    fn check_levels(&self) -> Result<(), RulesError> {
-        for (server, rules) in &self.servers {
-            for (tool, rule) in &rules.tools {
+        for (server, server_rules) in &servers {
+            for (tool, rule) in &server_rules.tools {
                 let here = format!("servers.{server}.tools.{tool}");
-                for (key, level) in [
-                    (
-                        "returns.confidentiality",
-                        rule.returns.confidentiality.as_deref(),
-                    ),
-                    (
-                        "accepts_confidentiality",
-                        rule.accepts_confidentiality.as_deref(),
-                    ),
-                ] {
-                    if let Some(level) =
-                        level.filter(|level| self.rank(level) > self.levels().len())
-                    {
-                        return Err(fault(
-                            &join(&here, key),
-                            format!(
-                                "unknown confidentiality level {level:?} (the levels are {}; name more in `labels.levels`)",
-                                self.levels().join(", ")
-                            ),
-                        ));
-                    }
-                }
+                results.add_returns(server, tool, &rule.returns, &here)?;
+                results.check_level(
+                    rule.accepts_confidentiality.as_deref(),
+                    &join(&here, "accepts_confidentiality"),
+                )?;
             }
         }
-        Ok(())
+        Ok(Rules {
+            servers,
+            decisions,
+            results,
+        })
+    }
+
+    /// What these rules say about results: the reviews, the levels, each tool's `returns`.
+    pub fn results(&self) -> &ResultRules {
+        &self.results
     }
 
     /// The reviews these rules run on every result (`reviews`), in their order.
     pub fn reviews(&self) -> &[String] {
-        &self.reviews
+        self.results.reviews()
     }
 
     /// The confidentiality levels, lowest first: `labels.levels`, or [`DEFAULT_LEVELS`].
     pub fn levels(&self) -> Vec<&str> {
-        if self.levels.is_empty() {
-            DEFAULT_LEVELS.to_vec()
-        } else {
-            self.levels.iter().map(String::as_str).collect()
-        }
+        self.results.levels()
     }
 
     /// The rank of `level`: 0 for none (empty), its place among [`Rules::levels`] from 1,
     /// above every level for an unknown one.
     pub fn rank(&self, level: &str) -> usize {
-        if level.is_empty() {
-            return 0;
-        }
-        let levels = self.levels();
-        levels
-            .iter()
-            .position(|known| *known == level)
-            .map_or(levels.len() + 1, |at| at + 1)
+        self.results.rank(level)
     }
 
     /// The highest level ([`Rules::levels`]' last): what a found secret makes a result.
     pub fn highest_level(&self) -> String {
-        self.levels()
-            .last()
-            .map_or_else(String::new, |level| (*level).to_owned())
+        self.results.highest_level()
     }
 
     /// Why `tool` of `server` does not accept a session with `labels`, with the verdict it
@@ -1351,5 +1483,105 @@ mod tests {
         let limit = rules.tool_rule("fs", "write_file").unwrap().limits.0[0];
         assert_eq!(limit.to_string(), "30 forwarded calls per minute");
         assert_eq!(limit.key(), "forwarded_per_minute");
+    }
+
+    #[test]
+    fn result_rules_read_alone_take_reviews_levels_and_returns_and_nothing_else() {
+        let root: Value = serde_json::from_str(
+            r#"{"cedar": "permit(principal, action, resource);",
+                "reviews": ["secrets"],
+                "labels": {"levels": ["public", "internal", "private"]},
+                "servers": {"web": {"tools": {
+                    "fetch": {"returns": {"untrusted": true, "confidentiality": "public"}},
+                    "plain": {"returns": {}}
+                }}},
+                "_note": "comments are ignored"}"#,
+        )
+        .unwrap();
+        let results = ResultRules::from_value(&root, &["cedar"]).unwrap();
+        assert_eq!(results.reviews(), ["secrets"]);
+        assert_eq!(results.levels(), ["public", "internal", "private"]);
+        assert_eq!(results.rank(""), 0);
+        assert_eq!(results.rank("internal"), 2);
+        assert_eq!(results.rank("unheard-of"), 4);
+        assert_eq!(results.highest_level(), "private");
+        let fetch = results.returns("web", "fetch").unwrap();
+        assert!(fetch.untrusted);
+        assert_eq!(fetch.confidentiality.as_deref(), Some("public"));
+        // A `returns` that says nothing is none.
+        assert_eq!(results.returns("web", "plain"), None);
+        assert_eq!(results.review_names(), ["secrets", LABELS_REVIEW]);
+        // Without `returns`, no `labels` review: no result need reach the component for it.
+        let root: Value = serde_json::from_str(r#"{"reviews": ["hidden-characters"]}"#).unwrap();
+        let results = ResultRules::from_value(&root, &[]).unwrap();
+        assert_eq!(results.review_names(), ["hidden-characters"]);
+        assert_eq!(results.levels(), DEFAULT_LEVELS);
+    }
+
+    #[test]
+    fn result_rules_read_alone_name_their_faults_as_the_rules_file_does() {
+        for (text, path, message) in [
+            (r#"{"cedar": "x"}"#, "cedar", "unknown key"),
+            (
+                r#"{"reviews": ["entropy"]}"#,
+                "reviews[0]",
+                "unknown review \"entropy\"",
+            ),
+            (
+                r#"{"servers": {"s": {"tools": {"t": {"effect": "read-only"}}}}}"#,
+                "servers.s.tools.t.effect",
+                "unknown key (expected one of returns)",
+            ),
+            (
+                r#"{"servers": {"s": {"decisions": {}}}}"#,
+                "servers.s.decisions",
+                "unknown key (expected one of tools)",
+            ),
+            (
+                r#"{"servers": {"s": {"tools": {"t": {"returns": {"confidentiality": "secret"}}}}}}"#,
+                "servers.s.tools.t.returns.confidentiality",
+                "unknown confidentiality level \"secret\"",
+            ),
+            (
+                r#"{"labels": {"levels": []}}"#,
+                "labels.levels",
+                "expected at least one level",
+            ),
+        ] {
+            let root: Value = serde_json::from_str(text).unwrap();
+            let error = ResultRules::from_value(&root, &[]).unwrap_err();
+            assert_eq!(error.path, path, "{text}: {error}");
+            assert!(error.message.starts_with(message), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_rules_file_holds_the_same_result_rules() {
+        let text = r#"{"reviews": ["secrets"], "labels": {"levels": ["public", "secret"]},
+            "servers": {"fs": {"tools": {
+                "read": {"effect": "read-only", "returns": {"confidentiality": "secret", "tags": ["fs"]}},
+                "write": {"effect": "local-change", "accepts_confidentiality": "public"}
+            }}}}"#;
+        let rules = Rules::parse(text).unwrap();
+        let results = rules.results();
+        assert_eq!(results.reviews(), ["secrets"]);
+        assert_eq!(results.highest_level(), "secret");
+        assert_eq!(rules.highest_level(), "secret");
+        assert_eq!(
+            results.returns("fs", "read"),
+            Some(&Returns {
+                untrusted: false,
+                confidentiality: Some("secret".to_owned()),
+                tags: vec!["fs".to_owned()],
+            })
+        );
+        assert_eq!(results.returns("fs", "write"), None);
+        assert_eq!(results.review_names(), ["secrets", LABELS_REVIEW]);
+        // Levels are checked in `accepts_confidentiality` too.
+        let error = Rules::parse(
+            r#"{"servers": {"fs": {"tools": {"w": {"effect": "read-only", "accepts_confidentiality": "secret"}}}}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(error.path, "servers.fs.tools.w.accepts_confidentiality");
     }
 }

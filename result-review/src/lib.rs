@@ -32,6 +32,18 @@
 //! the end of the text), a hidden one starts at a character and ends after one, so all
 //! boundaries are character boundaries.
 //!
+//! # A whole result
+//!
+//! [`Reviewer::review_result`] reviews each block of a tool's result (text, a resource's
+//! text, `structuredContent` and resource links as JSON text) and says what the policy
+//! component's review answer needs: the findings by block, or why the result is withheld
+//! (a finding in a block's URI or MIME type, which cannot be redacted in place); the
+//! confidentiality a found secret gives the result (the highest level the caller names);
+//! and which reviews found something. In a block of JSON text the hidden-characters
+//! review also finds the escaped control characters (`\u001b`), which are what a control
+//! character is in a JSON string. Both the default component (its reviewing variant) and
+//! the Cedar component answer `results.review` with it.
+//!
 //! # The secrets review (`secrets`)
 //!
 //! Kinds `secret:<rule-id>`, or `secret:<rule-id>+base64`, `+percent`, `+json` for an encoded
@@ -284,7 +296,131 @@ pub struct Reviewer {
     hidden: bool,
 }
 
+/// One block of a tool's result, as [`Reviewer::review_result`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block<'a> {
+    /// The block's text; empty for a block that has none (an image, audio, a blob).
+    pub text: &'a str,
+    /// Whether `text` is JSON (`structuredContent`, a resource link, a block of a type the
+    /// host does not know), whose strings hold control characters escaped (`\u001b`).
+    pub json: bool,
+    /// The URI of a resource or resource link; empty for other blocks.
+    pub uri: &'a str,
+    /// The MIME type the server gave; empty when it gave none.
+    pub mime_type: &'a str,
+}
+
+/// A finding in one block of a result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlockFinding {
+    /// The block's index among the blocks reviewed.
+    pub block: usize,
+    /// The span of that block's text, and what it is.
+    pub finding: Finding,
+}
+
+/// What the reviews found in a whole result ([`Reviewer::review_result`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResultFindings {
+    /// The spans to redact, block after block: in each block, the findings of
+    /// [`Reviewer::review`] (sorted, not overlapping), then in a JSON block its escaped
+    /// control characters (`hidden:control`, which may overlap the former).
+    pub findings: Vec<BlockFinding>,
+    /// Why the result must be withheld rather than redacted: a block's URI or MIME type
+    /// holds a finding, and neither can be redacted in place. `findings` is then empty.
+    pub withhold: Option<String>,
+    /// The confidentiality the result takes: the highest level, when a secret was found
+    /// in a text.
+    pub confidentiality: Option<String>,
+    /// The reviews that found something, by name: `secrets`, then `hidden-characters`
+    /// (for a withheld result, the review of the finding that withheld it).
+    pub determined_by: Vec<String>,
+}
+
 impl Reviewer {
+    /// A reviewer running the reviews named `names` ([`Review::as_str`]).
+    ///
+    /// # Errors
+    /// A message naming an unknown review; or as [`Reviewer::new`].
+    pub fn named<S: AsRef<str>>(names: &[S]) -> Result<Reviewer, String> {
+        let reviews = names
+            .iter()
+            .map(|name| name.as_ref().parse::<Review>())
+            .collect::<Result<Vec<_>, _>>()?;
+        Reviewer::new(&reviews)
+    }
+
+    /// The findings in each of `blocks` (a tool's result, block by block), with what they
+    /// make of the result: a finding in a block's URI or MIME type withholds it (the first
+    /// such, before any text is reviewed); otherwise a found secret gives it
+    /// `highest_level` (the highest confidentiality level of the caller's settings), and
+    /// the reviews that found something are named.
+    pub fn review_result(&self, blocks: &[Block<'_>], highest_level: &str) -> ResultFindings {
+        for (index, block) in blocks.iter().enumerate() {
+            for (what, value) in [("URI", block.uri), ("MIME type", block.mime_type)] {
+                if let Some(finding) = self.review(value).into_iter().next() {
+                    let review = if finding.kind.contains("secret:") {
+                        Review::Secrets
+                    } else {
+                        Review::HiddenCharacters
+                    };
+                    return ResultFindings {
+                        withhold: Some(format!(
+                            "the {what} of block {index} holds what the reviews redact ({})",
+                            finding.kind
+                        )),
+                        determined_by: vec![review.as_str().to_owned()],
+                        ..ResultFindings::default()
+                    };
+                }
+            }
+        }
+        let mut findings = Vec::new();
+        let mut found_secret = false;
+        let mut found_hidden = false;
+        for (index, block) in blocks.iter().enumerate() {
+            if block.text.is_empty() {
+                continue;
+            }
+            for finding in self.review(block.text) {
+                found_secret |= finding.kind.contains("secret:");
+                found_hidden |= finding.kind.contains("hidden:");
+                findings.push(BlockFinding {
+                    block: index,
+                    finding,
+                });
+            }
+            if block.json && self.hidden {
+                for (start, end) in hidden::escaped_controls(block.text) {
+                    found_hidden = true;
+                    findings.push(BlockFinding {
+                        block: index,
+                        finding: Finding {
+                            start,
+                            end,
+                            kind: format!("hidden:{}", hidden::Hidden::Control.as_str()),
+                        },
+                    });
+                }
+            }
+        }
+        let mut determined_by = Vec::new();
+        let mut confidentiality = None;
+        if found_secret {
+            confidentiality = Some(highest_level.to_owned());
+            determined_by.push(Review::Secrets.as_str().to_owned());
+        }
+        if found_hidden {
+            determined_by.push(Review::HiddenCharacters.as_str().to_owned());
+        }
+        ResultFindings {
+            findings,
+            withhold: None,
+            confidentiality,
+            determined_by,
+        }
+    }
+
     /// A reviewer running `reviews` (in any order; one named twice runs once; none at all
     /// finds nothing). An error only if a regex does not compile, which the tests rule out.
     pub fn new(reviews: &[Review]) -> Result<Reviewer, String> {

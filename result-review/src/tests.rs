@@ -280,3 +280,100 @@ fn the_doc_example_holds() {
         [secret(7, 47, "github-pat"), hidden(47, 50, "zero-width")]
     );
 }
+
+/// A block of `text`, JSON or not, without URI or MIME type.
+fn block(text: &str, json: bool) -> Block<'_> {
+    Block {
+        text,
+        json,
+        uri: "",
+        mime_type: "",
+    }
+}
+
+#[test]
+fn a_result_is_reviewed_block_by_block_naming_what_found_something() {
+    let token = format!("ghp_{}", fill("abcdef0123456789", 36, 2));
+    let text = format!("key {token}");
+    let json = format!(r#"{{"log":"\u001b[31m","key":"{token}"}}"#);
+    // The middle one is an image: no text, nothing to review.
+    let blocks = [block(&text, false), block("", false), block(&json, true)];
+    let found = reviewer_of(&Review::ALL).review_result(&blocks, "secret");
+    assert_eq!(
+        found.findings,
+        [
+            BlockFinding {
+                block: 0,
+                finding: secret(4, 44, "github-pat"),
+            },
+            BlockFinding {
+                block: 2,
+                finding: secret(27, 67, "github-pat"),
+            },
+            // The escaped ESC of the JSON text, after the block's other findings.
+            BlockFinding {
+                block: 2,
+                finding: hidden(8, 14, "control"),
+            },
+        ]
+    );
+    assert_eq!(found.withhold, None);
+    assert_eq!(found.confidentiality.as_deref(), Some("secret"));
+    assert_eq!(found.determined_by, ["secrets", "hidden-characters"]);
+
+    // Escaped controls are looked for only in JSON text, and only by `hidden-characters`.
+    let found = reviewer_of(&Review::ALL).review_result(&[block(&json, false)], "secret");
+    assert_eq!(found.determined_by, ["secrets"]);
+    let found = reviewer_of(&[Review::Secrets]).review_result(&blocks[2..], "private");
+    assert_eq!(found.findings.len(), 1);
+    assert_eq!(found.determined_by, ["secrets"]);
+    // Nothing found: no level, no name.
+    let found = reviewer_of(&Review::ALL).review_result(&[block("fine", false)], "private");
+    assert_eq!(found, ResultFindings::default());
+}
+
+#[test]
+fn a_finding_in_a_uri_or_mime_type_withholds_the_result() {
+    let token = format!("ghp_{}", fill("abcdef0123456789", 36, 4));
+    let uri = format!("https://example.com/?t={token}");
+    let linked = Block {
+        uri: &uri,
+        ..block("a link", true)
+    };
+    let found = reviewer_of(&Review::ALL).review_result(&[block(&token, false), linked], "private");
+    assert_eq!(
+        found,
+        ResultFindings {
+            withhold: Some(
+                "the URI of block 1 holds what the reviews redact (secret:github-pat)".to_owned()
+            ),
+            determined_by: vec!["secrets".to_owned()],
+            ..ResultFindings::default()
+        }
+    );
+    let typed = Block {
+        mime_type: "text/plain\u{200b}",
+        ..block("text", false)
+    };
+    let found = reviewer_of(&Review::ALL).review_result(&[typed], "private");
+    assert_eq!(
+        found.withhold.as_deref(),
+        Some("the MIME type of block 0 holds what the reviews redact (hidden:zero-width)")
+    );
+    assert_eq!(found.determined_by, ["hidden-characters"]);
+    // A review not run finds nothing there either.
+    let found = reviewer_of(&[Review::Secrets]).review_result(&[typed], "private");
+    assert_eq!(found, ResultFindings::default());
+}
+
+#[test]
+fn a_reviewer_is_named_by_its_reviews_names() {
+    let token = format!("ghp_{}", fill("abcdef0123456789", 36, 3));
+    let named = Reviewer::named(&["secrets"]).unwrap();
+    assert_eq!(named.review(&token), [secret(0, 40, "github-pat")]);
+    assert!(Reviewer::named::<&str>(&[]).unwrap().review(&token).is_empty());
+    assert_eq!(
+        Reviewer::named(&["secrets", "entropy"]).unwrap_err(),
+        "no review named `entropy` (the reviews are `secrets` and `hidden-characters`)"
+    );
+}

@@ -122,11 +122,28 @@ fn policy_inspect_shows_the_built_in_cedar_component_importing_nothing() {
     );
     assert_eq!(
         inspect["worlds"],
-        json!(["validated-policy-component@0.2.0"])
+        json!(["validated-reviewing-policy-component@0.3.0"])
     );
     for import in inspect["imports"].as_array().unwrap() {
-        assert_eq!(import, "toolward:policy/types@0.2.0", "{inspect:#}");
+        assert_eq!(import, "toolward:policy/types@0.3.0", "{inspect:#}");
     }
+    let mut exports: Vec<&str> = inspect["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    exports.sort_unstable();
+    assert_eq!(
+        exports,
+        [
+            "toolward:policy/facts@0.3.0",
+            "toolward:policy/policy@0.3.0",
+            "toolward:policy/results@0.3.0",
+            "toolward:policy/validation@0.3.0"
+        ],
+        "{inspect:#}"
+    );
 }
 
 /// The demo's folder: `examples/cedar/` with the real server's path and a sandbox of its own.

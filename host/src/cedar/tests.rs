@@ -318,7 +318,10 @@ const MAPPING: &str = r#"
 @id("attributes") permit(principal, action, resource)
 when { resource.server == "fs" && resource.name == "write_file" && resource.effect == "local-change" };
 @id("context") permit(principal, action, resource)
-when { context.session == "session-1" && context.time_ms == 1700000000000 && context.call_id == "call-1" && context.arguments_sha256 == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a" };
+when { context.session_id == "session-1" && context.time_ms == 1700000000000 && context.call_id == "call-1" && context.arguments_sha256 == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a" };
+@id("no-labels") permit(principal, action, resource)
+when { !context.session.untrusted && context.session.confidentiality == "" && context.session.confidentiality_rank == 0 && context.session.tags.isEmpty() };
+@id("no-attributes") permit(principal, action, resource) when { context.principal_attributes == {} };
 @id("scalars") permit(principal, action, resource)
 when { context.arguments has path && context.arguments has force && context.arguments has n && context.arguments has opts
   && context.arguments.opts has depth && context.arguments.opts.depth has max
@@ -374,8 +377,15 @@ fn the_request_names_principal_action_tool_inside_its_server_and_its_attributes(
 }
 
 #[test]
-fn the_context_holds_the_sha256_session_time_and_call_id() {
+fn the_context_holds_the_sha256_session_id_time_and_call_id() {
     assert!(has(&satisfied("{}", &[]), "context"));
+}
+
+#[test]
+fn a_session_that_has_seen_nothing_and_a_principal_without_attributes_are_empty() {
+    let ids = satisfied("{}", &[]);
+    assert!(has(&ids, "no-labels"), "{ids:?}");
+    assert!(has(&ids, "no-attributes"), "{ids:?}");
 }
 
 #[test]
@@ -609,4 +619,280 @@ fn the_component_names_exactly_the_fact_scopes_its_policies_read_and_every_scope
             crate::facts::FactScopes::ALL
         );
     }
+}
+
+/// Settings with three levels, reviews, and what two tools return; policies reading the
+/// session's labels and the principal's attributes.
+fn labelled() -> &'static Policy {
+    static POLICY: OnceLock<Policy> = OnceLock::new();
+    POLICY.get_or_init(|| {
+        let rules = r#"{
+            "reviews": ["secrets", "hidden-characters"],
+            "labels": {"levels": ["public", "internal", "private"]},
+            "servers": {"fs": {"tools": {
+                "read_file": {"effect": "read-only", "returns": {"confidentiality": "internal", "tags": ["fs"]}},
+                "fetch": {"effect": "read-only", "returns": {"untrusted": true, "confidentiality": "public"},
+                          "accepts_untrusted": false}
+            }}}
+        }"#;
+        configure(&crate::cedar::settings(LABELLED, Some(rules))).unwrap()
+    })
+}
+
+const LABELLED: &str = r#"
+@id("calls") permit(principal, action, resource);
+@id("untrusted-fetch") @hold("this session has seen untrusted content")
+permit(principal, action, resource == Toolward::Tool::"fs/fetch") when { context.session.untrusted };
+@id("private-fetch") @reason("this session has seen data above internal")
+forbid(principal, action, resource == Toolward::Tool::"fs/fetch") when { context.session.confidentiality_rank > 2 };
+@id("tagged") @reason("no writes after a read of the file system")
+forbid(principal, action, resource == Toolward::Tool::"fs/write_file")
+when { context.session.tags.contains("fs") };
+@id("admins-only") @reason("only admins delete")
+forbid(principal, action, resource == Toolward::Tool::"fs/delete")
+unless { context.principal_attributes has groups && context.principal_attributes.groups.contains("admins") };
+"#;
+
+fn labels(untrusted: bool, confidentiality: &str, tags: &[&str]) -> crate::component::Labels {
+    crate::component::Labels {
+        untrusted,
+        confidentiality: confidentiality.to_owned(),
+        tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+    }
+}
+
+#[test]
+fn a_fetch_is_held_once_the_session_is_untrusted_and_denied_once_its_rank_is_high() {
+    let policy = labelled();
+    let fetch = |labels: crate::component::Labels| {
+        let mut c = call("fetch", Effect::ReadOnly, r#"{"url":"http://127.0.0.1/"}"#);
+        c.labels = labels;
+        policy.answer(&c)
+    };
+    for allowed in [
+        labels(false, "", &[]),
+        labels(false, "public", &[]),
+        labels(false, "internal", &["fs"]),
+    ] {
+        let answer = fetch(allowed.clone());
+        assert_eq!(answer.decision, Decision::Allow, "{allowed:?}");
+        assert_eq!(ids(&answer), ["calls"]);
+    }
+    // Untrusted: held.
+    let answer = fetch(labels(true, "public", &[]));
+    assert_eq!(
+        answer.decision,
+        Decision::Hold("this session has seen untrusted content".to_owned())
+    );
+    assert_eq!(ids(&answer), ["untrusted-fetch"]);
+    // `private` (rank 3 of the settings' levels), or a level the settings do not name
+    // (rank 4, above them all): denied, also when untrusted (a forbid beats a hold).
+    for denied in [
+        labels(false, "private", &[]),
+        labels(false, "top-secret", &[]),
+        labels(true, "private", &[]),
+    ] {
+        let answer = fetch(denied.clone());
+        assert_eq!(
+            answer.decision,
+            Decision::Deny("this session has seen data above internal".to_owned()),
+            "{denied:?}"
+        );
+        assert_eq!(ids(&answer), ["private-fetch"]);
+    }
+    // The tags reach the policies too.
+    let mut write_call = write("{}");
+    assert_eq!(policy.answer(&write_call).decision, Decision::Allow);
+    write_call.labels = labels(false, "internal", &["fs"]);
+    assert_eq!(
+        policy.answer(&write_call).decision,
+        Decision::Deny("no writes after a read of the file system".to_owned())
+    );
+}
+
+#[test]
+fn principal_attributes_convert_as_arguments_and_a_left_out_one_that_is_read_denies() {
+    let policy = labelled();
+    let delete = |attributes: &[(&str, &str)]| {
+        let mut c = call("delete", Effect::Destructive, "{}");
+        c.principal_attributes = attributes
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        policy.answer(&c)
+    };
+    assert_eq!(
+        delete(&[("groups", r#"["staff","admins"]"#), ("email", r#""a@example.com""#)]).decision,
+        Decision::Allow
+    );
+    assert_eq!(
+        delete(&[("groups", r#"["staff"]"#)]).decision,
+        Decision::Deny("only admins delete".to_owned())
+    );
+    assert_eq!(
+        delete(&[]).decision,
+        Decision::Deny("only admins delete".to_owned())
+    );
+    // A value Cedar cannot hold, one that is not JSON, or a name given twice is left out;
+    // `admins-only` reads it, so the call is denied naming both.
+    for attributes in [
+        vec![("groups", r#"["admins",null]"#)],
+        vec![("groups", "admins")],
+        vec![("groups", r#"["admins"]"#), ("groups", r#"["staff"]"#)],
+    ] {
+        let answer = delete(&attributes);
+        let reason = deny_reason(&answer);
+        assert!(
+            reason.contains("principal attribute `/groups`") && reason.contains("policy `admins-only`"),
+            "{attributes:?}: {reason}"
+        );
+        assert_eq!(ids(&answer), ["admins-only"]);
+    }
+    // An attribute no policy reads does not stop the call.
+    assert_eq!(
+        delete(&[("groups", r#"["admins"]"#), ("age", "1e400")]).decision,
+        Decision::Allow
+    );
+}
+
+#[test]
+fn configure_refuses_a_policy_using_context_session_whole() {
+    for policies in [
+        r#"@id("old") forbid(principal, action, resource) when { context.session == "s-1" };"#,
+        r#"@id("old") permit(principal, action, resource) when { context.session like "s-*" };"#,
+    ] {
+        let error = configure(policies).unwrap_err().to_string();
+        assert!(
+            error.contains("policy `old` uses `context.session` whole")
+                && error.contains("`context.session_id`"),
+            "{error}"
+        );
+    }
+    // Through its attributes, and `has`, it is the labels.
+    assert!(
+        configure(
+            r#"permit(principal, action, resource) when { context has session && context.session has untrusted && !context.session.untrusted };"#
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn validation_types_the_session_and_refuses_a_misspelt_label() {
+    let policy = configure(
+        r#"@id("labels") forbid(principal, action, resource == Toolward::Tool::"fs/write_file")
+           when { context.session.untrusted || context.session.confidentiality_rank > 1
+                  || context.session.confidentiality == "private" || context.session.tags.contains("x")
+                  || context.session_id == "" };
+           @id("typo") forbid(principal, action, resource == Toolward::Tool::"fs/write_file")
+           when { context.session.untrustd };
+           @id("attribute") forbid(principal, action, resource == Toolward::Tool::"fs/write_file")
+           when { context.principal_attributes.groups.contains("x") };"#,
+    )
+    .unwrap();
+    let problems = policy.validate(&[tool("write_file", WRITE_SCHEMA)]).unwrap();
+    assert!(problem_of(&problems, "labels").is_empty(), "{problems:?}");
+    assert_eq!(problem_of(&problems, "typo").len(), 1, "{problems:?}");
+    // No attribute is typed until an identity provider supplies them.
+    assert_eq!(problem_of(&problems, "attribute").len(), 1, "{problems:?}");
+}
+
+#[test]
+fn the_cedar_component_reviews_results_redacting_a_token_and_labelling_as_the_settings_say() {
+    let policy = labelled();
+    assert_eq!(
+        policy.reviews(),
+        &crate::component::ReviewSettings {
+            reviews: vec!["secrets".into(), "hidden-characters".into(), "labels".into()],
+            levels: vec!["public".into(), "internal".into(), "private".into()],
+        }
+    );
+    let token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
+    let text = format!("config: {token}");
+    let view = crate::component::ResultView::of(
+        &[serde_json::json!({"type": "text", "text": text})],
+        None,
+        false,
+        0,
+    );
+    let answer = policy.review(&call("read_file", Effect::ReadOnly, "{}"), &view);
+    assert_eq!(
+        answer.action,
+        crate::component::ResultAction::Redact(vec![crate::component::Span {
+            block: 0,
+            start: 8,
+            end: 48,
+            kind: "secret:github-pat".to_owned(),
+        }])
+    );
+    // `internal` from the tool's `returns`, raised to the highest level by the secret.
+    assert_eq!(answer.labels, labels(false, "private", &["fs"]));
+    assert_eq!(answer.determined_by, ["labels", "secrets"]);
+
+    // A result with nothing to redact passes, labelled as its tool returns.
+    let view = crate::component::ResultView::of(
+        &[serde_json::json!({"type": "text", "text": "a page"})],
+        None,
+        false,
+        0,
+    );
+    let answer = policy.review(&call("fetch", Effect::ReadOnly, "{}"), &view);
+    assert_eq!(answer.action, crate::component::ResultAction::Pass);
+    assert_eq!(answer.labels, labels(true, "public", &[]));
+    assert_eq!(answer.determined_by, ["labels"]);
+}
+
+#[test]
+fn policies_alone_review_nothing_and_settings_name_their_faults() {
+    // The `.cedar` text alone: no review, so the host copies no result into the component.
+    assert_eq!(
+        outcomes().reviews(),
+        &crate::component::ReviewSettings {
+            reviews: Vec::new(),
+            levels: vec!["public".into(), "private".into()],
+        }
+    );
+    for (settings, fault) in [
+        (r#"{"reviews": ["secrets"]}"#, "no `cedar` string"),
+        (r#"{"cedar": "permit(principal, action, resource);", "reviews": ["entropy"]}"#, "reviews[0]: unknown review"),
+        (r#"{"cedar": "permit(principal, action, resource);", "decisions": {}}"#, "decisions: unknown key"),
+        (r#"{"cedar": "permit(principal, action resource);"}"#, "line 1, column"),
+        ("{", "not valid JSON"),
+    ] {
+        let error = configure(settings).unwrap_err().to_string();
+        assert!(error.contains(fault), "{settings}: {error}");
+    }
+}
+
+#[test]
+fn the_host_gives_the_cedar_component_the_rules_results_members_only_when_there_are_any() {
+    let policies = "permit(principal, action, resource);";
+    assert_eq!(crate::cedar::settings(policies, None), policies);
+    assert_eq!(
+        crate::cedar::settings(
+            policies,
+            Some(r#"{"decisions": {"local-change": "allow"}, "servers": {"fs": {"tools": {"read": {"effect": "read-only"}}}}}"#)
+        ),
+        policies
+    );
+    let settings: serde_json::Value = serde_json::from_str(&crate::cedar::settings(
+        policies,
+        Some(
+            r#"{"decisions": {}, "reviews": ["secrets"], "labels": {"levels": ["public", "private"]},
+                "servers": {"fs": {"limits": {}, "tools": {
+                    "read": {"effect": "read-only", "returns": {"confidentiality": "private"}, "accepts_untrusted": false},
+                    "write": {"effect": "local-change"}}},
+                "web": {"tools": {"get": {"effect": "read-only"}}}}}"#,
+        ),
+    ))
+    .unwrap();
+    assert_eq!(
+        settings,
+        serde_json::json!({
+            "cedar": policies,
+            "reviews": ["secrets"],
+            "labels": {"levels": ["public", "private"]},
+            "servers": {"fs": {"tools": {"read": {"returns": {"confidentiality": "private"}}}}}
+        })
+    );
 }

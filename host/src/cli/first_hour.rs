@@ -634,12 +634,23 @@ pub(super) fn audit_replay(
             .or_else(|| config.policy.settings.clone())
             .unwrap_or_else(|| config.rules.file.clone())
     };
-    let settings_text = crate::policy_test::read_text(
+    let mut settings_text = crate::policy_test::read_text(
         &settings_path,
         "policy settings",
         crate::config::operator_file::MAX_SETTINGS_BYTES,
     )
     .map_err(usage)?;
+    if is_cedar && config.rules.component.is_none() {
+        // With the reviews, levels and tools' `returns` of the config's rules file, as the
+        // gateway configures the Cedar component.
+        let rules = crate::policy_test::read_text(
+            &config.rules.file,
+            "rules file",
+            crate::config::operator_file::MAX_RULES_BYTES,
+        )
+        .map_err(usage)?;
+        settings_text = crate::cedar::settings(&settings_text, Some(&rules));
+    }
     let bytes = if is_cedar {
         crate::component::CEDAR_COMPONENT.to_vec()
     } else {
