@@ -141,7 +141,7 @@ pub fn cli_main() -> std::process::ExitCode {
 
 /// Paths of the guest components built by `host/build.rs`: the default policy component
 /// and the test fixtures.
-#[cfg(feature = "internals")]
+#[cfg(any(test, feature = "internals"))]
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 }
