@@ -583,22 +583,30 @@ async fn rules_that_name_a_missing_server_or_tool_are_noted_with_the_closest_nam
     registry.close().await;
 }
 
-/// The examples' pinned manifests name the built-in component this build carries, so a
+/// The examples' pinned manifests name the built-in components this build carries, so a
 /// newcomer's first `serve` does not report "the policy component changed since the pin".
 #[test]
 fn the_example_manifests_pin_the_built_in_component() {
-    for example in ["examples/mcp", "examples/data-flow"] {
+    let cedar = toolward::canonical::sha256_hex(toolward::component::CEDAR_COMPONENT);
+    for (example, manifest, policy_is_cedar) in [
+        ("examples/mcp", "manifest.json", false),
+        ("examples/data-flow", "manifest.json", false),
+        ("examples/data-flow", "manifest.cedar.json", true),
+    ] {
         let folder = crate::support::repo().join(example);
         // The variant the load picks for the example's rules (reviewing when they name reviews).
         let rules = std::fs::read_to_string(folder.join("rules.json")).unwrap();
         let built_in = toolward::canonical::sha256_hex(toolward::component::built_in_for(&rules));
-        let text = std::fs::read_to_string(folder.join("manifest.json")).unwrap();
-        let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for role in ["policy", "rules"] {
+        let text = std::fs::read_to_string(folder.join(manifest)).unwrap();
+        let pinned: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for (role, expected) in [
+            ("policy", if policy_is_cedar { &cedar } else { &built_in }),
+            ("rules", &built_in),
+        ] {
             assert_eq!(
-                manifest["components"][role].as_str(),
-                Some(built_in.as_str()),
-                "{example}/manifest.json pins another {role} component: run `toolward pin --config {example}/toolward.json`"
+                pinned["components"][role].as_str(),
+                Some(expected.as_str()),
+                "{example}/{manifest} pins another {role} component: run `toolward pin` with its config"
             );
         }
     }

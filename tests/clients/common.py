@@ -1,6 +1,6 @@
 """Shared by the real-client acceptance tests in this folder (plain Python, standard library).
 
-- `example_copy()` copies examples/mcp (toolward.json, rules.json, the pinned manifest.json)
+- `example_copy()` copies examples/mcp (its configs, rules and pinned manifests)
   into a temp folder with a sandbox and a state directory of its own, and rewrites the
   copied config's server args to absolute paths (the installed server-filesystem, the temp
   sandbox). server-filesystem's listing does not depend on its sandbox path, so the pinned
@@ -55,12 +55,13 @@ HELLO = "Hello from the toolward sandbox.\n"
 class Example:
     """A temp copy of examples/mcp."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, config: str = "toolward.json"):
         self.folder = folder
-        self.config = folder / "toolward.json"
+        self.config = folder / config
         self.sandbox = folder / "sandbox"
-        self.state = folder / "state"
-        self.audit = self.state / "audit.jsonl"
+        settings = json.loads(self.config.read_text())
+        self.state = folder / settings.get("state_dir", "state")
+        self.audit = folder / settings.get("audit", {}).get("file", "state/audit.jsonl")
 
     def toolward(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
         """Runs `toolward ARGS` (an `approvals` subcommand gets `--config` of this copy)."""
@@ -76,10 +77,13 @@ class Example:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def example_copy(prefix: str, audit_sync: str | None = None, example: Path = EXAMPLE) -> Example:
-    """A temp copy of `example` (examples/mcp by default): its config, rules and manifest,
-    its sandbox (examples/mcp's holds only `hello.txt`), with the config's paths made
-    absolute: the sandbox, and commands and arguments inside the installed servers."""
+def example_copy(
+    prefix: str, audit_sync: str | None = None, example: Path = EXAMPLE, config: str = "toolward.json"
+) -> Example:
+    """A temp copy of `example` (examples/mcp by default): its files (configs, rules,
+    manifests, Cedar policies), its sandbox (examples/mcp's holds only `hello.txt`), with the
+    config named `config` made absolute: the sandbox, and commands and arguments inside
+    the installed servers."""
     for path, what in (
         (TOOLWARD, "build it: cargo build -p toolward"),
         (SERVER_FS, "install it: bash tests/real-servers/install.sh"),
@@ -87,9 +91,10 @@ def example_copy(prefix: str, audit_sync: str | None = None, example: Path = EXA
         if not path.exists():
             sys.exit(f"{path} is missing: {what}")
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    for name in ("toolward.json", "rules.json", "manifest.json"):
-        shutil.copy(example / name, folder / name)
-    ex = Example(folder)
+    for file in example.iterdir():
+        if file.is_file() and file.suffix in (".json", ".cedar"):
+            shutil.copy(file, folder / file.name)
+    ex = Example(folder, config)
     if (example / "sandbox").is_dir():
         shutil.copytree(example / "sandbox", ex.sandbox)
     else:
@@ -165,14 +170,16 @@ class Report:
         self.title = title
         self.passed = 0
         self.failed = 0
+        # Put before each check's name (a variant's name when a test runs several).
+        self.prefix = ""
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         if ok:
             self.passed += 1
-            print(f"  ok    {name}", flush=True)
+            print(f"  ok    {self.prefix}{name}", flush=True)
         else:
             self.failed += 1
-            print(f"  FAIL  {name}" + (f": {detail}" if detail else ""), flush=True)
+            print(f"  FAIL  {self.prefix}{name}" + (f": {detail}" if detail else ""), flush=True)
         return ok
 
     def close(self) -> int:

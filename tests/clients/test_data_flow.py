@@ -1,7 +1,10 @@
 """The data-flow example end to end with a real client (issue 30): the Python `mcp` client
 library starts `toolward serve` on a temp copy of examples/data-flow, in front of the real
 filesystem server and the real fetch server (PyPI `mcp-server-fetch`), and an "attacker"
-HTTP server listens on loopback.
+HTTP server listens on loopback. It runs twice: with the example's rules deciding
+(`toolward.json`, the default component) and with its Cedar policy deciding
+(`toolward.cedar.json`, `policy.cedar`); the reviews and labels come from `rules.json` in
+both.
 
 1. A fetch of the attacker's page in a fresh session goes through (the fetch works, and the
    page is recorded).
@@ -70,7 +73,24 @@ def text_of(result) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
-async def run(ex, report: Report, attacker: Attacker, errlog) -> None:
+# Per variant: its config, and what the held fetch's question must say (the reason the
+# policy gave, and what the session has seen).
+VARIANTS = {
+    "rules": (
+        "toolward.json",
+        ["accepts data up to `public`, and this session has seen `private` data", "this session has seen: private data"],
+    ),
+    "cedar": (
+        "toolward.cedar.json",
+        [
+            "this session has seen untrusted content or private data; the fetch could carry it out",
+            "this session has seen: private data",
+        ],
+    ),
+}
+
+
+async def run(ex, report: Report, attacker: Attacker, errlog, reasons: list[str]) -> None:
     asked: list[str] = []
 
     async def decline(context, params):
@@ -124,10 +144,7 @@ async def run(ex, report: Report, attacker: Attacker, errlog) -> None:
             )
             report.check(
                 "the client was asked, and told what the session has seen",
-                len(asked) == 1
-                and "web__fetch" in asked[0]
-                and "accepts data up to `public`, and this session has seen `private` data" in asked[0]
-                and "this session has seen: private data" in asked[0],
+                len(asked) == 1 and "web__fetch" in asked[0] and all(reason in asked[0] for reason in reasons),
                 f"asked {asked!r}",
             )
             report.check(
@@ -152,12 +169,9 @@ async def run(ex, report: Report, attacker: Attacker, errlog) -> None:
     report.check("audit verify: intact", verify.returncode == 0, verify.stdout + verify.stderr)
 
 
-def main() -> int:
-    fetch = INSTALLED / "venv" / "bin" / "mcp-server-fetch"
-    if not fetch.exists():
-        sys.exit(f"{fetch} is missing: bash tests/real-servers/install.sh")
-    report = Report("data-flow")
-    ex = example_copy("toolward-data-flow-", example=EXAMPLE)
+def run_variant(variant: str, report: Report) -> None:
+    config_name, reasons = VARIANTS[variant]
+    ex = example_copy(f"toolward-data-flow-{variant}-", example=EXAMPLE, config=config_name)
     # The attacker listens on loopback, which the fetch server refuses unless told: in a
     # deployment, leave the flag out.
     config = json.loads(ex.config.read_text())
@@ -166,17 +180,28 @@ def main() -> int:
     attacker = Attacker()
     threading.Thread(target=attacker.serve_forever, daemon=True).start()
     errlog_path = ex.folder / "serve.stderr"
+    failed_before = report.failed
     try:
         with open(errlog_path, "w") as errlog:
-            asyncio.run(run(ex, report, attacker, errlog))
+            asyncio.run(run(ex, report, attacker, errlog, reasons))
     except Exception as e:  # noqa: BLE001 - reported as a failure
         report.check("the scenario ran to the end", False, f"{type(e).__name__}: {e}")
     finally:
         attacker.shutdown()
-    if report.failed:
+    if report.failed > failed_before:
         print(errlog_path.read_text()[-4000:], file=sys.stderr)
     else:
         ex.cleanup()
+
+
+def main() -> int:
+    fetch = INSTALLED / "venv" / "bin" / "mcp-server-fetch"
+    if not fetch.exists():
+        sys.exit(f"{fetch} is missing: bash tests/real-servers/install.sh")
+    report = Report("data-flow")
+    for variant in VARIANTS:
+        report.prefix = f"[{variant}] "
+        run_variant(variant, report)
     return report.close()
 
 
