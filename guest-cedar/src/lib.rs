@@ -155,7 +155,12 @@ impl ResultsGuest for Component {
         match POLICIES.get() {
             Some(policies) => ReviewSettings {
                 reviews: policies.results.review_names(),
-                levels: policies.results.levels().into_iter().map(str::to_owned).collect(),
+                levels: policies
+                    .results
+                    .levels()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
             },
             None => ReviewSettings {
                 reviews: Vec::new(),
@@ -166,7 +171,9 @@ impl ResultsGuest for Component {
 
     fn review(call: Call, returned: ToolResult) -> ReviewAnswer {
         match POLICIES.get() {
-            Some(policies) => review::review(&policies.results, &policies.reviewer, &call, &returned),
+            Some(policies) => {
+                review::review(&policies.results, &policies.reviewer, &call, &returned)
+            }
             None => review::withhold("the Cedar component was not configured".to_owned()),
         }
     }

@@ -130,11 +130,7 @@ impl Request {
         let arguments = json::parse(&call.arguments)?;
         let mut left_out = Vec::new();
         let arguments = match &arguments {
-            Json::Object(_) => to_cedar(
-                &arguments,
-                &mut vec![Step::Key(ARGUMENTS)],
-                &mut left_out,
-            ),
+            Json::Object(_) => to_cedar(&arguments, &mut vec![Step::Key(ARGUMENTS)], &mut left_out),
             _ => None,
         }
         .unwrap_or_else(empty_record);
@@ -231,10 +227,16 @@ fn principal_attributes(call: &Call, left_out: &mut Vec<Vec<String>>) -> Restric
     let mut twice: Vec<&str> = Vec::new();
     for (i, attribute) in call.principal_attributes.iter().enumerate() {
         let name = attribute.name.as_str();
-        if call.principal_attributes[..i].iter().any(|a| a.name == name) {
+        if call.principal_attributes[..i]
+            .iter()
+            .any(|a| a.name == name)
+        {
             continue;
         }
-        if call.principal_attributes[i + 1..].iter().any(|a| a.name == name) {
+        if call.principal_attributes[i + 1..]
+            .iter()
+            .any(|a| a.name == name)
+        {
             twice.push(name);
             continue;
         }

@@ -36,11 +36,11 @@ use exports::toolward::policy0_3_0::facts::Guest as FactsGuest;
 use exports::toolward::policy0_3_0::policy::{Call, Guest as PolicyGuest};
 use exports::toolward::policy0_3_0::results::{Guest as ResultsGuest, ToolResult};
 use toolward::policy0_1_0::types::{Effect, FixedParameter};
+#[cfg(feature = "reviews")]
+use toolward::policy0_3_0::types::{BlockKind, Span};
 use toolward::policy0_3_0::types::{
     Decision, Effect as Effect3, Labels, ResultAction, ReviewAnswer, ReviewSettings, Verdict,
 };
-#[cfg(feature = "reviews")]
-use toolward::policy0_3_0::types::{BlockKind, Span};
 
 /// Rules for `classify`, set by `rules.configure`.
 static CLASSIFY_RULES: OnceLock<Rules> = OnceLock::new();

@@ -46,7 +46,7 @@
 //! `decision` with its `refusal` before the answer. A call refused before its decision
 //! writes its `call-received` and `refusal` together, unsynced (no action follows).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -112,6 +112,18 @@ pub struct CallSettings {
     pub record_results: bool,
     /// How often a held call sends a progress notification.
     pub held_progress_interval: Duration,
+    /// Per server, the call timeout and result cap its own `limits` set where they differ
+    /// from the two above (`mcpServers.NAME.limits`); a server not here has those.
+    pub servers: BTreeMap<String, ServerCallLimits>,
+}
+
+/// A server's own call timeout and result cap ([`CallSettings::servers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerCallLimits {
+    /// How long this server has to answer one `tools/call`.
+    pub call_timeout: Duration,
+    /// The cap on one of this server's results passed to the client, in bytes.
+    pub max_result_bytes: usize,
 }
 
 impl Default for CallSettings {
@@ -124,21 +136,51 @@ impl Default for CallSettings {
             record_arguments: false,
             record_results: false,
             held_progress_interval: HELD_PROGRESS_INTERVAL,
+            servers: BTreeMap::new(),
         }
     }
 }
 
 impl CallSettings {
-    /// The settings a config file gives: its limits and `audit.record_arguments`.
+    /// The settings a config file gives: its limits (each server's own where it sets
+    /// them) and `audit.record_arguments`, `audit.record_results`.
     pub fn from_config(config: &Config) -> Self {
+        let limits_of = |limits: &config::Limits| ServerCallLimits {
+            call_timeout: limits.call_timeout(),
+            max_result_bytes: usize::try_from(limits.max_result_bytes).unwrap_or(usize::MAX),
+        };
+        let top = limits_of(&config.limits);
+        let servers = config
+            .servers
+            .iter()
+            .map(|(name, server)| (name.clone(), limits_of(&server.limits)))
+            .filter(|(_, limits)| *limits != top)
+            .collect();
         Self {
-            call_timeout: config.limits.call_timeout(),
+            call_timeout: top.call_timeout,
             approval_timeout: config.limits.approval_timeout(),
-            max_result_bytes: usize::try_from(config.limits.max_result_bytes).unwrap_or(usize::MAX),
+            max_result_bytes: top.max_result_bytes,
             record_arguments: config.audit.record_arguments,
             record_results: config.audit.record_results,
             held_progress_interval: HELD_PROGRESS_INTERVAL,
+            servers,
         }
+    }
+
+    /// The call timeout and result cap of `server`: its own, or the top-level ones.
+    pub fn limits_of(&self, server: &str) -> ServerCallLimits {
+        self.servers.get(server).copied().unwrap_or(ServerCallLimits {
+            call_timeout: self.call_timeout,
+            max_result_bytes: self.max_result_bytes,
+        })
+    }
+
+    /// The longest call timeout of any server.
+    pub fn longest_call_timeout(&self) -> Duration {
+        self.servers
+            .values()
+            .map(|limits| limits.call_timeout)
+            .fold(self.call_timeout, Duration::max)
     }
 }
 
@@ -972,18 +1014,21 @@ impl Run<'_> {
             }
             _ => Some(Facts::default()),
         };
-        let labels = self
-            .path
-            .labels
-            .get(&LabelKey::of(&self.ctx.session, &self.ctx.principal), time_ms)
-            .await
-            .map_err(|error| {
+        let key = LabelKey::of(&self.ctx.session, &self.ctx.principal);
+        let labels = match key {
+            // Labels are joined only where results are reviewed, and a session is one
+            // client connection to this gateway: when this path reviews nothing, the
+            // session has none, and the store (a database round trip in a fleet) is not
+            // asked. A principal's labels may come from another gateway of the fleet.
+            LabelKey::Session(_) if !self.path.reviews => Labels::default(),
+            _ => self.path.labels.get(&key, time_ms).await.map_err(|error| {
                 refused(CallError::Labels {
                     tool: name(),
                     server: server(),
                     reason: error.to_string(),
                 })
-            })?;
+            })?,
+        };
         let view = CallView {
             id: self.call_id.clone(),
             server: server(),
@@ -1135,7 +1180,7 @@ impl Run<'_> {
             .call_tool_with_meta(
                 &tool.upstream_name,
                 arguments,
-                self.path.settings.call_timeout,
+                self.path.settings.limits_of(&tool.server).call_timeout,
                 self.ctx.progress.clone(),
                 meta,
             )
@@ -1305,3 +1350,40 @@ fn quote(text: &str) -> String {
 mod result;
 
 use result::content_text;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn call_settings_from_config_keep_each_servers_own_call_limits() {
+        let config = Config::from_value(
+            serde_json::json!({
+                "mcpServers": {
+                    "slow": { "command": "slow", "limits": { "call_timeout_ms": 900000, "max_result_bytes": 2048 } },
+                    "same": { "command": "same", "limits": { "max_result_bytes": 4096 } },
+                    "plain": { "command": "plain" }
+                },
+                "rules": { "file": "rules.json" },
+                "limits": { "max_result_bytes": 4096 }
+            }),
+            Path::new("/"),
+        )
+        .unwrap();
+        let settings = CallSettings::from_config(&config);
+        let slow = ServerCallLimits {
+            call_timeout: Duration::from_millis(900_000),
+            max_result_bytes: 2048,
+        };
+        // Only a server whose limits differ from the top level's is kept apart.
+        assert_eq!(
+            settings.servers,
+            BTreeMap::from([(String::from("slow"), slow)])
+        );
+        assert_eq!(settings.limits_of("slow"), slow);
+        assert_eq!(settings.limits_of("plain").max_result_bytes, 4096);
+        assert_eq!(settings.limits_of("same").call_timeout, settings.call_timeout);
+        assert_eq!(settings.longest_call_timeout(), slow.call_timeout);
+    }
+}

@@ -93,7 +93,9 @@ mod cli;
 // answers and reads back. `host/public-api.txt` lists it; CI compares.
 
 // Starting, listing and calling.
-pub use call::{CallContext, CallError, CallOutcome, CallPath, CallResult, CallSettings};
+pub use call::{
+    CallContext, CallError, CallOutcome, CallPath, CallResult, CallSettings, ServerCallLimits,
+};
 pub use load::{
     ConfinementReport, HintOverride, IdentityReport, LoadReport, Refusal, RegisteredReport,
     ServerReport, Unclassified,

@@ -784,7 +784,7 @@ pub async fn serve_http(
     }
     let limits = listen.limits;
     let longest_call = call_path.settings().approval_timeout
-        + call_path.settings().call_timeout
+        + call_path.settings().longest_call_timeout()
         + CALL_IN_FLIGHT_MARGIN;
     let sessions = Arc::new(BoundSessions::new(
         limits.max_sessions_per_principal,

@@ -371,7 +371,12 @@ fn a_reviewer_is_named_by_its_reviews_names() {
     let token = format!("ghp_{}", fill("abcdef0123456789", 36, 3));
     let named = Reviewer::named(&["secrets"]).unwrap();
     assert_eq!(named.review(&token), [secret(0, 40, "github-pat")]);
-    assert!(Reviewer::named::<&str>(&[]).unwrap().review(&token).is_empty());
+    assert!(
+        Reviewer::named::<&str>(&[])
+            .unwrap()
+            .review(&token)
+            .is_empty()
+    );
     assert_eq!(
         Reviewer::named(&["secrets", "entropy"]).unwrap_err(),
         "no review named `entropy` (the reviews are `secrets` and `hidden-characters`)"

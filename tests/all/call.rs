@@ -623,6 +623,43 @@ async fn a_result_over_the_cap_is_truncated_with_a_marker() {
     assert_eq!(records.last().unwrap()["truncated"], true);
 }
 
+/// `mcpServers.NAME.limits.max_result_bytes` caps that server's results, not the top-level
+/// cap (`CallSettings::from_config` fills `servers`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_own_result_cap_applies_to_its_results() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let own = toolward::ServerCallLimits {
+        call_timeout: CallSettings::default().call_timeout,
+        max_result_bytes: 100,
+    };
+    let settings = CallSettings {
+        servers: std::collections::BTreeMap::from([(String::from("fs"), own)]),
+        ..CallSettings::default()
+    };
+    assert_eq!(settings.limits_of("fs"), own);
+    assert_eq!(
+        settings.limits_of("other").max_result_bytes,
+        CallSettings::default().max_result_bytes
+    );
+    let path = fixture.call_path(settings);
+    let file = fixture.root().join("big.txt");
+    std::fs::write(&file, "x".repeat(1000)).unwrap();
+    let result = path
+        .call(
+            "fs__read_text_file",
+            args(json!({ "path": file })),
+            &context(Arc::new(DenyAll)),
+        )
+        .await;
+    assert!(!result.is_error(), "{}", result.result);
+    assert_eq!(
+        result.text(),
+        format!("{}\n[toolward: truncated 926 bytes]", "x".repeat(74))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_chain_verifies_and_the_decision_precedes_the_forwarded_record() {
     let Some(fixture) = Fixture::start().await else {

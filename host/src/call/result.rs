@@ -279,7 +279,7 @@ impl Run<'_> {
         if self.path.reviews {
             content.iter_mut().for_each(strip_block);
         }
-        let cap = self.path.settings.max_result_bytes;
+        let cap = self.path.settings.limits_of(&tool.server).max_result_bytes;
         if is_error {
             // The client gets the items' text joined, cut at the cap: that one text is what
             // is reviewed.
