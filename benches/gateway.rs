@@ -36,7 +36,9 @@
 //!
 //! Environment: `TOOLWARD_BIN` (default `target/release/toolward`; build it with
 //! `cargo build --release -p toolward --bin toolward`), `TOOLWARD_PEER` (default
-//! `.peer/bin/mcp-gate`), `CALLS`, `ROUNDS`.
+//! `.peer/bin/mcp-gate`), `TOOLWARD_BASELINE_BIN` (a previous build, such as the last
+//! release: the latency section adds the case `baseline always`, its default configuration
+//! pinned by itself, and prints the ratio of the added p50s), `CALLS`, `ROUNDS`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -315,8 +317,13 @@ fn python_server() -> Vec<String> {
 
 /// `toolward serve --config CONFIG`, the release binary under test.
 fn serve_argv(config: &Path) -> Vec<String> {
+    serve_argv_of(&toolward_bin(), config)
+}
+
+/// `bin serve --config CONFIG` (another build of toolward, such as the previous release).
+fn serve_argv_of(bin: &Path, config: &Path) -> Vec<String> {
     vec![
-        toolward_bin().display().to_string(),
+        bin.display().to_string(),
         "serve".into(),
         "--config".into(),
         config.display().to_string(),
@@ -338,9 +345,34 @@ fn toolward_config(
     toolward_config_argv(dir, &servers, rules, sync)
 }
 
+/// [`toolward_config`] pinned by another build of toolward, `bin`.
+fn toolward_config_of(
+    bin: &Path,
+    dir: &Path,
+    servers: &[(String, PathBuf)],
+    rules: &Value,
+    sync: &str,
+) -> PathBuf {
+    let servers: Vec<(String, Vec<String>)> = servers
+        .iter()
+        .map(|(name, scenario)| (name.clone(), fake(scenario)))
+        .collect();
+    toolward_config_argv_of(bin, dir, &servers, rules, sync)
+}
+
 /// A toolward config folder serving `servers` (name → command and arguments) with `rules`,
 /// pinned.
 fn toolward_config_argv(
+    dir: &Path,
+    servers: &[(String, Vec<String>)],
+    rules: &Value,
+    sync: &str,
+) -> PathBuf {
+    toolward_config_argv_of(&toolward_bin(), dir, servers, rules, sync)
+}
+
+fn toolward_config_argv_of(
+    bin: &Path,
     dir: &Path,
     servers: &[(String, Vec<String>)],
     rules: &Value,
@@ -367,12 +399,12 @@ fn toolward_config_argv(
     });
     let path = dir.join("toolward.json");
     std::fs::write(&path, config.to_string()).unwrap();
-    let out = Command::new(toolward_bin())
+    let out = Command::new(bin)
         .args(["pin", "--config"])
         .arg(&path)
         .current_dir(dir)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", toolward_bin().display()));
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
     assert!(
         out.status.success(),
         "pin failed: {}",
@@ -459,6 +491,22 @@ fn latency() {
             tool: "echo",
         }),
         None => eprintln!("peer: no .peer/bin/mcp-gate (see the module docs); skipped"),
+    }
+    // The previous release (`TOOLWARD_BASELINE_BIN`) in the default configuration, beside
+    // this build's, in the same rounds.
+    if let Some(baseline) = std::env::var_os("TOOLWARD_BASELINE_BIN").map(PathBuf::from) {
+        let config = toolward_config_of(
+            &baseline,
+            &dir.path().join("baseline"),
+            &servers,
+            &rules,
+            "always",
+        );
+        cases.push(Case {
+            name: "baseline always",
+            argv: serve_argv_of(&baseline, &config),
+            tool: "fake__echo",
+        });
     }
     // OpenTelemetry's cost (issue 17.6): `TOOLWARD_BENCH_OTLP` names a running OTLP/HTTP
     // receiver (`python -m oteltap --port N` from the tests' `otel-venv`); the case is the
@@ -582,14 +630,21 @@ fn latency() {
             ratio(added(otel), added(2))
         );
     }
-    if cases.iter().any(|case| case.name == "peer mcp-gate") {
+    if let Some(peer) = cases.iter().position(|case| case.name == "peer mcp-gate") {
         println!(
             "toolward none added p50 / peer added p50: {:.3}",
-            ratio(added(1), added(3))
+            ratio(added(1), added(peer))
         );
         println!(
             "toolward always added p50 / peer added p50 (both fsync every record): {:.3}",
-            ratio(added(2), added(3))
+            ratio(added(2), added(peer))
+        );
+    }
+    if let Some(baseline) = cases.iter().position(|case| case.name == "baseline always") {
+        println!(
+            "toolward always added p50 / baseline always added p50: {:.3}; calls/s with 8 in flight: {:.3}",
+            ratio(added(2), added(baseline)),
+            ratio(figures[2][1][2].clone(), figures[baseline][1][2].clone())
         );
     }
 }

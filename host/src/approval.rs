@@ -222,8 +222,8 @@ pub struct ApprovalRequest {
     pub time_ms: u64,
     /// Of a held *result* (a `results@0.3.0` review answered hold): what would be
     /// delivered to the client, the result's JSON text; `None` for a held call. Its call id
-    /// is the call's with `/result` after it, so an answer to the call cannot answer its
-    /// result.
+    /// is the call's with `result` after it (`01K…result`), so an answer to the call cannot
+    /// answer its result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
 }

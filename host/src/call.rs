@@ -1386,4 +1386,15 @@ mod tests {
         assert_eq!(settings.limits_of("same").call_timeout, settings.call_timeout);
         assert_eq!(settings.longest_call_timeout(), slow.call_timeout);
     }
+
+    /// A held result is asked under its call's id with a suffix the approvals queue and
+    /// `toolward approvals` take as a call id (a `/` was refused there, so a held result
+    /// never reached the queue), and that no call's own id can be.
+    #[test]
+    fn a_held_results_approval_id_is_a_call_id_and_not_the_calls() {
+        let call = crate::ids::new_ulid();
+        let held = format!("{call}{}", result::RESULT_ID_SUFFIX);
+        assert!(crate::approval::check_call_id(&held).is_ok(), "{held}");
+        assert_ne!(held.len(), call.len());
+    }
 }

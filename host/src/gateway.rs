@@ -375,10 +375,14 @@ impl Gateway {
 
 /// Whether a request speaks the 2026-07-28 revision or later (its `_meta`, or the version
 /// its stdio connection opened with), so it has no session and no server-to-client requests.
+/// A request on a connection that was initialized (an older revision's session) is the
+/// session's, whatever its `_meta` says: a client cannot step out of its session's labels,
+/// facts and approvals by marking one call 2026-07-28.
 fn stateless(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .protocol_version()
-        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+    context.peer.peer_info().is_none()
+        && context
+            .protocol_version()
+            .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
 /// The form an approval is asked with: one boolean, `approve`, default `false`.

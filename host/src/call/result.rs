@@ -57,6 +57,11 @@ impl Checked {
     }
 }
 
+/// Appended to a call's id to make the id of its held result's approval: letters only, so
+/// the id is still a call id the queue and `toolward approvals` take, and no answer to the
+/// call (a ULID of 26 characters) can answer its result.
+pub(super) const RESULT_ID_SUFFIX: &str = "result";
+
 impl Run<'_> {
     /// Step 6: the server's answer `raw` checked, capped and (when the policy component
     /// reviews results) reviewed, then delivered, withheld, or held for an approval. Returns
@@ -200,7 +205,7 @@ impl Run<'_> {
             ));
         }
         let request = ApprovalRequest {
-            call_id: format!("{}/result", self.call_id),
+            call_id: format!("{}{RESULT_ID_SUFFIX}", self.call_id),
             exposed_tool: tool.exposed_name.clone(),
             server: tool.server.clone(),
             tool: tool.upstream_name.clone(),

@@ -783,12 +783,20 @@ impl LivePolicy {
     }
 }
 
+/// A reason a guest wrote, as the host passes it on (to the client in a tool error, to the
+/// approver, to the audit): control, bidirectional and other hidden characters escaped
+/// (`crate::text::escape`), so a component taken from someone else cannot drive a terminal
+/// or forge a line of toolward's own output.
+fn guest_text(reason: &str) -> String {
+    crate::text::escape(reason)
+}
+
 /// A guest's `decision` as the host's.
 fn from_wit(decision: wit::Decision) -> Decision {
     match decision {
         wit::Decision::Allow => Decision::Allow,
-        wit::Decision::Deny(reason) => Decision::Deny(reason),
-        wit::Decision::Hold(reason) => Decision::Hold(reason),
+        wit::Decision::Deny(reason) => Decision::Deny(guest_text(&reason)),
+        wit::Decision::Hold(reason) => Decision::Hold(guest_text(&reason)),
     }
 }
 
@@ -796,8 +804,8 @@ fn from_wit(decision: wit::Decision) -> Decision {
 fn from_wit2(decision: wit2::Decision) -> Decision {
     match decision {
         wit2::Decision::Allow => Decision::Allow,
-        wit2::Decision::Deny(reason) => Decision::Deny(reason),
-        wit2::Decision::Hold(reason) => Decision::Hold(reason),
+        wit2::Decision::Deny(reason) => Decision::Deny(guest_text(&reason)),
+        wit2::Decision::Hold(reason) => Decision::Hold(guest_text(&reason)),
     }
 }
 
@@ -850,8 +858,8 @@ fn to_wit_call<'a>(call: &'a CallView, facts: &'a [wit::Fact<'a>]) -> wit::Call<
 fn from_wit3(decision: wit3::Decision) -> Decision {
     match decision {
         wit3::Decision::Allow => Decision::Allow,
-        wit3::Decision::Deny(reason) => Decision::Deny(reason),
-        wit3::Decision::Hold(reason) => Decision::Hold(reason),
+        wit3::Decision::Deny(reason) => Decision::Deny(guest_text(&reason)),
+        wit3::Decision::Hold(reason) => Decision::Hold(guest_text(&reason)),
     }
 }
 
@@ -899,8 +907,8 @@ fn from_wit3_review(answer: wit3::ReviewAnswer, result: &ResultView) -> ReviewAn
     let determined_by = bounded_ids(answer.determined_by);
     let action = match answer.action {
         wit3::ResultAction::Pass => ResultAction::Pass,
-        wit3::ResultAction::Withhold(reason) => ResultAction::Withhold(reason),
-        wit3::ResultAction::Hold(reason) => ResultAction::Hold(reason),
+        wit3::ResultAction::Withhold(reason) => ResultAction::Withhold(guest_text(&reason)),
+        wit3::ResultAction::Hold(reason) => ResultAction::Hold(guest_text(&reason)),
         wit3::ResultAction::Redact(spans) if spans.len() > MAX_SPANS => ResultAction::Withhold(
             format!(
                 "the review asked for {} redactions, more than the {MAX_SPANS} allowed",
