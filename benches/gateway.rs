@@ -338,11 +338,7 @@ fn toolward_config(
     rules: &Value,
     sync: &str,
 ) -> PathBuf {
-    let servers: Vec<(String, Vec<String>)> = servers
-        .iter()
-        .map(|(name, scenario)| (name.clone(), fake(scenario)))
-        .collect();
-    toolward_config_argv(dir, &servers, rules, sync)
+    toolward_config_of(&toolward_bin(), dir, servers, rules, sync)
 }
 
 /// [`toolward_config`] pinned by another build of toolward, `bin`.

@@ -45,11 +45,12 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-    DiscoverResult, ElicitRequestParams, ElicitationAction, Implementation, InitializeResult,
+    DiscoverResult, ElicitRequestParams, ElicitationAction, Implementation, InitializeRequestParams, InitializeResult,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ProtocolVersion, ServerCapabilities, Tool,
 };
@@ -224,6 +225,9 @@ pub(crate) struct Gateway {
     /// a closed session keeps no task, channel or peer.
     ended: CancellationToken,
     _cancel_when_dropped: Arc<DropGuard>,
+    /// Whether the client opened this connection with `initialize` (a revision before
+    /// 2026-07-28): every request on it is then the session's, whatever its `_meta` says.
+    initialized: Arc<AtomicBool>,
 }
 
 /// A registered tool as an MCP `Tool`.
@@ -337,6 +341,7 @@ impl Gateway {
             settings,
             tools,
             states,
+            initialized: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -375,11 +380,11 @@ impl Gateway {
 
 /// Whether a request speaks the 2026-07-28 revision or later (its `_meta`, or the version
 /// its stdio connection opened with), so it has no session and no server-to-client requests.
-/// A request on a connection that was initialized (an older revision's session) is the
-/// session's, whatever its `_meta` says: a client cannot step out of its session's labels,
-/// facts and approvals by marking one call 2026-07-28.
-fn stateless(context: &RequestContext<RoleServer>) -> bool {
-    context.peer.peer_info().is_none()
+/// A request on a connection that was initialized (`initialized`: an older revision's
+/// session) is the session's, whatever its `_meta` says: a client cannot step out of its
+/// session's labels, facts and approvals by marking one call 2026-07-28.
+fn stateless(context: &RequestContext<RoleServer>, initialized: bool) -> bool {
+    !initialized
         && context
             .protocol_version()
             .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
@@ -413,6 +418,16 @@ impl ServerHandler for Gateway {
             serde_json::from_value(json!({ "tools": {}, "logging": {} })).unwrap_or_default();
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        self.initialized.store(true, Ordering::Release);
+        self.negotiate_initialize(&request)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -554,7 +569,7 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let stateless = stateless(&context);
+        let stateless = stateless(&context, self.initialized.load(Ordering::Acquire));
         // A 2026-07-28 client declares elicitation in each request's `_meta`, and is asked
         // through `input_required`; a retry carries its answer and the `requestState`.
         let retry = request

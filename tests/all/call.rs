@@ -585,6 +585,19 @@ async fn an_unknown_tool_is_a_tool_error_naming_it() {
     );
 }
 
+/// Reads a file of 1,000 `x` through `fs__read_text_file` on a call path with `settings`.
+async fn read_a_thousand_bytes(fixture: &Fixture, settings: CallSettings) -> CallResult {
+    let path = fixture.call_path(settings);
+    let file = fixture.root().join("big.txt");
+    std::fs::write(&file, "x".repeat(1000)).unwrap();
+    path.call(
+        "fs__read_text_file",
+        args(json!({ "path": file })),
+        &context(Arc::new(DenyAll)),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_over_the_cap_is_truncated_with_a_marker() {
     let Some(fixture) = Fixture::start().await else {
@@ -594,16 +607,7 @@ async fn a_result_over_the_cap_is_truncated_with_a_marker() {
         max_result_bytes: 100,
         ..CallSettings::default()
     };
-    let path = fixture.call_path(settings);
-    let file = fixture.root().join("big.txt");
-    std::fs::write(&file, "x".repeat(1000)).unwrap();
-    let result = path
-        .call(
-            "fs__read_text_file",
-            args(json!({ "path": file })),
-            &context(Arc::new(DenyAll)),
-        )
-        .await;
+    let result = read_a_thousand_bytes(&fixture, settings).await;
     assert!(!result.is_error(), "{}", result.result);
     // The cap counts the JSON around the text too: `{"type":"text","text":""},` (26 bytes)
     // in `content`, `{"content":""}` (14 bytes) in `structuredContent`.
@@ -643,16 +647,7 @@ async fn a_servers_own_result_cap_applies_to_its_results() {
         settings.limits_of("other").max_result_bytes,
         CallSettings::default().max_result_bytes
     );
-    let path = fixture.call_path(settings);
-    let file = fixture.root().join("big.txt");
-    std::fs::write(&file, "x".repeat(1000)).unwrap();
-    let result = path
-        .call(
-            "fs__read_text_file",
-            args(json!({ "path": file })),
-            &context(Arc::new(DenyAll)),
-        )
-        .await;
+    let result = read_a_thousand_bytes(&fixture, settings).await;
     assert!(!result.is_error(), "{}", result.result);
     assert_eq!(
         result.text(),
