@@ -682,7 +682,6 @@ async fn a_call_marked_2026_07_28_inside_a_session_keeps_the_sessions_labels() {
             }
         }
         // Both halves closed: the connection ends, and so does the gateway's session.
-        drop(send);
         drop(write);
         drop(lines);
         let _ = served.await;
