@@ -50,9 +50,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-    DiscoverResult, ElicitRequestParams, ElicitationAction, Implementation, InitializeRequestParams, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, ServerCapabilities, Tool,
+    DiscoverResult, ElicitRequestParams, ElicitationAction, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, Tool,
 };
 #[expect(
     deprecated,

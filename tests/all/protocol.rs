@@ -149,13 +149,7 @@ async fn held_call_from_an_rmcp_client(
         .unwrap();
     pinned.manifest.write(&config.manifest).unwrap();
     let toolward = Toolward::start(config).await.unwrap();
-    let (server_end, client_end) = tokio::io::duplex(1 << 20);
-    let served = tokio::spawn(toolward::gateway::serve(
-        toolward.call_path().clone(),
-        Vec::new(),
-        toolward::gateway::GatewaySettings::from_config(toolward.config()),
-        server_end,
-    ));
+    let (served, client_end) = crate::support::serve_in_memory(&toolward);
     let info = serde_json::from_value(json!({
         "protocolVersion": "2025-11-25",
         "capabilities": {"elicitation": {"form": {}}},

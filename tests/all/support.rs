@@ -39,6 +39,24 @@ pub async fn call(toolward: &toolward::Toolward, tool: &str) -> toolward::call::
         .await
 }
 
+/// Serves `toolward` as `toolward serve` does (`gateway::serve`, the config's gateway
+/// settings) over an in-memory duplex; returns the task and the client's end.
+pub fn serve_in_memory(
+    toolward: &toolward::Toolward,
+) -> (
+    tokio::task::JoinHandle<Result<(), toolward::gateway::GatewayError>>,
+    tokio::io::DuplexStream,
+) {
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let served = tokio::spawn(toolward::gateway::serve(
+        toolward.call_path().clone(),
+        Vec::new(),
+        toolward::gateway::GatewaySettings::from_config(toolward.config()),
+        server_end,
+    ));
+    (served, client_end)
+}
+
 /// The repository's root folder.
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -617,13 +617,7 @@ async fn a_call_marked_2026_07_28_inside_a_session_keeps_the_sessions_labels() {
         vec![("s__fetch", true, false), ("s__send", false, true)],
     ];
     for calls in scenarios {
-        let (server_end, client_end) = tokio::io::duplex(1 << 20);
-        let served = tokio::spawn(toolward::gateway::serve(
-            toolward.call_path().clone(),
-            Vec::new(),
-            toolward::gateway::GatewaySettings::from_config(toolward.config()),
-            server_end,
-        ));
+        let (served, client_end) = crate::support::serve_in_memory(&toolward);
         let (read, mut write) = tokio::io::split(client_end);
         let mut lines = BufReader::new(read).lines();
         let mut send = async |message: Value| {
