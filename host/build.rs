@@ -44,8 +44,13 @@ fn main() {
 /// dependency names its source file, under cargo's home, which differs between machines,
 /// and the component's SHA-256 (pinned in manifests) would differ with it. The checkout is
 /// mapped to `/toolward`, cargo's home to `/cargo` (the toolchain's own sources are
-/// already `/rustc/…`). Flags separated by 0x1f, as `CARGO_ENCODED_RUSTFLAGS` wants.
-fn remap_paths(root: &Path) -> String {
+/// already `/rustc/…`), and the guests' own target folder to `/guests`: a dependency's
+/// generated code (Cedar's parser, under its build script's `OUT_DIR`) is named by a path
+/// inside that folder, which sits under this crate's `OUT_DIR`, whose hash differs between
+/// a test build, a plain build and a clippy run. rustc applies the last prefix that matches,
+/// so the target folder, inside the checkout, comes last. Flags separated by 0x1f, as
+/// `CARGO_ENCODED_RUSTFLAGS` wants.
+fn remap_paths(root: &Path, target_dir: &Path) -> String {
     let mut homes: Vec<PathBuf> = Vec::new();
     if let Some(home) = env::var_os("CARGO_HOME") {
         homes.push(PathBuf::from(home));
@@ -60,6 +65,7 @@ fn remap_paths(root: &Path) -> String {
             flags.push(format!("--remap-path-prefix={}=/cargo", real.display()));
         }
     }
+    flags.push(format!("--remap-path-prefix={}=/guests", target_dir.display()));
     flags.join("\u{1f}")
 }
 
@@ -175,7 +181,7 @@ fn build_group(
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
         .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .env_remove("RUSTFLAGS")
-        .env("CARGO_ENCODED_RUSTFLAGS", remap_paths(root))
+        .env("CARGO_ENCODED_RUSTFLAGS", remap_paths(root, target_dir))
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("RUSTC_WRAPPER")
         .env_remove("CARGO_BUILD_TARGET");
