@@ -31,6 +31,9 @@ const GUESTS: &[&[(&str, &str)]] = &[
 /// policies from 8.2 to 5.1 s, for 0.63 MB more component (5.08 MB).
 const OPT_LEVELS: [&str; 2] = ["s", "3"];
 
+/// The guest built only with the library's `cedar` feature.
+const CEDAR_PACKAGE: &str = "toolward-guest-cedar";
+
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 fn main() {
@@ -96,7 +99,13 @@ fn run() -> Result<(), String> {
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
     let linker = component_linker(&rustc)?;
 
+    // The Cedar guest only for a library built with its `cedar` feature.
+    let cedar = env::var_os("CARGO_FEATURE_CEDAR").is_some();
+    let wanted = |package: &str| cedar || package != CEDAR_PACKAGE;
     for (group, opt_level) in GUESTS.iter().zip(OPT_LEVELS) {
+        if !group.iter().any(|(package, _)| wanted(package)) {
+            continue;
+        }
         build_group(group, opt_level, &[], &root, &target_dir, &cargo, &linker)?;
     }
     // The default component again with its result reviews, in a target folder of its own
@@ -122,6 +131,7 @@ fn run() -> Result<(), String> {
         .iter()
         .copied()
         .flatten()
+        .filter(|(package, _)| wanted(package))
         .map(|(package, constant)| (*package, *constant, &target_dir))
         .chain(reviewing);
     for (package, constant, target_dir) in built {

@@ -246,6 +246,7 @@ pub enum AuditError {
     },
     /// The PostgreSQL store could not take or return records.
     #[error(transparent)]
+    #[cfg(feature = "postgres")]
     Postgres(#[from] crate::database::PgError),
     /// The state folder, or the head file in it, cannot be used.
     #[error(transparent)]

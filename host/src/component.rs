@@ -136,6 +136,7 @@ pub fn built_in_for(settings: &str) -> &'static [u8] {
 /// The built-in Cedar component (`guest-cedar/`), built by `host/build.rs` and embedded in
 /// the library: it decides calls with the operator's Cedar policies (`policy.cedar` in the
 /// config, `docs/cedar.md`), exporting `policy` and `validation` of `toolward:policy@0.2.0`.
+#[cfg(feature = "cedar")]
 pub const CEDAR_COMPONENT: &[u8] = include_bytes!(concat!(
     env!("OUT_DIR"),
     "/guests/wasm32-unknown-unknown/release/toolward_guest_cedar.wasm"
@@ -176,8 +177,17 @@ pub enum ComponentError {
         reason: String,
     },
     /// The component imports something outside toolward's WIT: purity is checked.
-    #[error(
-        "component `{origin}` imports `{import}`, which toolward does not provide: a policy component may import nothing but `toolward:policy` types and WASI 0.2 (`wasi:*@0.2.x`, which grants it nothing)"
+    #[cfg_attr(
+        feature = "wasi",
+        error(
+            "component `{origin}` imports `{import}`, which toolward does not provide: a policy component may import nothing but `toolward:policy` types and WASI 0.2 (`wasi:*@0.2.x`, which grants it nothing)"
+        )
+    )]
+    #[cfg_attr(
+        not(feature = "wasi"),
+        error(
+            "component `{origin}` imports `{import}`, which toolward does not provide: a policy component may import nothing but `toolward:policy` types (WASI 0.2 needs the `wasi` feature of the toolward crate, which this build leaves out)"
+        )
     )]
     ForbiddenImport {
         /// Where the component came from.
@@ -241,6 +251,7 @@ impl GuestState {
     }
 }
 
+#[cfg(feature = "wasi")]
 impl wasmtime_wasi::WasiView for GuestState {
     fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
         wasmtime_wasi::WasiView::ctx(self.wasi())
@@ -405,6 +416,7 @@ fn guest_failure(
     if let Some(stopped) = error.downcast_ref::<wasi::Stopped>() {
         return format!("was stopped: {stopped}");
     }
+    #[cfg(feature = "wasi")]
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return format!("exited with status {} instead of answering", exit.0);
     }

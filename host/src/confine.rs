@@ -369,6 +369,12 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
             devices,
         } => (deny, *deny_tcp, *deny_network, devices.clone()),
     };
+    if !cfg!(feature = "confine") {
+        return Some(Plan::Unconfined {
+            reason: "unconfined: this build of toolward leaves out the `confine` feature, so the server can reach the state folder".to_owned(),
+            chosen: false,
+        });
+    }
     let Some(launcher) = launcher(config) else {
         return Some(Plan::Unconfined {
             reason: format!(
@@ -1019,7 +1025,7 @@ fn exec(program: &OsString, _args: &[OsString]) -> ConfineError {
 
 /// Restricts this thread with Landlock: `grants`, and TCP denied when `deny_tcp`. Returns
 /// the ABI obtained (0: nothing enforced).
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "confine"))]
 fn restrict(grants: &[Grant], deny_tcp: bool) -> Result<u32, ConfineError> {
     use landlock::{
         ABI, Access, AccessFs, AccessNet, LandlockStatus, PathBeneath, Ruleset, RulesetAttr,
@@ -1087,7 +1093,9 @@ fn restrict(grants: &[Grant], deny_tcp: bool) -> Result<u32, ConfineError> {
     })
 }
 
-#[cfg(not(target_os = "linux"))]
+/// Where Landlock is not (another system, or a build without the `confine` feature): nothing
+/// is enforced.
+#[cfg(not(all(target_os = "linux", feature = "confine")))]
 fn restrict(_grants: &[Grant], _deny_tcp: bool) -> Result<u32, ConfineError> {
     Ok(0)
 }

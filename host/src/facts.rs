@@ -298,6 +298,7 @@ pub enum FactError {
     Stopped(String),
     /// The PostgreSQL store's counters cannot be reached or written.
     #[error("fact counters in {0}")]
+    #[cfg(feature = "postgres")]
     Postgres(#[from] crate::database::PgError),
 }
 

@@ -155,6 +155,7 @@ pub enum LabelError {
     Full,
     /// The PostgreSQL store failed.
     #[error("session labels in PostgreSQL: {0}")]
+    #[cfg(feature = "postgres")]
     Postgres(#[from] crate::database::PgError),
 }
 

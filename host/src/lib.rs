@@ -31,6 +31,26 @@
 //!
 //! The command line (`main.rs`, `cli`) is above every floor and reaches the library only
 //! through `toolward::`.
+//!
+//! # Cargo features
+//!
+//! All on by default (the `toolward` binary and this workspace's tests build with them); an
+//! embedder that sets `default-features = false` compiles the core (config, pin, load, the
+//! call path with its policy components, approvals, the audit chain, stdio servers) and
+//! adds what it uses. A config that names what a build leaves out is refused, naming the
+//! feature, or for confinement the load report says the server runs unconfined.
+//!
+//! | feature | gates | dependencies |
+//! |---|---|---|
+//! | `gateway` | the MCP server side (`gateway`) | rmcp, tokio-util |
+//! | `listen` | `serve --listen` (`listen`); needs `gateway` | hyper, hyper-util, http-body-util, tower-service |
+//! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
+//! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
+//! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`, `host/build.rs` builds `guest-cedar` only with it) | none |
+//! | `confine` | Landlock for stdio servers (without it servers start unconfined, as the load report says) | landlock |
+//! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`) | reqwest |
+//! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
+//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `postgres`, `cedar` | clap, toml_edit, jsonc-parser, tracing-subscriber |
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 // Without `internals`, what only this workspace's tests reach (and the old paths kept for
@@ -42,38 +62,48 @@
 // stable interface, never on by default). The command line is a private module too, behind
 // one entry point ([`cli_main`]).
 macro_rules! modules {
-    ($($name:ident),* $(,)?) => {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
         $(
+            $(#[$attr])*
             #[cfg(feature = "internals")]
             pub mod $name;
+            $(#[$attr])*
             #[cfg(not(feature = "internals"))]
             mod $name;
         )*
     };
 }
 
+// A module gated by a Cargo feature is named with its `cfg` (see "Cargo features" above).
 modules!(
     approval,
     audit,
     call,
     canonical,
+    #[cfg(feature = "cedar")]
     cedar,
+    #[cfg(feature = "cli")]
     client_config,
     component,
     config,
     confine,
+    #[cfg(feature = "postgres")]
     database,
     facts,
+    #[cfg(feature = "gateway")]
     gateway,
     identity,
     ids,
+    #[cfg(feature = "cli")]
     init,
     labels,
+    #[cfg(feature = "listen")]
     listen,
     listing,
     load,
     manifest,
     pin,
+    #[cfg(feature = "cli")]
     policy_test,
     registry,
     review,
@@ -82,11 +112,17 @@ modules!(
     state_dir,
     store,
     supervise,
+    #[cfg(feature = "otel")]
+    telemetry,
+    // Without OTLP, calls are traced by nothing: the same interface, doing nothing.
+    #[cfg(not(feature = "otel"))]
+    #[path = "telemetry/off.rs"]
     telemetry,
     text,
     transport,
 );
 
+#[cfg(feature = "cli")]
 mod cli;
 
 // The public surface: what a runtime that embeds toolward starts, configures, calls,
@@ -137,9 +173,11 @@ pub use labels::{
 
 /// Runs the `toolward` command line with this process's arguments (the binary's `main`,
 /// and what an embedder's own binary calls to act as the launcher of confined servers).
+#[cfg(feature = "cli")]
 pub fn cli_main() -> std::process::ExitCode {
     cli::main()
 }
+
 
 /// Paths of the guest components built by `host/build.rs`: the default policy component
 /// and the test fixtures.

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    CEDAR_COMPONENT, Classification, ComponentCache, ComponentError, ComponentHost, Effect,
+    Classification, ComponentCache, ComponentError, ComponentHost, Effect,
     GuestLimits, LoadedComponent, Policy, Rules, ToolView, built_in_for,
 };
 use crate::config::Config;
@@ -1001,6 +1001,34 @@ pub enum StartError {
     /// A component failed to load.
     #[error(transparent)]
     Component(#[from] crate::component::ComponentError),
+    /// The config names what this build of the library leaves out: a Cargo feature of the
+    /// `toolward` crate that is off (`policy.cedar` needs `cedar`).
+    #[cfg(not(feature = "cedar"))]
+    #[error("{what} needs the `{feature}` feature of the toolward crate, which this build leaves out")]
+    FeatureOff {
+        /// What the config names.
+        what: &'static str,
+        /// The feature it needs.
+        feature: &'static str,
+    },
+}
+
+/// The built-in Cedar component, loaded.
+#[cfg(feature = "cedar")]
+fn built_in_cedar(host: &ComponentHost) -> Result<LoadedComponent, StartError> {
+    Ok(host.load(
+        crate::component::CEDAR_COMPONENT,
+        crate::cedar::BUILT_IN_CEDAR,
+    )?)
+}
+
+/// Without the `cedar` feature there is no Cedar component: `policy.cedar` is refused.
+#[cfg(not(feature = "cedar"))]
+fn built_in_cedar(_host: &ComponentHost) -> Result<LoadedComponent, StartError> {
+    Err(StartError::FeatureOff {
+        what: "`policy.cedar`",
+        feature: "cedar",
+    })
 }
 
 /// The rules and policy a config names, loaded and configured once.
@@ -1070,7 +1098,7 @@ pub fn prepare_components(
         };
     let rules_component = load_component(&config.rules.component, "rules component")?;
     let policy_component = if config.policy.cedar.is_some() {
-        host.load(CEDAR_COMPONENT, "built-in-cedar")?
+        built_in_cedar(&host)?
     } else if config.policy.component == config.rules.component {
         rules_component.clone()
     } else {
@@ -1095,6 +1123,7 @@ pub fn prepare_components(
     };
     // The Cedar component reviews results and labels sessions as the rules file (where the
     // default component reads it) says: its reviews, levels and tools' `returns`.
+    #[cfg(feature = "cedar")]
     let policy_text = if config.policy.cedar.is_some() {
         crate::cedar::settings(
             &policy_text,

@@ -34,6 +34,7 @@ use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
 use crate::labels::{LabelSettings, LabelStore};
+#[cfg(feature = "postgres")]
 use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLabels, PgLedger, PgStore};
 use crate::store::{ApprovalStore, AuditStore, RequestStateLedger, StateDir, StateDirApprovals};
 use crate::supervise::Supervisors;
@@ -61,6 +62,7 @@ pub enum StartFailure {
     Audit(#[from] crate::audit::AuditError),
     /// The PostgreSQL store (`store.postgres`) cannot be reached or used.
     #[error(transparent)]
+    #[cfg(feature = "postgres")]
     Store(#[from] crate::database::PgError),
     /// The state folder cannot be opened or trusted (another owner, access for others).
     #[error(transparent)]
@@ -70,7 +72,19 @@ pub enum StartFailure {
     Facts(#[from] crate::facts::FactError),
     /// The `telemetry` section's exporter cannot start.
     #[error(transparent)]
+    #[cfg(feature = "otel")]
     Telemetry(#[from] crate::telemetry::TelemetryError),
+    /// The config names what this build of the library leaves out: a Cargo feature of the
+    /// `toolward` crate that is off (`store.postgres` needs `postgres`, `telemetry` needs
+    /// `otel`).
+    #[cfg(not(all(feature = "postgres", feature = "otel")))]
+    #[error("{what} needs the `{feature}` feature of the toolward crate, which this build leaves out")]
+    FeatureOff {
+        /// What the config names.
+        what: &'static str,
+        /// The feature it needs.
+        feature: &'static str,
+    },
 }
 
 /// A started toolward: the registered tools of every configured server behind the
@@ -102,6 +116,28 @@ impl Toolward {
         let state = Arc::new(StateDir::open(&config.state_dir)?);
         // The shared store first: an unreachable database stops the start before any server
         // is started, with an error naming it.
+        #[cfg(not(feature = "otel"))]
+        if config.telemetry.is_some() {
+            return Err(StartFailure::FeatureOff {
+                what: "the `telemetry` section",
+                feature: "otel",
+            });
+        }
+        #[cfg(not(feature = "postgres"))]
+        let shared: Option<(
+            Arc<dyn AuditStore>,
+            Arc<dyn ApprovalStore>,
+            Option<std::convert::Infallible>,
+        )> = match &config.store {
+            StoreConfig::StateDir => None,
+            StoreConfig::Postgres { .. } => {
+                return Err(StartFailure::FeatureOff {
+                    what: "`store.postgres`",
+                    feature: "postgres",
+                });
+            }
+        };
+        #[cfg(feature = "postgres")]
         let shared = match &config.store {
             StoreConfig::StateDir => None,
             StoreConfig::Postgres { url } => {
@@ -160,6 +196,13 @@ impl Toolward {
         // store `CallPath::new` makes ranks them), opened before any server starts. Only
         // when the policy reviews results: otherwise nothing is ever joined, every session's
         // labels stay empty, and the in-memory store answers without a round trip.
+        #[cfg(not(feature = "postgres"))]
+        let fleet: Option<(
+            Arc<dyn FactStore>,
+            Arc<dyn RequestStateLedger>,
+            Option<Arc<dyn LabelStore>>,
+        )> = fleet.map(|never| match never {});
+        #[cfg(feature = "postgres")]
         let fleet = match fleet {
             Some((facts, ledger, store)) => {
                 let reviewed = components.policy.reviews();
@@ -221,6 +264,9 @@ impl Toolward {
         }
         let registry = Arc::new(registry);
         let supervisors = Supervisors::start(&config, &registry, Some(Arc::clone(&audit)));
+        #[cfg(not(feature = "otel"))]
+        let telemetry = None;
+        #[cfg(feature = "otel")]
         let telemetry = match &config.telemetry {
             None => None,
             Some(settings) => {

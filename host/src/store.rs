@@ -7,6 +7,7 @@
 //! lower floors.
 
 pub mod approvals;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod request_states;
 

@@ -79,6 +79,7 @@
 mod client;
 mod errors;
 mod framing;
+#[cfg(feature = "http-upstream")]
 mod http;
 mod incoming;
 mod lifecycle;
@@ -100,6 +101,27 @@ use tokio::sync::{mpsc, watch};
 use client::{Connection, Payload, RequestOptions};
 pub use errors::{FailureReason, TransportError};
 use errors::tail;
+
+#[cfg(not(feature = "http-upstream"))]
+impl Upstream {
+    /// In a build without the `http-upstream` feature: refuses every streamable HTTP server,
+    /// sending nothing.
+    ///
+    /// # Errors
+    /// Always [`TransportError::InvalidHttpSpec`], naming the feature.
+    pub async fn connect_http(
+        server: &str,
+        _spec: &HttpSpec,
+        _limits: &TransportLimits,
+    ) -> Result<Upstream, TransportError> {
+        Err(TransportError::InvalidHttpSpec {
+            server: server.to_owned(),
+            detail: String::from(
+                "HTTP servers need the `http-upstream` feature of the toolward crate, which this build leaves out",
+            ),
+        })
+    }
+}
 pub use process::{INHERITED_VARIABLES, become_subreaper};
 
 /// Default longest line a server may write on standard output (bytes, newline not counted):

@@ -33,10 +33,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+#[cfg(feature = "wasi")]
 use sha2::{Digest, Sha256};
+#[cfg(feature = "wasi")]
 use wasmtime::component::{Linker, Resource, ResourceTable};
+#[cfg(feature = "wasi")]
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+#[cfg(feature = "wasi")]
 use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamResult};
+#[cfg(feature = "wasi")]
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 /// The WASI version range a component may import: `wasi:*@0.2.x`, any patch version
@@ -60,6 +65,7 @@ pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
 pub const MAX_WASI_RESOURCES: usize = 1024;
 
 /// The domain of the random generator's seed: changing it changes every random byte.
+#[cfg(feature = "wasi")]
 const RANDOM_DOMAIN: &[u8] = b"toolward wasi random 0.2 v1\0";
 
 /// A guest call of a WASI component was stopped by the host: why, for the deny reason.
@@ -68,6 +74,7 @@ const RANDOM_DOMAIN: &[u8] = b"toolward wasi random 0.2 v1\0";
 pub struct Stopped(pub String);
 
 /// The WASI state of one instance of a component that imports WASI.
+#[cfg(feature = "wasi")]
 pub(crate) struct WasiState {
     ctx: WasiCtx,
     table: ResourceTable,
@@ -77,6 +84,7 @@ pub(crate) struct WasiState {
     insecure: CounterRng,
 }
 
+#[cfg(feature = "wasi")]
 impl WasiView for WasiState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
@@ -86,6 +94,7 @@ impl WasiView for WasiState {
     }
 }
 
+#[cfg(feature = "wasi")]
 impl WasiState {
     /// A context that grants nothing: no preopens, no environment, no arguments, sockets
     /// and name lookup refused, stdin empty, output captured, clocks and random the host's
@@ -178,6 +187,7 @@ impl GuestOutput {
 /// # Errors
 /// What wasmtime says when a definition does not fit (a `wasmtime-wasi` upgrade that
 /// renamed an interface).
+#[cfg(feature = "wasi")]
 pub(crate) fn link<T>(
     linker: &mut Linker<T>,
     wasi: fn(&mut T) -> &mut WasiState,
@@ -222,6 +232,7 @@ where
 
 /// A pollable that is ready at once for a wait of 0 ns (a non-blocking poll, as wasi-libc's
 /// `poll` makes), or the trap that stops a guest that waits on a clock that does not run.
+#[cfg(feature = "wasi")]
 fn ready_or_stop(state: &mut WasiState, nanos: u64) -> wasmtime::Result<Resource<DynPollable>> {
     if nanos > 0 {
         return Err(wasmtime::Error::new(Stopped(format!(
@@ -233,16 +244,20 @@ fn ready_or_stop(state: &mut WasiState, nanos: u64) -> wasmtime::Result<Resource
 }
 
 /// A pollable that is always ready.
+#[cfg(feature = "wasi")]
 struct Ready;
 
 #[wasmtime_wasi::async_trait]
+#[cfg(feature = "wasi")]
 impl Pollable for Ready {
     async fn ready(&mut self) {}
 }
 
 /// The wall clock of a policy: the call's `time-ms`.
+#[cfg(feature = "wasi")]
 struct CallClock(Arc<AtomicU64>);
 
+#[cfg(feature = "wasi")]
 impl HostWallClock for CallClock {
     fn resolution(&self) -> Duration {
         Duration::from_millis(1)
@@ -253,8 +268,10 @@ impl HostWallClock for CallClock {
 }
 
 /// The monotonic clock of a policy: stopped at 0.
+#[cfg(feature = "wasi")]
 struct StoppedClock;
 
+#[cfg(feature = "wasi")]
 impl HostMonotonicClock for StoppedClock {
     fn resolution(&self) -> u64 {
         1
@@ -266,11 +283,13 @@ impl HostMonotonicClock for StoppedClock {
 
 /// The output of one instance: the first [`MAX_OUTPUT_BYTES`] and a count of the rest.
 #[derive(Default)]
+#[cfg(feature = "wasi")]
 struct Captured {
     kept: Vec<u8>,
     dropped: u64,
 }
 
+#[cfg(feature = "wasi")]
 impl Captured {
     fn write(&mut self, bytes: &[u8]) {
         let room = MAX_OUTPUT_BYTES.saturating_sub(self.kept.len());
@@ -282,8 +301,10 @@ impl Captured {
 
 /// stdout and stderr of a policy instance: both write into its [`Captured`].
 #[derive(Clone)]
+#[cfg(feature = "wasi")]
 struct CaptureStream(Arc<Mutex<Captured>>);
 
+#[cfg(feature = "wasi")]
 impl CaptureStream {
     fn write_all(&self, bytes: &[u8]) {
         self.0
@@ -293,12 +314,14 @@ impl CaptureStream {
     }
 }
 
+#[cfg(feature = "wasi")]
 impl IsTerminal for CaptureStream {
     fn is_terminal(&self) -> bool {
         false
     }
 }
 
+#[cfg(feature = "wasi")]
 impl StdoutStream for CaptureStream {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
         Box::new(self.clone())
@@ -312,8 +335,10 @@ impl StdoutStream for CaptureStream {
 /// large write is taken whole rather than cut short (CPython wrote only the first 4 KiB of
 /// one large `sys.stdout.write` when the permit was 4,096); what passes
 /// [`MAX_OUTPUT_BYTES`] is counted and dropped as it arrives.
+#[cfg(feature = "wasi")]
 const WRITE_PERMIT_BYTES: usize = 1 << 20;
 
+#[cfg(feature = "wasi")]
 impl OutputStream for CaptureStream {
     fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
         self.write_all(&bytes);
@@ -328,10 +353,12 @@ impl OutputStream for CaptureStream {
 }
 
 #[wasmtime_wasi::async_trait]
+#[cfg(feature = "wasi")]
 impl Pollable for CaptureStream {
     async fn ready(&mut self) {}
 }
 
+#[cfg(feature = "wasi")]
 impl tokio::io::AsyncWrite for CaptureStream {
     fn poll_write(
         self: std::pin::Pin<&mut Self>,
@@ -358,6 +385,7 @@ impl tokio::io::AsyncWrite for CaptureStream {
 /// A deterministic generator: block `i` is SHA-256 over [`RANDOM_DOMAIN`], the stream's
 /// name, the seed and `i` (big-endian), so a decision's random bytes are a function of its
 /// arguments and an audit log replays.
+#[cfg(feature = "wasi")]
 struct CounterRng {
     key: [u8; 32],
     counter: u64,
@@ -365,6 +393,7 @@ struct CounterRng {
     used: usize,
 }
 
+#[cfg(feature = "wasi")]
 impl CounterRng {
     fn new(stream: &[u8], seed: &[u8]) -> CounterRng {
         let mut hasher = Sha256::new();
@@ -462,7 +491,9 @@ pub const PROVIDED_INTERFACES: &[&str] = &[
 /// version `0.2.x`).
 #[must_use]
 pub fn is_provided(import: &str) -> bool {
-    import.split_once('@').is_some_and(|(interface, version)| {
+    // Without the `wasi` feature none is: a component that imports WASI is refused at load.
+    cfg!(feature = "wasi")
+        && import.split_once('@').is_some_and(|(interface, version)| {
         PROVIDED_INTERFACES.contains(&interface)
             && format!("@{version}").starts_with(WASI_VERSION_PREFIX)
     })
@@ -494,7 +525,40 @@ pub fn grant_of(import: &str) -> &'static str {
     }
 }
 
-#[cfg(test)]
+/// Without the `wasi` feature no component imports WASI ([`is_provided`] is false), so no
+/// instance has a WASI state: this stands in for the type where the engine names it.
+#[cfg(not(feature = "wasi"))]
+pub(crate) struct WasiState;
+
+#[cfg(not(feature = "wasi"))]
+impl WasiState {
+    pub(crate) fn locked_down() -> WasiState {
+        WasiState
+    }
+
+    pub(crate) fn begin_call(&mut self, _time_ms: u64, _seed: &[u8]) {}
+
+    pub(crate) fn holds_nothing(&self) -> bool {
+        true
+    }
+
+    pub(crate) fn output(&self) -> GuestOutput {
+        GuestOutput::default()
+    }
+}
+
+/// Without the `wasi` feature: refuses, since nothing may import WASI.
+#[cfg(not(feature = "wasi"))]
+pub(crate) fn link<T>(
+    _linker: &mut wasmtime::component::Linker<T>,
+    _wasi: fn(&mut T) -> &mut WasiState,
+) -> wasmtime::Result<()> {
+    Err(wasmtime::Error::msg(
+        "WASI needs the `wasi` feature of the toolward crate, which this build leaves out",
+    ))
+}
+
+#[cfg(all(test, feature = "wasi"))]
 mod tests {
     use super::*;
 

@@ -23,6 +23,7 @@ use crate::approval::{
     AnsweredBy, ApprovalError, ApprovalRequest, Approver, PendingEntry, QueueApprover,
 };
 use crate::audit::AuditStore;
+#[cfg(feature = "postgres")]
 use crate::database::PgError;
 
 /// A future of the approvals store.
@@ -37,6 +38,7 @@ pub enum ApprovalStoreError {
     Queue(#[from] ApprovalError),
     /// The PostgreSQL store refused or could not be reached.
     #[error(transparent)]
+    #[cfg(feature = "postgres")]
     Postgres(#[from] PgError),
     /// No call of this id is held in the store.
     #[error("no call `{call_id}` is waiting for an approval in {store}")]

@@ -83,6 +83,7 @@ pub enum LedgerError {
     },
     /// The PostgreSQL store's ledger cannot be reached or written.
     #[error("the request-state ledger in {0}")]
+    #[cfg(feature = "postgres")]
     Postgres(#[from] crate::database::PgError),
 }
 

@@ -166,6 +166,7 @@ pub enum TransportError {
         detail: String,
     },
     /// The HTTP client for the server could not be set up.
+    #[cfg(feature = "http-upstream")]
     #[error("could not set up the HTTP client for server `{server}`")]
     HttpClient {
         /// The server's name in the configuration.
@@ -175,6 +176,7 @@ pub enum TransportError {
         source: reqwest::Error,
     },
     /// A message could not be sent to the HTTP server, or its answer could not be read.
+    #[cfg(feature = "http-upstream")]
     #[error("could not exchange `{method}` with server `{server}` over HTTP")]
     Http {
         /// The server's name in the configuration.
