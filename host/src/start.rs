@@ -87,6 +87,23 @@ pub enum StartFailure {
     },
 }
 
+/// Without the `postgres` feature: the audit and approval stores a fleet would share, and
+/// the fleet's store, which cannot exist.
+#[cfg(not(feature = "postgres"))]
+type NoFleet = (
+    Arc<dyn AuditStore>,
+    Arc<dyn ApprovalStore>,
+    Option<std::convert::Infallible>,
+);
+
+/// Without the `postgres` feature: the fleet's counters, ledger and labels (never any).
+#[cfg(not(feature = "postgres"))]
+type FleetStores = (
+    Arc<dyn FactStore>,
+    Arc<dyn RequestStateLedger>,
+    Option<Arc<dyn LabelStore>>,
+);
+
 /// A started toolward: the registered tools of every configured server behind the
 /// configured policy, with the audit log open.
 #[derive(Debug)]
@@ -124,11 +141,7 @@ impl Toolward {
             });
         }
         #[cfg(not(feature = "postgres"))]
-        let shared: Option<(
-            Arc<dyn AuditStore>,
-            Arc<dyn ApprovalStore>,
-            Option<std::convert::Infallible>,
-        )> = match &config.store {
+        let shared: Option<NoFleet> = match &config.store {
             StoreConfig::StateDir => None,
             StoreConfig::Postgres { .. } => {
                 return Err(StartFailure::FeatureOff {
@@ -197,11 +210,7 @@ impl Toolward {
         // when the policy reviews results: otherwise nothing is ever joined, every session's
         // labels stay empty, and the in-memory store answers without a round trip.
         #[cfg(not(feature = "postgres"))]
-        let fleet: Option<(
-            Arc<dyn FactStore>,
-            Arc<dyn RequestStateLedger>,
-            Option<Arc<dyn LabelStore>>,
-        )> = fleet.map(|never| match never {});
+        let fleet: Option<FleetStores> = fleet.map(|never| match never {});
         #[cfg(feature = "postgres")]
         let fleet = match fleet {
             Some((facts, ledger, store)) => {
