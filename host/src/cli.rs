@@ -715,21 +715,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
 /// The launcher (`toolward __confine`): returns only when it could not confine itself or
 /// start the program; `--probe` prints the Landlock ABI obtained.
 fn confine(request: crate::confine::LaunchRequest, probe: bool) -> ExitCode {
-    if probe {
-        return match crate::confine::probe_self() {
-            Ok(abi) => {
-                println!("{}{abi}", crate::confine::PROBE_PREFIX);
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("toolward: {error}");
-                ExitCode::from(crate::confine::LAUNCH_FAILED_EXIT)
-            }
-        };
-    }
-    let error = crate::confine::launch(&request);
-    eprintln!("toolward: {error}");
-    ExitCode::from(crate::confine::LAUNCH_FAILED_EXIT)
+    crate::confine::run_launcher(&request, probe)
 }
 
 async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<ExitCode, Failure> {

@@ -30,7 +30,8 @@
 //!
 //! # The launcher
 //!
-//! The launcher is the running program when it is `toolward`, else
+//! The launcher is the running program when it is `toolward` or an embedder's binary whose
+//! `main` called `toolward::confine_main` ([`launcher_entry`]) first, else
 //! [`crate::config::ConfineConfig::launcher`], else the program named by [`LAUNCHER_ENV`]
 //! (embedders, tests). It is probed once per process ([`landlock_abi`]): the probe restricts
 //! a throwaway process exactly as a launch would and reports the Landlock ABI obtained.
@@ -515,6 +516,10 @@ fn multiplexer_sockets() -> Vec<PathBuf> {
     folders
 }
 
+/// Set by [`launcher_entry`] (`toolward::confine_main`): the running program, whatever its
+/// name, answers [`LAUNCHER_SUBCOMMAND`] and so is its own launcher.
+static SELF_LAUNCHER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What is executed as the launcher when it is the running `toolward`.
 const RUNNING_LAUNCHER: &str = "/proc/self/exe";
 
@@ -528,7 +533,7 @@ pub struct Launcher {
 }
 
 /// The launcher for `config`: [`crate::config::ConfineConfig::launcher`], else the running
-/// program when its name is `toolward`, else [`LAUNCHER_ENV`]; `None` when none is set,
+/// program when its name is `toolward` or it called [`launcher_entry`] first, else [`LAUNCHER_ENV`]; `None` when none is set,
 /// `Some(Err)` naming the file and why when the named file cannot be opened.
 ///
 /// It is fixed the first time it is asked for: the running program is executed as
@@ -541,7 +546,8 @@ pub fn launcher(config: &Config) -> Option<Result<Launcher, String>> {
         return Some(held(launcher));
     }
     if let Ok(exe) = std::env::current_exe()
-        && exe.file_stem().is_some_and(|stem| stem == "toolward")
+        && (exe.file_stem().is_some_and(|stem| stem == "toolward")
+            || SELF_LAUNCHER.load(std::sync::atomic::Ordering::Relaxed))
     {
         return Some(Ok(Launcher {
             exec: PathBuf::from(RUNNING_LAUNCHER),
@@ -963,6 +969,90 @@ pub fn launch(request: &LaunchRequest) -> ConfineError {
         Err(e) => return e,
     }
     exec(program, args)
+}
+
+/// The launcher as a program: runs `request` ([`launch`]), or with `probe` the probe
+/// ([`probe_self`], printing [`PROBE_PREFIX`] and the ABI), and returns the exit code. It
+/// returns only when the probe ends or the launch failed ([`LAUNCH_FAILED_EXIT`]).
+pub fn run_launcher(request: &LaunchRequest, probe: bool) -> std::process::ExitCode {
+    if probe {
+        return match probe_self() {
+            Ok(abi) => {
+                println!("{PROBE_PREFIX}{abi}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("toolward: {error}");
+                std::process::ExitCode::from(LAUNCH_FAILED_EXIT)
+            }
+        };
+    }
+    let error = launch(request);
+    eprintln!("toolward: {error}");
+    std::process::ExitCode::from(LAUNCH_FAILED_EXIT)
+}
+
+/// Exit code of the launcher for arguments it does not understand (as a usage error of the
+/// `toolward` command).
+pub const LAUNCHER_USAGE_EXIT: u8 = 2;
+
+/// The launcher's arguments after [`LAUNCHER_SUBCOMMAND`], as [`Confinement::launcher_args`]
+/// writes them (and [`PROBE_FLAG`]): the request and whether it is the probe.
+///
+/// # Errors
+/// A line naming the argument not understood.
+pub fn parse_launcher_args(
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<(LaunchRequest, bool), String> {
+    let mut request = LaunchRequest::default();
+    let mut probe = false;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| {
+            args.next()
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("`{flag}` needs a value"))
+        };
+        match arg.to_str() {
+            Some("--deny") => request.deny.push(value("--deny")?),
+            Some("--allow") => request.allow.push(value("--allow")?),
+            Some(DEVICE_FLAG) => request.devices.push(value(DEVICE_FLAG)?),
+            Some("--deny-tcp") => request.deny_tcp = true,
+            Some(NAMESPACES_FLAG) => request.namespaces = true,
+            Some(DENY_NETWORK_FLAG) => request.deny_network = true,
+            Some(PROBE_FLAG) => probe = true,
+            Some("--") => {
+                request.command = args.collect();
+                break;
+            }
+            _ => {
+                return Err(format!(
+                    "`{LAUNCHER_SUBCOMMAND}` does not take `{}`",
+                    arg.to_string_lossy()
+                ));
+            }
+        }
+    }
+    Ok((request, probe))
+}
+
+/// The launcher's entry for a program's `main` (`toolward::confine_main`): when this process
+/// was started as the launcher (its first argument is [`LAUNCHER_SUBCOMMAND`]), confines
+/// itself and `exec`s the server, or probes, and returns the exit code; otherwise marks the
+/// running program as its own launcher ([`launcher`]) and returns `None`.
+pub fn launcher_entry() -> Option<std::process::ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(LAUNCHER_SUBCOMMAND)) {
+        SELF_LAUNCHER.store(true, std::sync::atomic::Ordering::Relaxed);
+        return None;
+    }
+    Some(match parse_launcher_args(args) {
+        Ok((request, probe)) => run_launcher(&request, probe),
+        Err(error) => {
+            eprintln!("toolward: {error}");
+            std::process::ExitCode::from(LAUNCHER_USAGE_EXIT)
+        }
+    })
 }
 
 /// The probe: restricts this process as a launch withholding nothing would, and returns the

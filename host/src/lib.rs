@@ -47,7 +47,7 @@
 //! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
 //! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
 //! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`, `host/build.rs` builds `guest-cedar` only with it) | none |
-//! | `confine` | Landlock for stdio servers (without it servers start unconfined, as the load report says) | landlock |
+//! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`) | reqwest |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
 //! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `postgres`, `cedar` | clap, toml_edit, jsonc-parser, tracing-subscriber |
@@ -171,13 +171,41 @@ pub use labels::{
     LabelError, LabelFuture, LabelKey, LabelSettings, LabelStore, Labels, MemoryLabels,
 };
 
-/// Runs the `toolward` command line with this process's arguments (the binary's `main`,
-/// and what an embedder's own binary calls to act as the launcher of confined servers).
+/// Runs the `toolward` command line with this process's arguments (the binary's `main`).
 #[cfg(feature = "cli")]
 pub fn cli_main() -> std::process::ExitCode {
     cli::main()
 }
 
+/// Makes an embedder's own binary the launcher of its confined servers: call it first in
+/// `main`, before anything starts a thread (the async runtime included), and return its exit
+/// code when it gives one.
+///
+/// toolward starts each confined stdio server through a launcher: a program that restricts
+/// itself with Landlock and then `exec`s the server. The launcher is the running program when
+/// it answers the launcher's arguments, which the `toolward` binary does and an embedder's
+/// binary does once its `main` begins with this. When the process was started as the launcher
+/// (its first argument is the hidden `__confine`), this confines and `exec`s the server, or
+/// answers the probe, and returns the exit code (it returns only when the server could not be
+/// started: 126). Otherwise it notes that the running program is its own launcher and
+/// returns `None`, and `main` goes on.
+///
+/// Without it, an embedder names a `toolward` binary as the launcher (`confine.launcher`, or
+/// the `TOOLWARD_BIN` variable), or its servers start unconfined, which the load report says.
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     if let Some(code) = toolward::confine_main() {
+///         return code;
+///     }
+///     // ... build the async runtime, then `toolward::Toolward::start(config)` ...
+///     std::process::ExitCode::SUCCESS
+/// }
+/// ```
+#[cfg(feature = "confine")]
+pub fn confine_main() -> Option<std::process::ExitCode> {
+    confine::launcher_entry()
+}
 
 /// Paths of the guest components built by `host/build.rs`: the default policy component
 /// and the test fixtures.

@@ -345,3 +345,38 @@ fn the_launcher_gets_a_servers_loader_variables_under_another_name_only() {
     );
     assert!(!is_loader_variable("LDAP_URI"));
 }
+
+#[test]
+fn the_launcher_entry_reads_back_what_launcher_args_writes() {
+    let confinement = Confinement {
+        launcher: PathBuf::from("/proc/self/exe"),
+        launcher_shown: PathBuf::from("/bin/embedder"),
+        deny: vec![PathBuf::from("/s"), PathBuf::from("/c.json")],
+        allow: vec![PathBuf::from("/h/fs")],
+        deny_tcp: true,
+        abi: 6,
+        namespaces: Ok(()),
+        deny_network: true,
+        devices: vec![PathBuf::from("/dev/ttyUSB0")],
+    };
+    let args = confinement.launcher_args("node", &["--deny".to_owned(), "x".to_owned()]);
+    assert_eq!(args[0], LAUNCHER_SUBCOMMAND);
+    let (request, probe) = parse_launcher_args(args.into_iter().skip(1)).unwrap();
+    assert!(!probe);
+    assert_eq!(
+        request,
+        LaunchRequest {
+            deny: confinement.deny.clone(),
+            allow: confinement.allow.clone(),
+            deny_tcp: true,
+            namespaces: true,
+            devices: confinement.devices.clone(),
+            deny_network: true,
+            command: ["node", "--deny", "x"].map(OsString::from).to_vec(),
+        }
+    );
+    let (_, probe) = parse_launcher_args([OsString::from(PROBE_FLAG)]).unwrap();
+    assert!(probe);
+    assert!(parse_launcher_args([OsString::from("--deny")]).is_err());
+    assert!(parse_launcher_args([OsString::from("--unknown")]).is_err());
+}
