@@ -1,8 +1,14 @@
-//! Builds every guest component of the workspace in one nested cargo run, for
+//! With the `internals` feature only (this workspace's tests and benches): builds every
+//! guest component of the workspace from source in nested cargo runs, for
 //! `wasm32-unknown-unknown`, linked by the `wasm-component-ld` that ships with rustc, so that
-//! `cargo build` and `cargo test --workspace` need no manual step. As wasmtime's
+//! `cargo test --workspace` needs no manual step. As wasmtime's
 //! `test-programs/artifacts/build.rs` does, the nested cargo gets its own `CARGO_TARGET_DIR`
 //! under `OUT_DIR` and no inherited `RUSTFLAGS`.
+//!
+//! The library itself embeds the prebuilt components of `host/guests/` (see its README), so
+//! an embedder's build runs no nested wasm build. The tests compare those files with what
+//! this script builds (`the_prebuilt_guests_are_what_their_sources_build`), and the test
+//! fixtures exist only here.
 //!
 //! Emits `guests.rs` into `OUT_DIR` with one `&str` constant per guest: the path of its
 //! `.wasm`.
@@ -73,6 +79,10 @@ fn remap_paths(root: &Path, target_dir: &Path) -> String {
 }
 
 fn run() -> Result<(), String> {
+    println!("cargo::rerun-if-changed=build.rs");
+    if env::var_os("CARGO_FEATURE_INTERNALS").is_none() {
+        return Ok(());
+    }
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let root = manifest_dir
         .parent()

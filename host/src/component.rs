@@ -102,21 +102,17 @@ use bindings_v3::exports::toolward::policy0_3_0::{
 };
 use bindings_v3::toolward::policy0_3_0::types as wit3;
 
-/// The default policy component (`guest-policy/`), built by `host/build.rs` and embedded in
-/// the library: it classifies from the operator's rules file and decides from its table.
-pub const DEFAULT_COMPONENT: &[u8] = include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/guests/wasm32-unknown-unknown/release/toolward_guest_policy.wasm"
-));
+/// The default policy component (`guest-policy/`), prebuilt in `host/guests/policy.wasm`
+/// and embedded in the library: it classifies from the operator's rules file and decides
+/// from its table.
+pub const DEFAULT_COMPONENT: &[u8] = include_bytes!("../guests/policy.wasm");
 
 /// The default component built with its result reviews (`guest-policy/`, feature
 /// `reviews`): what the load runs for rules that name `reviews` ([`built_in_for`]). Apart
 /// from [`DEFAULT_COMPONENT`] because the reviews (the `regex` crate) make it eight times
-/// larger, and every start validates and instruments the component it loads.
-pub const REVIEWING_COMPONENT: &[u8] = include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/guests/reviewing/wasm32-unknown-unknown/release/toolward_guest_policy.wasm"
-));
+/// larger, and every start validates and instruments the component it loads. Prebuilt in
+/// `host/guests/policy-reviewing.wasm`.
+pub const REVIEWING_COMPONENT: &[u8] = include_bytes!("../guests/policy-reviewing.wasm");
 
 /// The built-in default component for a rules (or settings) text: [`REVIEWING_COMPONENT`]
 /// when its top-level `reviews` names any review, else [`DEFAULT_COMPONENT`]. Text that is
@@ -133,14 +129,11 @@ pub fn built_in_for(settings: &str) -> &'static [u8] {
     }
 }
 
-/// The built-in Cedar component (`guest-cedar/`), built by `host/build.rs` and embedded in
-/// the library: it decides calls with the operator's Cedar policies (`policy.cedar` in the
+/// The built-in Cedar component (`guest-cedar/`), prebuilt in `host/guests/cedar.wasm` and
+/// embedded in the library: it decides calls with the operator's Cedar policies (`policy.cedar` in the
 /// config, `docs/cedar.md`), exporting `policy` and `validation` of `toolward:policy@0.2.0`.
 #[cfg(feature = "cedar")]
-pub const CEDAR_COMPONENT: &[u8] = include_bytes!(concat!(
-    env!("OUT_DIR"),
-    "/guests/wasm32-unknown-unknown/release/toolward_guest_cedar.wasm"
-));
+pub const CEDAR_COMPONENT: &[u8] = include_bytes!("../guests/cedar.wasm");
 
 /// The WIT package a component may import from; anything else is refused.
 pub const WIT_PACKAGE: &str = "toolward:policy";

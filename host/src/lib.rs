@@ -207,9 +207,9 @@ pub fn confine_main() -> Option<std::process::ExitCode> {
     confine::launcher_entry()
 }
 
-/// Paths of the guest components built by `host/build.rs`: the default policy component
-/// and the test fixtures.
-#[cfg(any(test, feature = "internals"))]
+/// Paths of the guest components `host/build.rs` builds from source with `internals`: the
+/// built-in components (to compare with `host/guests/`) and the test fixtures.
+#[cfg(feature = "internals")]
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 }

@@ -187,10 +187,44 @@ fn default_component_imports_only_toolward_types() {
     assert_eq!(component.sha256().len(), 64);
 }
 
+/// The library embeds the prebuilt components of `host/guests/` (so an embedder's build
+/// runs no nested wasm build); each must be exactly what its source builds here, and
+/// `SHA256SUMS` must name each file's hash. `TOOLWARD_UPDATE_GUESTS=1` writes the built
+/// bytes and their sums instead of failing (then re-pin the examples).
 #[test]
-fn embedded_default_component_is_the_built_guest() {
-    let built = std::fs::read(toolward::guests::DEFAULT_POLICY_WASM).unwrap();
-    assert_eq!(toolward::component::DEFAULT_COMPONENT, built.as_slice());
+fn the_prebuilt_guests_are_what_their_sources_build() {
+    use toolward::component::{CEDAR_COMPONENT, DEFAULT_COMPONENT, REVIEWING_COMPONENT};
+    use toolward::guests::{CEDAR_POLICY_WASM, DEFAULT_POLICY_WASM, REVIEWING_POLICY_WASM};
+    let folder = crate::support::repo().join("host/guests");
+    let update = std::env::var_os("TOOLWARD_UPDATE_GUESTS").is_some();
+    let mut sums = String::new();
+    let mut stale = Vec::new();
+    for (file, embedded, built) in [
+        ("cedar.wasm", CEDAR_COMPONENT, CEDAR_POLICY_WASM),
+        ("policy-reviewing.wasm", REVIEWING_COMPONENT, REVIEWING_POLICY_WASM),
+        ("policy.wasm", DEFAULT_COMPONENT, DEFAULT_POLICY_WASM),
+    ] {
+        let built = std::fs::read(built).unwrap();
+        if update {
+            std::fs::write(folder.join(file), &built).unwrap();
+        } else if embedded != built.as_slice() {
+            stale.push(file);
+        }
+        let sha256 = toolward::canonical::sha256_hex(&built);
+        sums.push_str(&format!("{sha256}  {file}\n"));
+    }
+    if update {
+        std::fs::write(folder.join("SHA256SUMS"), &sums).unwrap();
+        return;
+    }
+    assert!(
+        stale.is_empty(),
+        "host/guests/{stale:?} differ from what their sources build: run \
+         `TOOLWARD_UPDATE_GUESTS=1 cargo test --test all -- prebuilt_guests`, then `toolward \
+         pin` for each example config, and commit both"
+    );
+    let recorded = std::fs::read_to_string(folder.join("SHA256SUMS")).unwrap();
+    assert_eq!(recorded, sums, "host/guests/SHA256SUMS does not name the files' hashes");
 }
 
 fn fault_policy(mode: &str) -> toolward::component::Policy {

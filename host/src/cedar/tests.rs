@@ -485,6 +485,7 @@ fn configure_refuses_a_forbid_with_hold() {
 }
 
 #[test]
+#[cfg(feature = "internals")]
 fn a_0_1_0_component_names_nothing() {
     // The example custom policy is a `policy@0.1.0` component.
     let bytes = std::fs::read(crate::guests::CUSTOM_POLICY_WASM).unwrap();
