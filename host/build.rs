@@ -74,7 +74,10 @@ fn remap_paths(root: &Path, target_dir: &Path) -> String {
             flags.push(format!("--remap-path-prefix={}=/cargo", real.display()));
         }
     }
-    flags.push(format!("--remap-path-prefix={}=/guests", target_dir.display()));
+    flags.push(format!(
+        "--remap-path-prefix={}=/guests",
+        target_dir.display()
+    ));
     flags.join("\u{1f}")
 }
 

@@ -46,7 +46,7 @@
 //! | `listen` | `serve --listen` (`listen`); needs `gateway` | hyper, hyper-util, http-body-util, tower-service |
 //! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
 //! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
-//! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`, `host/build.rs` builds `guest-cedar` only with it) | none |
+//! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`; `host/guests/cedar.wasm` is embedded only with it) | none |
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`) | reqwest |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |

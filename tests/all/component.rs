@@ -201,7 +201,11 @@ fn the_prebuilt_guests_are_what_their_sources_build() {
     let mut stale = Vec::new();
     for (file, embedded, built) in [
         ("cedar.wasm", CEDAR_COMPONENT, CEDAR_POLICY_WASM),
-        ("policy-reviewing.wasm", REVIEWING_COMPONENT, REVIEWING_POLICY_WASM),
+        (
+            "policy-reviewing.wasm",
+            REVIEWING_COMPONENT,
+            REVIEWING_POLICY_WASM,
+        ),
         ("policy.wasm", DEFAULT_COMPONENT, DEFAULT_POLICY_WASM),
     ] {
         let built = std::fs::read(built).unwrap();
@@ -224,7 +228,10 @@ fn the_prebuilt_guests_are_what_their_sources_build() {
          pin` for each example config, and commit both"
     );
     let recorded = std::fs::read_to_string(folder.join("SHA256SUMS")).unwrap();
-    assert_eq!(recorded, sums, "host/guests/SHA256SUMS does not name the files' hashes");
+    assert_eq!(
+        recorded, sums,
+        "host/guests/SHA256SUMS does not name the files' hashes"
+    );
 }
 
 fn fault_policy(mode: &str) -> toolward::component::Policy {
