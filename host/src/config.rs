@@ -48,8 +48,8 @@ pub(crate) use reader::type_name;
 use reader::Reader;
 pub use sections::{
     AuditConfig, ConfineConfig, DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
-    DEFAULT_TELEMETRY_SERVICE_NAME, Limits, ListenConfig, PolicyConfig, RulesConfig,
-    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    DEFAULT_TELEMETRY_SERVICE_NAME, Limits, ListenConfig, OAuthConfig, OAuthGrant, PolicyConfig,
+    RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;
 

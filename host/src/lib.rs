@@ -22,7 +22,7 @@
 //! | 3 | database, component | the PostgreSQL connection; wasmtime hosting policy components |
 //! | 4 | audit, facts, labels, review | the audit chain and its store interface; fact counters; sessions' labels; a result as a review sees it, and redactions applied |
 //! | 5 | config, approval | the operator's config; held calls and answers |
-//! | 6 | confine, manifest, store, client_config, policy_test, telemetry | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP |
+//! | 6 | confine, manifest, store, client_config, policy_test, telemetry, oauth | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP; signing in to HTTP servers (OAuth 2.1) |
 //! | 7 | transport | the MCP client to a server, started confined |
 //! | 8 | listing, registry | `tools/list`; the tools as the model sees them |
 //! | 9 | pin, call, cedar | pinning a server's tools; the call path; Cedar policies |
@@ -48,7 +48,7 @@
 //! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
 //! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`; `host/guests/cedar.wasm` is embedded only with it) | none |
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
-//! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`) | reqwest |
+//! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
 //! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `postgres`, `cedar` | clap, toml_edit, jsonc-parser, tracing-subscriber |
 #![deny(missing_docs)]
@@ -102,6 +102,8 @@ modules!(
     listing,
     load,
     manifest,
+    #[cfg(feature = "http-upstream")]
+    oauth,
     pin,
     #[cfg(feature = "cli")]
     policy_test,
@@ -141,8 +143,9 @@ pub use start::{StartFailure, Toolward};
 
 // The operator's configuration.
 pub use config::{
-    AuditConfig, Config, ConfigError, ConfineConfig, Limits, ListenConfig, PolicyConfig,
-    RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    AuditConfig, Config, ConfigError, ConfineConfig, Limits, ListenConfig, OAuthConfig, OAuthGrant,
+    PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig,
+    TelemetryConfig,
 };
 
 // Pinning: the manifest of reviewed tools.

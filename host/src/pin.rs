@@ -408,12 +408,46 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
 /// server.
 pub fn http_spec(server: &ServerConfig) -> Option<HttpSpec> {
     match &server.transport {
-        ServerTransport::Http { url, headers } => Some(HttpSpec {
+        ServerTransport::Http { url, headers, .. } => Some(HttpSpec {
             url: url.clone(),
             headers: headers.clone(),
+            ..HttpSpec::default()
         }),
         ServerTransport::Stdio { .. } => None,
     }
+}
+
+/// `spec` with the server's stored OAuth grant, if it has one (see [`crate::oauth`]): read
+/// from the state folder at each connection, so a restart picks up a new `auth login`.
+///
+/// # Errors
+/// [`TransportError::SignIn`] when the grant is there but cannot be used (altered, or issued
+/// for another URL).
+#[cfg(feature = "http-upstream")]
+fn with_grant(
+    config: &Config,
+    server: &ServerConfig,
+    mut spec: HttpSpec,
+) -> Result<HttpSpec, TransportError> {
+    spec.oauth = crate::oauth::Credentials::load(&config.state_dir, server).map_err(|error| {
+        TransportError::SignIn {
+            server: server.name.clone(),
+            detail: match error {
+                crate::oauth::OAuthError::NotSignedIn { reason, .. } => reason,
+                other => format!("its grant cannot be used: {}", crate::text::error_chain(&other)),
+            },
+        }
+    })?;
+    Ok(spec)
+}
+
+#[cfg(not(feature = "http-upstream"))]
+fn with_grant(
+    _config: &Config,
+    _server: &ServerConfig,
+    spec: HttpSpec,
+) -> Result<HttpSpec, TransportError> {
+    Ok(spec)
 }
 
 /// The transport limits of a server from its config limits: its start and request timeouts,
@@ -510,7 +544,10 @@ fn create_private(folder: &Path) -> io::Result<()> {
 pub async fn connect(config: &Config, server: &ServerConfig) -> Result<Upstream, PinError> {
     let limits = transport_limits(&server.limits);
     let connected = match http_spec(server) {
-        Some(spec) => Upstream::connect_http(&server.name, &spec, &limits).await,
+        Some(spec) => match with_grant(config, server, spec) {
+            Ok(spec) => Upstream::connect_http(&server.name, &spec, &limits).await,
+            Err(error) => Err(error),
+        },
         None => {
             let spec = stdio_spec(config, server)?;
             create_home(config, server)?;

@@ -222,15 +222,23 @@ pub struct HttpSpec {
     /// Headers sent to this server only, with every request (already expanded): often an
     /// `Authorization`. Never logged.
     pub headers: BTreeMap<String, String>,
+    /// The server's OAuth grant ([`crate::oauth::Credentials`]): its token goes in the
+    /// `Authorization` header of every request, renewed before it expires and once after a
+    /// `401`. `None`: no token is sent, and a `401` is [`TransportError::SignIn`].
+    #[cfg(feature = "http-upstream")]
+    pub oauth: Option<Arc<crate::oauth::Credentials>>,
 }
 
 impl fmt::Debug for HttpSpec {
     /// Header values are left out: they are often credentials.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpSpec")
+        let mut debug = f.debug_struct("HttpSpec");
+        debug
             .field("url", &self.url)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .finish()
+            .field("headers", &self.headers.keys().collect::<Vec<_>>());
+        #[cfg(feature = "http-upstream")]
+        debug.field("oauth", &self.oauth.is_some());
+        debug.finish()
     }
 }
 

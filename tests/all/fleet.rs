@@ -226,6 +226,7 @@ impl Gateway {
         let spec = HttpSpec {
             url: self.url.clone(),
             headers: BTreeMap::from([(String::from("Authorization"), format!("Bearer {TOKEN}"))]),
+            ..HttpSpec::default()
         };
         Upstream::connect_http("gateway", &spec, &TransportLimits::default())
             .await

@@ -360,6 +360,7 @@ async fn a_client_with_a_token_lists_and_calls_and_its_name_is_the_principal() {
     let spec = HttpSpec {
         url: listening.url(),
         headers: BTreeMap::from([(String::from("Authorization"), format!("Bearer {BOB}"))]),
+        ..HttpSpec::default()
     };
     let client = Upstream::connect_http("gateway", &spec, &TransportLimits::default())
         .await

@@ -16,7 +16,7 @@ use super::{
     DEFAULT_PRINCIPAL, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
     DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, MAX_SEPARATOR_CHARS,
-    MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig,
 };
 
@@ -66,6 +66,15 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "disabled",
     "enabled",
     "confine",
+    "oauth",
+];
+/// Keys of a server's `oauth` (see [`OAuthConfig`]).
+pub(super) const OAUTH_KEYS: &[&str] = &[
+    "client_id",
+    "client_secret",
+    "scopes",
+    "grant",
+    "redirect_port",
 ];
 /// Keys of a server entry that change how the server runs and are not supported: refused
 /// rather than ignored.
@@ -834,7 +843,7 @@ impl Reader<'_> {
             return Err(key_path.invalid(format!("says `{declared}` but the entry has `{field}`")));
         }
         let stdio_only = ["args", "env", "pass_env", "confine"];
-        let http_only = ["headers"];
+        let http_only = ["headers", "oauth"];
         let misplaced = if kind == "stdio" {
             &http_only[..]
         } else {
@@ -901,11 +910,93 @@ impl Reader<'_> {
                 );
             }
             let headers = self.string_map(name, map, path, "headers", check_header_entry)?;
+            let oauth = match map.get("oauth") {
+                None => OAuthConfig::default(),
+                Some(value) => self.oauth(name, value, &path.key("oauth"))?,
+            };
             Ok(ServerTransport::Http {
                 url: url.to_owned(),
                 headers,
+                oauth,
             })
         }
+    }
+
+    /// A server's `oauth`: the client toolward signs in as, the scopes and the grant.
+    fn oauth(&self, server: &str, value: &Value, path: &JsonPath) -> Result<OAuthConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, OAUTH_KEYS)?;
+        let text = |key: &str| -> Result<Option<String>, ConfigError> {
+            let Some(value) = map.get(key) else {
+                return Ok(None);
+            };
+            let key_path = path.key(key);
+            let raw = non_empty_str(value, &key_path)?;
+            let expanded = expand(raw, &key_path, server, key, self.env)?;
+            if expanded.chars().any(char::is_control) {
+                return Err(key_path.invalid("contains a control character"));
+            }
+            Ok(Some(expanded))
+        };
+        let client_id = text("client_id")?;
+        let client_secret = text("client_secret")?;
+        if client_secret.is_some() && client_id.is_none() {
+            return Err(path.key("client_secret").invalid("needs `client_id`: a secret is issued with an id"));
+        }
+        let scopes = match map.get("scopes") {
+            None => Vec::new(),
+            Some(value) => {
+                let list_path = path.key("scopes");
+                let Some(items) = value.as_array() else {
+                    return Err(expected(&list_path, "an array of scopes", value));
+                };
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        let item_path = list_path.index(i);
+                        let scope = non_empty_str(item, &item_path)?;
+                        // RFC 6749, section 3.3: printable ASCII without space, `"` or `\`.
+                        if !scope.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b)) {
+                            return Err(item_path.invalid(format!("`{scope}` is not a scope (RFC 6749, section 3.3)")));
+                        }
+                        Ok(scope.to_owned())
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        let grant = match map.get("grant") {
+            None => OAuthGrant::default(),
+            Some(value) => match as_str(value, &path.key("grant"))? {
+                "authorization_code" => OAuthGrant::AuthorizationCode,
+                "client_credentials" => OAuthGrant::ClientCredentials,
+                other => {
+                    return Err(path.key("grant").invalid(format!(
+                        "unknown grant `{other}` (expected `authorization_code` or `client_credentials`)"
+                    )));
+                }
+            },
+        };
+        if grant == OAuthGrant::ClientCredentials && (client_id.is_none() || client_secret.is_none()) {
+            return Err(path.key("grant").invalid("`client_credentials` needs `client_id` and `client_secret`"));
+        }
+        let redirect_port = match map.get("redirect_port") {
+            None => 0,
+            Some(value) => {
+                let port_path = path.key("redirect_port");
+                value
+                    .as_u64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| expected(&port_path, "a port number (0 to 65535)", value))?
+            }
+        };
+        Ok(OAuthConfig {
+            client_id,
+            client_secret,
+            scopes,
+            grant,
+            redirect_port,
+        })
     }
 
     /// `env` or `headers`: an object of strings, `${NAME}` expanded, each entry checked.

@@ -164,7 +164,55 @@ pub enum ServerTransport {
         url: String,
         /// Headers sent with every request, `${NAME}` references replaced.
         headers: BTreeMap<String, String>,
+        /// How toolward signs in to it when it asks (`oauth`; the defaults when absent).
+        oauth: OAuthConfig,
     },
+}
+
+/// The grant toolward asks an HTTP server's authorization server for (`oauth.grant`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OAuthGrant {
+    /// `authorization_code` (the default): a person signs in through a browser at
+    /// `toolward auth login`, with PKCE and a loopback redirect.
+    #[default]
+    AuthorizationCode,
+    /// `client_credentials`: toolward signs in as itself with the configured `client_id` and
+    /// `client_secret`, at `auth login` and again whenever the token expires; for gateways
+    /// with no person at hand.
+    ClientCredentials,
+}
+
+/// `oauth` of an HTTP server: how toolward signs in to a server that answers `401` (the MCP
+/// specification's authorization, OAuth 2.1). Every field is optional: by default toolward
+/// registers itself with the authorization server (dynamic client registration, RFC 7591)
+/// and asks for the scopes the server names. Its debug output leaves out the secret.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct OAuthConfig {
+    /// A client id issued to toolward by the authorization server (`oauth.client_id`); `None`
+    /// registers one at each sign-in.
+    pub client_id: Option<String>,
+    /// Its secret (`oauth.client_secret`, `${NAME}` expanded); `None` for a public client.
+    pub client_secret: Option<String>,
+    /// The scopes to ask for (`oauth.scopes`); empty: those of the server's `401`, else its
+    /// protected-resource metadata's `scopes_supported`.
+    pub scopes: Vec<String>,
+    /// The grant (`oauth.grant`, default `authorization_code`).
+    pub grant: OAuthGrant,
+    /// The loopback port the browser is sent back to (`oauth.redirect_port`, `0`, the
+    /// default, picks a free one): for a client id registered with a fixed redirect URI.
+    pub redirect_port: u16,
+}
+
+impl fmt::Debug for OAuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OAuthConfig")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| ".."))
+            .field("scopes", &self.scopes)
+            .field("grant", &self.grant)
+            .field("redirect_port", &self.redirect_port)
+            .finish()
+    }
 }
 
 impl fmt::Debug for ServerTransport {
@@ -176,10 +224,15 @@ impl fmt::Debug for ServerTransport {
                 .field("args", args)
                 .field("env", &env.keys().collect::<Vec<_>>())
                 .finish(),
-            ServerTransport::Http { url, headers } => f
+            ServerTransport::Http {
+                url,
+                headers,
+                oauth,
+            } => f
                 .debug_struct("Http")
                 .field("url", url)
                 .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field("oauth", oauth)
                 .finish(),
         }
     }

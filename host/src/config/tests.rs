@@ -200,6 +200,7 @@ fn pasted_claude_code_block_with_type_fields_loads() {
         ServerTransport::Http {
             url: "https://mcp.example.com/mcp".into(),
             headers: BTreeMap::from([("X-Team".to_owned(), "a".to_owned())]),
+            oauth: crate::config::OAuthConfig::default(),
         }
     );
     assert!(matches!(
@@ -898,4 +899,76 @@ fn json_schema_names_the_same_keys_as_the_reader() {
         schema["$defs"]["limits"]["properties"]["max_tools"]["default"],
         DEFAULT_MAX_TOOLS
     );
+}
+
+#[test]
+fn an_http_servers_oauth_is_read_with_its_secret_expanded_and_kept_out_of_debug_output() {
+    let value = with_servers(json!({
+        "remote": { "url": "https://mcp.example.com/mcp", "oauth": {
+            "client_id": "toolward-gw", "client_secret": "${OAUTH_SECRET}",
+            "scopes": ["files:read", "mcp:tools"], "grant": "client_credentials", "redirect_port": 8765
+        } },
+        "plain": { "url": "https://other.example.com/mcp" }
+    }));
+    let env = |name: &str| match name {
+        "OAUTH_SECRET" => Ok("s3cret-value".to_owned()),
+        _ => Err(VarError::NotPresent),
+    };
+    let config = Config::from_value_with_env(value, &base(), &env).unwrap();
+    let ServerTransport::Http { oauth, .. } = &config.servers["remote"].transport else {
+        panic!("remote is http");
+    };
+    assert_eq!(
+        *oauth,
+        OAuthConfig {
+            client_id: Some("toolward-gw".to_owned()),
+            client_secret: Some("s3cret-value".to_owned()),
+            scopes: vec!["files:read".to_owned(), "mcp:tools".to_owned()],
+            grant: OAuthGrant::ClientCredentials,
+            redirect_port: 8765,
+        }
+    );
+    assert!(!format!("{config:?}").contains("s3cret"));
+    let ServerTransport::Http { oauth, .. } = &config.servers["plain"].transport else {
+        panic!("plain is http");
+    };
+    assert_eq!(*oauth, OAuthConfig::default());
+}
+
+#[test]
+fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refused() {
+    let cases = [
+        (
+            json!({ "s": { "command": "s", "oauth": {} } }),
+            "mcpServers.s.oauth: only a server with `url` (http) takes it",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "client_secret": "x" } } }),
+            "mcpServers.s.oauth.client_secret: needs `client_id`: a secret is issued with an id",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "grant": "password" } } }),
+            "mcpServers.s.oauth.grant: unknown grant `password` (expected `authorization_code` or `client_credentials`)",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "grant": "client_credentials", "client_id": "a" } } }),
+            "mcpServers.s.oauth.grant: `client_credentials` needs `client_id` and `client_secret`",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "scopes": ["a b"] } } }),
+            "mcpServers.s.oauth.scopes[0]: `a b` is not a scope (RFC 6749, section 3.3)",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "redirect_port": 70000 } } }),
+            "mcpServers.s.oauth.redirect_port: expected a port number (0 to 65535), found a number",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "client": "a" } } }),
+            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`)",
+        ),
+    ];
+    for (servers, expected) in cases {
+        let error = Config::from_value_with_env(with_servers(servers), &base(), &no_env).unwrap_err();
+        assert_eq!(error.to_string(), expected);
+    }
 }

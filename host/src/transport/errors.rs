@@ -200,6 +200,16 @@ pub enum TransportError {
         /// The `Location` header (untrusted; empty when absent).
         location: String,
     },
+    /// The HTTP server asks for sign-in (`401`) and toolward has no grant it accepts, or the
+    /// grant could not be used or renewed. Nothing interactive happens here: the operator
+    /// signs in with `toolward auth login SERVER`.
+    #[error("server `{server}` needs sign-in ({detail}): run `toolward auth login {server}`")]
+    SignIn {
+        /// The server's name in the configuration.
+        server: String,
+        /// Why (no grant, the grant refused after a renewal, the grant unusable).
+        detail: String,
+    },
     /// The HTTP server answered with an error status.
     #[error("server `{server}` answered `{method}` with HTTP status {status}{}", body_suffix(.body))]
     HttpStatus {

@@ -76,6 +76,8 @@ struct Endpoint {
     url: reqwest::Url,
     /// The operator's headers for this server, marked sensitive.
     headers: HeaderMap,
+    /// The server's OAuth grant, whose token goes with every request.
+    oauth: Option<Arc<crate::oauth::Credentials>>,
     session: Mutex<Option<HeaderValue>>,
     protocol_version: Mutex<Option<HeaderValue>>,
     body_limit: usize,
@@ -135,6 +137,7 @@ impl Endpoint {
             client,
             url,
             headers,
+            oauth: spec.oauth.clone(),
             session: Mutex::new(None),
             protocol_version: Mutex::new(None),
             body_limit: limits.max_http_body_bytes,
@@ -146,6 +149,31 @@ impl Endpoint {
 
     fn session(&self) -> Option<HeaderValue> {
         lock(&self.session).clone()
+    }
+
+    /// The `Authorization` value of the server's grant, renewed first when it is about to
+    /// expire; `None` without a grant.
+    async fn authorization(&self, server: &str) -> Result<Option<HeaderValue>, TransportError> {
+        match &self.oauth {
+            Some(credentials) => credentials
+                .authorization()
+                .await
+                .map(Some)
+                .map_err(|error| sign_in(server, &error)),
+            None => Ok(None),
+        }
+    }
+
+    /// `builder` with the grant's token, when there is a grant and its token can be had
+    /// (for the `GET` stream and the closing `DELETE`, which fail quietly without it).
+    async fn with_token(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.oauth {
+            Some(credentials) => match credentials.authorization().await {
+                Ok(value) => builder.header(header::AUTHORIZATION, value),
+                Err(_) => builder,
+            },
+            None => builder,
+        }
     }
 
     /// `builder` with the operator's headers, the session id and the protocol version.
@@ -160,8 +188,15 @@ impl Endpoint {
         builder
     }
 
-    fn post(&self, message: Vec<u8>) -> reqwest::RequestBuilder {
+    fn post(
+        &self,
+        message: Vec<u8>,
+        authorization: Option<HeaderValue>,
+    ) -> reqwest::RequestBuilder {
         let mut builder = self.with_headers(self.client.post(self.url.clone()));
+        if let Some(authorization) = authorization {
+            builder = builder.header(header::AUTHORIZATION, authorization);
+        }
         // Before a version is agreed, the `server/discover` probe names its version in
         // `_meta`, and the 2026-07-28 revision wants the header to say the same.
         let agreed = lock(&self.protocol_version).clone();
@@ -204,6 +239,18 @@ impl Endpoint {
         if *shared.shutdown.borrow() {
             task.abort();
         }
+    }
+}
+
+/// The error of a server whose grant is missing, refused or cannot be renewed.
+fn sign_in(server: &str, error: &crate::oauth::OAuthError) -> TransportError {
+    let detail = match error {
+        crate::oauth::OAuthError::NotSignedIn { reason, .. } => reason.clone(),
+        other => format!("its grant could not be used: {}", crate::text::error_chain(other)),
+    };
+    TransportError::SignIn {
+        server: server.to_owned(),
+        detail,
     }
 }
 
@@ -480,7 +527,47 @@ async fn exchange(
         BodyError::Read(source) => http_error(source),
     };
     let with_session = endpoint.session().is_some();
-    let mut response = endpoint.post(message).send().await.map_err(http_error)?;
+    let authorization = endpoint
+        .authorization(&shared.server)
+        .await
+        .map_err(Fault::Request)?;
+    // Kept for the one retry after a `401`, only when there is a grant to renew.
+    let retry = authorization.as_ref().map(|_| message.clone());
+    let mut response = endpoint
+        .post(message, authorization.clone())
+        .send()
+        .await
+        .map_err(http_error)?;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        let (Some(credentials), Some(rejected), Some(message)) =
+            (&endpoint.oauth, authorization, retry)
+        else {
+            let challenge = if response.headers().contains_key(header::WWW_AUTHENTICATE) {
+                "it answered `401` with `WWW-Authenticate`"
+            } else {
+                "it answered `401`"
+            };
+            return Err(Fault::Request(TransportError::SignIn {
+                server: shared.server.clone(),
+                detail: format!("{challenge}, and toolward has no grant for it"),
+            }));
+        };
+        let fresh = credentials
+            .after_unauthorized(&rejected)
+            .await
+            .map_err(|error| Fault::Request(sign_in(&shared.server, &error)))?;
+        response = endpoint
+            .post(message, Some(fresh))
+            .send()
+            .await
+            .map_err(http_error)?;
+        if response.status() == StatusCode::UNAUTHORIZED {
+            return Err(Fault::Request(TransportError::SignIn {
+                server: shared.server.clone(),
+                detail: String::from("it refused the grant's token, renewed once"),
+            }));
+        }
+    }
     let status = response.status();
     if status.is_redirection() {
         let location = response
@@ -636,7 +723,8 @@ async fn read_events(
 /// The stream of the server's own messages (a `GET`), read until it ends.
 async fn listen(shared: Arc<Shared>, endpoint: Arc<Endpoint>) {
     let request = endpoint
-        .with_headers(endpoint.client.get(endpoint.url.clone()))
+        .with_token(endpoint.with_headers(endpoint.client.get(endpoint.url.clone())))
+        .await
         .header(header::ACCEPT, EVENT_STREAM);
     let mut response = match request.send().await {
         Ok(response) => response,
@@ -678,7 +766,9 @@ async fn supervise(
     }
     if endpoint.session().is_some() && shared.failure() != Some(FailureReason::SessionExpired) {
         // `with_headers` adds the session id.
-        let request = endpoint.with_headers(endpoint.client.delete(endpoint.url.clone()));
+        let request = endpoint
+            .with_token(endpoint.with_headers(endpoint.client.delete(endpoint.url.clone())))
+            .await;
         match tokio::time::timeout(grace, request.send()).await {
             Ok(Ok(response))
                 if response.status().is_success()

@@ -114,6 +114,7 @@ impl Fixture {
         HttpSpec {
             url: self.url(),
             headers: BTreeMap::new(),
+            ..HttpSpec::default()
         }
     }
 

@@ -1,0 +1,747 @@
+//! The grants: signing in (authorization code with PKCE through a loopback redirect, or
+//! client credentials), registering toolward as a client (RFC 7591), renewing a grant and
+//! revoking it (RFC 7009). The requests are the `oauth2` crate's, sent by [`OAuthHttp`].
+
+use std::time::Duration;
+
+use oauth2::basic::{BasicClient, BasicErrorResponse, BasicTokenResponse, BasicTokenType};
+use oauth2::{
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet,
+    EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError,
+    RevocationUrl, Scope, StandardRevocableToken, TokenResponse, TokenUrl,
+};
+use reqwest::Url;
+use reqwest::header;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::discovery::{self, Discovered, Probe, ServerMetadata};
+use super::store::{ClientAuth, Grant, GrantKind, GrantStore};
+use super::{FetchError, OAuthError, OAuthHttp, now_secs, server_url};
+use crate::config::{OAuthConfig, OAuthGrant, ServerConfig};
+use crate::text::escape;
+
+/// Default time `toolward auth login` waits for the browser to come back: 300 000 ms.
+pub const DEFAULT_LOGIN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Largest request head read on the loopback redirect listener, in bytes: 8 KiB (a
+/// browser's `GET /callback?code=...&state=...`).
+pub const MAX_REDIRECT_REQUEST_BYTES: usize = 8 * 1024;
+
+/// Time a connection to the loopback listener has to send its request head: 10 s.
+const REDIRECT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The path of the loopback redirect URI.
+pub const REDIRECT_PATH: &str = "/callback";
+
+/// The `oauth2` client toolward builds: the authorization endpoint and the revocation
+/// endpoint when the metadata has them, always a token endpoint.
+pub(crate) type Client =
+    BasicClient<EndpointMaybeSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet, EndpointSet>;
+
+/// How sign-in ended.
+#[derive(Debug)]
+pub enum LoginOutcome {
+    /// A grant was obtained and stored.
+    SignedIn(Grant),
+    /// The server answered without asking for sign-in (its HTTP status): nothing to do.
+    NotNeeded(u16),
+}
+
+/// The client toolward signs in as.
+pub(crate) struct Identity {
+    pub(crate) id: String,
+    pub(crate) secret: Option<String>,
+    pub(crate) auth: ClientAuth,
+}
+
+/// Signs in to HTTP server `server` and stores the grant in `store`: probes the server,
+/// discovers its authorization server, then runs the configured grant. For the
+/// authorization code, `show` gets the URL to open (and the redirect URI) before toolward
+/// waits at most `timeout` for the browser to come back.
+///
+/// # Errors
+/// Every [`OAuthError`]; nothing is stored then.
+pub async fn login(
+    server: &ServerConfig,
+    store: &GrantStore,
+    timeout: Duration,
+    show: &mut (dyn FnMut(&Url, &str) + Send),
+) -> Result<LoginOutcome, OAuthError> {
+    let (url, config) = server_url(server)?;
+    let http = OAuthHttp::new(&server.name, url)?;
+    let resource = Url::parse(url).map_err(|_| OAuthError::Refused {
+        server: server.name.clone(),
+        what: String::from("the server's URL"),
+        url: url.to_owned(),
+        rule: String::from("it is not a URL"),
+    })?;
+    let challenge = match discovery::probe(&http, &resource).await? {
+        Probe::Open(status) => return Ok(LoginOutcome::NotNeeded(status)),
+        Probe::SignIn(challenge) => challenge,
+    };
+    let discovered = discovery::discover(&http, &resource, challenge.as_ref()).await?;
+    let scopes = scopes(config, &discovered);
+    let grant = match config.grant {
+        OAuthGrant::ClientCredentials => {
+            client_credentials(&http, config, &discovered, &scopes).await?
+        }
+        OAuthGrant::AuthorizationCode => {
+            authorization_code(&http, config, &discovered, &scopes, timeout, show).await?
+        }
+    };
+    store.write(&grant)?;
+    Ok(LoginOutcome::SignedIn(grant))
+}
+
+/// The scopes to ask for: the configured ones, else those of the `401`, else the
+/// protected-resource metadata's `scopes_supported` (MCP specification, "Scope Selection
+/// Strategy").
+fn scopes(config: &OAuthConfig, discovered: &Discovered) -> Vec<String> {
+    if !config.scopes.is_empty() {
+        return config.scopes.clone();
+    }
+    if let Some(scope) = &discovered.challenge_scope {
+        return scope.split_whitespace().map(str::to_owned).collect();
+    }
+    discovered.resource_metadata.scopes_supported.clone()
+}
+
+/// The `oauth2` client for `identity` at the authorization server of `metadata`.
+pub(crate) fn client(
+    http: &OAuthHttp,
+    identity: &Identity,
+    token_endpoint: &str,
+    authorization_endpoint: Option<&str>,
+    revocation_endpoint: Option<&str>,
+) -> Result<Client, OAuthError> {
+    let invalid = |what: &str, url: &str| OAuthError::Metadata {
+        server: http.server().to_owned(),
+        what: String::from("authorization server metadata"),
+        url: url.to_owned(),
+        reason: format!("{what} is not a URL"),
+    };
+    let token = TokenUrl::new(token_endpoint.to_owned())
+        .map_err(|_| invalid("the token endpoint", token_endpoint))?;
+    let authorize = authorization_endpoint
+        .map(|url| AuthUrl::new(url.to_owned()).map_err(|_| invalid("the authorization endpoint", url)))
+        .transpose()?;
+    let revoke = revocation_endpoint
+        .map(|url| {
+            RevocationUrl::new(url.to_owned()).map_err(|_| invalid("the revocation endpoint", url))
+        })
+        .transpose()?;
+    let mut client = BasicClient::new(ClientId::new(identity.id.clone()))
+        .set_auth_uri_option(authorize)
+        .set_token_uri(token)
+        .set_revocation_url_option(revoke)
+        .set_auth_type(match identity.auth {
+            ClientAuth::SecretBasic => AuthType::BasicAuth,
+            ClientAuth::None | ClientAuth::SecretPost => AuthType::RequestBody,
+        });
+    if let Some(secret) = &identity.secret {
+        client = client.set_client_secret(ClientSecret::new(secret.clone()));
+    }
+    Ok(client)
+}
+
+/// The configured client, with the authentication method the metadata offers.
+fn configured_identity(config: &OAuthConfig, metadata: &ServerMetadata) -> Option<Identity> {
+    let id = config.client_id.clone()?;
+    let secret = config.client_secret.clone();
+    let methods = &metadata.token_endpoint_auth_methods_supported;
+    let auth = match &secret {
+        None => ClientAuth::None,
+        Some(_) if methods.is_empty() || methods.iter().any(|m| m == "client_secret_basic") => {
+            ClientAuth::SecretBasic
+        }
+        Some(_) => ClientAuth::SecretPost,
+    };
+    Some(Identity { id, secret, auth })
+}
+
+/// What a registration answer holds (RFC 7591, section 3.2.1).
+#[derive(Deserialize)]
+struct Registered {
+    client_id: String,
+    client_secret: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+}
+
+/// Registers toolward with the authorization server as a public native client whose
+/// redirect URI is `redirect` (RFC 7591; RFC 8252).
+async fn register(
+    http: &OAuthHttp,
+    metadata: &ServerMetadata,
+    redirect: &str,
+) -> Result<Identity, OAuthError> {
+    let server = http.server().to_owned();
+    let Some(endpoint) = &metadata.registration_endpoint else {
+        return Err(OAuthError::Metadata {
+            server,
+            what: String::from("authorization server metadata"),
+            url: metadata.issuer.clone(),
+            reason: String::from(
+                "it offers no dynamic client registration (`registration_endpoint`): configure `oauth.client_id` for this server",
+            ),
+        });
+    };
+    let url = Url::parse(endpoint).map_err(|_| OAuthError::Metadata {
+        server: server.clone(),
+        what: String::from("authorization server metadata"),
+        url: metadata.issuer.clone(),
+        reason: String::from("the registration endpoint is not a URL"),
+    })?;
+    let body = json!({
+        "client_name": "toolward",
+        "redirect_uris": [redirect],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    });
+    let request = http
+        .post(&url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(body.to_string())
+        .build()
+        .map_err(|error| OAuthError::Request {
+            server: server.clone(),
+            url: url.to_string(),
+            reason: error.to_string(),
+        })?;
+    let (status, _, body) = http.send("the registration endpoint", request).await?;
+    if !status.is_success() {
+        return Err(OAuthError::Grant {
+            server,
+            grant: String::from("client registration"),
+            reason: format!(
+                "HTTP status {}: {}",
+                status.as_u16(),
+                escape(&String::from_utf8_lossy(&body))
+            ),
+        });
+    }
+    let registered: Registered =
+        serde_json::from_slice(&body).map_err(|_| OAuthError::Metadata {
+            server: server.clone(),
+            what: String::from("the registration answer"),
+            url: url.to_string(),
+            reason: String::from("it has no `client_id` (RFC 7591, section 3.2.1)"),
+        })?;
+    let auth = match (registered.token_endpoint_auth_method.as_deref(), &registered.client_secret) {
+        (_, None) | (Some("none"), _) => ClientAuth::None,
+        (Some("client_secret_post"), Some(_)) => ClientAuth::SecretPost,
+        (_, Some(_)) => ClientAuth::SecretBasic,
+    };
+    Ok(Identity {
+        id: registered.client_id,
+        secret: registered.client_secret.filter(|_| auth != ClientAuth::None),
+        auth,
+    })
+}
+
+/// The redirect's `state` and `expected`, compared in constant time.
+pub fn state_matches(expected: &str, received: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), received.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// What the browser brought back to the loopback redirect.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Redirect {
+    /// An authorization code with the expected `state`.
+    Code(String),
+    /// An `error` with the expected `state` (RFC 6749, section 4.1.2.1).
+    Error(String),
+    /// Not for this sign-in: another path, a missing or wrong `state`, no code (the text
+    /// says which); the listener keeps waiting.
+    Ignored(&'static str),
+}
+
+/// Reads what a request target (`/callback?code=...&state=...`) brings back for the
+/// sign-in whose `state` is `expected`.
+pub fn read_redirect(target: &str, expected: &str) -> Redirect {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if path != REDIRECT_PATH {
+        return Redirect::Ignored("not the redirect path");
+    }
+    let mut code = None;
+    let mut state = None;
+    let mut error = None;
+    let mut description = None;
+    for (name, value) in oauth2::url::form_urlencoded::parse(query.as_bytes()) {
+        let slot = match name.as_ref() {
+            "code" => &mut code,
+            "state" => &mut state,
+            "error" => &mut error,
+            "error_description" => &mut description,
+            _ => continue,
+        };
+        if slot.is_some() {
+            // A parameter given twice is ambiguous (RFC 6749, section 3.1): not this one.
+            return Redirect::Ignored("a parameter given twice");
+        }
+        *slot = Some(value.into_owned());
+    }
+    match state {
+        Some(state) if state_matches(expected, &state) => {}
+        Some(_) => return Redirect::Ignored("a `state` that is not this sign-in's"),
+        None => return Redirect::Ignored("no `state`"),
+    }
+    if let Some(error) = error {
+        let text = match description {
+            Some(description) => format!("`{}`: {}", escape(&error), escape(&description)),
+            None => format!("`{}`", escape(&error)),
+        };
+        return Redirect::Error(text);
+    }
+    match code {
+        Some(code) if !code.is_empty() => Redirect::Code(code),
+        _ => Redirect::Ignored("no `code`"),
+    }
+}
+
+/// The loopback listener of one sign-in.
+pub struct RedirectListener {
+    listener: TcpListener,
+    uri: String,
+}
+
+impl RedirectListener {
+    /// Listens on `127.0.0.1:port` (`0` picks a free port).
+    ///
+    /// # Errors
+    /// [`OAuthError::Login`] when the port cannot be bound.
+    pub async fn bind(server: &str, port: u16) -> Result<RedirectListener, OAuthError> {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|error| OAuthError::Login {
+                server: server.to_owned(),
+                reason: format!("cannot listen on `127.0.0.1:{port}` for the redirect: {error}"),
+            })?;
+        let port = listener
+            .local_addr()
+            .map_err(|error| OAuthError::Login {
+                server: server.to_owned(),
+                reason: format!("the redirect listener has no address: {error}"),
+            })?
+            .port();
+        Ok(RedirectListener {
+            listener,
+            uri: format!("http://127.0.0.1:{port}{REDIRECT_PATH}"),
+        })
+    }
+
+    /// The redirect URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Waits at most `timeout` for the browser to bring back the code of the sign-in whose
+    /// `state` is `expected`. Requests that are not its redirect are answered `400` or
+    /// `404` and waited past.
+    ///
+    /// # Errors
+    /// [`OAuthError::Login`]: the timeout, or an `error` in the redirect.
+    pub async fn wait(&self, server: &str, expected: &str, timeout: Duration) -> Result<String, OAuthError> {
+        let waited = tokio::time::timeout(timeout, async {
+            loop {
+                let Ok((mut stream, _)) = self.listener.accept().await else {
+                    continue;
+                };
+                let Some(target) = read_target(&mut stream).await else {
+                    continue;
+                };
+                match read_redirect(&target, expected) {
+                    Redirect::Code(code) => {
+                        answer(&mut stream, "200 OK", &format!("toolward: signed in to server `{server}`. You can close this page.")).await;
+                        return Ok(code);
+                    }
+                    Redirect::Error(error) => {
+                        answer(&mut stream, "200 OK", &format!("toolward: sign-in to server `{server}` failed: {error}")).await;
+                        return Err(OAuthError::Login {
+                            server: server.to_owned(),
+                            reason: format!("the authorization server answered {error}"),
+                        });
+                    }
+                    Redirect::Ignored(why) => {
+                        let status = if why == "not the redirect path" { "404 Not Found" } else { "400 Bad Request" };
+                        tracing::warn!(server = %server, "sign-in to server `{server}`: a request to the redirect listener was ignored: {why}");
+                        answer(&mut stream, status, &format!("toolward: not this sign-in's redirect ({why})")).await;
+                    }
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(outcome) => outcome,
+            Err(_) => Err(OAuthError::Login {
+                server: server.to_owned(),
+                reason: format!(
+                    "the browser did not come back to `{}` within {} s",
+                    self.uri,
+                    timeout.as_secs()
+                ),
+            }),
+        }
+    }
+}
+
+/// The request target of a `GET` on `stream`, reading at most
+/// [`MAX_REDIRECT_REQUEST_BYTES`] within [`REDIRECT_READ_TIMEOUT`].
+async fn read_target(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let read = tokio::time::timeout(REDIRECT_READ_TIMEOUT, async {
+        let mut buffer = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REDIRECT_REQUEST_BYTES {
+            let n = stream.read(&mut buffer).await.ok()?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(buffer.get(..n)?);
+        }
+        Some(())
+    })
+    .await;
+    read.ok().flatten()?;
+    let text = String::from_utf8_lossy(&head);
+    let line = text.lines().next()?;
+    let mut parts = line.split(' ');
+    if parts.next()? != "GET" {
+        return None;
+    }
+    parts.next().map(str::to_owned)
+}
+
+async fn answer(stream: &mut TcpStream, status: &str, text: &str) {
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// The authorization code grant with PKCE `S256`, `state` and `resource`, through a
+/// loopback redirect.
+async fn authorization_code(
+    http: &OAuthHttp,
+    config: &OAuthConfig,
+    discovered: &Discovered,
+    scopes: &[String],
+    timeout: Duration,
+    show: &mut (dyn FnMut(&Url, &str) + Send),
+) -> Result<Grant, OAuthError> {
+    let server = http.server().to_owned();
+    let metadata = &discovered.server_metadata;
+    let Some(authorization_endpoint) = metadata.authorization_endpoint.as_deref() else {
+        return Err(OAuthError::Metadata {
+            server,
+            what: String::from("authorization server metadata"),
+            url: metadata.issuer.clone(),
+            reason: String::from("it has no `authorization_endpoint`"),
+        });
+    };
+    let listener = RedirectListener::bind(&server, config.redirect_port).await?;
+    let identity = match configured_identity(config, metadata) {
+        Some(identity) => identity,
+        None => register(http, metadata, listener.uri()).await?,
+    };
+    let redirect = RedirectUrl::new(listener.uri().to_owned()).map_err(|_| OAuthError::Login {
+        server: server.clone(),
+        reason: String::from("the redirect URI is not a URL"),
+    })?;
+    let client = client(
+        http,
+        &identity,
+        &metadata.token_endpoint,
+        Some(authorization_endpoint),
+        metadata.revocation_endpoint.as_deref(),
+    )?
+    .set_redirect_uri(redirect);
+    let (url, state, verifier) = authorization_request(&server, &client, scopes, &discovered.resource)?;
+    show(&url, listener.uri());
+    let code = listener.wait(&server, state.secret(), timeout).await?;
+    let token = client
+        .exchange_code(AuthorizationCode::new(code))
+        .set_pkce_verifier(verifier)
+        .add_extra_param("resource", discovered.resource.clone())
+        .request_async(http)
+        .await
+        .map_err(|error| grant_error(&server, "authorization code", error))?;
+    new_grant(&server, discovered, &identity, GrantKind::AuthorizationCode, &token, scopes)
+}
+
+/// The authorization request of a sign-in: its URL (with `response_type=code`, the client
+/// id, the redirect URI, `scope`, `resource`, a random `state`, and the PKCE challenge
+/// `S256` of a random verifier), its `state` and the verifier.
+///
+/// # Errors
+/// [`OAuthError::Login`] when the client has no authorization endpoint.
+pub(crate) fn authorization_request(
+    server: &str,
+    client: &Client,
+    scopes: &[String],
+    resource: &str,
+) -> Result<(Url, CsrfToken, PkceCodeVerifier), OAuthError> {
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    let (url, state) = client
+        .authorize_url(CsrfToken::new_random)
+        .map_err(|error| OAuthError::Login {
+            server: server.to_owned(),
+            reason: error.to_string(),
+        })?
+        .add_scopes(scopes.iter().cloned().map(Scope::new))
+        .add_extra_param("resource", resource.to_owned())
+        .set_pkce_challenge(challenge)
+        .url();
+    Ok((url, state, verifier))
+}
+
+/// The client credentials grant with the configured client.
+async fn client_credentials(
+    http: &OAuthHttp,
+    config: &OAuthConfig,
+    discovered: &Discovered,
+    scopes: &[String],
+) -> Result<Grant, OAuthError> {
+    let server = http.server().to_owned();
+    let metadata = &discovered.server_metadata;
+    let identity = configured_identity(config, metadata).ok_or_else(|| OAuthError::Login {
+        server: server.clone(),
+        reason: String::from("`client_credentials` needs `oauth.client_id` and `oauth.client_secret`"),
+    })?;
+    let client = client(
+        http,
+        &identity,
+        &metadata.token_endpoint,
+        None,
+        metadata.revocation_endpoint.as_deref(),
+    )?;
+    let token = client
+        .exchange_client_credentials()
+        .add_scopes(scopes.iter().cloned().map(Scope::new))
+        .add_extra_param("resource", discovered.resource.clone())
+        .request_async(http)
+        .await
+        .map_err(|error| grant_error(&server, "client credentials", error))?;
+    new_grant(&server, discovered, &identity, GrantKind::ClientCredentials, &token, scopes)
+}
+
+/// The grant a token answer makes.
+fn new_grant(
+    server: &str,
+    discovered: &Discovered,
+    identity: &Identity,
+    kind: GrantKind,
+    token: &BasicTokenResponse,
+    asked: &[String],
+) -> Result<Grant, OAuthError> {
+    let metadata = &discovered.server_metadata;
+    let mut grant = Grant {
+        server: server.to_owned(),
+        resource: discovered.resource.clone(),
+        issuer: metadata.issuer.clone(),
+        token_endpoint: metadata.token_endpoint.clone(),
+        revocation_endpoint: metadata.revocation_endpoint.clone(),
+        client_id: identity.id.clone(),
+        client_secret: identity.secret.clone(),
+        client_auth: identity.auth,
+        kind,
+        access_token: String::new(),
+        refresh_token: None,
+        expires_at: None,
+        scopes: asked.to_vec(),
+        obtained_at: now_secs(),
+    };
+    apply(server, &mut grant, token)?;
+    Ok(grant)
+}
+
+/// Puts the tokens of `token` into `grant` (a refresh token kept when none comes).
+fn apply(server: &str, grant: &mut Grant, token: &BasicTokenResponse) -> Result<(), OAuthError> {
+    if *token.token_type() != BasicTokenType::Bearer {
+        return Err(OAuthError::Grant {
+            server: server.to_owned(),
+            grant: String::from("token request"),
+            reason: String::from("the token it issued is not a bearer token"),
+        });
+    }
+    grant.access_token = token.access_token().secret().clone();
+    if let Some(refresh) = token.refresh_token() {
+        grant.refresh_token = Some(refresh.secret().clone());
+    }
+    let now = now_secs();
+    grant.expires_at = token.expires_in().map(|life| now.saturating_add(life.as_secs()));
+    if let Some(scopes) = token.scopes() {
+        grant.scopes = scopes.iter().map(|scope| scope.to_string()).collect();
+    }
+    grant.obtained_at = now;
+    Ok(())
+}
+
+/// The error of a token request, without any token: the OAuth error code and description,
+/// or why the request failed.
+fn grant_error(
+    server: &str,
+    grant: &str,
+    error: RequestTokenError<FetchError, BasicErrorResponse>,
+) -> OAuthError {
+    let reason = match error {
+        RequestTokenError::ServerResponse(response) => escape(&response.to_string()),
+        RequestTokenError::Request(error) => error.0,
+        // The body is left out: it may hold a token.
+        RequestTokenError::Parse(error, _) => {
+            format!("its answer is not a token response (at `{}`)", error.path())
+        }
+        RequestTokenError::Other(text) => escape(&text),
+    };
+    OAuthError::Grant {
+        server: server.to_owned(),
+        grant: grant.to_owned(),
+        reason,
+    }
+}
+
+/// The identity a stored grant signs in with.
+fn grant_identity(grant: &Grant) -> Identity {
+    Identity {
+        id: grant.client_id.clone(),
+        secret: grant.client_secret.clone(),
+        auth: grant.client_auth,
+    }
+}
+
+/// A new access token for `grant`: with its refresh token, or for client credentials by
+/// asking again. The grant returned is the one to store.
+///
+/// # Errors
+/// [`OAuthError::NotSignedIn`] when there is no way to renew it (no refresh token);
+/// [`OAuthError::Grant`] when the authorization server refuses.
+pub async fn renew(http: &OAuthHttp, config: &OAuthConfig, grant: &Grant) -> Result<Grant, OAuthError> {
+    let server = http.server().to_owned();
+    let identity = grant_identity(grant);
+    let client = client(
+        http,
+        &identity,
+        &grant.token_endpoint,
+        None,
+        grant.revocation_endpoint.as_deref(),
+    )?;
+    let mut renewed = grant.clone();
+    let token = match (grant.kind, &grant.refresh_token) {
+        (_, Some(refresh)) => client
+            .exchange_refresh_token(&RefreshToken::new(refresh.clone()))
+            .add_extra_param("resource", grant.resource.clone())
+            .request_async(http)
+            .await
+            .map_err(|error| match error {
+                RequestTokenError::ServerResponse(_) => OAuthError::NotSignedIn {
+                    server: server.clone(),
+                    reason: format!(
+                        "the authorization server refused to renew its token: {}",
+                        match grant_error(&server, "refresh", error) {
+                            OAuthError::Grant { reason, .. } => reason,
+                            other => other.to_string(),
+                        }
+                    ),
+                },
+                other => grant_error(&server, "refresh", other),
+            })?,
+        (GrantKind::ClientCredentials, None) => {
+            let scopes = if config.scopes.is_empty() { grant.scopes.clone() } else { config.scopes.clone() };
+            client
+                .exchange_client_credentials()
+                .add_scopes(scopes.into_iter().map(Scope::new))
+                .add_extra_param("resource", grant.resource.clone())
+                .request_async(http)
+                .await
+                .map_err(|error| grant_error(&server, "client credentials", error))?
+        }
+        (GrantKind::AuthorizationCode, None) => {
+            return Err(OAuthError::NotSignedIn {
+                server,
+                reason: String::from(
+                    "its token expired or was refused, and the authorization server gave no refresh token",
+                ),
+            });
+        }
+    };
+    apply(&server, &mut renewed, &token)?;
+    Ok(renewed)
+}
+
+/// What `auth logout` did.
+#[derive(Debug)]
+pub struct LogoutOutcome {
+    /// Whether a grant was removed.
+    pub removed: bool,
+    /// Whether the tokens were revoked at the authorization server (RFC 7009): `None` when
+    /// it advertises no revocation endpoint.
+    pub revoked: Option<Result<(), OAuthError>>,
+}
+
+/// Revokes `server`'s tokens where its authorization server advertises a revocation
+/// endpoint (the refresh token, then the access token), then removes the grant. The grant
+/// is removed even when revocation fails (the outcome says so).
+///
+/// # Errors
+/// [`OAuthError::Store`], [`OAuthError::Tampered`] (the file is removed then too).
+pub async fn logout(server: &ServerConfig, store: &GrantStore) -> Result<LogoutOutcome, OAuthError> {
+    let grant = match store.read(&server.name) {
+        Ok(grant) => grant,
+        Err(OAuthError::Tampered { .. }) => None,
+        Err(other) => return Err(other),
+    };
+    let revoked = match &grant {
+        Some(grant) if grant.revocation_endpoint.is_some() => Some(revoke(grant).await),
+        _ => None,
+    };
+    let removed = store.remove(&server.name)?;
+    Ok(LogoutOutcome { removed, revoked })
+}
+
+async fn revoke(grant: &Grant) -> Result<(), OAuthError> {
+    let http = OAuthHttp::new(&grant.server, &grant.resource)?;
+    let client = client(
+        &http,
+        &grant_identity(grant),
+        &grant.token_endpoint,
+        None,
+        grant.revocation_endpoint.as_deref(),
+    )?;
+    let mut tokens = Vec::new();
+    if let Some(refresh) = &grant.refresh_token {
+        tokens.push(StandardRevocableToken::RefreshToken(RefreshToken::new(refresh.clone())));
+    }
+    tokens.push(StandardRevocableToken::AccessToken(oauth2::AccessToken::new(
+        grant.access_token.clone(),
+    )));
+    for token in tokens {
+        let request = client.revoke_token(token).map_err(|error| OAuthError::Grant {
+            server: grant.server.clone(),
+            grant: String::from("revocation"),
+            reason: error.to_string(),
+        })?;
+        request
+            .request_async(&http)
+            .await
+            .map_err(|error| OAuthError::Grant {
+                server: grant.server.clone(),
+                grant: String::from("revocation"),
+                reason: match error {
+                    RequestTokenError::ServerResponse(response) => escape(&response.to_string()),
+                    RequestTokenError::Request(error) => error.0,
+                    RequestTokenError::Parse(error, _) => format!("its answer is not understood (at `{}`)", error.path()),
+                    RequestTokenError::Other(text) => escape(&text),
+                },
+            })?;
+    }
+    Ok(())
+}

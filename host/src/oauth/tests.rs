@@ -1,0 +1,411 @@
+use std::os::unix::fs::PermissionsExt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+use reqwest::Url;
+use reqwest::dns::{Name, Resolve};
+use serde_json::json;
+use sha2::Digest as _;
+
+use super::discovery::{self, ServerMetadata, parse_bearer};
+use super::login::{self, Identity, Redirect, read_redirect, state_matches};
+use super::origin::{GuardedResolver, Origins};
+use super::store::{ClientAuth, GRANTS_DIR, KEY_FILE};
+use super::*;
+
+fn grant(server: &str) -> Grant {
+    Grant {
+        server: server.to_owned(),
+        resource: String::from("https://mcp.example.com/mcp"),
+        issuer: String::from("https://auth.example.com/"),
+        token_endpoint: String::from("https://auth.example.com/token"),
+        revocation_endpoint: Some(String::from("https://auth.example.com/revoke")),
+        client_id: String::from("client-123"),
+        client_secret: Some(String::from("client-secret-SECRETSECRET")),
+        client_auth: ClientAuth::SecretPost,
+        kind: GrantKind::AuthorizationCode,
+        access_token: String::from("access-token-TOPSECRET-0123456789"),
+        refresh_token: Some(String::from("refresh-token-TOPSECRET-9876543210")),
+        expires_at: Some(now_secs() + 3600),
+        scopes: vec![String::from("mcp:tools")],
+        obtained_at: now_secs(),
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle.as_bytes())
+}
+
+#[test]
+fn a_grant_survives_the_encryption_round_trip_and_its_file_holds_no_secret_in_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::open(&dir.path().join("state")).unwrap();
+    let store = GrantStore::open(&state).unwrap();
+    assert_eq!(store.read("remote").unwrap(), None);
+    let written = grant("remote");
+    store.write(&written).unwrap();
+    assert_eq!(store.read("remote").unwrap(), Some(written.clone()));
+    assert_eq!(store.servers().unwrap(), ["remote"]);
+
+    let file = dir.path().join("state").join(GRANTS_DIR).join("remote.grant");
+    let bytes = std::fs::read(&file).unwrap();
+    for secret in [
+        "access-token-TOPSECRET",
+        "refresh-token-TOPSECRET",
+        "client-secret-SECRETSECRET",
+        "client-123",
+    ] {
+        assert!(!contains(&bytes, secret), "`{secret}` is in clear in the grant file");
+    }
+    let key = dir.path().join("state").join(KEY_FILE);
+    for path in [&file, &key] {
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+    }
+    // Debug output leaves the secrets out too.
+    let debug = format!("{written:?}");
+    assert!(!debug.contains("TOPSECRET") && !debug.contains("SECRETSECRET"), "{debug}");
+}
+
+#[test]
+fn a_tampered_grant_file_a_file_moved_to_another_server_and_a_replaced_key_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_path = dir.path().join("state");
+    let state = StateDir::open(&state_path).unwrap();
+    let store = GrantStore::open(&state).unwrap();
+    store.write(&grant("remote")).unwrap();
+    let file = state_path.join(GRANTS_DIR).join("remote.grant");
+    let original = std::fs::read(&file).unwrap();
+
+    // One bit flipped in the sealed part.
+    let mut flipped = original.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    std::fs::write(&file, &flipped).unwrap();
+    let error = store.read("remote").unwrap_err();
+    assert!(matches!(error, OAuthError::Tampered { .. }), "{error}");
+    assert!(error.to_string().contains("server `remote`"), "{error}");
+    assert!(error.to_string().contains("toolward auth logout remote"), "{error}");
+
+    // The same file under another server's name: the server's name is associated data.
+    std::fs::write(&file, &original).unwrap();
+    let other = state_path.join(GRANTS_DIR).join("other.grant");
+    std::fs::write(&other, &original).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(matches!(store.read("other"), Err(OAuthError::Tampered { .. })));
+    assert!(store.read("remote").unwrap().is_some());
+
+    // A new key file: nothing written under the old one opens.
+    std::fs::remove_file(state_path.join(KEY_FILE)).unwrap();
+    let store = GrantStore::open(&state).unwrap();
+    assert!(matches!(store.read("remote"), Err(OAuthError::Tampered { .. })));
+
+    // A file others may read is refused before it is decrypted.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(matches!(store.read("remote"), Err(OAuthError::Store { .. })));
+}
+
+#[test]
+fn the_confinement_withholds_the_key_file_and_the_grant_files_from_every_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::config::Config::from_value(
+        json!({
+            "mcpServers": {
+                "fs": { "command": "node" },
+                "remote": { "url": "https://mcp.example.com/mcp" },
+            },
+            "rules": { "file": "rules.json" },
+        }),
+        dir.path(),
+    )
+    .unwrap();
+    let state = StateDir::open(&config.state_dir).unwrap();
+    let store = GrantStore::open(&state).unwrap();
+    store.write(&grant("remote")).unwrap();
+    let denied = crate::confine::default_denied(&config);
+    for secret in [config.state_dir.join(KEY_FILE), store.file("remote")] {
+        assert!(secret.exists(), "{}", secret.display());
+        assert!(
+            denied.iter().any(|path| secret.starts_with(path)),
+            "`{}` is not under a withheld path of {denied:?}",
+            secret.display()
+        );
+    }
+}
+
+#[test]
+fn a_redirect_is_accepted_only_with_this_sign_ins_state_on_the_redirect_path() {
+    let state = "Zk3s9QbW1xPq";
+    assert_eq!(
+        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPq", state),
+        Redirect::Code(String::from("abc"))
+    );
+    assert!(matches!(
+        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPr", state),
+        Redirect::Ignored(_)
+    ));
+    assert!(matches!(
+        read_redirect("/callback?code=abc", state),
+        Redirect::Ignored(_)
+    ));
+    assert!(matches!(
+        read_redirect("/callback?code=abc&state=", state),
+        Redirect::Ignored(_)
+    ));
+    assert!(matches!(
+        read_redirect("/callback?code=abc&code=evil&state=Zk3s9QbW1xPq", state),
+        Redirect::Ignored(_)
+    ));
+    assert!(matches!(
+        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPq&state=Zk3s9QbW1xPq", state),
+        Redirect::Ignored(_)
+    ));
+    assert!(matches!(
+        read_redirect("/other?code=abc&state=Zk3s9QbW1xPq", state),
+        Redirect::Ignored(_)
+    ));
+    assert!(matches!(
+        read_redirect("/callback?state=Zk3s9QbW1xPq", state),
+        Redirect::Ignored(_)
+    ));
+    let Redirect::Error(error) = read_redirect(
+        "/callback?error=access_denied&error_description=no%0Athanks&state=Zk3s9QbW1xPq",
+        state,
+    ) else {
+        panic!("an error with the right state ends the sign-in");
+    };
+    assert!(error.contains("access_denied") && !error.contains('\n'), "{error}");
+    assert!(state_matches("abc", "abc"));
+    assert!(!state_matches("abc", "abd"));
+    assert!(!state_matches("abc", "abcd"));
+    assert!(!state_matches("abc", ""));
+}
+
+#[test]
+fn the_authorization_request_carries_pkce_s256_a_fresh_state_and_the_resource() {
+    let http = OAuthHttp::new("remote", "https://mcp.example.com/mcp").unwrap();
+    let identity = Identity {
+        id: String::from("client-123"),
+        secret: None,
+        auth: ClientAuth::None,
+    };
+    let client = login::client(
+        &http,
+        &identity,
+        "https://auth.example.com/token",
+        Some("https://auth.example.com/authorize"),
+        None,
+    )
+    .unwrap()
+    .set_redirect_uri(oauth2::RedirectUrl::new(String::from("http://127.0.0.1:4444/callback")).unwrap());
+    let scopes = [String::from("mcp:tools")];
+    let (url, state, verifier) = login::authorization_request(
+        "remote",
+        &client,
+        &scopes,
+        "https://mcp.example.com/mcp",
+    )
+    .unwrap();
+    let params: std::collections::BTreeMap<String, String> =
+        url.query_pairs().into_owned().collect();
+    assert_eq!(params["response_type"], "code");
+    assert_eq!(params["client_id"], "client-123");
+    assert_eq!(params["redirect_uri"], "http://127.0.0.1:4444/callback");
+    assert_eq!(params["scope"], "mcp:tools");
+    assert_eq!(params["resource"], "https://mcp.example.com/mcp");
+    assert_eq!(params["code_challenge_method"], "S256");
+    assert_eq!(&params["state"], state.secret());
+    assert!(state.secret().len() >= 16, "a state of {} characters", state.secret().len());
+    // RFC 7636, section 4.2: BASE64URL(SHA256(verifier)), no padding.
+    let expected = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(verifier.secret().as_bytes()));
+    assert_eq!(params["code_challenge"], expected);
+    assert!((43..=128).contains(&verifier.secret().len()));
+
+    let (again, state_again, verifier_again) = login::authorization_request(
+        "remote",
+        &client,
+        &scopes,
+        "https://mcp.example.com/mcp",
+    )
+    .unwrap();
+    assert_ne!(state.secret(), state_again.secret());
+    assert_ne!(verifier.secret(), verifier_again.secret());
+    assert_ne!(url, again);
+}
+
+fn refused(origins: &Origins, url: &str) -> String {
+    match origins.check("a metadata URL", &Url::parse(url).unwrap()) {
+        Err(error @ OAuthError::Refused { .. }) => error.to_string(),
+        other => panic!("`{url}` was not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn metadata_pointing_a_remote_server_at_an_internal_address_is_refused() {
+    let origins = Origins::for_server("remote", "https://mcp.example.com/mcp").unwrap();
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "https://169.254.169.254/",
+        "https://10.0.0.5/token",
+        "https://172.16.3.4/token",
+        "https://192.168.1.1/token",
+        "https://100.64.0.1/token",
+        "https://0.0.0.0/token",
+        "https://[fd00::1]/token",
+        "https://[fe80::1]/token",
+        "https://[::ffff:192.168.1.1]/token",
+        "https://[::ffff:169.254.169.254]/token",
+        "https://[64:ff9b::a9fe:a9fe]/token",
+    ] {
+        let error = refused(&origins, url);
+        assert!(error.contains("internal address"), "{url}: {error}");
+        assert!(error.contains("server `remote`"), "{error}");
+    }
+    for url in ["http://127.0.0.1:8080/token", "http://localhost/token", "https://[::1]/token"] {
+        let error = refused(&origins, url);
+        assert!(error.contains("loopback"), "{url}: {error}");
+    }
+    assert!(refused(&origins, "http://auth.example.com/token").contains("only `https://`"));
+    assert!(refused(&origins, "https://user:pw@auth.example.com/token").contains("user name"));
+    assert!(refused(&origins, "ftp://auth.example.com/token").contains("scheme"));
+    origins
+        .check("the token endpoint", &Url::parse("https://auth.example.com/token").unwrap())
+        .unwrap();
+    origins
+        .check("the token endpoint", &Url::parse("https://8.8.8.8/token").unwrap())
+        .unwrap();
+}
+
+#[test]
+fn a_server_on_an_internal_address_may_use_its_own_host_and_no_other() {
+    let origins = Origins::for_server("lan", "https://10.1.2.3/mcp").unwrap();
+    origins
+        .check("the token endpoint", &Url::parse("https://10.1.2.3:8443/token").unwrap())
+        .unwrap();
+    assert!(refused(&origins, "https://10.9.9.9/token").contains("internal address"));
+    assert!(refused(&origins, "https://169.254.169.254/").contains("internal address"));
+
+    let local = Origins::for_server("local", "http://localhost:3000/mcp").unwrap();
+    for url in ["http://localhost:3001/", "http://127.0.0.1:3001/token", "http://[::1]:3001/"] {
+        local.check("the issuer", &Url::parse(url).unwrap()).unwrap();
+    }
+    assert!(refused(&local, "http://192.168.1.5/token").contains("internal address"));
+    assert!(refused(&local, "http://169.254.169.254/").contains("internal address"));
+    assert!(refused(&local, "http://auth.example.com/").contains("only `https://`"));
+}
+
+#[test]
+fn authorization_server_metadata_naming_an_internal_endpoint_is_refused() {
+    let http = OAuthHttp::new("remote", "https://mcp.example.com/mcp").unwrap();
+    let metadata: ServerMetadata = serde_json::from_value(json!({
+        "issuer": "https://auth.example.com/",
+        "authorization_endpoint": "https://auth.example.com/authorize",
+        "token_endpoint": "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "code_challenge_methods_supported": ["S256"],
+    }))
+    .unwrap();
+    let error = discovery::check_endpoints(&http, &metadata).unwrap_err();
+    assert!(matches!(error, OAuthError::Refused { .. }), "{error}");
+    assert!(error.to_string().contains("the token endpoint"), "{error}");
+
+    let metadata: ServerMetadata = serde_json::from_value(json!({
+        "issuer": "https://auth.example.com/",
+        "token_endpoint": "https://auth.example.com/token",
+        "registration_endpoint": "https://192.168.0.10/register",
+    }))
+    .unwrap();
+    let error = discovery::check_endpoints(&http, &metadata).unwrap_err();
+    assert!(error.to_string().contains("the registration endpoint"), "{error}");
+}
+
+#[tokio::test]
+async fn a_host_name_that_resolves_to_an_internal_address_is_refused_at_connection() {
+    let origins = Arc::new(Origins::for_server("remote", "https://mcp.example.com/mcp").unwrap());
+    let resolver = GuardedResolver::new(origins);
+    let resolved = resolver.resolve(Name::from_str("localhost").unwrap()).await;
+    let error = resolved.err().expect("`localhost` resolves to loopback").to_string();
+    assert!(error.contains("internal address"), "{error}");
+
+    let local = Arc::new(Origins::for_server("local", "http://localhost:3000/mcp").unwrap());
+    let resolver = GuardedResolver::new(local);
+    assert!(resolver.resolve(Name::from_str("localhost").unwrap()).await.is_ok());
+}
+
+#[test]
+fn a_bearer_challenge_gives_its_resource_metadata_scope_and_error() {
+    let challenge = parse_bearer(
+        r#"Bearer error="invalid_token", error_description="The access token expired", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp", scope="files:read files:write""#,
+    )
+    .unwrap();
+    assert_eq!(
+        challenge.resource_metadata.as_deref(),
+        Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp")
+    );
+    assert_eq!(challenge.scope.as_deref(), Some("files:read files:write"));
+    assert_eq!(challenge.error.as_deref(), Some("invalid_token"));
+    let unquoted = parse_bearer("bearer resource_metadata=https://x.example/m, scope=a").unwrap();
+    assert_eq!(unquoted.resource_metadata.as_deref(), Some("https://x.example/m"));
+    assert_eq!(unquoted.scope.as_deref(), Some("a"));
+    assert_eq!(parse_bearer(r#"Basic realm="x""#), None);
+    assert_eq!(parse_bearer("Bearer"), Some(discovery::Challenge::default()));
+}
+
+#[test]
+fn metadata_is_looked_for_at_the_well_known_uris_in_the_specifications_order() {
+    let resource = Url::parse("https://mcp.example.com/public/mcp").unwrap();
+    let urls: Vec<String> = discovery::resource_metadata_urls(&resource, None)
+        .iter()
+        .map(Url::to_string)
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "https://mcp.example.com/.well-known/oauth-protected-resource/public/mcp",
+            "https://mcp.example.com/.well-known/oauth-protected-resource",
+        ]
+    );
+    let challenge = parse_bearer(r#"Bearer resource_metadata="https://mcp.example.com/prm""#);
+    let urls = discovery::resource_metadata_urls(&resource, challenge.as_ref());
+    assert_eq!(urls, [Url::parse("https://mcp.example.com/prm").unwrap()]);
+
+    let issuer = Url::parse("https://auth.example.com/tenant1").unwrap();
+    let urls: Vec<String> = discovery::server_metadata_urls(&issuer)
+        .iter()
+        .map(Url::to_string)
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "https://auth.example.com/.well-known/oauth-authorization-server/tenant1",
+            "https://auth.example.com/.well-known/openid-configuration/tenant1",
+            "https://auth.example.com/tenant1/.well-known/openid-configuration",
+        ]
+    );
+    let issuer = Url::parse("https://auth.example.com/").unwrap();
+    let urls: Vec<String> = discovery::server_metadata_urls(&issuer)
+        .iter()
+        .map(Url::to_string)
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "https://auth.example.com/.well-known/oauth-authorization-server",
+            "https://auth.example.com/.well-known/openid-configuration",
+        ]
+    );
+}
+
+#[test]
+fn a_grant_close_to_its_expiry_is_due_for_renewal() {
+    let mut grant = grant("remote");
+    assert!(!grant.expires_within(REFRESH_BEFORE_EXPIRY));
+    grant.expires_at = Some(now_secs() + 30);
+    assert!(grant.expires_within(REFRESH_BEFORE_EXPIRY));
+    grant.expires_at = None;
+    assert!(!grant.expires_within(REFRESH_BEFORE_EXPIRY));
+    let value = grant.authorization("remote").unwrap();
+    assert!(value.is_sensitive());
+}
