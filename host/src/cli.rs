@@ -18,6 +18,8 @@ use crate::load;
 use crate::manifest::Manifest;
 use crate::store::StateDir;
 
+#[cfg(feature = "http-upstream")]
+mod auth;
 mod first_hour;
 
 use first_hour::{audit_replay, audit_show, audit_tail, client, init, pin_tool};
@@ -117,6 +119,19 @@ enum Command {
         /// Print the whole result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Sign in to HTTP servers that ask for it (OAuth 2.1), see the grants, sign out.
+    ///
+    /// Grants are kept in the state folder, encrypted; `serve`, `check` and `pin` use them
+    /// and renew them, and never ask anything: a server that needs sign-in is reported
+    /// with the command to run.
+    #[cfg(feature = "http-upstream")]
+    Auth {
+        /// The config file (its `state_dir` holds the grants).
+        #[arg(long, short, global = true, default_value = "toolward.json")]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: auth::AuthCommand,
     },
     /// Held calls waiting for a person (when the client cannot ask through elicitation).
     Approvals {
@@ -662,6 +677,8 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             json,
         } => call(&config, &tool, &args, json).await,
         Command::Approvals { config, command } => approvals(&config, command).await,
+        #[cfg(feature = "http-upstream")]
+        Command::Auth { config, command } => auth::run(&config, command).await,
         Command::Store {
             command:
                 StoreCommand::Migrate {
