@@ -20,6 +20,7 @@ mod http;
 mod js_policy;
 mod listen;
 mod load;
+mod oauth;
 mod pin;
 mod policy_kit;
 mod protocol;

@@ -46,6 +46,20 @@ if [ ! -x "$dest/componentize-venv/bin/componentize-py" ]; then
   python3 -m venv "$dest/componentize-venv"
   "$dest/componentize-venv/bin/pip" install --quiet --disable-pip-version-check componentize-py==0.25.1
 fi
+# npm: the MCP TypeScript SDK, pinned, whose example server `simpleStreamableHttp` with
+# `--oauth` runs an in-process demo authorization server (metadata, dynamic client
+# registration, PKCE, an authorize endpoint that redirects back without a login page): the
+# upstream of the sign-in test (tests/all/oauth.rs). In a folder of its own and apart from
+# the stamp below, so that an existing installation gains it; again when the pin changes.
+sdk="$dest/oauth-sdk"
+sdk_version=1.32.2
+if ! grep -qs "\"version\": \"$sdk_version\"" "$sdk/node_modules/@modelcontextprotocol/sdk/package.json" \
+  || [ ! -f "$sdk/node_modules/@modelcontextprotocol/sdk/dist/esm/examples/server/simpleStreamableHttp.js" ]; then
+  mkdir -p "$sdk"
+  [ -f "$sdk/package.json" ] || echo '{"private": true}' > "$sdk/package.json"
+  (cd "$sdk" && npm install --no-audit --no-fund --loglevel=error --save-exact \
+    "@modelcontextprotocol/sdk@$sdk_version")
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0

@@ -308,6 +308,7 @@ pub fn read_redirect(target: &str, expected: &str) -> Redirect {
 }
 
 /// The loopback listener of one sign-in.
+#[derive(Debug)]
 pub struct RedirectListener {
     listener: TcpListener,
     uri: String,
