@@ -401,7 +401,8 @@ impl Credentials {
             reason: error.to_string(),
         })?;
         // A server never signed in to makes no key file and no grants folder.
-        let file = Path::new(store::GRANTS_DIR).join(format!("{}{}", server.name, store::GRANT_SUFFIX));
+        let file =
+            Path::new(store::GRANTS_DIR).join(format!("{}{}", server.name, store::GRANT_SUFFIX));
         match state.dir().symlink_metadata(&file) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             _ => {}
@@ -456,7 +457,10 @@ impl Credentials {
     /// # Errors
     /// [`OAuthError::NotSignedIn`] when the grant cannot be renewed (no refresh token); the
     /// errors of the renewal.
-    pub async fn after_unauthorized(&self, rejected: &HeaderValue) -> Result<HeaderValue, OAuthError> {
+    pub async fn after_unauthorized(
+        &self,
+        rejected: &HeaderValue,
+    ) -> Result<HeaderValue, OAuthError> {
         let mut grant = self.grant.lock().await;
         let current = grant.authorization(&self.server)?;
         if current.as_bytes() != rejected.as_bytes() {

@@ -201,7 +201,15 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
     // `auth login` prints the URL and waits; a GET of it follows the redirect to toolward's
     // loopback port, as a browser would.
     let mut login = Command::new(bin)
-        .args(["auth", "login", "demo", "--config", &config_arg, "--timeout-secs", "60"])
+        .args([
+            "auth",
+            "login",
+            "demo",
+            "--config",
+            &config_arg,
+            "--timeout-secs",
+            "60",
+        ])
         .current_dir(dir.path())
         .env_remove("BROWSER")
         .env_remove("TOOLWARD_LOG")
@@ -215,8 +223,16 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
     let authorize = loop {
         let Some(Ok(line)) = lines.next() else {
             let mut err = String::new();
-            login.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            panic!("`auth login` printed no URL: {printed}{err}{}", upstream.log_text());
+            login
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!(
+                "`auth login` printed no URL: {printed}{err}{}",
+                upstream.log_text()
+            );
         };
         printed.push_str(&line);
         printed.push('\n');
@@ -224,7 +240,10 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
             break line;
         }
     };
-    assert!(authorize.contains("code_challenge_method=S256"), "{authorize}");
+    assert!(
+        authorize.contains("code_challenge_method=S256"),
+        "{authorize}"
+    );
     assert!(authorize.contains("state="), "{authorize}");
     assert!(authorize.contains("resource="), "{authorize}");
     let (status, location) = get(&authorize);
@@ -238,7 +257,12 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
         printed.push('\n');
     }
     let mut err = String::new();
-    login.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    login
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let status = login.wait().unwrap();
     assert!(status.success(), "{printed}{err}");
     assert!(printed.contains("signed in to server `demo`"), "{printed}");
@@ -255,20 +279,38 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
     let (code, out, err) = toolward(
         bin,
         dir.path(),
-        &["call", "--config", &config_arg, "demo__greet", "--args", r#"{"name":"toolward"}"#],
+        &[
+            "call",
+            "--config",
+            &config_arg,
+            "demo__greet",
+            "--args",
+            r#"{"name":"toolward"}"#,
+        ],
     );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("Hello, toolward!"), "{out}");
 
-    let (code, status, err) = toolward(bin, dir.path(), &["auth", "status", "--config", &config_arg]);
+    let (code, status, err) = toolward(
+        bin,
+        dir.path(),
+        &["auth", "status", "--config", &config_arg],
+    );
     assert_eq!(code, Some(0), "{status}{err}");
     assert!(status.contains("demo: authorization_code"), "{status}");
-    assert!(status.contains("mcp:tools") || status.contains("expires in"), "{status}");
+    assert!(
+        status.contains("mcp:tools") || status.contains("expires in"),
+        "{status}"
+    );
 
     // The token the server saw is nowhere in clear: not in the grant file, the key file, the
     // audit log, nor anything toolward printed.
     let tokens = tokens_seen(&upstream.log_text());
-    assert!(!tokens.is_empty(), "the server logged no token: {}", upstream.log_text());
+    assert!(
+        !tokens.is_empty(),
+        "the server logged no token: {}",
+        upstream.log_text()
+    );
     let state = dir.path().join("state");
     let grant = std::fs::read(state.join("oauth/demo.grant")).unwrap();
     let mut files = vec![grant, std::fs::read(state.join("oauth.key")).unwrap()];
@@ -282,7 +324,11 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
         }
     }
 
-    let (code, out, err) = toolward(bin, dir.path(), &["auth", "logout", "demo", "--config", &config_arg]);
+    let (code, out, err) = toolward(
+        bin,
+        dir.path(),
+        &["auth", "logout", "demo", "--config", &config_arg],
+    );
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(!state.join("oauth/demo.grant").exists());
 }
@@ -307,11 +353,18 @@ fn check_and_pin_on_a_server_that_needs_sign_in_name_the_command_and_register_no
     assert!(text.contains("run `toolward auth login demo`"), "{text}");
 
     // `pin` wrote the manifest without the server; `check` loads against it.
-    let (code, out, err) = toolward(bin, dir.path(), &["check", "--config", &config_arg, "--json"]);
+    let (code, out, err) = toolward(
+        bin,
+        dir.path(),
+        &["check", "--config", &config_arg, "--json"],
+    );
     assert_ne!(code, Some(0), "{out}{err}");
     let text = format!("{out}{err}");
     assert!(text.contains("server `demo` needs sign-in"), "{text}");
     assert!(text.contains("run `toolward auth login demo`"), "{text}");
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(!out.contains("\"greet\""), "a tool of `demo` registered: {report}");
+    assert!(
+        !out.contains("\"greet\""),
+        "a tool of `demo` registered: {report}"
+    );
 }

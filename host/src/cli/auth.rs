@@ -72,7 +72,9 @@ async fn login(
             "server `{name}` has an `Authorization` header in the config: toolward sends that one, and would never send a grant's token; remove the header to sign in"
         )));
     }
-    let browser = std::env::var("BROWSER").ok().filter(|b| !b.trim().is_empty());
+    let browser = std::env::var("BROWSER")
+        .ok()
+        .filter(|b| !b.trim().is_empty());
     let mut show = |url: &reqwest::Url, redirect: &str| {
         println!("To sign in to server `{name}`, open this URL in a browser:");
         println!("{url}");
@@ -91,7 +93,9 @@ async fn login(
                 .spawn()
             {
                 Ok(_) => {}
-                Err(error) => eprintln!("toolward: could not start `$BROWSER` (`{browser}`): {error}"),
+                Err(error) => {
+                    eprintln!("toolward: could not start `$BROWSER` (`{browser}`): {error}")
+                }
             }
         }
     };
@@ -179,7 +183,11 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
         }
         let scopes: Vec<String> = row["scopes"]
             .as_array()
-            .map(|s| s.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|s| {
+                s.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default();
         println!(
             "{name}: {} at `{}`{}, {}{}{}",

@@ -16,8 +16,8 @@ use super::{
     DEFAULT_PRINCIPAL, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
     DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, MAX_SEPARATOR_CHARS,
-    MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
-    ServerTransport, StoreConfig, TelemetryConfig,
+    MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
+    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 
 /// Keys of the top-level object. `$schema` is accepted so editors can find the schema.
@@ -923,7 +923,12 @@ impl Reader<'_> {
     }
 
     /// A server's `oauth`: the client toolward signs in as, the scopes and the grant.
-    fn oauth(&self, server: &str, value: &Value, path: &JsonPath) -> Result<OAuthConfig, ConfigError> {
+    fn oauth(
+        &self,
+        server: &str,
+        value: &Value,
+        path: &JsonPath,
+    ) -> Result<OAuthConfig, ConfigError> {
         let map = as_object(value, path)?;
         check_keys(map, path, OAUTH_KEYS)?;
         let text = |key: &str| -> Result<Option<String>, ConfigError> {
@@ -941,7 +946,9 @@ impl Reader<'_> {
         let client_id = text("client_id")?;
         let client_secret = text("client_secret")?;
         if client_secret.is_some() && client_id.is_none() {
-            return Err(path.key("client_secret").invalid("needs `client_id`: a secret is issued with an id"));
+            return Err(path
+                .key("client_secret")
+                .invalid("needs `client_id`: a secret is issued with an id"));
         }
         let scopes = match map.get("scopes") {
             None => Vec::new(),
@@ -957,8 +964,12 @@ impl Reader<'_> {
                         let item_path = list_path.index(i);
                         let scope = non_empty_str(item, &item_path)?;
                         // RFC 6749, section 3.3: printable ASCII without space, `"` or `\`.
-                        if !scope.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b)) {
-                            return Err(item_path.invalid(format!("`{scope}` is not a scope (RFC 6749, section 3.3)")));
+                        if !scope.bytes().all(|b| {
+                            b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b)
+                        }) {
+                            return Err(item_path.invalid(format!(
+                                "`{scope}` is not a scope (RFC 6749, section 3.3)"
+                            )));
                         }
                         Ok(scope.to_owned())
                     })
@@ -977,8 +988,12 @@ impl Reader<'_> {
                 }
             },
         };
-        if grant == OAuthGrant::ClientCredentials && (client_id.is_none() || client_secret.is_none()) {
-            return Err(path.key("grant").invalid("`client_credentials` needs `client_id` and `client_secret`"));
+        if grant == OAuthGrant::ClientCredentials
+            && (client_id.is_none() || client_secret.is_none())
+        {
+            return Err(path
+                .key("grant")
+                .invalid("`client_credentials` needs `client_id` and `client_secret`"));
         }
         let redirect_port = match map.get("redirect_port") {
             None => 0,

@@ -968,7 +968,8 @@ fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refus
         ),
     ];
     for (servers, expected) in cases {
-        let error = Config::from_value_with_env(with_servers(servers), &base(), &no_env).unwrap_err();
+        let error =
+            Config::from_value_with_env(with_servers(servers), &base(), &no_env).unwrap_err();
         assert_eq!(error.to_string(), expected);
     }
 }

@@ -41,7 +41,9 @@ pub fn bearer_challenge(headers: &HeaderMap) -> Option<Challenge> {
 /// The `Bearer` challenge of one `WWW-Authenticate` value (auth-params, quoted or not).
 pub fn parse_bearer(value: &str) -> Option<Challenge> {
     let trimmed = value.trim_start();
-    let scheme_end = trimmed.find(|c: char| c.is_whitespace()).unwrap_or(trimmed.len());
+    let scheme_end = trimmed
+        .find(|c: char| c.is_whitespace())
+        .unwrap_or(trimmed.len());
     let (scheme, mut rest) = trimmed.split_at(scheme_end);
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
@@ -50,7 +52,11 @@ pub fn parse_bearer(value: &str) -> Option<Challenge> {
     loop {
         rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
         let Some(eq) = rest.find('=') else { break };
-        let name = rest.get(..eq).unwrap_or_default().trim().to_ascii_lowercase();
+        let name = rest
+            .get(..eq)
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
         rest = rest.get(eq + 1..).unwrap_or_default().trim_start();
         let value = if let Some(quoted) = rest.strip_prefix('"') {
             let mut out = String::new();
@@ -189,10 +195,7 @@ fn request_error(http: &OAuthHttp, url: &Url, error: &reqwest::Error) -> OAuthEr
 /// The protected-resource metadata URLs to try for `resource`, in the specification's
 /// order: the challenge's `resource_metadata`, else the well-known URI with the endpoint's
 /// path, then at the root.
-pub fn resource_metadata_urls(
-    resource: &Url,
-    challenge: Option<&Challenge>,
-) -> Vec<Url> {
+pub fn resource_metadata_urls(resource: &Url, challenge: Option<&Challenge>) -> Vec<Url> {
     if let Some(url) = challenge
         .and_then(|c| c.resource_metadata.as_deref())
         .and_then(|text| Url::parse(text).ok())
@@ -267,12 +270,17 @@ async fn fetch_first(
         })?;
         return Ok((url.clone(), value));
     }
-    let (url, status) = last.map_or_else(|| (String::new(), 0), |(url, status)| (url.to_string(), status));
+    let (url, status) = last.map_or_else(
+        || (String::new(), 0),
+        |(url, status)| (url.to_string(), status),
+    );
     Err(OAuthError::Metadata {
         server: http.server().to_owned(),
         what: what.to_owned(),
         url,
-        reason: format!("not found (HTTP status {status}, and at every other place the specification names)"),
+        reason: format!(
+            "not found (HTTP status {status}, and at every other place the specification names)"
+        ),
     })
 }
 
@@ -296,15 +304,21 @@ pub async fn discover(
 ) -> Result<Discovered, OAuthError> {
     let server = http.server().to_owned();
     let what = "protected-resource metadata";
-    let (url, value) = fetch_first(http, what, &resource_metadata_urls(resource, challenge)).await?;
+    let (url, value) =
+        fetch_first(http, what, &resource_metadata_urls(resource, challenge)).await?;
     let invalid = |what: &str, url: &Url, reason: String| OAuthError::Metadata {
         server: server.clone(),
         what: what.to_owned(),
         url: url.to_string(),
         reason,
     };
-    let resource_metadata: ResourceMetadata = serde_json::from_value(value)
-        .map_err(|error| invalid(what, &url, format!("not protected-resource metadata ({error})")))?;
+    let resource_metadata: ResourceMetadata = serde_json::from_value(value).map_err(|error| {
+        invalid(
+            what,
+            &url,
+            format!("not protected-resource metadata ({error})"),
+        )
+    })?;
     if !same_identifier(&resource_metadata.resource, resource.as_str()) {
         return Err(invalid(
             what,
@@ -316,17 +330,30 @@ pub async fn discover(
         ));
     }
     let Some(issuer_text) = resource_metadata.authorization_servers.first() else {
-        return Err(invalid(what, &url, String::from("it names no `authorization_servers`")));
+        return Err(invalid(
+            what,
+            &url,
+            String::from("it names no `authorization_servers`"),
+        ));
     };
     let issuer = Url::parse(issuer_text).map_err(|_| {
-        invalid(what, &url, format!("`{}` is not a URL", escape(issuer_text)))
+        invalid(
+            what,
+            &url,
+            format!("`{}` is not a URL", escape(issuer_text)),
+        )
     })?;
     http.origins().check("the authorization server", &issuer)?;
 
     let what = "authorization server metadata";
     let (url, value) = fetch_first(http, what, &server_metadata_urls(&issuer)).await?;
-    let server_metadata: ServerMetadata = serde_json::from_value(value)
-        .map_err(|error| invalid(what, &url, format!("not authorization server metadata ({error})")))?;
+    let server_metadata: ServerMetadata = serde_json::from_value(value).map_err(|error| {
+        invalid(
+            what,
+            &url,
+            format!("not authorization server metadata ({error})"),
+        )
+    })?;
     if !same_identifier(&server_metadata.issuer, issuer.as_str()) {
         return Err(invalid(
             what,
@@ -345,7 +372,9 @@ pub async fn discover(
         return Err(invalid(
             what,
             &url,
-            String::from("it does not list `S256` in `code_challenge_methods_supported`, so PKCE cannot be used (MCP specification: refuse)"),
+            String::from(
+                "it does not list `S256` in `code_challenge_methods_supported`, so PKCE cannot be used (MCP specification: refuse)",
+            ),
         ));
     }
     check_endpoints(http, &server_metadata)?;
@@ -364,9 +393,18 @@ pub async fn discover(
 pub fn check_endpoints(http: &OAuthHttp, metadata: &ServerMetadata) -> Result<(), OAuthError> {
     let endpoints = [
         ("the token endpoint", Some(&metadata.token_endpoint)),
-        ("the authorization endpoint", metadata.authorization_endpoint.as_ref()),
-        ("the registration endpoint", metadata.registration_endpoint.as_ref()),
-        ("the revocation endpoint", metadata.revocation_endpoint.as_ref()),
+        (
+            "the authorization endpoint",
+            metadata.authorization_endpoint.as_ref(),
+        ),
+        (
+            "the registration endpoint",
+            metadata.registration_endpoint.as_ref(),
+        ),
+        (
+            "the revocation endpoint",
+            metadata.revocation_endpoint.as_ref(),
+        ),
     ];
     for (what, endpoint) in endpoints {
         let Some(text) = endpoint else { continue };

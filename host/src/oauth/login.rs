@@ -7,8 +7,8 @@ use std::time::Duration;
 use oauth2::basic::{BasicClient, BasicErrorResponse, BasicTokenResponse, BasicTokenType};
 use oauth2::{
     AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet,
-    EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError,
-    RevocationUrl, Scope, StandardRevocableToken, TokenResponse, TokenUrl,
+    EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
+    RequestTokenError, RevocationUrl, Scope, StandardRevocableToken, TokenResponse, TokenUrl,
 };
 use reqwest::Url;
 use reqwest::header;
@@ -126,7 +126,9 @@ pub(crate) fn client(
     let token = TokenUrl::new(token_endpoint.to_owned())
         .map_err(|_| invalid("the token endpoint", token_endpoint))?;
     let authorize = authorization_endpoint
-        .map(|url| AuthUrl::new(url.to_owned()).map_err(|_| invalid("the authorization endpoint", url)))
+        .map(|url| {
+            AuthUrl::new(url.to_owned()).map_err(|_| invalid("the authorization endpoint", url))
+        })
         .transpose()?;
     let revoke = revocation_endpoint
         .map(|url| {
@@ -231,14 +233,19 @@ async fn register(
             url: url.to_string(),
             reason: String::from("it has no `client_id` (RFC 7591, section 3.2.1)"),
         })?;
-    let auth = match (registered.token_endpoint_auth_method.as_deref(), &registered.client_secret) {
+    let auth = match (
+        registered.token_endpoint_auth_method.as_deref(),
+        &registered.client_secret,
+    ) {
         (_, None) | (Some("none"), _) => ClientAuth::None,
         (Some("client_secret_post"), Some(_)) => ClientAuth::SecretPost,
         (_, Some(_)) => ClientAuth::SecretBasic,
     };
     Ok(Identity {
         id: registered.client_id,
-        secret: registered.client_secret.filter(|_| auth != ClientAuth::None),
+        secret: registered
+            .client_secret
+            .filter(|_| auth != ClientAuth::None),
         auth,
     })
 }
@@ -350,7 +357,12 @@ impl RedirectListener {
     ///
     /// # Errors
     /// [`OAuthError::Login`]: the timeout, or an `error` in the redirect.
-    pub async fn wait(&self, server: &str, expected: &str, timeout: Duration) -> Result<String, OAuthError> {
+    pub async fn wait(
+        &self,
+        server: &str,
+        expected: &str,
+        timeout: Duration,
+    ) -> Result<String, OAuthError> {
         let waited = tokio::time::timeout(timeout, async {
             loop {
                 let Ok((mut stream, _)) = self.listener.accept().await else {
@@ -400,7 +412,8 @@ async fn read_target(stream: &mut TcpStream) -> Option<String> {
     let mut head = Vec::new();
     let read = tokio::time::timeout(REDIRECT_READ_TIMEOUT, async {
         let mut buffer = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REDIRECT_REQUEST_BYTES {
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REDIRECT_REQUEST_BYTES
+        {
             let n = stream.read(&mut buffer).await.ok()?;
             if n == 0 {
                 break;
@@ -466,7 +479,8 @@ async fn authorization_code(
         metadata.revocation_endpoint.as_deref(),
     )?
     .set_redirect_uri(redirect);
-    let (url, state, verifier) = authorization_request(&server, &client, scopes, &discovered.resource)?;
+    let (url, state, verifier) =
+        authorization_request(&server, &client, scopes, &discovered.resource)?;
     show(&url, listener.uri());
     let code = listener.wait(&server, state.secret(), timeout).await?;
     let token = client
@@ -476,7 +490,14 @@ async fn authorization_code(
         .request_async(http)
         .await
         .map_err(|error| grant_error(&server, "authorization code", error))?;
-    new_grant(&server, discovered, &identity, GrantKind::AuthorizationCode, &token, scopes)
+    new_grant(
+        &server,
+        discovered,
+        &identity,
+        GrantKind::AuthorizationCode,
+        &token,
+        scopes,
+    )
 }
 
 /// The authorization request of a sign-in: its URL (with `response_type=code`, the client
@@ -516,7 +537,9 @@ async fn client_credentials(
     let metadata = &discovered.server_metadata;
     let identity = configured_identity(config, metadata).ok_or_else(|| OAuthError::Login {
         server: server.clone(),
-        reason: String::from("`client_credentials` needs `oauth.client_id` and `oauth.client_secret`"),
+        reason: String::from(
+            "`client_credentials` needs `oauth.client_id` and `oauth.client_secret`",
+        ),
     })?;
     let client = client(
         http,
@@ -532,7 +555,14 @@ async fn client_credentials(
         .request_async(http)
         .await
         .map_err(|error| grant_error(&server, "client credentials", error))?;
-    new_grant(&server, discovered, &identity, GrantKind::ClientCredentials, &token, scopes)
+    new_grant(
+        &server,
+        discovered,
+        &identity,
+        GrantKind::ClientCredentials,
+        &token,
+        scopes,
+    )
 }
 
 /// The grant a token answer makes.
@@ -579,7 +609,9 @@ fn apply(server: &str, grant: &mut Grant, token: &BasicTokenResponse) -> Result<
         grant.refresh_token = Some(refresh.secret().clone());
     }
     let now = now_secs();
-    grant.expires_at = token.expires_in().map(|life| now.saturating_add(life.as_secs()));
+    grant.expires_at = token
+        .expires_in()
+        .map(|life| now.saturating_add(life.as_secs()));
     if let Some(scopes) = token.scopes() {
         grant.scopes = scopes.iter().map(|scope| scope.to_string()).collect();
     }
@@ -625,7 +657,11 @@ fn grant_identity(grant: &Grant) -> Identity {
 /// # Errors
 /// [`OAuthError::NotSignedIn`] when there is no way to renew it (no refresh token);
 /// [`OAuthError::Grant`] when the authorization server refuses.
-pub async fn renew(http: &OAuthHttp, config: &OAuthConfig, grant: &Grant) -> Result<Grant, OAuthError> {
+pub async fn renew(
+    http: &OAuthHttp,
+    config: &OAuthConfig,
+    grant: &Grant,
+) -> Result<Grant, OAuthError> {
     let server = http.server().to_owned();
     let identity = grant_identity(grant);
     let client = client(
@@ -656,7 +692,11 @@ pub async fn renew(http: &OAuthHttp, config: &OAuthConfig, grant: &Grant) -> Res
                 other => grant_error(&server, "refresh", other),
             })?,
         (GrantKind::ClientCredentials, None) => {
-            let scopes = if config.scopes.is_empty() { grant.scopes.clone() } else { config.scopes.clone() };
+            let scopes = if config.scopes.is_empty() {
+                grant.scopes.clone()
+            } else {
+                config.scopes.clone()
+            };
             client
                 .exchange_client_credentials()
                 .add_scopes(scopes.into_iter().map(Scope::new))
@@ -694,7 +734,10 @@ pub struct LogoutOutcome {
 ///
 /// # Errors
 /// [`OAuthError::Store`], [`OAuthError::Tampered`] (the file is removed then too).
-pub async fn logout(server: &ServerConfig, store: &GrantStore) -> Result<LogoutOutcome, OAuthError> {
+pub async fn logout(
+    server: &ServerConfig,
+    store: &GrantStore,
+) -> Result<LogoutOutcome, OAuthError> {
     let grant = match store.read(&server.name) {
         Ok(grant) => grant,
         Err(OAuthError::Tampered { .. }) => None,
@@ -719,17 +762,21 @@ async fn revoke(grant: &Grant) -> Result<(), OAuthError> {
     )?;
     let mut tokens = Vec::new();
     if let Some(refresh) = &grant.refresh_token {
-        tokens.push(StandardRevocableToken::RefreshToken(RefreshToken::new(refresh.clone())));
+        tokens.push(StandardRevocableToken::RefreshToken(RefreshToken::new(
+            refresh.clone(),
+        )));
     }
-    tokens.push(StandardRevocableToken::AccessToken(oauth2::AccessToken::new(
-        grant.access_token.clone(),
-    )));
+    tokens.push(StandardRevocableToken::AccessToken(
+        oauth2::AccessToken::new(grant.access_token.clone()),
+    ));
     for token in tokens {
-        let request = client.revoke_token(token).map_err(|error| OAuthError::Grant {
-            server: grant.server.clone(),
-            grant: String::from("revocation"),
-            reason: error.to_string(),
-        })?;
+        let request = client
+            .revoke_token(token)
+            .map_err(|error| OAuthError::Grant {
+                server: grant.server.clone(),
+                grant: String::from("revocation"),
+                reason: error.to_string(),
+            })?;
         request
             .request_async(&http)
             .await
@@ -739,7 +786,9 @@ async fn revoke(grant: &Grant) -> Result<(), OAuthError> {
                 reason: match error {
                     RequestTokenError::ServerResponse(response) => escape(&response.to_string()),
                     RequestTokenError::Request(error) => error.0,
-                    RequestTokenError::Parse(error, _) => format!("its answer is not understood (at `{}`)", error.path()),
+                    RequestTokenError::Parse(error, _) => {
+                        format!("its answer is not understood (at `{}`)", error.path())
+                    }
                     RequestTokenError::Other(text) => escape(&text),
                 },
             })?;

@@ -70,7 +70,9 @@ impl Origins {
             rule,
         };
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(refused(String::from("a URL with a user name or password is refused")));
+            return Err(refused(String::from(
+                "a URL with a user name or password is refused",
+            )));
         }
         let Some(host) = host_of(url) else {
             return Err(refused(String::from("it has no host")));
@@ -132,7 +134,9 @@ fn is_loopback_host(host: &str) -> bool {
 fn is_loopback_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -200,9 +204,8 @@ impl Resolve for GuardedResolver {
         let origins = Arc::clone(&self.origins);
         let host = name.as_str().trim_end_matches('.').to_ascii_lowercase();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if let Some(bad) = found.iter().find(|addr| !origins.allows(&host, addr.ip())) {
                 return Err(format!(
                     "`{host}` resolves to the internal address `{}`, and is not the server's own host",

@@ -123,12 +123,13 @@ impl Grant {
     /// # Errors
     /// [`OAuthError::NotSignedIn`] when the token holds a character a header cannot.
     pub fn authorization(&self, server: &str) -> Result<HeaderValue, OAuthError> {
-        let mut value = HeaderValue::from_str(&format!("Bearer {}", self.access_token)).map_err(
-            |_| OAuthError::NotSignedIn {
-                server: server.to_owned(),
-                reason: String::from("its access token holds a character a header cannot"),
-            },
-        )?;
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {}", self.access_token)).map_err(|_| {
+                OAuthError::NotSignedIn {
+                    server: server.to_owned(),
+                    reason: String::from("its access token holds a character a header cannot"),
+                }
+            })?;
         value.set_sensitive(true);
         Ok(value)
     }

@@ -49,7 +49,11 @@ fn a_grant_survives_the_encryption_round_trip_and_its_file_holds_no_secret_in_cl
     assert_eq!(store.read("remote").unwrap(), Some(written.clone()));
     assert_eq!(store.servers().unwrap(), ["remote"]);
 
-    let file = dir.path().join("state").join(GRANTS_DIR).join("remote.grant");
+    let file = dir
+        .path()
+        .join("state")
+        .join(GRANTS_DIR)
+        .join("remote.grant");
     let bytes = std::fs::read(&file).unwrap();
     for secret in [
         "access-token-TOPSECRET",
@@ -57,7 +61,10 @@ fn a_grant_survives_the_encryption_round_trip_and_its_file_holds_no_secret_in_cl
         "client-secret-SECRETSECRET",
         "client-123",
     ] {
-        assert!(!contains(&bytes, secret), "`{secret}` is in clear in the grant file");
+        assert!(
+            !contains(&bytes, secret),
+            "`{secret}` is in clear in the grant file"
+        );
     }
     let key = dir.path().join("state").join(KEY_FILE);
     for path in [&file, &key] {
@@ -66,7 +73,10 @@ fn a_grant_survives_the_encryption_round_trip_and_its_file_holds_no_secret_in_cl
     }
     // Debug output leaves the secrets out too.
     let debug = format!("{written:?}");
-    assert!(!debug.contains("TOPSECRET") && !debug.contains("SECRETSECRET"), "{debug}");
+    assert!(
+        !debug.contains("TOPSECRET") && !debug.contains("SECRETSECRET"),
+        "{debug}"
+    );
 }
 
 #[test]
@@ -87,24 +97,36 @@ fn a_tampered_grant_file_a_file_moved_to_another_server_and_a_replaced_key_are_r
     let error = store.read("remote").unwrap_err();
     assert!(matches!(error, OAuthError::Tampered { .. }), "{error}");
     assert!(error.to_string().contains("server `remote`"), "{error}");
-    assert!(error.to_string().contains("toolward auth logout remote"), "{error}");
+    assert!(
+        error.to_string().contains("toolward auth logout remote"),
+        "{error}"
+    );
 
     // The same file under another server's name: the server's name is associated data.
     std::fs::write(&file, &original).unwrap();
     let other = state_path.join(GRANTS_DIR).join("other.grant");
     std::fs::write(&other, &original).unwrap();
     std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert!(matches!(store.read("other"), Err(OAuthError::Tampered { .. })));
+    assert!(matches!(
+        store.read("other"),
+        Err(OAuthError::Tampered { .. })
+    ));
     assert!(store.read("remote").unwrap().is_some());
 
     // A new key file: nothing written under the old one opens.
     std::fs::remove_file(state_path.join(KEY_FILE)).unwrap();
     let store = GrantStore::open(&state).unwrap();
-    assert!(matches!(store.read("remote"), Err(OAuthError::Tampered { .. })));
+    assert!(matches!(
+        store.read("remote"),
+        Err(OAuthError::Tampered { .. })
+    ));
 
     // A file others may read is refused before it is decrypted.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert!(matches!(store.read("remote"), Err(OAuthError::Store { .. })));
+    assert!(matches!(
+        store.read("remote"),
+        Err(OAuthError::Store { .. })
+    ));
 }
 
 #[test]
@@ -159,7 +181,10 @@ fn a_redirect_is_accepted_only_with_this_sign_ins_state_on_the_redirect_path() {
         Redirect::Ignored(_)
     ));
     assert!(matches!(
-        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPq&state=Zk3s9QbW1xPq", state),
+        read_redirect(
+            "/callback?code=abc&state=Zk3s9QbW1xPq&state=Zk3s9QbW1xPq",
+            state
+        ),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
@@ -176,7 +201,10 @@ fn a_redirect_is_accepted_only_with_this_sign_ins_state_on_the_redirect_path() {
     ) else {
         panic!("an error with the right state ends the sign-in");
     };
-    assert!(error.contains("access_denied") && !error.contains('\n'), "{error}");
+    assert!(
+        error.contains("access_denied") && !error.contains('\n'),
+        "{error}"
+    );
     assert!(state_matches("abc", "abc"));
     assert!(!state_matches("abc", "abd"));
     assert!(!state_matches("abc", "abcd"));
@@ -199,15 +227,13 @@ fn the_authorization_request_carries_pkce_s256_a_fresh_state_and_the_resource() 
         None,
     )
     .unwrap()
-    .set_redirect_uri(oauth2::RedirectUrl::new(String::from("http://127.0.0.1:4444/callback")).unwrap());
+    .set_redirect_uri(
+        oauth2::RedirectUrl::new(String::from("http://127.0.0.1:4444/callback")).unwrap(),
+    );
     let scopes = [String::from("mcp:tools")];
-    let (url, state, verifier) = login::authorization_request(
-        "remote",
-        &client,
-        &scopes,
-        "https://mcp.example.com/mcp",
-    )
-    .unwrap();
+    let (url, state, verifier) =
+        login::authorization_request("remote", &client, &scopes, "https://mcp.example.com/mcp")
+            .unwrap();
     let params: std::collections::BTreeMap<String, String> =
         url.query_pairs().into_owned().collect();
     assert_eq!(params["response_type"], "code");
@@ -217,20 +243,20 @@ fn the_authorization_request_carries_pkce_s256_a_fresh_state_and_the_resource() 
     assert_eq!(params["resource"], "https://mcp.example.com/mcp");
     assert_eq!(params["code_challenge_method"], "S256");
     assert_eq!(&params["state"], state.secret());
-    assert!(state.secret().len() >= 16, "a state of {} characters", state.secret().len());
+    assert!(
+        state.secret().len() >= 16,
+        "a state of {} characters",
+        state.secret().len()
+    );
     // RFC 7636, section 4.2: BASE64URL(SHA256(verifier)), no padding.
     let expected = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .encode(sha2::Sha256::digest(verifier.secret().as_bytes()));
     assert_eq!(params["code_challenge"], expected);
     assert!((43..=128).contains(&verifier.secret().len()));
 
-    let (again, state_again, verifier_again) = login::authorization_request(
-        "remote",
-        &client,
-        &scopes,
-        "https://mcp.example.com/mcp",
-    )
-    .unwrap();
+    let (again, state_again, verifier_again) =
+        login::authorization_request("remote", &client, &scopes, "https://mcp.example.com/mcp")
+            .unwrap();
     assert_ne!(state.secret(), state_again.secret());
     assert_ne!(verifier.secret(), verifier_again.secret());
     assert_ne!(url, again);
@@ -264,7 +290,11 @@ fn metadata_pointing_a_remote_server_at_an_internal_address_is_refused() {
         assert!(error.contains("internal address"), "{url}: {error}");
         assert!(error.contains("server `remote`"), "{error}");
     }
-    for url in ["http://127.0.0.1:8080/token", "http://localhost/token", "https://[::1]/token"] {
+    for url in [
+        "http://127.0.0.1:8080/token",
+        "http://localhost/token",
+        "https://[::1]/token",
+    ] {
         let error = refused(&origins, url);
         assert!(error.contains("loopback"), "{url}: {error}");
     }
@@ -272,10 +302,16 @@ fn metadata_pointing_a_remote_server_at_an_internal_address_is_refused() {
     assert!(refused(&origins, "https://user:pw@auth.example.com/token").contains("user name"));
     assert!(refused(&origins, "ftp://auth.example.com/token").contains("scheme"));
     origins
-        .check("the token endpoint", &Url::parse("https://auth.example.com/token").unwrap())
+        .check(
+            "the token endpoint",
+            &Url::parse("https://auth.example.com/token").unwrap(),
+        )
         .unwrap();
     origins
-        .check("the token endpoint", &Url::parse("https://8.8.8.8/token").unwrap())
+        .check(
+            "the token endpoint",
+            &Url::parse("https://8.8.8.8/token").unwrap(),
+        )
         .unwrap();
 }
 
@@ -283,14 +319,23 @@ fn metadata_pointing_a_remote_server_at_an_internal_address_is_refused() {
 fn a_server_on_an_internal_address_may_use_its_own_host_and_no_other() {
     let origins = Origins::for_server("lan", "https://10.1.2.3/mcp").unwrap();
     origins
-        .check("the token endpoint", &Url::parse("https://10.1.2.3:8443/token").unwrap())
+        .check(
+            "the token endpoint",
+            &Url::parse("https://10.1.2.3:8443/token").unwrap(),
+        )
         .unwrap();
     assert!(refused(&origins, "https://10.9.9.9/token").contains("internal address"));
     assert!(refused(&origins, "https://169.254.169.254/").contains("internal address"));
 
     let local = Origins::for_server("local", "http://localhost:3000/mcp").unwrap();
-    for url in ["http://localhost:3001/", "http://127.0.0.1:3001/token", "http://[::1]:3001/"] {
-        local.check("the issuer", &Url::parse(url).unwrap()).unwrap();
+    for url in [
+        "http://localhost:3001/",
+        "http://127.0.0.1:3001/token",
+        "http://[::1]:3001/",
+    ] {
+        local
+            .check("the issuer", &Url::parse(url).unwrap())
+            .unwrap();
     }
     assert!(refused(&local, "http://192.168.1.5/token").contains("internal address"));
     assert!(refused(&local, "http://169.254.169.254/").contains("internal address"));
@@ -318,7 +363,10 @@ fn authorization_server_metadata_naming_an_internal_endpoint_is_refused() {
     }))
     .unwrap();
     let error = discovery::check_endpoints(&http, &metadata).unwrap_err();
-    assert!(error.to_string().contains("the registration endpoint"), "{error}");
+    assert!(
+        error.to_string().contains("the registration endpoint"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -326,12 +374,20 @@ async fn a_host_name_that_resolves_to_an_internal_address_is_refused_at_connecti
     let origins = Arc::new(Origins::for_server("remote", "https://mcp.example.com/mcp").unwrap());
     let resolver = GuardedResolver::new(origins);
     let resolved = resolver.resolve(Name::from_str("localhost").unwrap()).await;
-    let error = resolved.err().expect("`localhost` resolves to loopback").to_string();
+    let error = resolved
+        .err()
+        .expect("`localhost` resolves to loopback")
+        .to_string();
     assert!(error.contains("internal address"), "{error}");
 
     let local = Arc::new(Origins::for_server("local", "http://localhost:3000/mcp").unwrap());
     let resolver = GuardedResolver::new(local);
-    assert!(resolver.resolve(Name::from_str("localhost").unwrap()).await.is_ok());
+    assert!(
+        resolver
+            .resolve(Name::from_str("localhost").unwrap())
+            .await
+            .is_ok()
+    );
 }
 
 #[test]
@@ -347,10 +403,16 @@ fn a_bearer_challenge_gives_its_resource_metadata_scope_and_error() {
     assert_eq!(challenge.scope.as_deref(), Some("files:read files:write"));
     assert_eq!(challenge.error.as_deref(), Some("invalid_token"));
     let unquoted = parse_bearer("bearer resource_metadata=https://x.example/m, scope=a").unwrap();
-    assert_eq!(unquoted.resource_metadata.as_deref(), Some("https://x.example/m"));
+    assert_eq!(
+        unquoted.resource_metadata.as_deref(),
+        Some("https://x.example/m")
+    );
     assert_eq!(unquoted.scope.as_deref(), Some("a"));
     assert_eq!(parse_bearer(r#"Basic realm="x""#), None);
-    assert_eq!(parse_bearer("Bearer"), Some(discovery::Challenge::default()));
+    assert_eq!(
+        parse_bearer("Bearer"),
+        Some(discovery::Challenge::default())
+    );
 }
 
 #[test]
