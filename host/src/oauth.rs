@@ -403,9 +403,10 @@ impl Credentials {
         // A server never signed in to makes no key file and no grants folder.
         let file =
             Path::new(store::GRANTS_DIR).join(format!("{}{}", server.name, store::GRANT_SUFFIX));
-        match state.dir().symlink_metadata(&file) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            _ => {}
+        if let Err(error) = state.dir().symlink_metadata(&file)
+            && error.kind() == std::io::ErrorKind::NotFound
+        {
+            return Ok(None);
         }
         let store = GrantStore::open(&state)?;
         let Some(grant) = store.read(&server.name)? else {

@@ -92,7 +92,10 @@ async fn login(
                 .stderr(std::process::Stdio::null())
                 .spawn()
             {
-                Ok(_) => {}
+                // Reaped in the background: a browser may outlive the sign-in.
+                Ok(mut child) => {
+                    std::thread::spawn(move || child.wait());
+                }
                 Err(error) => {
                     eprintln!("toolward: could not start `$BROWSER` (`{browser}`): {error}")
                 }

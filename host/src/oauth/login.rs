@@ -45,7 +45,7 @@ pub(crate) type Client =
 #[derive(Debug)]
 pub enum LoginOutcome {
     /// A grant was obtained and stored.
-    SignedIn(Grant),
+    SignedIn(Box<Grant>),
     /// The server answered without asking for sign-in (its HTTP status): nothing to do.
     NotNeeded(u16),
 }
@@ -93,7 +93,7 @@ pub async fn login(
         }
     };
     store.write(&grant)?;
-    Ok(LoginOutcome::SignedIn(grant))
+    Ok(LoginOutcome::SignedIn(Box::new(grant)))
 }
 
 /// The scopes to ask for: the configured ones, else those of the `401`, else the

@@ -699,3 +699,106 @@ fn standard_headers_name_the_method_and_the_tool_and_wrap_what_a_header_cannot_h
     );
     assert!(headers(json!({"jsonrpc": "2.0", "id": 4, "result": {}})).is_empty());
 }
+
+#[tokio::test]
+async fn a_401_without_a_grant_fails_with_sign_in_naming_the_server_and_the_command() {
+    let fixture = Fixture::start(|_| {
+        hyper::Response::builder()
+            .status(401)
+            .header(
+                "www-authenticate",
+                "Bearer resource_metadata=\"http://127.0.0.1/.well-known/oauth-protected-resource/mcp\"",
+            )
+            .body(Full::new(Bytes::from_static(b"")).boxed())
+            .unwrap()
+    })
+    .await;
+    let error = Upstream::connect_http("remote", &fixture.spec(), &limits())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TransportError::SignIn { .. }), "{error}");
+    let text = error.to_string();
+    assert!(text.starts_with("server `remote` needs sign-in"), "{text}");
+    assert!(text.ends_with("run `toolward auth login remote`"), "{text}");
+    assert!(fixture.seen().iter().all(|seen| seen.header("authorization").is_none()));
+}
+
+/// The fixture as an MCP server that accepts only `Bearer new`, and as its authorization
+/// server's token endpoint (`/token`), which renews refresh token `r1` into `new`.
+fn protected(request: &Seen, path: &str) -> Reply {
+    if path == "/token" {
+        return json_reply(
+            json!({ "access_token": "new", "token_type": "Bearer", "expires_in": 3600 })
+                .to_string(),
+        );
+    }
+    if request.header("authorization") != Some("Bearer new") {
+        return reply(401, None, "");
+    }
+    mcp(request, Style::Json)
+}
+
+#[tokio::test]
+async fn a_grants_token_goes_to_its_server_and_a_401_renews_it_once_then_it_is_kept() {
+    use crate::oauth::store::{ClientAuth, Grant, GrantKind, GrantStore};
+    // The fixture's script sees no path: the token request is told apart by its body.
+    let fixture = Fixture::start(|seen| {
+        let body = String::from_utf8_lossy(&seen.body);
+        let path = if body.contains("grant_type=refresh_token") { "/token" } else { "/mcp" };
+        protected(seen, path)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::config::Config::from_value(
+        json!({
+            "mcpServers": { "remote": { "url": fixture.url() } },
+            "rules": { "file": "rules.json" },
+        }),
+        dir.path(),
+    )
+    .unwrap();
+    let state = crate::state_dir::StateDir::open(&config.state_dir).unwrap();
+    let store = GrantStore::open(&state).unwrap();
+    store
+        .write(&Grant {
+            server: String::from("remote"),
+            resource: fixture.url(),
+            issuer: format!("http://{}/", fixture.address),
+            token_endpoint: format!("http://{}/token", fixture.address),
+            revocation_endpoint: None,
+            client_id: String::from("client-1"),
+            client_secret: None,
+            client_auth: ClientAuth::None,
+            kind: GrantKind::AuthorizationCode,
+            access_token: String::from("old"),
+            refresh_token: Some(String::from("r1")),
+            expires_at: None,
+            scopes: Vec::new(),
+            obtained_at: 0,
+        })
+        .unwrap();
+    let credentials = crate::oauth::Credentials::load(&config.state_dir, &config.servers["remote"])
+        .unwrap()
+        .unwrap();
+    let spec = HttpSpec {
+        oauth: Some(credentials),
+        ..fixture.spec()
+    };
+    let up = Upstream::connect_http("remote", &spec, &limits()).await.unwrap();
+    lists_exactly_and_calls(&up).await;
+    up.close().await;
+
+    let posts = fixture.posts();
+    let first = &posts[0];
+    assert_eq!(first.header("authorization"), Some("Bearer old"));
+    let renewal = &posts[1];
+    let form = String::from_utf8_lossy(&renewal.body).into_owned();
+    assert!(form.contains("refresh_token=r1"), "{form}");
+    assert!(form.contains("resource="), "{form}");
+    assert_eq!(renewal.header("authorization"), None, "{form}");
+    // Every MCP request after the renewal carries the new token, and only it.
+    for seen in posts.iter().skip(2) {
+        assert_eq!(seen.header("authorization"), Some("Bearer new"));
+    }
+    assert_eq!(store.read("remote").unwrap().unwrap().access_token, "new");
+}
