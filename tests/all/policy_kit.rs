@@ -15,8 +15,9 @@ use crate::support::{repo, toolward_binary};
 fn host() -> &'static ComponentHost {
     static HOST: OnceLock<ComponentHost> = OnceLock::new();
     HOST.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("toolward-policy-kit-cache-{}", std::process::id()));
+        // Kept for the next run in the build's own temporary folder: a folder per process
+        // in the system's left one behind at every run.
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("policy-kit-cache");
         ComponentHost::new(GuestLimits::default(), Some(crate::support::cache_in(&dir))).unwrap()
     })
 }

@@ -10,15 +10,17 @@ use std::sync::OnceLock;
 
 use crate::canonical::{parse, sha256_hex, to_canonical};
 use crate::component::{
-    CEDAR_COMPONENT, CallView, ComponentError, ComponentHost, Decision, Effect,
-    GuestLimits, LoadedComponent, Policy, PolicyAnswer, RegisteredToolView,
+    CEDAR_COMPONENT, CallView, ComponentError, ComponentHost, Decision, Effect, GuestLimits,
+    LoadedComponent, Policy, PolicyAnswer, RegisteredToolView,
 };
 
 fn host() -> &'static ComponentHost {
     static HOST: OnceLock<ComponentHost> = OnceLock::new();
     HOST.get_or_init(|| {
-        // The instrumented component compiles once for every configure in this process.
-        let dir = std::env::temp_dir().join(format!("toolward-cedar-tests-{}", std::process::id()));
+        // The instrumented component compiles once for every configure in this process, and
+        // the compiled snapshots stay for the next run: one folder per user, not per process
+        // (a folder per process left 250 MB behind at every run).
+        let dir = std::env::temp_dir().join(format!("toolward-cedar-tests-{}", whoami()));
         let state = crate::state_dir::StateDir::open(&dir).unwrap();
         let cache = crate::component::ComponentCache::open(&state).unwrap();
         ComponentHost::new(
@@ -30,6 +32,11 @@ fn host() -> &'static ComponentHost {
         )
         .unwrap()
     })
+}
+
+/// The effective user's id, so that two users' runs do not share (or trip over) one cache.
+fn whoami() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 fn cedar() -> &'static LoadedComponent {
@@ -723,7 +730,11 @@ fn principal_attributes_convert_as_arguments_and_a_left_out_one_that_is_read_den
         policy.answer(&c)
     };
     assert_eq!(
-        delete(&[("groups", r#"["staff","admins"]"#), ("email", r#""a@example.com""#)]).decision,
+        delete(&[
+            ("groups", r#"["staff","admins"]"#),
+            ("email", r#""a@example.com""#)
+        ])
+        .decision,
         Decision::Allow
     );
     assert_eq!(
@@ -744,7 +755,8 @@ fn principal_attributes_convert_as_arguments_and_a_left_out_one_that_is_read_den
         let answer = delete(&attributes);
         let reason = deny_reason(&answer);
         assert!(
-            reason.contains("principal attribute `/groups`") && reason.contains("policy `admins-only`"),
+            reason.contains("principal attribute `/groups`")
+                && reason.contains("policy `admins-only`"),
             "{attributes:?}: {reason}"
         );
         assert_eq!(ids(&answer), ["admins-only"]);
@@ -791,7 +803,9 @@ fn validation_types_the_session_and_refuses_a_misspelt_label() {
            when { context.principal_attributes.groups.contains("x") };"#,
     )
     .unwrap();
-    let problems = policy.validate(&[tool("write_file", WRITE_SCHEMA)]).unwrap();
+    let problems = policy
+        .validate(&[tool("write_file", WRITE_SCHEMA)])
+        .unwrap();
     assert!(problem_of(&problems, "labels").is_empty(), "{problems:?}");
     assert_eq!(problem_of(&problems, "typo").len(), 1, "{problems:?}");
     // No attribute is typed until an identity provider supplies them.
@@ -804,7 +818,11 @@ fn the_cedar_component_reviews_results_redacting_a_token_and_labelling_as_the_se
     assert_eq!(
         policy.reviews(),
         &crate::component::ReviewSettings {
-            reviews: vec!["secrets".into(), "hidden-characters".into(), "labels".into()],
+            reviews: vec![
+                "secrets".into(),
+                "hidden-characters".into(),
+                "labels".into()
+            ],
             levels: vec!["public".into(), "internal".into(), "private".into()],
         }
     );
@@ -855,9 +873,18 @@ fn policies_alone_review_nothing_and_settings_name_their_faults() {
     );
     for (settings, fault) in [
         (r#"{"reviews": ["secrets"]}"#, "no `cedar` string"),
-        (r#"{"cedar": "permit(principal, action, resource);", "reviews": ["entropy"]}"#, "reviews[0]: unknown review"),
-        (r#"{"cedar": "permit(principal, action, resource);", "decisions": {}}"#, "decisions: unknown key"),
-        (r#"{"cedar": "permit(principal, action resource);"}"#, "line 1, column"),
+        (
+            r#"{"cedar": "permit(principal, action, resource);", "reviews": ["entropy"]}"#,
+            "reviews[0]: unknown review",
+        ),
+        (
+            r#"{"cedar": "permit(principal, action, resource);", "decisions": {}}"#,
+            "decisions: unknown key",
+        ),
+        (
+            r#"{"cedar": "permit(principal, action resource);"}"#,
+            "line 1, column",
+        ),
         ("{", "not valid JSON"),
     ] {
         let error = configure(settings).unwrap_err().to_string();
@@ -872,7 +899,9 @@ fn the_host_gives_the_cedar_component_the_rules_results_members_only_when_there_
     assert_eq!(
         crate::cedar::settings(
             policies,
-            Some(r#"{"decisions": {"local-change": "allow"}, "servers": {"fs": {"tools": {"read": {"effect": "read-only"}}}}}"#)
+            Some(
+                r#"{"decisions": {"local-change": "allow"}, "servers": {"fs": {"tools": {"read": {"effect": "read-only"}}}}}"#
+            )
         ),
         policies
     );
