@@ -152,7 +152,7 @@ pub enum OAuthError {
     },
     /// The authorization server refused a grant, or answered it with something that is not
     /// a bearer token.
-    #[error("server `{server}`: the authorization server refused the {grant}: {reason}")]
+    #[error("server `{server}`: the {grant} failed: {reason}")]
     Grant {
         /// The server.
         server: String,
@@ -284,16 +284,35 @@ impl OAuthHttp {
         Ok((status, headers, body))
     }
 
-    /// A `GET` of `url` accepting JSON.
-    pub(crate) fn get(&self, url: &reqwest::Url) -> reqwest::RequestBuilder {
-        self.client
+    /// A `GET` of `url` accepting JSON, once `url` passes the origin rule. Checked here, not
+    /// only in [`send`](Self::send): building a request moves a URL's user name and password
+    /// into an `Authorization` header and takes them out of the URL `send` sees.
+    ///
+    /// # Errors
+    /// [`OAuthError::Refused`].
+    pub(crate) fn get(
+        &self,
+        what: &str,
+        url: &reqwest::Url,
+    ) -> Result<reqwest::RequestBuilder, OAuthError> {
+        self.origins.check(what, url)?;
+        Ok(self
+            .client
             .get(url.clone())
-            .header(reqwest::header::ACCEPT, "application/json")
+            .header(reqwest::header::ACCEPT, "application/json"))
     }
 
-    /// A `POST` to `url`.
-    pub(crate) fn post(&self, url: &reqwest::Url) -> reqwest::RequestBuilder {
-        self.client.post(url.clone())
+    /// A `POST` to `url`, once `url` passes the origin rule (see [`get`](Self::get)).
+    ///
+    /// # Errors
+    /// [`OAuthError::Refused`].
+    pub(crate) fn post(
+        &self,
+        what: &str,
+        url: &reqwest::Url,
+    ) -> Result<reqwest::RequestBuilder, OAuthError> {
+        self.origins.check(what, url)?;
+        Ok(self.client.post(url.clone()))
     }
 }
 

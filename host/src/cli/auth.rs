@@ -11,6 +11,7 @@ use super::{EXIT_FAILURE, Failure, failure, open_state, read_config, usage};
 use crate::config::{Config, ServerConfig};
 use crate::oauth::login::{self, LoginOutcome};
 use crate::oauth::{GrantKind, GrantStore, now_secs};
+use crate::text::{escape, escape_json};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum AuthCommand {
@@ -115,7 +116,7 @@ async fn login(
         LoginOutcome::SignedIn(grant) => {
             println!(
                 "signed in to server `{name}` at `{}`{}; the grant is kept, encrypted, in `{}`",
-                grant.issuer,
+                escape(&grant.issuer),
                 scopes_text(&grant.scopes),
                 store.file(name).display()
             );
@@ -128,7 +129,8 @@ fn scopes_text(scopes: &[String]) -> String {
     if scopes.is_empty() {
         String::new()
     } else {
-        format!(" with scopes `{}`", scopes.join(" "))
+        // The authorization server's words (its token answer or its metadata).
+        format!(" with scopes `{}`", escape(&scopes.join(" ")))
     }
 }
 
@@ -172,7 +174,8 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
     }
     if json {
         let text = serde_json::to_string_pretty(&rows).map_err(failure)?;
-        println!("{text}");
+        // The issuer and the scopes are the authorization server's words.
+        println!("{}", escape_json(&text));
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
@@ -195,7 +198,7 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
         println!(
             "{name}: {} at `{}`{}, {}{}{}",
             row["grant"].as_str().unwrap_or_default(),
-            row["issuer"].as_str().unwrap_or_default(),
+            escape(row["issuer"].as_str().unwrap_or_default()),
             scopes_text(&scopes),
             expiry_text(row["expires_at"].as_u64()),
             if row["renewable"].as_bool() == Some(true) {

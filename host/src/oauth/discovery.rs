@@ -129,6 +129,10 @@ pub struct ServerMetadata {
     /// How clients authenticate at the token endpoint (`client_secret_basic` when absent).
     #[serde(default)]
     pub token_endpoint_auth_methods_supported: Vec<String>,
+    /// Whether its authorization responses carry `iss` (RFC 9207): then a response without
+    /// it is refused.
+    #[serde(default)]
+    pub authorization_response_iss_parameter_supported: bool,
 }
 
 /// Everything sign-in needs about a server.
@@ -170,7 +174,7 @@ pub async fn probe(http: &OAuthHttp, resource: &Url) -> Result<Probe, OAuthError
         },
     });
     let request = http
-        .post(resource)
+        .post("the server's URL", resource)?
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .body(initialize.to_string())
@@ -254,7 +258,7 @@ async fn fetch_first(
     let mut last = None;
     for url in urls {
         let request = http
-            .get(url)
+            .get(what, url)?
             .build()
             .map_err(|error| request_error(http, url, &error))?;
         let (status, _, body) = http.send(what, request).await?;

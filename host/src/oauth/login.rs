@@ -33,6 +33,9 @@ pub const MAX_REDIRECT_REQUEST_BYTES: usize = 8 * 1024;
 /// Time a connection to the loopback listener has to send its request head: 10 s.
 const REDIRECT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections the loopback listener reads at once; past it, new ones are closed unread.
+pub const MAX_REDIRECT_CONNECTIONS: usize = 64;
+
 /// The path of the loopback redirect URI.
 pub const REDIRECT_PATH: &str = "/callback";
 
@@ -204,7 +207,7 @@ async fn register(
         "token_endpoint_auth_method": "none",
     });
     let request = http
-        .post(&url)
+        .post("the registration endpoint", &url)?
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
         .body(body.to_string())
@@ -271,9 +274,21 @@ pub enum Redirect {
     Ignored(&'static str),
 }
 
-/// Reads what a request target (`/callback?code=...&state=...`) brings back for the
-/// sign-in whose `state` is `expected`.
-pub fn read_redirect(target: &str, expected: &str) -> Redirect {
+/// The issuer an authorization response must come from (RFC 9207), against mix-ups: a
+/// response whose `state` is this sign-in's but whose `iss` names another authorization
+/// server came through one toolward did not send the browser to.
+#[derive(Debug, Clone, Copy)]
+pub struct IssuerCheck<'a> {
+    /// The issuer of the authorization server this sign-in sent the browser to.
+    pub issuer: &'a str,
+    /// Whether its metadata says its responses carry `iss`
+    /// (`authorization_response_iss_parameter_supported`): then one without it is refused.
+    pub required: bool,
+}
+
+/// Reads what a request target (`/callback?code=...&state=...&iss=...`) brings back for the
+/// sign-in whose `state` is `expected`, from the authorization server `issuer`.
+pub fn read_redirect(target: &str, expected: &str, issuer: &IssuerCheck<'_>) -> Redirect {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if path != REDIRECT_PATH {
         return Redirect::Ignored("not the redirect path");
@@ -282,12 +297,14 @@ pub fn read_redirect(target: &str, expected: &str) -> Redirect {
     let mut state = None;
     let mut error = None;
     let mut description = None;
+    let mut iss = None;
     for (name, value) in oauth2::url::form_urlencoded::parse(query.as_bytes()) {
         let slot = match name.as_ref() {
             "code" => &mut code,
             "state" => &mut state,
             "error" => &mut error,
             "error_description" => &mut description,
+            "iss" => &mut iss,
             _ => continue,
         };
         if slot.is_some() {
@@ -300,6 +317,25 @@ pub fn read_redirect(target: &str, expected: &str) -> Redirect {
         Some(state) if state_matches(expected, &state) => {}
         Some(_) => return Redirect::Ignored("a `state` that is not this sign-in's"),
         None => return Redirect::Ignored("no `state`"),
+    }
+    // RFC 9207, section 2.4: compared as strings, before the code or the error is used.
+    match iss {
+        Some(iss) if iss != issuer.issuer => {
+            return Redirect::Error(format!(
+                "a response naming the issuer `{}`, not `{}`, the one this sign-in went to: \
+                 a mix-up (RFC 9207), so its code is not used",
+                escape(&iss),
+                escape(issuer.issuer)
+            ));
+        }
+        None if issuer.required => {
+            return Redirect::Error(format!(
+                "a response without `iss`, which the issuer `{}` says its responses carry \
+                 (RFC 9207): a mix-up, so its code is not used",
+                escape(issuer.issuer)
+            ));
+        }
+        _ => {}
     }
     if let Some(error) = error {
         let text = match description {
@@ -352,41 +388,57 @@ impl RedirectListener {
     }
 
     /// Waits at most `timeout` for the browser to bring back the code of the sign-in whose
-    /// `state` is `expected`. Requests that are not its redirect are answered `400` or
-    /// `404` and waited past.
+    /// `state` is `expected`, from `issuer`. Requests that are not its redirect are answered
+    /// `400` or `404` and waited past. Connections are read side by side (at most
+    /// [`MAX_REDIRECT_CONNECTIONS`] at once), so one that sends nothing does not hold up the
+    /// browser's. The browser's connection comes back with the code: it is answered once the
+    /// code has been exchanged ([`answer_browser`]), so its page tells how sign-in ended.
     ///
     /// # Errors
-    /// [`OAuthError::Login`]: the timeout, or an `error` in the redirect.
+    /// [`OAuthError::Login`]: the timeout, or an `error` in the redirect (or a mix-up).
     pub async fn wait(
         &self,
         server: &str,
         expected: &str,
+        issuer: &IssuerCheck<'_>,
         timeout: Duration,
-    ) -> Result<String, OAuthError> {
+    ) -> Result<(String, TcpStream), OAuthError> {
         let waited = tokio::time::timeout(timeout, async {
+            // Dropped with this future: every reader still waiting is aborted.
+            let mut readers = tokio::task::JoinSet::new();
             loop {
-                let Ok((mut stream, _)) = self.listener.accept().await else {
-                    continue;
-                };
-                let Some(target) = read_target(&mut stream).await else {
-                    continue;
-                };
-                match read_redirect(&target, expected) {
-                    Redirect::Code(code) => {
-                        answer(&mut stream, "200 OK", &format!("toolward: signed in to server `{server}`. You can close this page.")).await;
-                        return Ok(code);
-                    }
-                    Redirect::Error(error) => {
-                        answer(&mut stream, "200 OK", &format!("toolward: sign-in to server `{server}` failed: {error}")).await;
-                        return Err(OAuthError::Login {
-                            server: server.to_owned(),
-                            reason: format!("the authorization server answered {error}"),
+                tokio::select! {
+                    accepted = self.listener.accept() => {
+                        let Ok((mut stream, _)) = accepted else {
+                            continue;
+                        };
+                        if readers.len() >= MAX_REDIRECT_CONNECTIONS {
+                            continue;
+                        }
+                        readers.spawn(async move {
+                            let target = read_target(&mut stream).await;
+                            (stream, target)
                         });
                     }
-                    Redirect::Ignored(why) => {
-                        let status = if why == "not the redirect path" { "404 Not Found" } else { "400 Bad Request" };
-                        tracing::warn!(server = %server, "sign-in to server `{server}`: a request to the redirect listener was ignored: {why}");
-                        answer(&mut stream, status, &format!("toolward: not this sign-in's redirect ({why})")).await;
+                    Some(read) = readers.join_next() => {
+                        let Ok((mut stream, Some(target))) = read else {
+                            continue;
+                        };
+                        match read_redirect(&target, expected, issuer) {
+                            Redirect::Code(code) => return Ok((code, stream)),
+                            Redirect::Error(error) => {
+                                answer(&mut stream, "200 OK", &format!("toolward: sign-in to server `{server}` failed: {error}")).await;
+                                return Err(OAuthError::Login {
+                                    server: server.to_owned(),
+                                    reason: format!("the authorization server answered {error}"),
+                                });
+                            }
+                            Redirect::Ignored(why) => {
+                                let status = if why == "not the redirect path" { "404 Not Found" } else { "400 Bad Request" };
+                                tracing::warn!(server = %server, "sign-in to server `{server}`: a request to the redirect listener was ignored: {why}");
+                                answer(&mut stream, status, &format!("toolward: not this sign-in's redirect ({why})")).await;
+                            }
+                        }
                     }
                 }
             }
@@ -404,6 +456,19 @@ impl RedirectListener {
             }),
         }
     }
+}
+
+/// Answers the browser's redirect once the code was exchanged: signed in, or why not.
+pub async fn answer_browser(
+    stream: &mut TcpStream,
+    server: &str,
+    outcome: Result<(), &OAuthError>,
+) {
+    let text = match outcome {
+        Ok(()) => format!("toolward: signed in to server `{server}`. You can close this page."),
+        Err(error) => format!("toolward: sign-in to server `{server}` failed: {error}"),
+    };
+    answer(stream, "200 OK", &text).await;
 }
 
 /// The request target of a `GET` on `stream`, reading at most
@@ -482,22 +547,32 @@ async fn authorization_code(
     let (url, state, verifier) =
         authorization_request(&server, &client, scopes, &discovered.resource)?;
     show(&url, listener.uri());
-    let code = listener.wait(&server, state.secret(), timeout).await?;
-    let token = client
+    let issuer = IssuerCheck {
+        issuer: &metadata.issuer,
+        required: metadata.authorization_response_iss_parameter_supported,
+    };
+    let (code, mut browser) = listener
+        .wait(&server, state.secret(), &issuer, timeout)
+        .await?;
+    let grant = match client
         .exchange_code(AuthorizationCode::new(code))
         .set_pkce_verifier(verifier)
         .add_extra_param("resource", discovered.resource.clone())
         .request_async(http)
         .await
-        .map_err(|error| grant_error(&server, "authorization code", error))?;
-    new_grant(
-        &server,
-        discovered,
-        &identity,
-        GrantKind::AuthorizationCode,
-        &token,
-        scopes,
-    )
+    {
+        Ok(token) => new_grant(
+            &server,
+            discovered,
+            &identity,
+            GrantKind::AuthorizationCode,
+            &token,
+            scopes,
+        ),
+        Err(error) => Err(grant_error(&server, "authorization code", error)),
+    };
+    answer_browser(&mut browser, &server, grant.as_ref().map(|_| ())).await;
+    grant
 }
 
 /// The authorization request of a sign-in: its URL (with `response_type=code`, the client
@@ -604,6 +679,13 @@ fn apply(server: &str, grant: &mut Grant, token: &BasicTokenResponse) -> Result<
             reason: String::from("the token it issued is not a bearer token"),
         });
     }
+    if token.access_token().secret().is_empty() {
+        return Err(OAuthError::Grant {
+            server: server.to_owned(),
+            grant: String::from("token request"),
+            reason: String::from("the token it issued is empty"),
+        });
+    }
     grant.access_token = token.access_token().secret().clone();
     if let Some(refresh) = token.refresh_token() {
         grant.refresh_token = Some(refresh.secret().clone());
@@ -631,7 +713,11 @@ fn grant_error(
         RequestTokenError::Request(error) => error.0,
         // The body is left out: it may hold a token.
         RequestTokenError::Parse(error, _) => {
-            format!("its answer is not a token response (at `{}`)", error.path())
+            // The path names the answer's keys: the authorization server's words.
+            format!(
+                "its answer is not a token response (at `{}`)",
+                escape(&error.path().to_string())
+            )
         }
         RequestTokenError::Other(text) => escape(&text),
     };
@@ -775,7 +861,9 @@ async fn revoke(grant: &Grant) -> Result<(), OAuthError> {
             .map_err(|error| OAuthError::Grant {
                 server: grant.server.clone(),
                 grant: String::from("revocation"),
-                reason: error.to_string(),
+                // The `oauth2` crate sends a revocation only over `https://` (RFC 7009,
+                // section 2): nothing was sent, and the tokens stay valid until they expire.
+                reason: format!("not sent: {error}; the tokens stay valid until they expire"),
             })?;
         request
             .request_async(&http)
@@ -787,7 +875,10 @@ async fn revoke(grant: &Grant) -> Result<(), OAuthError> {
                     RequestTokenError::ServerResponse(response) => escape(&response.to_string()),
                     RequestTokenError::Request(error) => error.0,
                     RequestTokenError::Parse(error, _) => {
-                        format!("its answer is not understood (at `{}`)", error.path())
+                        format!(
+                            "its answer is not understood (at `{}`)",
+                            escape(&error.path().to_string())
+                        )
                     }
                     RequestTokenError::Other(text) => escape(&text),
                 },

@@ -146,7 +146,8 @@ fn is_loopback_ip(ip: IpAddr) -> bool {
 /// `192.0.0.0/24`, benchmarking (`198.18.0.0/15`), reserved (`240.0.0.0/4`), broadcast,
 /// multicast; for IPv6 loopback, unspecified, unique-local (`fc00::/7`), link-local
 /// (`fe80::/10`), site-local (`fec0::/10`), multicast, and the IPv4 address inside an
-/// IPv4-mapped (`::ffff:0:0/96`) or NAT64 (`64:ff9b::/96`) one.
+/// IPv4-mapped (`::ffff:0:0/96`), IPv4-compatible (`::/96`), NAT64 (`64:ff9b::/96`) or 6to4
+/// (`2002::/16`) one; the whole local-use NAT64 prefix `64:ff9b:1::/48`.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
@@ -173,9 +174,24 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
         return is_internal_v4(v4);
     }
     let segments = ip.segments();
-    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let [.., a, b, c, d] = ip.octets();
+    let octets = ip.octets();
+    let [.., a, b, c, d] = octets;
+    // The IPv4 address in the last 32 bits: NAT64's well-known prefix (`64:ff9b::/96`) and
+    // the deprecated IPv4-compatible form (`::a.b.c.d`, `::/96` past `::` and `::1`).
+    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+        || (segments[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified())
+    {
         return is_internal_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    // 6to4 (`2002::/16`) carries an IPv4 address in bits 16 to 48.
+    if segments[0] == 0x2002 {
+        let [_, _, a, b, c, d, ..] = octets;
+        return is_internal_v4(Ipv4Addr::new(a, b, c, d));
+    }
+    // The local-use NAT64 prefix (`64:ff9b:1::/48`, RFC 8215) places the IPv4 address where
+    // its operator chose: all of it is refused.
+    if segments[..3] == [0x64, 0xff9b, 1] {
+        return true;
     }
     ip.is_loopback()
         || ip.is_unspecified()

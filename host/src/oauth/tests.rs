@@ -1,5 +1,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use base64::Engine as _;
 use reqwest::Url;
@@ -8,10 +9,17 @@ use serde_json::json;
 use sha2::Digest as _;
 
 use super::discovery::{self, ServerMetadata, parse_bearer};
-use super::login::{self, Identity, Redirect, read_redirect, state_matches};
+use super::login::{self, Identity, IssuerCheck, Redirect, read_redirect, state_matches};
+
 use super::origin::{GuardedResolver, Origins};
 use super::store::{ClientAuth, GRANTS_DIR, KEY_FILE};
 use super::*;
+
+/// An authorization server whose responses carry no `iss`.
+const NO_ISS: IssuerCheck<'static> = IssuerCheck {
+    issuer: "https://auth.example.com",
+    required: false,
+};
 
 fn grant(server: &str) -> Grant {
     Grant {
@@ -161,43 +169,49 @@ fn the_confinement_withholds_the_key_file_and_the_grant_files_from_every_server(
 fn a_redirect_is_accepted_only_with_this_sign_ins_state_on_the_redirect_path() {
     let state = "Zk3s9QbW1xPq";
     assert_eq!(
-        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPq", state),
+        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPq", state, &NO_ISS),
         Redirect::Code(String::from("abc"))
     );
     assert!(matches!(
-        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPr", state),
+        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPr", state, &NO_ISS),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
-        read_redirect("/callback?code=abc", state),
+        read_redirect("/callback?code=abc", state, &NO_ISS),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
-        read_redirect("/callback?code=abc&state=", state),
+        read_redirect("/callback?code=abc&state=", state, &NO_ISS),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
-        read_redirect("/callback?code=abc&code=evil&state=Zk3s9QbW1xPq", state),
+        read_redirect(
+            "/callback?code=abc&code=evil&state=Zk3s9QbW1xPq",
+            state,
+            &NO_ISS
+        ),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
         read_redirect(
             "/callback?code=abc&state=Zk3s9QbW1xPq&state=Zk3s9QbW1xPq",
-            state
+            state,
+            &NO_ISS
         ),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
-        read_redirect("/other?code=abc&state=Zk3s9QbW1xPq", state),
+        read_redirect("/other?code=abc&state=Zk3s9QbW1xPq", state, &NO_ISS),
         Redirect::Ignored(_)
     ));
     assert!(matches!(
-        read_redirect("/callback?state=Zk3s9QbW1xPq", state),
+        read_redirect("/callback?state=Zk3s9QbW1xPq", state, &NO_ISS),
         Redirect::Ignored(_)
     ));
     let Redirect::Error(error) = read_redirect(
         "/callback?error=access_denied&error_description=no%0Athanks&state=Zk3s9QbW1xPq",
         state,
+        &NO_ISS,
     ) else {
         panic!("an error with the right state ends the sign-in");
     };
@@ -209,6 +223,52 @@ fn a_redirect_is_accepted_only_with_this_sign_ins_state_on_the_redirect_path() {
     assert!(!state_matches("abc", "abd"));
     assert!(!state_matches("abc", "abcd"));
     assert!(!state_matches("abc", ""));
+}
+
+/// A mix-up found by an outside attack: a hostile server named itself the authorization
+/// server and passed the browser on to an honest one, whose code came back to toolward's
+/// listener with toolward's own `state`. RFC 9207's `iss` tells the two apart.
+#[test]
+fn a_redirect_naming_another_issuer_or_lacking_a_promised_iss_ends_the_sign_in() {
+    let state = "Zk3s9QbW1xPq";
+    let hostile = IssuerCheck {
+        issuer: "http://127.0.0.1:8601",
+        required: false,
+    };
+    let Redirect::Error(error) = read_redirect(
+        "/callback?code=abc&state=Zk3s9QbW1xPq&iss=http%3A%2F%2Flocalhost%3A3001%2F",
+        state,
+        &hostile,
+    ) else {
+        panic!("a code from another issuer is not used");
+    };
+    assert!(
+        error.contains("mix-up") && error.contains("localhost:3001"),
+        "{error}"
+    );
+    assert_eq!(
+        read_redirect(
+            "/callback?code=abc&state=Zk3s9QbW1xPq&iss=http%3A%2F%2F127.0.0.1%3A8601",
+            state,
+            &hostile
+        ),
+        Redirect::Code(String::from("abc"))
+    );
+    let promised = IssuerCheck {
+        issuer: "https://auth.example.com",
+        required: true,
+    };
+    let Redirect::Error(error) =
+        read_redirect("/callback?code=abc&state=Zk3s9QbW1xPq", state, &promised)
+    else {
+        panic!("a response without the `iss` its issuer promised is not used");
+    };
+    assert!(error.contains("without `iss`"), "{error}");
+    // The state is checked first: a stranger's request naming any issuer changes nothing.
+    assert!(matches!(
+        read_redirect("/callback?code=abc&iss=x&state=wrong", state, &promised),
+        Redirect::Ignored(_)
+    ));
 }
 
 #[test]
@@ -285,6 +345,12 @@ fn metadata_pointing_a_remote_server_at_an_internal_address_is_refused() {
         "https://[::ffff:192.168.1.1]/token",
         "https://[::ffff:169.254.169.254]/token",
         "https://[64:ff9b::a9fe:a9fe]/token",
+        // Found by an outside attack: the local-use NAT64 prefix, 6to4 and the deprecated
+        // IPv4-compatible form, each holding 169.254.169.254.
+        "https://[64:ff9b:1::a9fe:a9fe]/token",
+        "https://[2002:a9fe:a9fe::1]/token",
+        "https://[::a9fe:a9fe]/token",
+        "https://[::10.0.0.1]/token",
     ] {
         let error = refused(&origins, url);
         assert!(error.contains("internal address"), "{url}: {error}");
@@ -301,6 +367,14 @@ fn metadata_pointing_a_remote_server_at_an_internal_address_is_refused() {
     assert!(refused(&origins, "http://auth.example.com/token").contains("only `https://`"));
     assert!(refused(&origins, "https://user:pw@auth.example.com/token").contains("user name"));
     assert!(refused(&origins, "ftp://auth.example.com/token").contains("scheme"));
+    for public in [
+        "https://[2002:808:808::1]/token",
+        "https://[64:ff9b::808:808]/token",
+    ] {
+        origins
+            .check("the token endpoint", &Url::parse(public).unwrap())
+            .unwrap_or_else(|error| panic!("`{public}` holds a public address: {error}"));
+    }
     origins
         .check(
             "the token endpoint",
@@ -470,4 +544,44 @@ fn a_grant_close_to_its_expiry_is_due_for_renewal() {
     assert!(!grant.expires_within(REFRESH_BEFORE_EXPIRY));
     let value = grant.authorization("remote").unwrap();
     assert!(value.is_sensitive());
+}
+
+/// Found by an outside attack: the listener read one connection at a time, so one that
+/// sent nothing held up the browser's redirect for 10 s (and longer with more of them). The
+/// sign-in waits 3 s here, less than a connection is given to send its request head: the
+/// redirect must get through beside two silent connections.
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_up_the_browsers_redirect() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = login::RedirectListener::bind("remote", 0).await.unwrap();
+    let address = listener
+        .uri()
+        .trim_start_matches("http://")
+        .trim_end_matches(login::REDIRECT_PATH)
+        .to_owned();
+    let _silent_1 = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let _silent_2 = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let browser = tokio::spawn({
+        let address = address.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            stream
+                .write_all(b"GET /callback?code=abc&state=Zk3s9QbW1xPq HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut page = String::new();
+            stream.read_to_string(&mut page).await.unwrap();
+            page
+        }
+    });
+    let (code, mut stream) = listener
+        .wait("remote", "Zk3s9QbW1xPq", &NO_ISS, Duration::from_secs(3))
+        .await
+        .expect("the redirect gets through beside silent connections");
+    assert_eq!(code, "abc");
+    // The browser hears how sign-in ended only after the exchange.
+    login::answer_browser(&mut stream, "remote", Ok(())).await;
+    let page = browser.await.unwrap();
+    assert!(page.contains("signed in to server `remote`"), "{page}");
 }
