@@ -406,6 +406,8 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
 
 /// How to reach the HTTP server `server`: its `url` and `headers`, or `None` for a stdio
 /// server.
+// Without `http-upstream` the spec has no `oauth` field, and the update fills nothing.
+#[cfg_attr(not(feature = "http-upstream"), allow(clippy::needless_update))]
 pub fn http_spec(server: &ServerConfig) -> Option<HttpSpec> {
     match &server.transport {
         ServerTransport::Http { url, headers, .. } => Some(HttpSpec {
