@@ -219,7 +219,12 @@ pub struct InitReport {
     /// [`import::toolward_servers`]): each secret has a variable of its own.
     pub renamed: Vec<Renamed>,
     /// Servers that could not be pinned, with why; their tools are missing from the rules.
+    /// A server that needs sign-in is in [`InitReport::needs_sign_in`] instead.
     pub failures: Vec<String>,
+    /// Imported HTTP servers that answered `401` (OAuth sign-in, issue 31) and have no grant
+    /// yet: not pinned until the operator runs `toolward auth login SERVER`, then `toolward
+    /// pin`. Sorted.
+    pub needs_sign_in: Vec<String>,
     /// Arguments and URLs copied into `toolward.json` that look like they carry a secret
     /// (see [`looks_secret`]), as `server: place`: only `env` values and headers are moved
     /// out, so the operator is told to move these into `env` by hand.
@@ -336,7 +341,10 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
     let manifest_path = dir.join(MANIFEST_FILE);
     for (exists, path) in [
         (rules_file.exists(), &rules_path),
-        (std::fs::symlink_metadata(&manifest_path).is_ok(), &manifest_path),
+        (
+            std::fs::symlink_metadata(&manifest_path).is_ok(),
+            &manifest_path,
+        ),
     ] {
         if exists {
             return Err(InitError::ConfigExists { path: path.clone() });
@@ -403,8 +411,15 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
             secret_looking: secret_looking(&value["mcpServers"]),
             failures: outcome
                 .failures
-                .values()
-                .map(|e| crate::text::error_chain(e))
+                .iter()
+                .filter(|(_, error)| !needs_sign_in(error))
+                .map(|(_, e)| crate::text::error_chain(e))
+                .collect(),
+            needs_sign_in: outcome
+                .failures
+                .iter()
+                .filter(|(_, error)| needs_sign_in(error))
+                .map(|(server, _)| server.clone())
                 .collect(),
         })
     }
@@ -414,6 +429,15 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         let _ = std::fs::remove_file(&manifest_path);
     }
     written
+}
+
+/// Whether a server could not be pinned only because it asks for sign-in.
+fn needs_sign_in(error: &crate::pin::PinError) -> bool {
+    matches!(
+        error,
+        crate::pin::PinError::Connect { source, .. }
+            if matches!(**source, crate::transport::TransportError::SignIn { .. })
+    )
 }
 
 /// A rules text listing every pinned tool in the unclassified form, its description and

@@ -775,3 +775,79 @@ fn an_init_that_fails_leaves_no_rules_file_or_manifest_so_the_next_one_runs() {
     ok(&toolward(&home, &work, &args));
     assert!(work.join("tw/rules.json").exists());
 }
+
+/// An HTTP server on loopback that answers every request `401` with a `Bearer` challenge, as
+/// a remote server that signs users in with OAuth does; its URL.
+fn asks_for_sign_in() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match std::io::Read::read(&mut stream, &mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let length = text
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; length];
+                let _ = std::io::Read::read_exact(&mut stream, &mut body);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn init_says_which_imported_servers_need_sign_in_and_pins_the_others() {
+    let Some(_) = toolward_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let scenario = dir.path().join("notes.json");
+    std::fs::write(&scenario, notes_scenario("Looks up a note.")).unwrap();
+    let client_file = home.join(".config/Claude/claude_desktop_config.json");
+    std::fs::create_dir_all(client_file.parent().unwrap()).unwrap();
+    std::fs::write(
+        &client_file,
+        json!({"mcpServers": {
+            "notes": {"command": FAKE_SERVER, "args": [scenario]},
+            "linear": {"type": "http", "url": asks_for_sign_in()},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let out = toolward(
+        &home,
+        &work,
+        &["init", "--dir", "tw", "--client", "claude-desktop", "--yes"],
+    );
+    let stdout = ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains(
+            "server `linear` needs sign-in (it answered `401`): not pinned yet; run `toolward auth login linear --config tw/toolward.json`, then `toolward pin --config tw/toolward.json`"
+        ),
+        "{stdout}{stderr}"
+    );
+    // Not reported as a failure: a server that signs in is expected to ask.
+    assert!(!stderr.contains("not pinned:"), "{stderr}");
+    let manifest = std::fs::read_to_string(work.join("tw/manifest.json")).unwrap();
+    assert!(manifest.contains("\"lookup\""), "{manifest}");
+    let config = std::fs::read_to_string(work.join("tw/toolward.json")).unwrap();
+    assert!(config.contains("\"linear\""), "{config}");
+}

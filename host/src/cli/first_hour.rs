@@ -136,6 +136,12 @@ pub(super) async fn init(
         eprintln!("toolward: not pinned: {failure}");
     }
     let config = report.config.display();
+    for server in &report.needs_sign_in {
+        println!(
+            "server `{}` needs sign-in (it answered `401`): not pinned yet; run `toolward auth login {server} --config {config}`, then `toolward pin --config {config}`, and `toolward check --config {config} --suggest-rules` lists its tools to classify",
+            crate::text::escape(server)
+        );
+    }
     println!(
         "wrote `{config}`, `{}` ({} tools pinned) and `{}` (every tool unclassified)",
         report.manifest.display(),
@@ -426,7 +432,7 @@ async fn pg_reader(
     config: &crate::config::Config,
     config_path: &Path,
 ) -> Result<Option<crate::store::postgres::audit::Reader>, Failure> {
-    let crate::config::StoreConfig::Postgres { url } = &config.store else {
+    let crate::config::StoreConfig::Postgres { url, .. } = &config.store else {
         return Ok(None);
     };
     let store = super::pg_store(url, config_path)?;
