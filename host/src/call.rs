@@ -65,7 +65,7 @@ use crate::component::{CallView, Decision, Labels, Policy};
 use crate::config::{self, Config};
 use crate::facts::{Change, FactKeys, FactScopes, FactStore, Facts};
 use crate::labels::{LabelKey, LabelSettings, LabelStore, MemoryLabels};
-use crate::registry::{RegisteredTool, Registry};
+use crate::registry::{PrincipalRefusal, PrincipalUpstream, RegisteredTool, Registry};
 use crate::schema::Dialect;
 use crate::schema::validator::build_validator;
 use crate::store::RequestStateLedger;
@@ -169,10 +169,13 @@ impl CallSettings {
 
     /// The call timeout and result cap of `server`: its own, or the top-level ones.
     pub fn limits_of(&self, server: &str) -> ServerCallLimits {
-        self.servers.get(server).copied().unwrap_or(ServerCallLimits {
-            call_timeout: self.call_timeout,
-            max_result_bytes: self.max_result_bytes,
-        })
+        self.servers
+            .get(server)
+            .copied()
+            .unwrap_or(ServerCallLimits {
+                call_timeout: self.call_timeout,
+                max_result_bytes: self.max_result_bytes,
+            })
     }
 
     /// The longest call timeout of any server.
@@ -397,6 +400,20 @@ pub enum CallError {
         /// Server name.
         server: String,
         /// Why: it failed and is being restarted, or it failed for good.
+        reason: String,
+    },
+    /// The tool's server takes each principal's calls under that principal's own grant
+    /// (`oauth.per_principal`), and the call's principal has none it accepts: the reason
+    /// names the command that signs the principal in. Nothing was sent.
+    #[error("tool `{tool}` on server `{server}` cannot be called as principal `{}`: {reason}", crate::text::quote(.principal, crate::text::MAX_QUOTED_BYTES))]
+    SignIn {
+        /// Exposed tool name.
+        tool: String,
+        /// Server name.
+        server: String,
+        /// The call's principal.
+        principal: String,
+        /// Why, and the command (`toolward auth login SERVER --principal P`).
         reason: String,
     },
     /// The tool was taken out of service after the load (its restarted server no longer
@@ -753,16 +770,51 @@ impl Drop for Run<'_> {
     }
 }
 
+/// The connection a call goes out on: the server's (the operator's), or the call's
+/// principal's own session with it (`oauth.per_principal`), held until the call ends.
+enum Route {
+    Shared(Upstream),
+    Principal(PrincipalUpstream),
+}
+
+impl Route {
+    fn upstream(&self) -> Option<&Upstream> {
+        match self {
+            Route::Shared(upstream) => Some(upstream),
+            Route::Principal(held) => held.upstream(),
+        }
+    }
+}
+
 impl Run<'_> {
-    /// The live connection to `tool`'s server.
-    fn connected(&self, tool: &RegisteredTool) -> Result<Upstream, CallError> {
+    /// The live connection a call of `tool` goes out on: its server's, or for a server that
+    /// takes each principal's calls under its own grant, the call's principal's session,
+    /// opened at its first call.
+    async fn connected(&self, tool: &RegisteredTool) -> Result<Route, CallError> {
         let not_connected = |reason| CallError::NotConnected {
             tool: tool.exposed_name.clone(),
             server: tool.server.clone(),
             reason,
         };
+        if let Some(route) = self
+            .path
+            .registry
+            .principal_upstream(&tool.server, &self.ctx.principal)
+            .await
+        {
+            return match route {
+                Ok(held) => Ok(Route::Principal(held)),
+                Err(PrincipalRefusal::SignIn(reason)) => Err(CallError::SignIn {
+                    tool: tool.exposed_name.clone(),
+                    server: tool.server.clone(),
+                    principal: self.ctx.principal.clone(),
+                    reason,
+                }),
+                Err(PrincipalRefusal::NotConnected(reason)) => Err(not_connected(reason)),
+            };
+        }
         match self.path.registry.upstream(&tool.server) {
-            Some(Ok(upstream)) => Ok(upstream),
+            Some(Ok(upstream)) => Ok(Route::Shared(upstream)),
             Some(Err(reason)) => Err(not_connected(reason)),
             None => Err(not_connected(String::from("the load did not connect it"))),
         }
@@ -933,8 +985,10 @@ impl Run<'_> {
                 reason,
             }));
         }
-        // A server that is down gets no decision and no approval asked for nothing.
-        self.connected(tool).map_err(refused)?;
+        // A server that is down, or a principal that cannot be signed in to it, gets no
+        // decision and no approval asked for nothing. A principal's session is held until
+        // the call ends: it is not closed as idle while the call waits for an approval.
+        let early = self.connected(tool).await.map_err(refused)?;
 
         self.trace.effect(tool.effect.as_str());
         let validating = self.trace.step("validate");
@@ -1167,7 +1221,15 @@ impl Run<'_> {
         };
 
         // Step 5: forward (the server may have failed while the call was held).
-        let upstream = self.connected(tool).map_err(refused)?;
+        let route = self.connected(tool).await.map_err(refused)?;
+        drop(early);
+        let Some(upstream) = route.upstream() else {
+            return Err(refused(CallError::NotConnected {
+                tool: name(),
+                server: server(),
+                reason: String::from("its session was closed"),
+            }));
+        };
         let mut event = with_arguments(self.event(AuditKind::Forwarded));
         event.decision = Some(AuditDecision::Allow);
         self.record_or_refuse(event).await?;
@@ -1383,7 +1445,10 @@ mod tests {
         );
         assert_eq!(settings.limits_of("slow"), slow);
         assert_eq!(settings.limits_of("plain").max_result_bytes, 4096);
-        assert_eq!(settings.limits_of("same").call_timeout, settings.call_timeout);
+        assert_eq!(
+            settings.limits_of("same").call_timeout,
+            settings.call_timeout
+        );
         assert_eq!(settings.longest_call_timeout(), slow.call_timeout);
     }
 

@@ -1106,7 +1106,7 @@ async fn approvals_store(
         crate::config::StoreConfig::StateDir => Box::new(crate::store::StateDirApprovals::new(
             config.state_dir.clone(),
         )),
-        crate::config::StoreConfig::Postgres { url } => {
+        crate::config::StoreConfig::Postgres { url, .. } => {
             let store = pg_store(url, config_path)?;
             let approvals =
                 crate::store::postgres::PgApprovals::new(&store, config.limits.approval_timeout())
@@ -1122,7 +1122,7 @@ async fn approvals_store(
 /// 1 on any unless `accept_drift`.
 async fn store_migrate(config_path: &Path, accept_drift: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let crate::config::StoreConfig::Postgres { url } = &config.store else {
+    let crate::config::StoreConfig::Postgres { url, .. } = &config.store else {
         return Err(usage(anyhow!(
             "`{}` names no `store.postgres`: only a PostgreSQL store is migrated (the state folder needs no step)",
             config_path.display()
@@ -1321,7 +1321,7 @@ fn audit_verify(
 /// its records exported (one snapshot) to a private temporary file, against the head row.
 async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    if let crate::config::StoreConfig::Postgres { url } = &config.store {
+    if let crate::config::StoreConfig::Postgres { url, .. } = &config.store {
         let store = pg_store(url, config_path)?;
         let dir = std::env::temp_dir().join(format!(
             "toolward-verify-{}-{}",
@@ -1377,7 +1377,7 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),
     };
     let head = match &config.store {
-        crate::config::StoreConfig::Postgres { url } => {
+        crate::config::StoreConfig::Postgres { url, .. } => {
             let store = pg_store(url, config_path)?;
             crate::store::postgres::audit::export(&store, &mut *sink)
                 .await
@@ -1416,7 +1416,7 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
 /// `audit import --config FILE`.
 async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let crate::config::StoreConfig::Postgres { url } = &config.store else {
+    let crate::config::StoreConfig::Postgres { url, .. } = &config.store else {
         return Err(usage(anyhow!(
             "`{}` names no `store.postgres`: `audit import` moves a log into a PostgreSQL store",
             config_path.display()

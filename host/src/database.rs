@@ -28,11 +28,12 @@
 //! | `toolward_request_states` | one per redeemed `requestState`: its call id and expiry ([`PgLedger`](crate::store::postgres::PgLedger)) |
 //! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`](crate::store::postgres::PgLedger::key)) |
 //! | `toolward_labels` | one per session or sessionless principal that saw labels: what it has seen ([`PgLabels`](crate::store::postgres::PgLabels)) |
+//! | `toolward_oauth_grants` | one per server and principal (`''` for the operator's) signed in to an HTTP server: the grant, sealed under `store.oauth_key` (`crate::oauth::postgres`) |
 //!
 //! Version 2 added the fact counters, the ledger and the key; version 3 the triggers that keep
 //! an answered approval as it was answered and each audit record's `seq` at the head
-//! ([`TRIGGERS`]); version 4 the sessions' labels. `migrate` takes an older database to
-//! version 4 (what is missing created, the version row moved),
+//! ([`TRIGGERS`]); version 4 the sessions' labels; version 5 the OAuth grants. `migrate` takes
+//! an older database to version 5 (what is missing created, the version row moved),
 //! after which an older toolward refuses it: upgrade every gateway of the fleet together.
 //! After migrating it reports drift ([`Drift`]): what the tables hold beyond the roles'
 //! contract.
@@ -52,10 +53,11 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
 
-/// The schema version this toolward writes and reads: 4 (3 without the sessions' labels, 2
-/// without the triggers that keep an answered approval and the chain's `seq` as toolward
-/// writes them, 1 without the fact counters and the `requestState` ledger).
-pub const SCHEMA_VERSION: i32 = 4;
+/// The schema version this toolward writes and reads: 5 (4 without the OAuth grants, 3
+/// without the sessions' labels, 2 without the triggers that keep an answered approval and
+/// the chain's `seq` as toolward writes them, 1 without the fact counters and the
+/// `requestState` ledger).
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
 pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
@@ -86,8 +88,9 @@ pub const ROLES: &[&str] = &["toolward_gateway", "toolward_approver", "toolward_
 /// Nothing grants `DELETE`, `TRUNCATE` or a write of `line` on `toolward_audit` to anyone but
 /// the owner: a gateway appends records and moves the head; an approver answers a held call
 /// (the answer columns only); an auditor reads. `toolward_keys` (the `requestState` MAC
-/// key) and `toolward_labels` (sessions' labels: joined as results are delivered, lapsed
-/// rows deleted) are the gateways' alone.
+/// key), `toolward_labels` (sessions' labels: joined as results are delivered, lapsed rows
+/// deleted) and `toolward_oauth_grants` (sealed OAuth grants: written by `auth login`, renewed
+/// by whichever gateway needs a new token, deleted by `auth logout`) are the gateways' alone.
 pub const GRANTS: &str = "\
 GRANT SELECT ON toolward_schema TO toolward_gateway;
 GRANT SELECT, INSERT ON toolward_audit TO toolward_gateway;
@@ -97,6 +100,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_facts TO toolward_gateway;
 GRANT SELECT, INSERT, DELETE ON toolward_request_states TO toolward_gateway;
 GRANT SELECT ON toolward_keys TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_labels TO toolward_gateway;
+GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_oauth_grants TO toolward_gateway;
 GRANT SELECT ON toolward_schema TO toolward_approver;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms) ON toolward_approvals TO toolward_approver;
 GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head TO toolward_auditor;
@@ -163,6 +167,7 @@ const TABLES: &[&str] = &[
     "toolward_request_states",
     "toolward_keys",
     "toolward_labels",
+    "toolward_oauth_grants",
 ];
 
 /// One privilege [`GRANTS`] gives: the table, the role, the privilege (`SELECT`) and the
@@ -713,9 +718,12 @@ impl PgStore {
                 owner: shown(&owner),
             });
         }
-        tx.execute("SELECT pg_catalog.set_config('search_path', $1, true)", &[&quoted])
-            .await
-            .map_err(|e| self.query_error("pin the search path to the tables' schema", e))?;
+        tx.execute(
+            "SELECT pg_catalog.set_config('search_path', $1, true)",
+            &[&quoted],
+        )
+        .await
+        .map_err(|e| self.query_error("pin the search path to the tables' schema", e))?;
         let tables: &Vec<&str> = &TABLES.to_vec();
         let foreign: Vec<String> = tx
             .query(
@@ -785,11 +793,11 @@ impl PgStore {
             .await
             .map_err(|e| self.query_error("check who may create objects in the schema", e))?
             .get::<_, bool>(0);
-        let from_public = public.then(|| format!("REVOKE CREATE ON SCHEMA {schema_sql} FROM PUBLIC;"));
+        let from_public =
+            public.then(|| format!("REVOKE CREATE ON SCHEMA {schema_sql} FROM PUBLIC;"));
         let fix: Vec<String> = from_public
             .into_iter()
-            .chain(rows.iter()
-            .map(|row| {
+            .chain(rows.iter().map(|row| {
                 format!(
                     "REVOKE CREATE ON SCHEMA {schema_sql} FROM {};",
                     sql_identifier(row.get(2), row.get(3))
@@ -991,7 +999,7 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1, 2 or 3
+/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 to 4
 /// database it adds what is missing and moves the version row (never down: [`PgStore::migrate`] refuses a
 /// newer version before running it).
 const SCHEMA: &str = r"
@@ -999,8 +1007,8 @@ CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 4)
-    ON CONFLICT (id) DO UPDATE SET version = 4 WHERE toolward_schema.version < 4;
+INSERT INTO toolward_schema (id, version) VALUES (1, 5)
+    ON CONFLICT (id) DO UPDATE SET version = 5 WHERE toolward_schema.version < 5;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -1054,6 +1062,13 @@ CREATE TABLE IF NOT EXISTS toolward_labels (
     tags text[] NOT NULL,
     at_ms bigint NOT NULL CHECK (at_ms >= 0),
     PRIMARY KEY (kind, name)
+);
+CREATE TABLE IF NOT EXISTS toolward_oauth_grants (
+    server text NOT NULL CHECK (server <> ''),
+    principal text NOT NULL,
+    sealed bytea NOT NULL,
+    updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0),
+    PRIMARY KEY (server, principal)
 );
 ";
 
@@ -1230,11 +1245,22 @@ mod tests {
         let granted = granted();
         for (table, role, privilege, column) in [
             ("toolward_audit", "toolward_gateway", "INSERT", None),
-            ("toolward_approvals", "toolward_gateway", "UPDATE", Some("state")),
-            ("toolward_approvals", "toolward_approver", "UPDATE", Some("answered_at_ms")),
+            (
+                "toolward_approvals",
+                "toolward_gateway",
+                "UPDATE",
+                Some("state"),
+            ),
+            (
+                "toolward_approvals",
+                "toolward_approver",
+                "UPDATE",
+                Some("answered_at_ms"),
+            ),
             ("toolward_audit_head", "toolward_auditor", "SELECT", None),
             ("toolward_labels", "toolward_gateway", "UPDATE", None),
             ("toolward_labels", "toolward_gateway", "DELETE", None),
+            ("toolward_oauth_grants", "toolward_gateway", "UPDATE", None),
         ] {
             assert!(
                 granted.contains(&Granted {
@@ -1257,7 +1283,14 @@ mod tests {
                 .filter(|g| g.table == "toolward_labels")
                 .all(|g| g.role == "toolward_gateway")
         );
-        assert_eq!(granted.len(), 31);
+        // Grants are the gateways' alone too: whoever reads the table reads sealed tokens.
+        assert!(
+            granted
+                .iter()
+                .filter(|g| g.table == "toolward_oauth_grants")
+                .all(|g| g.role == "toolward_gateway")
+        );
+        assert_eq!(granted.len(), 35);
     }
 
     #[test]
@@ -1275,7 +1308,10 @@ mod tests {
                 "{trigger}"
             );
         }
-        assert_eq!(TRIGGERS.matches("TRIGGER toolward_").count(), OWN_TRIGGERS.len());
+        assert_eq!(
+            TRIGGERS.matches("TRIGGER toolward_").count(),
+            OWN_TRIGGERS.len()
+        );
     }
 
     #[test]
@@ -1310,7 +1346,7 @@ mod tests {
         .to_string();
         assert_eq!(
             error,
-            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 4: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 5: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
         );
     }
 }

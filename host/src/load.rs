@@ -28,8 +28,8 @@ use serde::Serialize;
 
 use crate::canonical;
 use crate::component::{
-    Classification, ComponentCache, ComponentError, ComponentHost, Effect,
-    GuestLimits, LoadedComponent, Policy, Rules, ToolView, built_in_for,
+    Classification, ComponentCache, ComponentError, ComponentHost, Effect, GuestLimits,
+    LoadedComponent, Policy, Rules, ToolView, built_in_for,
 };
 use crate::config::Config;
 use crate::config::operator_file::{
@@ -474,7 +474,70 @@ pub async fn load(
     register_candidates(config, &pattern, candidates, &mut report, &mut registry);
     note_absent(config, &report, &mut registry);
     report.rules_notes = rules_notes(config, &listed, &report.servers);
+    #[cfg(feature = "http-upstream")]
+    for server in config.servers.values() {
+        if let crate::config::ServerTransport::Http { oauth, .. } = &server.transport
+            && oauth.per_principal
+        {
+            registry.set_per_principal(
+                &server.name,
+                Arc::new(GrantConnector {
+                    config: config.clone(),
+                    server: server.clone(),
+                    grants: tokio::sync::OnceCell::new(),
+                }),
+            );
+        }
+    }
     Ok((registry, report))
+}
+
+/// Opens principals' own sessions with one HTTP server whose calls go out under each
+/// principal's grant (`oauth.per_principal`; see [`crate::registry`]). The grant store is
+/// opened at the first principal's call and shared by every session after it.
+#[cfg(feature = "http-upstream")]
+#[derive(Debug)]
+struct GrantConnector {
+    config: Config,
+    server: crate::config::ServerConfig,
+    grants: tokio::sync::OnceCell<Arc<crate::oauth::GrantStore>>,
+}
+
+#[cfg(feature = "http-upstream")]
+impl crate::registry::PrincipalConnector for GrantConnector {
+    fn connect<'a>(&'a self, principal: &'a str) -> crate::registry::ConnectFuture<'a> {
+        use crate::registry::PrincipalRefusal;
+        Box::pin(async move {
+            if principal.is_empty() {
+                return Err(PrincipalRefusal::SignIn(String::from(
+                    "a principal without a name has no grant",
+                )));
+            }
+            let grants = self
+                .grants
+                .get_or_try_init(|| async {
+                    crate::oauth::GrantStore::open(&self.config)
+                        .await
+                        .map(Arc::new)
+                })
+                .await
+                .map_err(|error| PrincipalRefusal::NotConnected(text::error_chain(&error)))?;
+            crate::pin::connect_principal(&self.config, &self.server, grants, principal)
+                .await
+                .map_err(|error| match error {
+                    crate::pin::PinError::Connect { source, .. }
+                        if matches!(
+                            *source,
+                            crate::transport::TransportError::SignIn { .. }
+                                | crate::transport::TransportError::InsufficientScope { .. }
+                        ) =>
+                    {
+                        PrincipalRefusal::SignIn(source.to_string())
+                    }
+                    other => PrincipalRefusal::NotConnected(text::error_chain(&other)),
+                })
+        })
+    }
 }
 
 /// The compiled `tool_name_pattern` of `config`.
@@ -1004,7 +1067,9 @@ pub enum StartError {
     /// The config names what this build of the library leaves out: a Cargo feature of the
     /// `toolward` crate that is off (`policy.cedar` needs `cedar`).
     #[cfg(not(feature = "cedar"))]
-    #[error("{what} needs the `{feature}` feature of the toolward crate, which this build leaves out")]
+    #[error(
+        "{what} needs the `{feature}` feature of the toolward crate, which this build leaves out"
+    )]
     FeatureOff {
         /// What the config names.
         what: &'static str,
@@ -1127,7 +1192,11 @@ pub fn prepare_components(
     let policy_text = if config.policy.cedar.is_some() {
         crate::cedar::settings(
             &policy_text,
-            config.rules.component.is_none().then_some(rules_text.as_str()),
+            config
+                .rules
+                .component
+                .is_none()
+                .then_some(rules_text.as_str()),
         )
     } else {
         policy_text

@@ -63,12 +63,13 @@
 pub mod discovery;
 pub mod login;
 pub mod origin;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod store;
 #[cfg(test)]
 mod tests;
 
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,9 +78,8 @@ use oauth2::{HttpRequest, HttpResponse};
 use reqwest::header::HeaderValue;
 
 use crate::config::{OAuthConfig, ServerConfig, ServerTransport};
-use crate::state_dir::StateDir;
 
-pub use store::{Grant, GrantKind, GrantStore};
+pub use store::{Grant, GrantKind, GrantStore, Listed, StateDirGrants};
 
 /// Largest body read from an authorization server or a metadata URL, in bytes: 256 KiB.
 /// Metadata documents and token responses are a few KiB.
@@ -109,10 +109,12 @@ pub enum OAuthError {
         server: String,
     },
     /// The server has no grant, or one that cannot be used any more.
-    #[error("server `{server}` needs sign-in ({reason}): run `toolward auth login {server}`")]
+    #[error("server `{server}` needs sign-in{} ({reason}): run `{}`", for_principal(principal.as_deref()), crate::text::login_command(server, principal.as_deref(), &[]))]
     NotSignedIn {
         /// The server.
         server: String,
+        /// The principal whose grant it is; `None`: the operator's.
+        principal: Option<String>,
         /// Why.
         reason: String,
     },
@@ -172,12 +174,16 @@ pub enum OAuthError {
     /// The grant file cannot be decrypted: altered, moved from another server's name, or
     /// the key file was replaced.
     #[error(
-        "server `{server}`: grant file `{path}` cannot be decrypted (altered, copied from another server, or `oauth.key` replaced): run `toolward auth logout {server}` and sign in again"
+        "server `{server}`{}: grant {path} cannot be decrypted (altered, copied from another server or principal, or its key replaced): run `{}` and sign in again",
+        for_principal(principal.as_deref()),
+        crate::text::logout_command(server, principal.as_deref())
     )]
     Tampered {
         /// The server.
         server: String,
-        /// The file.
+        /// The principal whose grant it is; `None`: the operator's (or not known).
+        principal: Option<String>,
+        /// Where it is kept (a file or a row, quoted).
         path: String,
     },
     /// The state folder or a grant file cannot be read or written.
@@ -363,6 +369,25 @@ pub fn has_own_authorization(server: &ServerConfig) -> bool {
     }
 }
 
+/// ` for principal `P`` for a principal's grant, else nothing.
+fn for_principal(principal: Option<&str>) -> String {
+    principal.map_or_else(String::new, |principal| {
+        format!(
+            " for principal `{}`",
+            crate::text::quote(principal, crate::text::MAX_QUOTED_BYTES)
+        )
+    })
+}
+
+/// Whether `scope` is a scope token of RFC 6749, section 3.3: printable ASCII without space,
+/// `"` or `\`.
+pub fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+}
+
 /// Seconds since the Unix epoch, now.
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -371,14 +396,20 @@ pub(crate) fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// The grant of one HTTP server in use by the transport: the token for its requests,
-/// renewed before it expires and once after a `401`. Shared by the server's requests;
-/// renewals are one at a time.
+/// The grant of one HTTP server in use by the transport, the operator's or a principal's: the
+/// token for its requests, renewed before it expires and once after a `401`. Shared by the
+/// requests of one upstream session; renewals are one at a time.
+///
+/// A renewal looks at the store first: a grant another gateway of the fleet (or a new `auth
+/// login`) renewed meanwhile is taken as it is, and a grant deleted there (`auth logout`) is
+/// not renewed, nor written back. When the authorization server refuses a refresh token
+/// another holder has just used (rotated refresh tokens), the store is looked at again.
 pub struct Credentials {
     server: String,
+    principal: Option<String>,
     config: OAuthConfig,
     http: OAuthHttp,
-    store: GrantStore,
+    store: Arc<GrantStore>,
     grant: tokio::sync::Mutex<Grant>,
 }
 
@@ -387,6 +418,7 @@ impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credentials")
             .field("server", &self.server)
+            .field("principal", &self.principal)
             .finish_non_exhaustive()
     }
 }
@@ -400,40 +432,29 @@ impl PartialEq for Credentials {
 impl Eq for Credentials {}
 
 impl Credentials {
-    /// The stored grant of `server` (a server of the config whose state folder is
-    /// `state_dir`), ready for the transport; `None` when the server has none, or when the
-    /// operator configured an `Authorization` header of their own.
+    /// The grant of `server` (a server of the config) for `principal` (`None`: the
+    /// operator's) kept in `store`, ready for the transport; `None` when there is none, or
+    /// when the operator configured an `Authorization` header of their own.
     ///
     /// # Errors
     /// [`OAuthError::Tampered`], [`OAuthError::Store`]; [`OAuthError::NotSignedIn`] when the
     /// grant was issued for another URL than the one now configured.
-    pub fn load(
-        state_dir: &Path,
+    pub async fn load(
+        store: &Arc<GrantStore>,
         server: &ServerConfig,
+        principal: Option<&str>,
     ) -> Result<Option<Arc<Credentials>>, OAuthError> {
         let (url, config) = server_url(server)?;
         if has_own_authorization(server) {
             return Ok(None);
         }
-        let state = StateDir::open(state_dir).map_err(|error| OAuthError::Store {
-            server: server.name.clone(),
-            reason: error.to_string(),
-        })?;
-        // A server never signed in to makes no key file and no grants folder.
-        let file =
-            Path::new(store::GRANTS_DIR).join(format!("{}{}", server.name, store::GRANT_SUFFIX));
-        if let Err(error) = state.dir().symlink_metadata(&file)
-            && error.kind() == std::io::ErrorKind::NotFound
-        {
-            return Ok(None);
-        }
-        let store = GrantStore::open(&state)?;
-        let Some(grant) = store.read(&server.name)? else {
+        let Some(grant) = store.read(&server.name, principal).await? else {
             return Ok(None);
         };
         if reqwest::Url::parse(&grant.resource).ok() != reqwest::Url::parse(url).ok() {
             return Err(OAuthError::NotSignedIn {
                 server: server.name.clone(),
+                principal: principal.map(str::to_owned),
                 reason: format!(
                     "its grant was issued for `{}`, and the config now names `{url}`",
                     grant.resource
@@ -442,9 +463,10 @@ impl Credentials {
         }
         Ok(Some(Arc::new(Credentials {
             server: server.name.clone(),
+            principal: principal.map(str::to_owned),
             config: config.clone(),
             http: OAuthHttp::new(&server.name, url)?,
-            store,
+            store: Arc::clone(store),
             grant: tokio::sync::Mutex::new(grant),
         })))
     }
@@ -452,6 +474,16 @@ impl Credentials {
     /// The server's name.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The principal whose grant it is; `None`: the operator's.
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+
+    /// The scopes of the grant.
+    pub async fn scopes(&self) -> Vec<String> {
+        self.grant.lock().await.scopes.clone()
     }
 
     /// The `Authorization` value for the next request (marked sensitive), renewed first
@@ -463,9 +495,7 @@ impl Credentials {
     pub async fn authorization(&self) -> Result<HeaderValue, OAuthError> {
         let mut grant = self.grant.lock().await;
         if grant.expires_within(REFRESH_BEFORE_EXPIRY) {
-            let renewed = login::renew(&self.http, &self.config, &grant).await?;
-            self.store.write(&renewed)?;
-            *grant = renewed;
+            self.renew(&mut grant).await?;
         }
         grant.authorization(&self.server)
     }
@@ -486,9 +516,65 @@ impl Credentials {
         if current.as_bytes() != rejected.as_bytes() {
             return Ok(current);
         }
-        let renewed = login::renew(&self.http, &self.config, &grant).await?;
-        self.store.write(&renewed)?;
-        *grant = renewed;
+        self.renew(&mut grant).await?;
         grant.authorization(&self.server)
+    }
+
+    fn not_signed_in(&self, reason: &str) -> OAuthError {
+        OAuthError::NotSignedIn {
+            server: self.server.clone(),
+            principal: self.principal.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// The store's copy of the grant, when it holds one other than `grant` that is not about
+    /// to expire (renewed elsewhere, or signed in again); `Err` when the store holds none any
+    /// more (signed out). A store that cannot be read gives `Ok(None)`: the renewal goes on.
+    async fn stored(&self, grant: &Grant) -> Result<Option<Grant>, OAuthError> {
+        match self
+            .store
+            .read(&self.server, self.principal.as_deref())
+            .await
+        {
+            Ok(None) => Err(self.not_signed_in("its grant was deleted (`toolward auth logout`)")),
+            Ok(Some(stored))
+                if stored.access_token != grant.access_token
+                    && stored.resource == grant.resource
+                    && !stored.expires_within(REFRESH_BEFORE_EXPIRY) =>
+            {
+                Ok(Some(stored))
+            }
+            Ok(Some(_)) => Ok(None),
+            Err(error) => {
+                tracing::warn!(server = %self.server, "server `{}`: the kept grant could not be read before renewing it: {}", self.server, crate::text::error_chain(&error));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Renews `grant` (see the type's documentation) and keeps the result.
+    async fn renew(&self, grant: &mut Grant) -> Result<(), OAuthError> {
+        if let Some(stored) = self.stored(grant).await? {
+            *grant = stored;
+            return Ok(());
+        }
+        match login::renew(&self.http, &self.config, grant).await {
+            Ok(renewed) => {
+                if let Err(error) = self.store.write(&renewed).await {
+                    // The renewed token works; the next renewal tries the store again.
+                    tracing::warn!(server = %self.server, "server `{}`: the renewed grant could not be kept: {}", self.server, crate::text::error_chain(&error));
+                }
+                *grant = renewed;
+                Ok(())
+            }
+            Err(error) => match self.stored(grant).await {
+                Ok(Some(stored)) => {
+                    *grant = stored;
+                    Ok(())
+                }
+                _ => Err(error),
+            },
+        }
     }
 }

@@ -419,32 +419,70 @@ pub fn http_spec(server: &ServerConfig) -> Option<HttpSpec> {
     }
 }
 
-/// `spec` with the server's stored OAuth grant, if it has one (see [`crate::oauth`]): read
-/// from the state folder at each connection, so a restart picks up a new `auth login`.
+/// `spec` with the server's OAuth grant (the operator's, or `principal`'s), if it has one
+/// (see [`crate::oauth`]): read from the grant store at each connection, so a restart picks
+/// up a new `auth login`. `grants` is the store, opened here when `None`.
 ///
 /// # Errors
 /// [`TransportError::SignIn`] when the grant is there but cannot be used (altered, or issued
-/// for another URL).
+/// for another URL), or the store cannot be opened; for a principal, also when it has no
+/// grant: a principal's session never goes out without its own.
 #[cfg(feature = "http-upstream")]
-fn with_grant(
+async fn with_grant(
     config: &Config,
     server: &ServerConfig,
     mut spec: HttpSpec,
+    grants: Option<&std::sync::Arc<crate::oauth::GrantStore>>,
+    principal: Option<&str>,
 ) -> Result<HttpSpec, TransportError> {
-    spec.oauth = crate::oauth::Credentials::load(&config.state_dir, server).map_err(|error| {
-        TransportError::SignIn {
-            server: server.name.clone(),
-            detail: match error {
-                crate::oauth::OAuthError::NotSignedIn { reason, .. } => reason,
-                other => format!("its grant cannot be used: {}", crate::text::error_chain(&other)),
-            },
+    let sign_in = |detail: String| TransportError::SignIn {
+        server: server.name.clone(),
+        principal: principal.map(str::to_owned),
+        detail,
+    };
+    let unusable = |error: crate::oauth::OAuthError| match error {
+        crate::oauth::OAuthError::NotSignedIn { reason, .. } => sign_in(reason),
+        other => sign_in(format!(
+            "its grant cannot be used: {}",
+            crate::text::error_chain(&other)
+        )),
+    };
+    if crate::oauth::has_own_authorization(server) {
+        // The operator's header goes with every request; a principal's session would carry
+        // it too, so there is none (the config refuses `per_principal` with the header).
+        return match principal {
+            None => Ok(spec),
+            Some(_) => Err(sign_in(String::from(
+                "the server has an `Authorization` header of the operator's, so no principal's grant is used",
+            ))),
+        };
+    }
+    let opened;
+    let grants = match grants {
+        Some(grants) => grants,
+        None => {
+            opened = std::sync::Arc::new(
+                crate::oauth::GrantStore::open(config)
+                    .await
+                    .map_err(unusable)?,
+            );
+            &opened
         }
-    })?;
+    };
+    spec.oauth = crate::oauth::Credentials::load(grants, server, principal)
+        .await
+        .map_err(unusable)?;
+    if let (Some(principal), None) = (principal, &spec.oauth) {
+        return Err(sign_in(format!(
+            "principal `{}` has no grant for it",
+            crate::text::escape(principal)
+        )));
+    }
     Ok(spec)
 }
 
 #[cfg(not(feature = "http-upstream"))]
-fn with_grant(
+async fn with_grant(
     _config: &Config,
     _server: &ServerConfig,
     spec: HttpSpec,
@@ -536,8 +574,8 @@ fn create_private(folder: &Path) -> io::Result<()> {
 
 /// Starts or reaches the server `server` of `config` as pin and load do, with
 /// [`transport_limits`]: a stdio server with [`stdio_spec`], [`create_home`], then
-/// [`Upstream::connect_stdio`]; an HTTP server with [`http_spec`] and
-/// [`Upstream::connect_http`].
+/// [`Upstream::connect_stdio`]; an HTTP server with [`http_spec`], the operator's grant if it
+/// has one, and [`Upstream::connect_http`].
 ///
 /// # Errors
 ///
@@ -546,7 +584,13 @@ fn create_private(folder: &Path) -> io::Result<()> {
 pub async fn connect(config: &Config, server: &ServerConfig) -> Result<Upstream, PinError> {
     let limits = transport_limits(&server.limits);
     let connected = match http_spec(server) {
-        Some(spec) => match with_grant(config, server, spec) {
+        #[cfg(feature = "http-upstream")]
+        Some(spec) => match with_grant(config, server, spec, None, None).await {
+            Ok(spec) => Upstream::connect_http(&server.name, &spec, &limits).await,
+            Err(error) => Err(error),
+        },
+        #[cfg(not(feature = "http-upstream"))]
+        Some(spec) => match with_grant(config, server, spec).await {
             Ok(spec) => Upstream::connect_http(&server.name, &spec, &limits).await,
             Err(error) => Err(error),
         },
@@ -555,6 +599,39 @@ pub async fn connect(config: &Config, server: &ServerConfig) -> Result<Upstream,
             create_home(config, server)?;
             Upstream::connect_stdio(&server.name, &spec, &limits).await
         }
+    };
+    connected.map_err(|source| PinError::Connect {
+        server: server.name.clone(),
+        source: Box::new(source),
+    })
+}
+
+/// Opens principal `principal`'s own session with the HTTP server `server` (one whose calls
+/// go out under each principal's grant, `oauth.per_principal`): its `initialize` and every
+/// request after it carry that principal's token from `grants`, never the operator's nor the
+/// client's. Nothing is sent without the principal's grant.
+///
+/// # Errors
+///
+/// [`PinError::Connect`]: with [`TransportError::SignIn`] when the principal has no usable
+/// grant, or the server refuses it; [`TransportError::InvalidHttpSpec`] for a stdio server.
+#[cfg(feature = "http-upstream")]
+pub async fn connect_principal(
+    config: &Config,
+    server: &ServerConfig,
+    grants: &std::sync::Arc<crate::oauth::GrantStore>,
+    principal: &str,
+) -> Result<Upstream, PinError> {
+    let limits = transport_limits(&server.limits);
+    let connected = match http_spec(server) {
+        Some(spec) => match with_grant(config, server, spec, Some(grants), Some(principal)).await {
+            Ok(spec) => Upstream::connect_http(&server.name, &spec, &limits).await,
+            Err(error) => Err(error),
+        },
+        None => Err(TransportError::InvalidHttpSpec {
+            server: server.name.clone(),
+            detail: String::from("only an HTTP server has principals' grants"),
+        }),
     };
     connected.map_err(|source| PinError::Connect {
         server: server.name.clone(),

@@ -3,10 +3,30 @@
 //! the gateway. The tool set is fixed at load: a restarted server (see [`crate::supervise`])
 //! gets its connection replaced, and a tool whose pin it no longer matches is withdrawn,
 //! never added or changed.
+//!
+//! # Principals' own sessions
+//!
+//! An HTTP server whose calls go out under each principal's grant (`oauth.per_principal`)
+//! has, beside the operator's connection the load made (listing, pins, restarts), one
+//! upstream session per principal that called it ([`Registry::principal_upstream`]): MCP
+//! servers bind a session (`Mcp-Session-Id`) to the user whose token opened it, so a
+//! principal's calls never ride on the operator's session with another header. A principal's
+//! session is opened at its first call, by the [`PrincipalConnector`] the load installed,
+//! with that principal's token on its `initialize` and every request after; it is reopened
+//! when it failed, closed when no call used it for [`PRINCIPAL_SESSION_IDLE`] (swept every
+//! [`PRINCIPAL_SESSION_SWEEP`] by [`crate::supervise`]) and at [`Registry::close`]. It lists
+//! nothing: the tool set is the one the operator's connection gave at load. While the
+//! operator's connection is down or restarting, principals' calls are refused as everyone's
+//! are. There are at most as many sessions as principals with a grant: a principal without
+//! one is refused before anything is sent.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
 
@@ -72,6 +92,79 @@ pub enum Connection {
 /// How many messages for the client the registry keeps for a slow reader.
 const CLIENT_MESSAGES: usize = 64;
 
+/// How long a principal's own upstream session stays open without a call: 10 minutes. A
+/// call in flight (held for approval included) keeps it open however long it takes.
+pub const PRINCIPAL_SESSION_IDLE: Duration = Duration::from_secs(600);
+
+/// How often idle principals' sessions are looked for: every 30 s.
+pub const PRINCIPAL_SESSION_SWEEP: Duration = Duration::from_secs(30);
+
+/// Why a principal's call cannot reach its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrincipalRefusal {
+    /// The principal has no usable grant, or the server refused it: the text names the
+    /// command that signs the principal in.
+    SignIn(String),
+    /// The server is down or restarting, or the principal's session could not be opened.
+    NotConnected(String),
+}
+
+/// What opening a principal's session gives.
+pub type ConnectFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Upstream, PrincipalRefusal>> + Send + 'a>>;
+
+/// Opens principals' own sessions with one server: installed by the load, which knows the
+/// config and where grants are kept.
+pub trait PrincipalConnector: Send + Sync + fmt::Debug {
+    /// Opens `principal`'s own session, under its own grant.
+    fn connect<'a>(&'a self, principal: &'a str) -> ConnectFuture<'a>;
+}
+
+/// One principal's session with one server.
+#[derive(Debug)]
+struct Slot {
+    /// The session; `None` before it is opened, or after an attempt failed. Locked while it
+    /// is opened, so a principal's calls at once open one session.
+    upstream: tokio::sync::Mutex<Option<Upstream>>,
+    /// When a call last ended (or the slot was made).
+    used: Mutex<Instant>,
+    /// Calls using it now.
+    in_flight: AtomicUsize,
+}
+
+/// The principals' sessions with one server.
+#[derive(Debug)]
+struct PrincipalSessions {
+    connector: Arc<dyn PrincipalConnector>,
+    slots: Mutex<BTreeMap<String, Arc<Slot>>>,
+}
+
+/// A principal's session in use by one call: held until the call ends, which keeps the
+/// session from being closed as idle meanwhile.
+#[derive(Debug)]
+pub struct PrincipalUpstream {
+    upstream: Option<Upstream>,
+    slot: Arc<Slot>,
+}
+
+impl PrincipalUpstream {
+    /// The session.
+    pub fn upstream(&self) -> Option<&Upstream> {
+        self.upstream.as_ref()
+    }
+}
+
+impl Drop for PrincipalUpstream {
+    fn drop(&mut self) {
+        *self
+            .slot
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.slot.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The registered tools by exposed name, and the upstream connections by server name.
 #[derive(Debug)]
 pub struct Registry {
@@ -91,6 +184,9 @@ pub struct Registry {
     absent: BTreeMap<String, String>,
     /// Why a server has no tools, by the prefix of its exposed names (`server` + separator).
     unavailable: BTreeMap<String, (String, String)>,
+    /// The principals' own sessions of the servers whose calls go out under each principal's
+    /// grant, by server.
+    per_principal: BTreeMap<String, PrincipalSessions>,
 }
 
 impl Default for Registry {
@@ -103,6 +199,7 @@ impl Default for Registry {
             recent: Mutex::new(VecDeque::with_capacity(CLIENT_MESSAGES)),
             absent: BTreeMap::new(),
             unavailable: BTreeMap::new(),
+            per_principal: BTreeMap::new(),
         }
     }
 }
@@ -294,6 +391,139 @@ impl Registry {
             .map(|(_, (server, why))| format!("server `{server}` did not load: {why}"))
     }
 
+    /// Makes `server`'s calls go out in each principal's own session, opened by `connector`
+    /// (see the module documentation).
+    pub fn set_per_principal(&mut self, server: &str, connector: Arc<dyn PrincipalConnector>) {
+        self.per_principal.insert(
+            server.to_owned(),
+            PrincipalSessions {
+                connector,
+                slots: Mutex::new(BTreeMap::new()),
+            },
+        );
+    }
+
+    /// Whether some server's calls go out in principals' own sessions.
+    pub fn has_per_principal(&self) -> bool {
+        !self.per_principal.is_empty()
+    }
+
+    /// The principals with a session open (or being opened) with `server`, sorted.
+    pub fn principal_sessions(&self, server: &str) -> Vec<String> {
+        self.per_principal
+            .get(server)
+            .map(|sessions| {
+                sessions
+                    .slots
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .keys()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `principal`'s own session with `server`, opened (or reopened, after it failed) when
+    /// needed; `None` when `server`'s calls go out in the operator's connection. Refused while
+    /// the operator's connection is not up (its pins are not known to hold), and when the
+    /// principal cannot be signed in.
+    pub async fn principal_upstream(
+        &self,
+        server: &str,
+        principal: &str,
+    ) -> Option<Result<PrincipalUpstream, PrincipalRefusal>> {
+        let sessions = self.per_principal.get(server)?;
+        match self.connection(server) {
+            Some(Connection::Up(_)) => {}
+            Some(Connection::Restarting { reason } | Connection::Down { reason }) => {
+                return Some(Err(PrincipalRefusal::NotConnected(reason)));
+            }
+            None => {
+                return Some(Err(PrincipalRefusal::NotConnected(String::from(
+                    "the load did not connect it",
+                ))));
+            }
+        }
+        // Counted in flight under the map's lock: the sweep, which removes idle slots under
+        // it, never closes a slot a call has taken.
+        let slot = {
+            let mut slots = sessions
+                .slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let slot = slots.entry(principal.to_owned()).or_insert_with(|| {
+                Arc::new(Slot {
+                    upstream: tokio::sync::Mutex::new(None),
+                    used: Mutex::new(Instant::now()),
+                    in_flight: AtomicUsize::new(0),
+                })
+            });
+            slot.in_flight.fetch_add(1, Ordering::SeqCst);
+            Arc::clone(slot)
+        };
+        let mut held = PrincipalUpstream {
+            upstream: None,
+            slot: Arc::clone(&slot),
+        };
+        let mut current = slot.upstream.lock().await;
+        if let Some(upstream) = current.as_ref()
+            && upstream.failure().is_none()
+        {
+            held.upstream = Some(upstream.clone());
+            return Some(Ok(held));
+        }
+        if let Some(failed) = current.take() {
+            failed.close().await;
+        }
+        match sessions.connector.connect(principal).await {
+            Ok(upstream) => {
+                *current = Some(upstream.clone());
+                held.upstream = Some(upstream);
+                Some(Ok(held))
+            }
+            Err(refusal) => Some(Err(refusal)),
+        }
+    }
+
+    /// Closes the principals' sessions no call used for `idle`, and forgets principals whose
+    /// session could not be opened; how many sessions it closed.
+    pub async fn close_idle_principal_sessions(&self, idle: Duration) -> usize {
+        let mut closing = Vec::new();
+        for sessions in self.per_principal.values() {
+            let mut slots = sessions
+                .slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            slots.retain(|_, slot| {
+                let quiet = slot.in_flight.load(Ordering::SeqCst) == 0
+                    && slot
+                        .used
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .elapsed()
+                        >= idle;
+                if !quiet {
+                    return true;
+                }
+                // Not in flight, so nobody holds its lock but a call that has not counted
+                // itself, which cannot be: calls count themselves under the map's lock.
+                match slot.upstream.try_lock() {
+                    Ok(mut upstream) => {
+                        closing.extend(upstream.take());
+                        false
+                    }
+                    Err(_) => true,
+                }
+            });
+        }
+        let closed = closing.len();
+        for upstream in closing {
+            upstream.close().await;
+        }
+        closed
+    }
+
     /// Closes every upstream connection (each ends its server's process group), and marks
     /// each server down so that no restart follows.
     pub async fn close(&self) {
@@ -306,6 +536,21 @@ impl Registry {
             );
             if let Connection::Up(upstream) = previous {
                 upstream.close().await;
+            }
+        }
+        // Marked down above first: no principal's session opens any more.
+        self.close_idle_principal_sessions(Duration::ZERO).await;
+        for sessions in self.per_principal.values() {
+            let slots = std::mem::take(
+                &mut *sessions
+                    .slots
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            for slot in slots.into_values() {
+                if let Some(upstream) = slot.upstream.lock().await.take() {
+                    upstream.close().await;
+                }
             }
         }
     }

@@ -30,10 +30,10 @@ use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes};
 use crate::call::{CallContext, CallPath, CallResult, CallSettings};
 use crate::config::{Config, StoreConfig};
 use crate::facts::FactStore;
+use crate::labels::{LabelSettings, LabelStore};
 use crate::load::{self, LoadReport};
 use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
-use crate::labels::{LabelSettings, LabelStore};
 #[cfg(feature = "postgres")]
 use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLabels, PgLedger, PgStore};
 use crate::store::{ApprovalStore, AuditStore, RequestStateLedger, StateDir, StateDirApprovals};
@@ -78,7 +78,9 @@ pub enum StartFailure {
     /// `toolward` crate that is off (`store.postgres` needs `postgres`, `telemetry` needs
     /// `otel`).
     #[cfg(not(all(feature = "postgres", feature = "otel")))]
-    #[error("{what} needs the `{feature}` feature of the toolward crate, which this build leaves out")]
+    #[error(
+        "{what} needs the `{feature}` feature of the toolward crate, which this build leaves out"
+    )]
     FeatureOff {
         /// What the config names.
         what: &'static str,
@@ -153,7 +155,7 @@ impl Toolward {
         #[cfg(feature = "postgres")]
         let shared = match &config.store {
             StoreConfig::StateDir => None,
-            StoreConfig::Postgres { url } => {
+            StoreConfig::Postgres { url, .. } => {
                 let mut store = PgStore::new(url)?;
                 if let Some(file) = &config.file {
                     store = store.with_config_file(file);

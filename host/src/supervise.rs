@@ -34,7 +34,9 @@ use crate::audit::{AuditEvent, AuditKind};
 use crate::config::{Config, MAX_RESTART_BACKOFF_MS, ServerConfig};
 use crate::confine::Confinement;
 use crate::listing::{self, ListingBounds};
-use crate::registry::{Connection, RegisteredTool, Registry};
+use crate::registry::{
+    Connection, PRINCIPAL_SESSION_IDLE, PRINCIPAL_SESSION_SWEEP, RegisteredTool, Registry,
+};
 use crate::text::error_chain;
 use crate::transport::{FailureReason, Upstream};
 
@@ -57,7 +59,7 @@ impl Supervisors {
         registry: &Arc<Registry>,
         audit: Option<Arc<dyn AuditStore>>,
     ) -> Supervisors {
-        let tasks = registry
+        let mut tasks: Vec<JoinHandle<()>> = registry
             .servers()
             .filter_map(|server| {
                 let server_config = config.servers.get(server)?.clone();
@@ -69,6 +71,9 @@ impl Supervisors {
                 )))
             })
             .collect();
+        if registry.has_per_principal() {
+            tasks.push(tokio::spawn(sweep_principal_sessions(Arc::clone(registry))));
+        }
         Supervisors { tasks }
     }
 
@@ -83,6 +88,25 @@ impl Supervisors {
 impl Drop for Supervisors {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Closes principals' sessions left idle for [`PRINCIPAL_SESSION_IDLE`], every
+/// [`PRINCIPAL_SESSION_SWEEP`], until stopped.
+async fn sweep_principal_sessions(registry: Arc<Registry>) {
+    let mut ticks = tokio::time::interval(PRINCIPAL_SESSION_SWEEP);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let closed = registry
+            .close_idle_principal_sessions(PRINCIPAL_SESSION_IDLE)
+            .await;
+        if closed > 0 {
+            tracing::debug!(
+                "closed {closed} principals' sessions idle for {} s",
+                PRINCIPAL_SESSION_IDLE.as_secs()
+            );
+        }
     }
 }
 

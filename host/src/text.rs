@@ -43,7 +43,6 @@ use std::fmt::Write as _;
 /// message stays one readable line, and an attacker's text cannot flood it.
 pub const MAX_QUOTED_BYTES: usize = 512;
 
-
 /// What kind of character `c` is when a reviewer reading it would not see it, or `None` for
 /// a visible character:
 ///
@@ -213,6 +212,49 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = e.source();
     }
     text
+}
+
+/// `text` as one word of a POSIX shell command: as it is when it holds only characters no
+/// shell reads specially, else in single quotes (`'` written `'\''`). Escaped first
+/// ([`escape`], and each backtick written as `'`, as [`quote`] does) so a name never puts a
+/// control character or a backtick into a message.
+pub fn shell_word(text: &str) -> String {
+    let text = escape(text).replace('`', "'");
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c))
+    {
+        return text;
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// The command that signs in to `server`: `toolward auth login SERVER`, with `--principal P`
+/// for a principal's grant and `--scope 'A B'` for scopes to ask for beyond the usual ones
+/// (each scope checked by the caller against RFC 6749's grammar).
+pub fn login_command(server: &str, principal: Option<&str>, scopes: &[String]) -> String {
+    let mut command = format!("toolward auth login {server}");
+    if let Some(principal) = principal {
+        command.push_str(" --principal ");
+        command.push_str(&shell_word(principal));
+    }
+    if !scopes.is_empty() {
+        command.push_str(" --scope ");
+        command.push_str(&shell_word(&scopes.join(" ")));
+    }
+    command
+}
+
+/// The command that deletes the grant of `server` (and `principal`).
+pub fn logout_command(server: &str, principal: Option<&str>) -> String {
+    match principal {
+        None => format!("toolward auth logout {server}"),
+        Some(principal) => format!(
+            "toolward auth logout {server} --principal {}",
+            shell_word(principal)
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -231,15 +231,15 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     };
     let first = db.migrate();
     assert!(
-        first.contains("created the schema, version 4")
+        first.contains("created the schema, version 5")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 4")
+            && first.contains("schema version 5")
             && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
     assert!(
-        again.contains("schema version 4 already; nothing to create")
+        again.contains("schema version 5 already; nothing to create")
             && !again.contains("made the fleet's"),
         "{again}"
     );
@@ -338,6 +338,7 @@ async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
         "SELECT * FROM toolward_audit",
         "SELECT * FROM toolward_keys",
         "SELECT * FROM toolward_labels",
+        "SELECT * FROM toolward_oauth_grants",
         "UPDATE toolward_approvals SET request = '{}'",
         "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ('x', '{}', 'x', 0, 0)",
     ] {
@@ -388,6 +389,7 @@ async fn an_auditor_role_verifies_shows_and_tails_the_database_chain_but_cannot_
         "UPDATE toolward_schema SET version = 3",
         "SELECT * FROM toolward_keys",
         "SELECT * FROM toolward_labels",
+        "SELECT * FROM toolward_oauth_grants",
         "CREATE TABLE toolward_more (x int)",
     ] {
         assert_denied(&auditor, AUDITOR.0, statement).await;
@@ -405,7 +407,7 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
     let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
     assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
     let expected = format!(
-        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 4: run `toolward store migrate --config {}` as the role that owns the tables",
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 5: run `toolward store migrate --config {}` as the role that owns the tables",
         db.server,
         db.name,
         config.display()
@@ -756,12 +758,12 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 2, and this toolward needs version 4: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 2, and this toolward needs version 5: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 2 to 4"),
+        migrated.contains("migrated the schema from version 2 to 5"),
         "{migrated}"
     );
     let gateway = db.connect(GATEWAY).await;
@@ -783,7 +785,7 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_which_a_gateway_role_keeps()
  {
-    let Some(db) = RoleDatabase::new("version 3 to 4").await else {
+    let Some(db) = RoleDatabase::new("version 3 to 5").await else {
         return;
     };
     db.migrate();
@@ -795,12 +797,12 @@ async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_whi
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 3, and this toolward needs version 4: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 3, and this toolward needs version 5: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 3 to 4")
+        migrated.contains("migrated the schema from version 3 to 5")
             && migrated.contains("granted the rights of docs/fleet.md")
             && !migrated.contains("drift:"),
         "{migrated}"
@@ -841,6 +843,10 @@ async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_whi
         .batch_execute("DELETE FROM toolward_labels WHERE at_ms < 0")
         .await
         .unwrap();
+    // The grants table of version 5 came with the same `migrate`, readable by the gateway
+    // role that `auth status` runs as.
+    let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["auth", "status"]);
+    assert!(ok && stdout.contains("no grants"), "{stdout}{stderr}");
     drop((gateway, owner, admin));
     db.drop_database().await;
 }

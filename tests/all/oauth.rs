@@ -18,6 +18,8 @@ use serde_json::json;
 use crate::real::real_servers;
 use crate::support::toolward_binary;
 
+mod principals;
+
 /// The SDK's example server, or `None` (after saying why) when it is not installed.
 fn example_server() -> Option<PathBuf> {
     let script = real_servers().join(
@@ -185,32 +187,28 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|window| window == needle.as_bytes())
 }
 
-#[test]
-fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_rest() {
-    let Some(script) = example_server() else {
-        return;
-    };
-    let Some(bin) = toolward_binary() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = Upstream::start(&script, dir.path());
-    let config = write_config(dir.path(), &upstream.url());
-    let config_arg = config.display().to_string();
-
-    // `auth login` prints the URL and waits; a GET of it follows the redirect to toolward's
-    // loopback port, as a browser would.
+/// Runs `toolward auth login demo --config CONFIG ARGS...` and plays the browser: a `GET` of
+/// the URL it prints, then of the redirect back to toolward's loopback port. What it printed,
+/// the authorization URL and the redirect; `log` says what the upstream logged, for failures.
+fn sign_in(
+    bin: &Path,
+    dir: &Path,
+    config_arg: &str,
+    args: &[&str],
+    log: &dyn Fn() -> String,
+) -> (String, String, String) {
     let mut login = Command::new(bin)
         .args([
             "auth",
             "login",
             "demo",
             "--config",
-            &config_arg,
+            config_arg,
             "--timeout-secs",
             "60",
         ])
-        .current_dir(dir.path())
+        .args(args)
+        .current_dir(dir)
         .env_remove("BROWSER")
         .env_remove("TOOLWARD_LOG")
         .stdin(Stdio::null())
@@ -229,10 +227,7 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
                 .unwrap()
                 .read_to_string(&mut err)
                 .unwrap();
-            panic!(
-                "`auth login` printed no URL: {printed}{err}{}",
-                upstream.log_text()
-            );
+            panic!("`auth login` printed no URL: {printed}{err}{}", log());
         };
         printed.push_str(&line);
         printed.push('\n');
@@ -240,16 +235,9 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
             break line;
         }
     };
-    assert!(
-        authorize.contains("code_challenge_method=S256"),
-        "{authorize}"
-    );
-    assert!(authorize.contains("state="), "{authorize}");
-    assert!(authorize.contains("resource="), "{authorize}");
     let (status, location) = get(&authorize);
     assert!(status.contains(" 302 "), "{status}");
     let location = location.unwrap();
-    assert!(location.starts_with("http://127.0.0.1:"), "{location}");
     let (status, _) = get(&location);
     assert!(status.contains(" 200 "), "{status}");
     for line in lines.map_while(Result::ok) {
@@ -264,7 +252,35 @@ fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_res
         .read_to_string(&mut err)
         .unwrap();
     let status = login.wait().unwrap();
-    assert!(status.success(), "{printed}{err}");
+    assert!(status.success(), "{printed}{err}{}", log());
+    printed.push_str(&err);
+    (printed, authorize, location)
+}
+
+#[test]
+fn auth_login_then_pin_and_call_through_toolward_with_the_token_encrypted_at_rest() {
+    let Some(script) = example_server() else {
+        return;
+    };
+    let Some(bin) = toolward_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = Upstream::start(&script, dir.path());
+    let config = write_config(dir.path(), &upstream.url());
+    let config_arg = config.display().to_string();
+
+    // `auth login` prints the URL and waits; a GET of it follows the redirect to toolward's
+    // loopback port, as a browser would.
+    let (printed, authorize, location) =
+        sign_in(bin, dir.path(), &config_arg, &[], &|| upstream.log_text());
+    assert!(
+        authorize.contains("code_challenge_method=S256"),
+        "{authorize}"
+    );
+    assert!(authorize.contains("state="), "{authorize}");
+    assert!(authorize.contains("resource="), "{authorize}");
+    assert!(location.starts_with("http://127.0.0.1:"), "{location}");
     assert!(printed.contains("signed in to server `demo`"), "{printed}");
 
     // A second visit of the redirect (a replayed code) is not waited for any more: the

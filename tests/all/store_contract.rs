@@ -1017,14 +1017,14 @@ CREATE TABLE toolward_audit_head (id integer PRIMARY KEY CHECK (id = 1), next_se
 ";
 
 /// A database a version 1 toolward created is refused by every open of this version, naming
-/// `toolward store migrate`, until `migrate` adds the counters, ledger and labels tables (and
-/// the version 3 triggers) and moves the version row to 4; the counters, the ledger and the
-/// labels then work on it.
+/// `toolward store migrate`, until `migrate` adds the counters, ledger, labels and grants
+/// tables (and the version 3 triggers) and moves the version row to 5; the counters, the
+/// ledger and the labels then work on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_with_the_facts_ledger_and_labels_tables()
+async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_5_with_the_facts_ledger_labels_and_grants_tables()
  {
     let Some(url) = test_database_url(
-        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_with_the_facts_ledger_and_labels_tables",
+        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_5_with_the_facts_ledger_labels_and_grants_tables",
     ) else {
         return;
     };
@@ -1053,11 +1053,11 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_wit
         .unwrap_err()
         .to_string();
     assert!(
-        refused.contains("holds schema version 1, and this toolward needs version 4"),
+        refused.contains("holds schema version 1, and this toolward needs version 5"),
         "{refused}"
     );
     let migration = store.migrate(&v1_pool).await.unwrap();
-    assert_eq!((migration.from, migration.to), (Some(1), 4));
+    assert_eq!((migration.from, migration.to), (Some(1), 5));
     let facts = PgFacts::open(&store).await.unwrap();
     let version: i32 = v1
         .query_one("SELECT version FROM toolward_schema", &[])
@@ -1065,7 +1065,7 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_wit
         .unwrap()
         .get(0);
     assert_eq!(version, toolward::store::postgres::SCHEMA_VERSION);
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     let keys = fact_keys("fs", "write", "");
     let now = fact_time();
     facts.reserve(&keys, now).await.unwrap();
@@ -1092,6 +1092,181 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_4_wit
     drop((facts, ledger, labels_store, v1, v1_pool));
     admin
         .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
+
+/// A grant of `server` for `principal` (`None`: the operator's), its access token naming both.
+fn oauth_grant(server: &str, principal: Option<&str>) -> toolward::oauth::Grant {
+    use toolward::oauth::store::ClientAuth;
+    toolward::oauth::Grant {
+        server: server.to_owned(),
+        principal: principal.map(str::to_owned),
+        resource: String::from("https://mcp.example.com/mcp"),
+        issuer: String::from("https://auth.example.com/"),
+        token_endpoint: String::from("https://auth.example.com/token"),
+        revocation_endpoint: None,
+        client_id: String::from("client-1"),
+        client_secret: None,
+        client_auth: ClientAuth::None,
+        kind: toolward::oauth::GrantKind::AuthorizationCode,
+        access_token: format!(
+            "token-{server}-{}-TOPSECRET",
+            principal.unwrap_or("operator")
+        ),
+        refresh_token: Some(String::from("refresh-TOPSECRET")),
+        expires_at: Some(4_000_000_000),
+        scopes: vec![String::from("mcp:tools")],
+        obtained_at: 1,
+    }
+}
+
+/// What every grant store does: one grant per server and principal (the operator's apart),
+/// replaced by a write, listed with its principal, removed alone.
+async fn grants_contract(store: &toolward::oauth::GrantStore, server: &str) {
+    let token = |grant: Option<toolward::oauth::Grant>| grant.map(|grant| grant.access_token);
+    assert_eq!(store.read(server, None).await.unwrap(), None);
+    for principal in [None, Some("alice"), Some("bob")] {
+        store.write(&oauth_grant(server, principal)).await.unwrap();
+    }
+    for principal in [None, Some("alice"), Some("bob")] {
+        assert_eq!(
+            token(store.read(server, principal).await.unwrap()),
+            Some(oauth_grant(server, principal).access_token)
+        );
+    }
+    assert_eq!(store.read(server, Some("carol")).await.unwrap(), None);
+    let mut renewed = oauth_grant(server, Some("alice"));
+    renewed.access_token = String::from("renewed-TOPSECRET");
+    store.write(&renewed).await.unwrap();
+    assert_eq!(
+        token(store.read(server, Some("alice")).await.unwrap()).as_deref(),
+        Some("renewed-TOPSECRET")
+    );
+    let listed: Vec<(String, Option<String>)> = store
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|entry| entry.server == server)
+        .map(|entry| {
+            assert!(entry.grant.is_ok(), "{:?}", entry.grant);
+            (entry.server, entry.principal)
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (server.to_owned(), None),
+            (server.to_owned(), Some(String::from("alice"))),
+            (server.to_owned(), Some(String::from("bob"))),
+        ]
+    );
+    assert!(store.remove(server, Some("alice")).await.unwrap());
+    assert!(!store.remove(server, Some("alice")).await.unwrap());
+    assert_eq!(store.read(server, Some("alice")).await.unwrap(), None);
+    assert!(store.read(server, Some("bob")).await.unwrap().is_some());
+    assert!(store.read(server, None).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn grants_in_the_state_folder_keep_one_per_server_and_principal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = toolward::oauth::GrantStore::StateDir(
+        toolward::oauth::StateDirGrants::open(&dir.path().join("state")).unwrap(),
+    );
+    grants_contract(&store, "remote").await;
+}
+
+/// The key of the PostgreSQL grants in these tests.
+const OAUTH_KEY: &str = "4a6f696e74206b6579206f6620746865206772616e74732074657374732e2e2e";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_in_postgresql_keep_one_per_server_and_principal_sealed_under_the_key_from_the_environment()
+ {
+    use toolward::oauth::postgres::PgGrants;
+    use toolward::oauth::store::GrantCipher;
+    let Some(url) = test_database_url(
+        "grants_in_postgresql_keep_one_per_server_and_principal_sealed_under_the_key_from_the_environment",
+    ) else {
+        return;
+    };
+    migrate(&url).await;
+    let store = PgStore::new(&url).unwrap();
+    let server = format!("remote-{}", toolward::ids::new_ulid().to_lowercase());
+    let grants = toolward::oauth::GrantStore::Postgres(Box::new(
+        PgGrants::open(&store, Some(GrantCipher::from_hex(OAUTH_KEY).unwrap()))
+            .await
+            .unwrap(),
+    ));
+    grants_contract(&grants, &server).await;
+
+    // No token in clear in the table.
+    let pool = store.pool().unwrap();
+    let client = pool.get().await.unwrap();
+    let rows = client
+        .query(
+            "SELECT principal, sealed FROM toolward_oauth_grants WHERE server = $1",
+            &[&server],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        let sealed: Vec<u8> = row.get(1);
+        assert!(
+            !sealed.windows(9).any(|window| window == b"TOPSECRET"),
+            "a token is in clear in the table"
+        );
+    }
+    // Bob's sealed grant copied into the operator's row: every call of the load would go
+    // out as Bob. Refused, naming the row and the logout.
+    client
+        .execute(
+            "UPDATE toolward_oauth_grants SET sealed = (SELECT sealed FROM toolward_oauth_grants WHERE server = $1 AND principal = 'bob') WHERE server = $1 AND principal = ''",
+            &[&server],
+        )
+        .await
+        .unwrap();
+    let error = grants.read(&server, None).await.unwrap_err().to_string();
+    assert!(error.contains("cannot be decrypted"), "{error}");
+    assert!(
+        error.contains(&format!("toolward auth logout {server}")),
+        "{error}"
+    );
+    assert!(grants.read(&server, Some("bob")).await.unwrap().is_some());
+
+    // Another key opens nothing; no key reads no row, and says which setting is missing.
+    let other = toolward::oauth::GrantStore::Postgres(Box::new(
+        PgGrants::open(
+            &store,
+            Some(GrantCipher::from_hex(&OAUTH_KEY.replace('4', "5")).unwrap()),
+        )
+        .await
+        .unwrap(),
+    ));
+    assert!(other.read(&server, Some("bob")).await.is_err());
+    let keyless = toolward::oauth::GrantStore::Postgres(Box::new(
+        PgGrants::open(&store, None).await.unwrap(),
+    ));
+    let error = keyless
+        .read(&server, Some("bob"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("`store.oauth_key`"), "{error}");
+    assert_eq!(keyless.read(&server, Some("nobody")).await.unwrap(), None);
+    assert!(
+        keyless
+            .write(&oauth_grant(&server, Some("carol")))
+            .await
+            .is_err()
+    );
+    client
+        .execute(
+            "DELETE FROM toolward_oauth_grants WHERE server = $1",
+            &[&server],
+        )
         .await
         .unwrap();
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::anyhow;
 use clap::Subcommand;
 
-use super::{EXIT_FAILURE, Failure, failure, open_state, read_config, usage};
-use crate::config::{Config, ServerConfig};
-use crate::oauth::login::{self, LoginOutcome};
+use super::{EXIT_FAILURE, Failure, failure, read_config, usage};
+use crate::config::{Config, ServerConfig, ServerTransport};
+use crate::oauth::login::{self, LoginOutcome, LoginRequest};
 use crate::oauth::{GrantKind, GrantStore, now_secs};
 use crate::text::{escape, escape_json};
 
@@ -21,36 +21,108 @@ pub(super) enum AuthCommand {
     Login {
         /// The server's name in `mcpServers`.
         server: String,
+        /// Sign in as this principal (a name `serve --listen` gives a caller): for a server
+        /// with `oauth.per_principal`, that principal's calls use this grant. Without it, the
+        /// operator's grant, which pinning and loading use.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Also ask for these scopes (space-separated; repeatable), beside the configured
+        /// ones and those of the grant replaced: what a call refused for `insufficient_scope`
+        /// names.
+        #[arg(long, value_name = "SCOPES")]
+        scope: Vec<String>,
         /// How long to wait for the browser, in seconds.
         #[arg(long, default_value_t = login::DEFAULT_LOGIN_TIMEOUT.as_secs())]
         timeout_secs: u64,
     },
-    /// The grants kept: server, how it was obtained, scopes, expiry. Never a token.
+    /// The grants kept: server, principal, how it was obtained, scopes, expiry. Never a token.
     Status {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Delete SERVER's grant, revoking its tokens first where the authorization server
-    /// offers revocation (RFC 7009).
+    /// Delete SERVER's grant (the operator's, or a principal's), revoking its tokens first
+    /// where the authorization server offers revocation (RFC 7009).
     Logout {
         /// The server's name in `mcpServers`.
         server: String,
+        /// The principal whose grant to delete; without it, the operator's.
+        #[arg(long)]
+        principal: Option<String>,
     },
 }
 
 pub(super) async fn run(config_path: &Path, command: AuthCommand) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    let state = open_state(&config)?;
-    let store = GrantStore::open(&state).map_err(failure)?;
+    let store = GrantStore::open(&config).await.map_err(failure)?;
     match command {
         AuthCommand::Login {
             server,
+            principal,
+            scope,
             timeout_secs,
-        } => login(&config, &store, &server, Duration::from_secs(timeout_secs)).await,
-        AuthCommand::Status { json } => status(&config, &store, json),
-        AuthCommand::Logout { server } => logout(&config, &store, &server).await,
+        } => {
+            let request = LoginRequest {
+                principal: checked_principal(principal)?,
+                scopes: checked_scopes(&scope)?,
+            };
+            login(
+                &config,
+                &store,
+                &server,
+                &request,
+                Duration::from_secs(timeout_secs),
+            )
+            .await
+        }
+        AuthCommand::Status { json } => status(&config, &store, json).await,
+        AuthCommand::Logout { server, principal } => {
+            let principal = checked_principal(principal)?;
+            logout(&config, &store, &server, principal.as_deref()).await
+        }
     }
+}
+
+/// `--principal`, refused when empty or holding a control character (no principal is named
+/// so: `listen.tokens` refuses such names).
+fn checked_principal(principal: Option<String>) -> Result<Option<String>, Failure> {
+    match principal {
+        Some(name) if name.is_empty() || name.chars().any(char::is_control) => Err(usage(anyhow!(
+            "`--principal` must be a principal's name: not empty, no control characters"
+        ))),
+        other => Ok(other),
+    }
+}
+
+/// The scopes of every `--scope`, each split at spaces and checked against RFC 6749's
+/// grammar.
+fn checked_scopes(given: &[String]) -> Result<Vec<String>, Failure> {
+    let mut scopes: Vec<String> = Vec::new();
+    for scope in given.iter().flat_map(|text| text.split(' ')) {
+        if scope.is_empty() {
+            continue;
+        }
+        if !crate::oauth::is_scope_token(scope) {
+            return Err(usage(anyhow!(
+                "`{}` is not a scope (RFC 6749, section 3.3: printable ASCII without space, `\"` or `\\`)",
+                crate::text::escape(scope)
+            )));
+        }
+        if !scopes.iter().any(|known| known == scope) {
+            scopes.push(scope.to_owned());
+        }
+    }
+    Ok(scopes)
+}
+
+/// ` as principal `P`` for a principal's grant, else nothing.
+fn as_principal(principal: Option<&str>) -> String {
+    principal.map_or_else(String::new, |principal| {
+        format!(
+            " as principal `{}`",
+            crate::text::quote(principal, crate::text::MAX_QUOTED_BYTES)
+        )
+    })
 }
 
 fn server<'c>(config: &'c Config, name: &str) -> Result<&'c ServerConfig, Failure> {
@@ -64,9 +136,11 @@ async fn login(
     config: &Config,
     store: &GrantStore,
     name: &str,
+    request: &LoginRequest,
     timeout: Duration,
 ) -> Result<ExitCode, Failure> {
     let server = server(config, name)?;
+    let principal = request.principal.as_deref();
     crate::oauth::server_url(server).map_err(usage)?;
     if crate::oauth::has_own_authorization(server) {
         return Err(usage(anyhow!(
@@ -77,7 +151,10 @@ async fn login(
         .ok()
         .filter(|b| !b.trim().is_empty());
     let mut show = |url: &reqwest::Url, redirect: &str| {
-        println!("To sign in to server `{name}`, open this URL in a browser:");
+        println!(
+            "To sign in to server `{name}`{}, open this URL in a browser:",
+            as_principal(principal)
+        );
         println!("{url}");
         println!(
             "waiting for the browser to come back to {redirect} (at most {} s)",
@@ -103,7 +180,15 @@ async fn login(
             }
         }
     };
-    match login::login(server, store, timeout, &mut show)
+    if principal.is_some()
+        && let ServerTransport::Http { oauth, .. } = &server.transport
+        && !oauth.per_principal
+    {
+        eprintln!(
+            "toolward: note: server `{name}` has no `oauth.per_principal`: every call uses the operator's grant (`toolward auth login {name}`), and this one is kept for when it has"
+        );
+    }
+    match login::login(server, store, request, timeout, &mut show)
         .await
         .map_err(failure)?
     {
@@ -115,10 +200,11 @@ async fn login(
         }
         LoginOutcome::SignedIn(grant) => {
             println!(
-                "signed in to server `{name}` at `{}`{}; the grant is kept, encrypted, in `{}`",
+                "signed in to server `{name}`{} at `{}`{}; the grant is kept, encrypted, in {}",
+                as_principal(principal),
                 escape(&grant.issuer),
                 scopes_text(&grant.scopes),
-                store.file(name).display()
+                store.place(name, principal)
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -148,14 +234,15 @@ fn expiry_text(expires_at: Option<u64>) -> String {
     }
 }
 
-fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, Failure> {
-    let servers = store.servers().map_err(failure)?;
+async fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, Failure> {
+    let listed = store.list().await.map_err(failure)?;
     let mut rows = Vec::new();
-    for name in &servers {
-        let row = match store.read(name) {
-            Ok(Some(grant)) => serde_json::json!({
-                "server": name,
-                "in_config": config.servers.contains_key(name),
+    for entry in &listed {
+        let row = match &entry.grant {
+            Ok(grant) => serde_json::json!({
+                "server": entry.server,
+                "principal": entry.principal,
+                "in_config": config.servers.contains_key(&entry.server),
                 "issuer": grant.issuer,
                 "resource": grant.resource,
                 "grant": match grant.kind {
@@ -167,8 +254,11 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
                 "renewable": grant.refresh_token.is_some() || grant.kind == GrantKind::ClientCredentials,
                 "revocable": grant.revocation_endpoint.is_some(),
             }),
-            Ok(None) => continue,
-            Err(error) => serde_json::json!({ "server": name, "error": error.to_string() }),
+            Err(error) => serde_json::json!({
+                "server": entry.server,
+                "principal": entry.principal,
+                "error": error.to_string(),
+            }),
         };
         rows.push(row);
     }
@@ -183,8 +273,15 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
     }
     for row in &rows {
         let name = row["server"].as_str().unwrap_or_default();
+        let whose = match row["principal"].as_str() {
+            Some(principal) => format!(
+                " (principal `{}`)",
+                crate::text::quote(principal, crate::text::MAX_QUOTED_BYTES)
+            ),
+            None => String::new(),
+        };
         if let Some(error) = row["error"].as_str() {
-            println!("{name}: unusable: {error}");
+            println!("{name}{whose}: unusable: {error}");
             continue;
         }
         let scopes: Vec<String> = row["scopes"]
@@ -196,7 +293,7 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
             })
             .unwrap_or_default();
         println!(
-            "{name}: {} at `{}`{}, {}{}{}",
+            "{name}{whose}: {} at `{}`{}, {}{}{}",
             row["grant"].as_str().unwrap_or_default(),
             escape(row["issuer"].as_str().unwrap_or_default()),
             scopes_text(&scopes),
@@ -216,27 +313,40 @@ fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitCode, F
     Ok(ExitCode::SUCCESS)
 }
 
-async fn logout(config: &Config, store: &GrantStore, name: &str) -> Result<ExitCode, Failure> {
+async fn logout(
+    config: &Config,
+    store: &GrantStore,
+    name: &str,
+    principal: Option<&str>,
+) -> Result<ExitCode, Failure> {
     let server = server(config, name)?;
-    let outcome = login::logout(server, store).await.map_err(failure)?;
+    let whose = principal.map_or_else(String::new, |principal| {
+        format!(
+            " for principal `{}`",
+            crate::text::quote(principal, crate::text::MAX_QUOTED_BYTES)
+        )
+    });
+    let outcome = login::logout(server, store, principal)
+        .await
+        .map_err(failure)?;
     if !outcome.removed {
-        println!("server `{name}` has no grant: nothing to do");
+        println!("server `{name}` has no grant{whose}: nothing to do");
         return Ok(ExitCode::SUCCESS);
     }
     match outcome.revoked {
         None => {
             println!(
-                "deleted the grant of server `{name}` (its authorization server offers no revocation: the tokens stay valid there until they expire)"
+                "deleted server `{name}`'s grant{whose} (its authorization server offers no revocation: the tokens stay valid there until they expire)"
             );
             Ok(ExitCode::SUCCESS)
         }
         Some(Ok(())) => {
-            println!("revoked the tokens of server `{name}` and deleted its grant");
+            println!("revoked the tokens of server `{name}`'s grant{whose} and deleted it");
             Ok(ExitCode::SUCCESS)
         }
         Some(Err(error)) => {
             eprintln!(
-                "toolward: deleted the grant of server `{name}`, but revoking its tokens failed: {}",
+                "toolward: deleted server `{name}`'s grant{whose}, but revoking its tokens failed: {}",
                 crate::text::error_chain(&error)
             );
             Ok(ExitCode::from(EXIT_FAILURE))

@@ -75,6 +75,7 @@ pub(super) const OAUTH_KEYS: &[&str] = &[
     "scopes",
     "grant",
     "redirect_port",
+    "per_principal",
 ];
 /// Keys of a server entry that change how the server runs and are not supported: refused
 /// rather than ignored.
@@ -83,7 +84,7 @@ const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings", "cedar"];
 pub(super) const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments", "record_results"];
 /// Keys of `store` (see [`StoreConfig`]).
-pub(super) const STORE_KEYS: &[&str] = &["postgres"];
+pub(super) const STORE_KEYS: &[&str] = &["postgres", "oauth_key"];
 pub(super) const LISTEN_KEYS: &[&str] = &[
     "tokens",
     "allowed_origins",
@@ -93,7 +94,8 @@ pub(super) const LISTEN_KEYS: &[&str] = &[
     "session_idle_timeout_ms",
 ];
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
-pub(super) const CONFINE_KEYS: &[&str] = &["deny", "deny_tcp", "deny_network", "launcher", "namespaces"];
+pub(super) const CONFINE_KEYS: &[&str] =
+    &["deny", "deny_tcp", "deny_network", "launcher", "namespaces"];
 /// Keys of a server's `confine`.
 pub(super) const SERVER_CONFINE_KEYS: &[&str] =
     &["deny", "deny_tcp", "deny_network", "devices", "unconfined"];
@@ -504,7 +506,11 @@ impl Reader<'_> {
         if let Some(value) = map.get("devices") {
             let devices_path = path.key("devices");
             let Value::Array(items) = value else {
-                return Err(expected(&devices_path, "an array of paths under `/dev`", value));
+                return Err(expected(
+                    &devices_path,
+                    "an array of paths under `/dev`",
+                    value,
+                ));
             };
             for (index, item) in items.iter().enumerate() {
                 devices.push(device_path(item, &devices_path.index(index))?);
@@ -681,7 +687,32 @@ impl Reader<'_> {
         let url_path = path.key("postgres");
         let raw = non_empty_str(url, &url_path)?;
         let url = expand(raw, &url_path, "(store)", "postgres", self.env)?;
-        Ok(StoreConfig::Postgres { url })
+        let oauth_key = match map.get("oauth_key") {
+            None => None,
+            Some(value) => {
+                let key_path = path.key("oauth_key");
+                let raw = non_empty_str(value, &key_path)?;
+                // The key is read from the environment, never from the file: a config file is
+                // copied, committed and shown far more than a variable.
+                let whole_variable = raw
+                    .strip_prefix("${")
+                    .and_then(|rest| rest.strip_suffix('}'))
+                    .is_some_and(|name| !name.contains(['$', '{', '}']));
+                if !whole_variable {
+                    return Err(key_path.invalid(
+                        "must be one variable reference such as `${TOOLWARD_OAUTH_KEY}`: the key comes from the environment, never from the file",
+                    ));
+                }
+                let key = expand(raw, &key_path, "(store)", "oauth_key", self.env)?;
+                if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(key_path.invalid(
+                        "its variable must hold 32 bytes in hex (64 hex digits; make one with `openssl rand -hex 32`)",
+                    ));
+                }
+                Some(key)
+            }
+        };
+        Ok(StoreConfig::Postgres { url, oauth_key })
     }
 
     fn audit(&self, value: &Value, path: &JsonPath) -> Result<AuditConfig, ConfigError> {
@@ -914,6 +945,15 @@ impl Reader<'_> {
                 None => OAuthConfig::default(),
                 Some(value) => self.oauth(name, value, &path.key("oauth"))?,
             };
+            if oauth.per_principal
+                && headers
+                    .keys()
+                    .any(|header| header.eq_ignore_ascii_case("authorization"))
+            {
+                return Err(path.key("oauth").key("per_principal").invalid(
+                    "the server has an `Authorization` header, which would go with every principal's calls: remove the header, or `per_principal`",
+                ));
+            }
             Ok(ServerTransport::Http {
                 url: url.to_owned(),
                 headers,
@@ -995,6 +1035,10 @@ impl Reader<'_> {
                 .key("grant")
                 .invalid("`client_credentials` needs `client_id` and `client_secret`"));
         }
+        let per_principal = match map.get("per_principal") {
+            None => false,
+            Some(value) => as_bool(value, &path.key("per_principal"))?,
+        };
         let redirect_port = match map.get("redirect_port") {
             None => 0,
             Some(value) => {
@@ -1011,6 +1055,7 @@ impl Reader<'_> {
             scopes,
             grant,
             redirect_port,
+            per_principal,
         })
     }
 
@@ -1205,8 +1250,7 @@ fn device_path(value: &Value, path: &JsonPath) -> Result<PathBuf, ConfigError> {
         .split('/')
         .skip(1)
         .all(|name| !matches!(name, "" | "." | ".."));
-    if text.contains('\0') || !device.starts_with("/dev") || device == Path::new("/dev") || !plain
-    {
+    if text.contains('\0') || !device.starts_with("/dev") || device == Path::new("/dev") || !plain {
         return Err(path.invalid(
             "a device is an absolute path beneath `/dev`, such as `/dev/ttyUSB0`, without `.` or `..`",
         ));

@@ -11,7 +11,7 @@ use super::{
     DEFAULT_APPROVAL_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LISTING_BYTES, DEFAULT_MAX_LISTING_PAGES,
     DEFAULT_MAX_PAGE_BYTES, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
-    DEFAULT_MAX_TOOLS, DEFAULT_MAX_TOOL_BYTES, DEFAULT_REQUEST_TIMEOUT_MS,
+    DEFAULT_MAX_TOOL_BYTES, DEFAULT_MAX_TOOLS, DEFAULT_REQUEST_TIMEOUT_MS,
     DEFAULT_RESTART_ATTEMPTS, DEFAULT_RESTART_BACKOFF_MS, DEFAULT_SESSION_IDLE_TIMEOUT_MS,
     DEFAULT_START_TIMEOUT_MS,
 };
@@ -201,6 +201,14 @@ pub struct OAuthConfig {
     /// The loopback port the browser is sent back to (`oauth.redirect_port`, `0`, the
     /// default, picks a free one): for a client id registered with a fixed redirect URI.
     pub redirect_port: u16,
+    /// Whether each principal's calls go out under that principal's own grant
+    /// (`oauth.per_principal`, default `false`). `false`: every call uses the operator's
+    /// grant (`toolward auth login SERVER`), one shared identity upstream. `true`: a call
+    /// uses the grant of its principal (`toolward auth login SERVER --principal P`) in an
+    /// upstream session of that principal's own, opened at its first call; a principal
+    /// without a grant gets a tool error naming that command. Pinning and loading always use
+    /// the operator's grant.
+    pub per_principal: bool,
 }
 
 impl fmt::Debug for OAuthConfig {
@@ -211,6 +219,7 @@ impl fmt::Debug for OAuthConfig {
             .field("scopes", &self.scopes)
             .field("grant", &self.grant)
             .field("redirect_port", &self.redirect_port)
+            .field("per_principal", &self.per_principal)
             .finish()
     }
 }
@@ -334,6 +343,10 @@ pub enum StoreConfig {
     Postgres {
         /// The connection string, variables expanded. Never printed: it may hold a password.
         url: String,
+        /// The key OAuth grants are encrypted under in the database (`store.oauth_key`, 32
+        /// bytes in hex, given as `${NAME}` so it comes from the environment and never sits in
+        /// the file); `None`: no grant can be kept there. Never printed.
+        oauth_key: Option<String>,
     },
 }
 

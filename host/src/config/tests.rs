@@ -65,12 +65,21 @@ fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
 
 #[test]
 fn a_device_is_a_plain_absolute_path_beneath_dev() {
-    for device in ["ttyUSB0", "/dev", "/dev/../etc/shadow", "/dev/./sda", "/home/op/dev", "/devices/x"] {
+    for device in [
+        "ttyUSB0",
+        "/dev",
+        "/dev/../etc/shadow",
+        "/dev/./sda",
+        "/home/op/dev",
+        "/devices/x",
+    ] {
         let text = err_text(with_servers(
             json!({ "x": { "command": "x", "confine": { "devices": [device] } } }),
         ));
         assert!(
-            text.starts_with("mcpServers.x.confine.devices[0]: a device is an absolute path beneath `/dev`"),
+            text.starts_with(
+                "mcpServers.x.confine.devices[0]: a device is an absolute path beneath `/dev`"
+            ),
             "{device}: {text}"
         );
     }
@@ -232,8 +241,7 @@ fn env_var_reference_takes_value_from_toolward_environment() {
     assert!(!format!("{config:?}").contains("s3cret"));
 
     // The public entry point reads the real environment.
-    let real =
-        with_servers(json!({ "gh": { "command": "gh-mcp", "env": { "P": "${PATH}" } } }));
+    let real = with_servers(json!({ "gh": { "command": "gh-mcp", "env": { "P": "${PATH}" } } }));
     let config = Config::from_value(real, &base()).unwrap();
     let ServerTransport::Stdio { env: vars, .. } = &config.servers["gh"].transport else {
         panic!("gh is stdio");
@@ -253,7 +261,8 @@ fn store_postgres_url_is_expanded_from_the_environment_and_kept_out_of_debug_out
     assert_eq!(
         config.store,
         StoreConfig::Postgres {
-            url: "postgres://tw:s3cret@db.internal/toolward".to_owned()
+            url: "postgres://tw:s3cret@db.internal/toolward".to_owned(),
+            oauth_key: None,
         }
     );
     assert!(!format!("{config:?}").contains("s3cret"));
@@ -766,9 +775,7 @@ fn missing_servers_or_rules_are_refused() {
 fn unanchored_tool_name_pattern_is_refused() {
     let mut value = with_servers(json!({ "s": { "command": "s" } }));
     value["tool_name_pattern"] = json!("[a-z]+");
-    assert!(
-        err_text(value).starts_with("tool_name_pattern: pattern `[a-z]+` must be anchored")
-    );
+    assert!(err_text(value).starts_with("tool_name_pattern: pattern `[a-z]+` must be anchored"));
 }
 
 #[test]
@@ -926,6 +933,7 @@ fn an_http_servers_oauth_is_read_with_its_secret_expanded_and_kept_out_of_debug_
             scopes: vec!["files:read".to_owned(), "mcp:tools".to_owned()],
             grant: OAuthGrant::ClientCredentials,
             redirect_port: 8765,
+            per_principal: false,
         }
     );
     assert!(!format!("{config:?}").contains("s3cret"));
@@ -964,7 +972,15 @@ fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refus
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "client": "a" } } }),
-            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`)",
+            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`, `per_principal`)",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "oauth": { "per_principal": "yes" } } }),
+            "mcpServers.s.oauth.per_principal: expected `true` or `false`, found a string",
+        ),
+        (
+            json!({ "s": { "url": "https://x", "headers": { "authorization": "Bearer x" }, "oauth": { "per_principal": true } } }),
+            "mcpServers.s.oauth.per_principal: the server has an `Authorization` header, which would go with every principal's calls: remove the header, or `per_principal`",
         ),
     ];
     for (servers, expected) in cases {
@@ -972,4 +988,58 @@ fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refus
             Config::from_value_with_env(with_servers(servers), &base(), &no_env).unwrap_err();
         assert_eq!(error.to_string(), expected);
     }
+}
+
+#[test]
+fn per_principal_is_off_unless_the_operator_turns_it_on() {
+    let config = load(with_servers(json!({
+        "shared": { "url": "https://a.example.com/mcp" },
+        "own": { "url": "https://b.example.com/mcp", "oauth": { "per_principal": true } },
+    })))
+    .unwrap();
+    let per_principal = |name: &str| match &config.servers[name].transport {
+        ServerTransport::Http { oauth, .. } => oauth.per_principal,
+        ServerTransport::Stdio { .. } => panic!("{name} is http"),
+    };
+    assert!(!per_principal("shared"));
+    assert!(per_principal("own"));
+}
+
+#[test]
+fn store_oauth_key_comes_from_one_variable_of_32_bytes_in_hex_and_stays_out_of_debug_output() {
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let env = |name: &str| match name {
+        "DATABASE_URL" => Ok("postgres://db.internal/toolward".to_owned()),
+        "OAUTH_KEY" => Ok(key.to_owned()),
+        "SHORT_KEY" => Ok("0011".to_owned()),
+        _ => Err(VarError::NotPresent),
+    };
+    let with_key = |oauth_key: &str| {
+        let mut value = with_servers(json!({ "gh": { "command": "gh-mcp" } }));
+        value["store"] = json!({ "postgres": "${DATABASE_URL}", "oauth_key": oauth_key });
+        Config::from_value_with_env(value, &base(), &env)
+    };
+    let config = with_key("${OAUTH_KEY}").unwrap();
+    assert_eq!(
+        config.store,
+        StoreConfig::Postgres {
+            url: "postgres://db.internal/toolward".to_owned(),
+            oauth_key: Some(key.to_owned()),
+        }
+    );
+    assert!(!format!("{config:?}").contains("aabbcc"));
+    // Written in the file, or anything but one variable: refused, the value never quoted.
+    for written in [key, "x${OAUTH_KEY}", "${OAUTH_KEY}${OAUTH_KEY}"] {
+        let error = with_key(written).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "store.oauth_key: must be one variable reference such as `${TOOLWARD_OAUTH_KEY}`: the key comes from the environment, never from the file"
+        );
+    }
+    let error = with_key("${SHORT_KEY}").unwrap_err().to_string();
+    assert!(
+        error.starts_with("store.oauth_key: its variable must hold 32 bytes in hex"),
+        "{error}"
+    );
+    assert!(!error.contains("0011"), "{error}");
 }

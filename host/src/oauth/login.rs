@@ -60,16 +60,29 @@ pub(crate) struct Identity {
     pub(crate) auth: ClientAuth,
 }
 
+/// What one sign-in is for: whose grant, and the scopes to ask for beyond the usual ones.
+#[derive(Debug, Clone, Default)]
+pub struct LoginRequest {
+    /// The principal whose grant it is (`--principal`); `None`: the operator's.
+    pub principal: Option<String>,
+    /// Scopes to ask for beside those the sign-in asks for anyway (`--scope`, as an
+    /// `insufficient_scope` answer names them): added to the configured ones (or those of the
+    /// server's `401`, or its metadata's), and to those of the grant being replaced.
+    pub scopes: Vec<String>,
+}
+
 /// Signs in to HTTP server `server` and stores the grant in `store`: probes the server,
 /// discovers its authorization server, then runs the configured grant. For the
 /// authorization code, `show` gets the URL to open (and the redirect URI) before toolward
-/// waits at most `timeout` for the browser to come back.
+/// waits at most `timeout` for the browser to come back. The grant is the operator's, or
+/// `request.principal`'s.
 ///
 /// # Errors
 /// Every [`OAuthError`]; nothing is stored then.
 pub async fn login(
     server: &ServerConfig,
     store: &GrantStore,
+    request: &LoginRequest,
     timeout: Duration,
     show: &mut (dyn FnMut(&Url, &str) + Send),
 ) -> Result<LoginOutcome, OAuthError> {
@@ -86,8 +99,22 @@ pub async fn login(
         Probe::SignIn(challenge) => challenge,
     };
     let discovered = discovery::discover(&http, &resource, challenge.as_ref()).await?;
-    let scopes = scopes(config, &discovered);
-    let grant = match config.grant {
+    let principal = request.principal.as_deref();
+    // The scopes of the grant replaced are kept: signing in again for one more scope (an
+    // `insufficient_scope` answer) does not lose the others. An unreadable old grant is
+    // replaced as if there were none.
+    let before = store
+        .read(&server.name, principal)
+        .await
+        .ok()
+        .flatten()
+        .map(|grant| grant.scopes)
+        .unwrap_or_default();
+    let scopes = union(
+        &scopes(config, &discovered),
+        &[before, request.scopes.clone()].concat(),
+    );
+    let mut grant = match config.grant {
         OAuthGrant::ClientCredentials => {
             client_credentials(&http, config, &discovered, &scopes).await?
         }
@@ -95,8 +122,20 @@ pub async fn login(
             authorization_code(&http, config, &discovered, &scopes, timeout, show).await?
         }
     };
-    store.write(&grant)?;
+    grant.principal = request.principal.clone();
+    store.write(&grant).await?;
     Ok(LoginOutcome::SignedIn(Box::new(grant)))
+}
+
+/// `first`, then each scope of `more` not in it, in order.
+fn union(first: &[String], more: &[String]) -> Vec<String> {
+    let mut all = first.to_vec();
+    for scope in more {
+        if !all.contains(scope) {
+            all.push(scope.clone());
+        }
+    }
+    all
 }
 
 /// The scopes to ask for: the configured ones, else those of the `401`, else the
@@ -652,6 +691,7 @@ fn new_grant(
     let metadata = &discovered.server_metadata;
     let mut grant = Grant {
         server: server.to_owned(),
+        principal: None,
         resource: discovered.resource.clone(),
         issuer: metadata.issuer.clone(),
         token_endpoint: metadata.token_endpoint.clone(),
@@ -767,6 +807,7 @@ pub async fn renew(
             .map_err(|error| match error {
                 RequestTokenError::ServerResponse(_) => OAuthError::NotSignedIn {
                     server: server.clone(),
+                    principal: grant.principal.clone(),
                     reason: format!(
                         "the authorization server refused to renew its token: {}",
                         match grant_error(&server, "refresh", error) {
@@ -794,6 +835,7 @@ pub async fn renew(
         (GrantKind::AuthorizationCode, None) => {
             return Err(OAuthError::NotSignedIn {
                 server,
+                principal: grant.principal.clone(),
                 reason: String::from(
                     "its token expired or was refused, and the authorization server gave no refresh token",
                 ),
@@ -814,17 +856,20 @@ pub struct LogoutOutcome {
     pub revoked: Option<Result<(), OAuthError>>,
 }
 
-/// Revokes `server`'s tokens where its authorization server advertises a revocation
-/// endpoint (the refresh token, then the access token), then removes the grant. The grant
-/// is removed even when revocation fails (the outcome says so).
+/// Revokes the tokens of `server`'s grant (the operator's, or `principal`'s) where its
+/// authorization server advertises a revocation endpoint (the refresh token, then the access
+/// token), then removes the grant. The grant is removed even when revocation fails (the
+/// outcome says so).
 ///
 /// # Errors
-/// [`OAuthError::Store`], [`OAuthError::Tampered`] (the file is removed then too).
+/// [`OAuthError::Store`]; a grant that cannot be opened ([`OAuthError::Tampered`]) is removed
+/// unrevoked.
 pub async fn logout(
     server: &ServerConfig,
     store: &GrantStore,
+    principal: Option<&str>,
 ) -> Result<LogoutOutcome, OAuthError> {
-    let grant = match store.read(&server.name) {
+    let grant = match store.read(&server.name, principal).await {
         Ok(grant) => grant,
         Err(OAuthError::Tampered { .. }) => None,
         Err(other) => return Err(other),
@@ -833,7 +878,7 @@ pub async fn logout(
         Some(grant) if grant.revocation_endpoint.is_some() => Some(revoke(grant).await),
         _ => None,
     };
-    let removed = store.remove(&server.name)?;
+    let removed = store.remove(&server.name, principal).await?;
     Ok(LogoutOutcome { removed, revoked })
 }
 

@@ -14,6 +14,7 @@ use super::login::{self, Identity, IssuerCheck, Redirect, read_redirect, state_m
 use super::origin::{GuardedResolver, Origins};
 use super::store::{ClientAuth, GRANTS_DIR, KEY_FILE};
 use super::*;
+use crate::state_dir::StateDir;
 
 /// An authorization server whose responses carry no `iss`.
 const NO_ISS: IssuerCheck<'static> = IssuerCheck {
@@ -24,6 +25,7 @@ const NO_ISS: IssuerCheck<'static> = IssuerCheck {
 fn grant(server: &str) -> Grant {
     Grant {
         server: server.to_owned(),
+        principal: None,
         resource: String::from("https://mcp.example.com/mcp"),
         issuer: String::from("https://auth.example.com/"),
         token_endpoint: String::from("https://auth.example.com/token"),
@@ -50,12 +52,17 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 fn a_grant_survives_the_encryption_round_trip_and_its_file_holds_no_secret_in_clear() {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::open(&dir.path().join("state")).unwrap();
-    let store = GrantStore::open(&state).unwrap();
-    assert_eq!(store.read("remote").unwrap(), None);
+    let store = StateDirGrants::open(state.path()).unwrap();
+    assert_eq!(store.read("remote", None).unwrap(), None);
     let written = grant("remote");
     store.write(&written).unwrap();
-    assert_eq!(store.read("remote").unwrap(), Some(written.clone()));
-    assert_eq!(store.servers().unwrap(), ["remote"]);
+    assert_eq!(store.read("remote", None).unwrap(), Some(written.clone()));
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].server.as_str(), listed[0].principal.as_deref()),
+        ("remote", None)
+    );
 
     let file = dir
         .path()
@@ -92,7 +99,7 @@ fn a_tampered_grant_file_a_file_moved_to_another_server_and_a_replaced_key_are_r
     let dir = tempfile::tempdir().unwrap();
     let state_path = dir.path().join("state");
     let state = StateDir::open(&state_path).unwrap();
-    let store = GrantStore::open(&state).unwrap();
+    let store = StateDirGrants::open(state.path()).unwrap();
     store.write(&grant("remote")).unwrap();
     let file = state_path.join(GRANTS_DIR).join("remote.grant");
     let original = std::fs::read(&file).unwrap();
@@ -102,7 +109,7 @@ fn a_tampered_grant_file_a_file_moved_to_another_server_and_a_replaced_key_are_r
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
     std::fs::write(&file, &flipped).unwrap();
-    let error = store.read("remote").unwrap_err();
+    let error = store.read("remote", None).unwrap_err();
     assert!(matches!(error, OAuthError::Tampered { .. }), "{error}");
     assert!(error.to_string().contains("server `remote`"), "{error}");
     assert!(
@@ -116,23 +123,23 @@ fn a_tampered_grant_file_a_file_moved_to_another_server_and_a_replaced_key_are_r
     std::fs::write(&other, &original).unwrap();
     std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
     assert!(matches!(
-        store.read("other"),
+        store.read("other", None),
         Err(OAuthError::Tampered { .. })
     ));
-    assert!(store.read("remote").unwrap().is_some());
+    assert!(store.read("remote", None).unwrap().is_some());
 
     // A new key file: nothing written under the old one opens.
     std::fs::remove_file(state_path.join(KEY_FILE)).unwrap();
-    let store = GrantStore::open(&state).unwrap();
+    let store = StateDirGrants::open(state.path()).unwrap();
     assert!(matches!(
-        store.read("remote"),
+        store.read("remote", None),
         Err(OAuthError::Tampered { .. })
     ));
 
     // A file others may read is refused before it is decrypted.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert!(matches!(
-        store.read("remote"),
+        store.read("remote", None),
         Err(OAuthError::Store { .. })
     ));
 }
@@ -152,10 +159,10 @@ fn the_confinement_withholds_the_key_file_and_the_grant_files_from_every_server(
     )
     .unwrap();
     let state = StateDir::open(&config.state_dir).unwrap();
-    let store = GrantStore::open(&state).unwrap();
+    let store = StateDirGrants::open(state.path()).unwrap();
     store.write(&grant("remote")).unwrap();
     let denied = crate::confine::default_denied(&config);
-    for secret in [config.state_dir.join(KEY_FILE), store.file("remote")] {
+    for secret in [config.state_dir.join(KEY_FILE), store.file("remote", None)] {
         assert!(secret.exists(), "{}", secret.display());
         assert!(
             denied.iter().any(|path| secret.starts_with(path)),
@@ -584,4 +591,182 @@ async fn a_silent_connection_does_not_hold_up_the_browsers_redirect() {
     login::answer_browser(&mut stream, "remote", Ok(())).await;
     let page = browser.await.unwrap();
     assert!(page.contains("signed in to server `remote`"), "{page}");
+}
+
+fn principal_grant(server: &str, principal: &str) -> Grant {
+    Grant {
+        principal: Some(principal.to_owned()),
+        access_token: format!("access-token-of-{principal}-TOPSECRET"),
+        ..grant(server)
+    }
+}
+
+#[test]
+fn each_principal_has_a_grant_of_its_own_beside_the_operators_and_listing_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_path = dir.path().join("state");
+    let store = StateDirGrants::open(&state_path).unwrap();
+    // A name no file system takes as it is: the file is named by its SHA-256.
+    let odd = "bob/../ 'the builder'";
+    store.write(&grant("remote")).unwrap();
+    store.write(&principal_grant("remote", "alice")).unwrap();
+    store.write(&principal_grant("remote", odd)).unwrap();
+
+    assert_eq!(
+        store
+            .read("remote", Some("alice"))
+            .unwrap()
+            .unwrap()
+            .access_token,
+        "access-token-of-alice-TOPSECRET"
+    );
+    assert_eq!(
+        store.read("remote", None).unwrap().unwrap().access_token,
+        grant("remote").access_token
+    );
+    assert_eq!(store.read("remote", Some("carol")).unwrap(), None);
+    let file = store.file("remote", Some(odd));
+    assert!(file.starts_with(state_path.join(GRANTS_DIR).join("remote.principals")));
+    assert_eq!(
+        file.file_name().unwrap().to_str().unwrap(),
+        format!("{}.grant", store::principal_file_stem(odd))
+    );
+    assert!(!contains(&std::fs::read(&file).unwrap(), "TOPSECRET"));
+
+    let listed: Vec<(String, Option<String>)> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|entry| {
+            assert!(entry.grant.is_ok(), "{:?}", entry.grant);
+            (entry.server, entry.principal)
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (String::from("remote"), None),
+            (String::from("remote"), Some(odd.to_owned())),
+            (String::from("remote"), Some(String::from("alice"))),
+        ]
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>()
+    );
+
+    assert!(store.remove("remote", Some("alice")).unwrap());
+    assert!(!store.remove("remote", Some("alice")).unwrap());
+    assert_eq!(store.read("remote", Some("alice")).unwrap(), None);
+    assert!(store.read("remote", None).unwrap().is_some());
+}
+
+#[test]
+fn a_principals_grant_moved_to_another_principal_or_to_the_operators_place_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_path = dir.path().join("state");
+    let store = StateDirGrants::open(&state_path).unwrap();
+    store.write(&principal_grant("remote", "alice")).unwrap();
+    store.write(&principal_grant("remote", "bob")).unwrap();
+    let alice = store.file("remote", Some("alice"));
+    let bob = store.file("remote", Some("bob"));
+
+    // Alice's file in Bob's place: Bob would call as Alice.
+    std::fs::copy(&alice, &bob).unwrap();
+    let error = store.read("remote", Some("bob")).unwrap_err();
+    assert!(matches!(error, OAuthError::Tampered { .. }), "{error}");
+    let text = error.to_string();
+    assert!(text.contains("for principal `bob`"), "{text}");
+    assert!(
+        text.contains("toolward auth logout remote --principal bob"),
+        "{text}"
+    );
+    // Listed as unusable, under no principal's name.
+    let listed = store.list().unwrap();
+    assert_eq!(
+        listed.iter().filter(|entry| entry.grant.is_err()).count(),
+        1
+    );
+
+    // Alice's file as the operator's: every call of the load would go out as Alice.
+    let operator = store.file("remote", None);
+    std::fs::copy(&alice, &operator).unwrap();
+    assert!(matches!(
+        store.read("remote", None),
+        Err(OAuthError::Tampered { .. })
+    ));
+    // And the operator's as a principal's.
+    store.write(&grant("remote")).unwrap();
+    std::fs::copy(&operator, &alice).unwrap();
+    assert!(matches!(
+        store.read("remote", Some("alice")),
+        Err(OAuthError::Tampered { .. })
+    ));
+}
+
+#[test]
+fn a_sealed_grant_opens_only_under_its_key_as_its_server_and_principal() {
+    let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    let cipher = store::GrantCipher::from_hex(key).unwrap();
+    let sealed = cipher.seal(&principal_grant("remote", "alice")).unwrap();
+    assert!(!contains(&sealed, "TOPSECRET"));
+    assert_eq!(
+        cipher
+            .open("remote", Some("alice"), &sealed, "row")
+            .unwrap()
+            .access_token,
+        "access-token-of-alice-TOPSECRET"
+    );
+    for (server, principal) in [
+        ("remote", Some("bob")),
+        ("remote", None),
+        ("other", Some("alice")),
+    ] {
+        assert!(
+            matches!(
+                cipher.open(server, principal, &sealed, "row"),
+                Err(OAuthError::Tampered { .. })
+            ),
+            "{server} {principal:?}"
+        );
+    }
+    let other = store::GrantCipher::from_hex(&key.replace('0', "1")).unwrap();
+    assert!(other.open("remote", Some("alice"), &sealed, "row").is_err());
+    // A key that is not 32 bytes in hex is refused without being quoted.
+    let error = store::GrantCipher::from_hex("c0ffee")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("32 bytes in hex") && !error.contains("c0ffee"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_commands_messages_name_quote_a_principal_for_the_shell() {
+    use crate::text::{login_command, logout_command, shell_word};
+    assert_eq!(
+        login_command("remote", None, &[]),
+        "toolward auth login remote"
+    );
+    assert_eq!(
+        login_command("remote", Some("alice@example.com"), &[]),
+        "toolward auth login remote --principal alice@example.com"
+    );
+    assert_eq!(
+        login_command(
+            "remote",
+            Some("O'Brien; rm -rf ~"),
+            &[String::from("files:write"), String::from("mcp:tools")]
+        ),
+        "toolward auth login remote --principal 'O'\\''Brien; rm -rf ~' --scope 'files:write mcp:tools'"
+    );
+    assert_eq!(
+        logout_command("remote", Some("bob")),
+        "toolward auth logout remote --principal bob"
+    );
+    // A control character or a backtick never reaches a message as it is.
+    assert_eq!(shell_word("a\u{1b}[2Kb"), "'a\\u{001B}[2Kb'");
+    assert!(!shell_word("a`b").contains('`'));
+    assert_eq!(shell_word(""), "''");
 }

@@ -202,13 +202,33 @@ pub enum TransportError {
     },
     /// The HTTP server asks for sign-in (`401`) and toolward has no grant it accepts, or the
     /// grant could not be used or renewed. Nothing interactive happens here: the operator
-    /// signs in with `toolward auth login SERVER`.
-    #[error("server `{server}` needs sign-in ({detail}): run `toolward auth login {server}`")]
+    /// signs in with `toolward auth login SERVER` (`--principal P` for a principal's grant).
+    #[error("server `{server}` needs sign-in{} ({detail}): run `{}`", for_principal(principal.as_deref()), crate::text::login_command(server, principal.as_deref(), &[]))]
     SignIn {
         /// The server's name in the configuration.
         server: String,
+        /// The principal whose upstream session it is; `None`: the operator's.
+        principal: Option<String>,
         /// Why (no grant, the grant refused after a renewal, the grant unusable).
         detail: String,
+    },
+    /// The HTTP server answered `403` with `WWW-Authenticate: Bearer
+    /// error="insufficient_scope"` (RFC 6750, section 3.1; MCP specification 2025-11-25,
+    /// "Scope Challenge Handling"): the grant lacks a scope. Nothing interactive happens
+    /// here: the message names the sign-in that asks for the scopes the server named.
+    #[error("server `{server}` refused `{method}` for want of scope{}{}: run `{}`", for_principal(principal.as_deref()), scope_suffix(.scopes, *.unusable), crate::text::login_command(server, principal.as_deref(), scopes))]
+    InsufficientScope {
+        /// The server's name in the configuration.
+        server: String,
+        /// The principal whose upstream session it is; `None`: the operator's.
+        principal: Option<String>,
+        /// The JSON-RPC method.
+        method: String,
+        /// The scopes its challenge named (`scope`), each a scope token of RFC 6749.
+        scopes: Vec<String>,
+        /// Whether its challenge named a `scope` that is not a list of scope tokens (left out
+        /// of the command, never quoted).
+        unusable: bool,
     },
     /// The HTTP server answered with an error status.
     #[error("server `{server}` answered `{method}` with HTTP status {status}{}", body_suffix(.body))]
@@ -240,6 +260,25 @@ pub enum TransportError {
         /// The JSON-RPC method.
         method: String,
     },
+}
+
+/// ` for principal `P`` for a principal's upstream session, else nothing.
+fn for_principal(principal: Option<&str>) -> String {
+    principal.map_or_else(String::new, |principal| {
+        format!(
+            " for principal `{}`",
+            crate::text::quote(principal, crate::text::MAX_QUOTED_BYTES)
+        )
+    })
+}
+
+/// What an `insufficient_scope` answer asked for, for its message.
+fn scope_suffix(scopes: &[String], unusable: bool) -> String {
+    match (scopes.is_empty(), unusable) {
+        (_, true) => String::from(" (it named a `scope` that is not a list of scopes)"),
+        (true, false) => String::from(" (it named no scope)"),
+        (false, false) => format!(" (it asks for `{}`)", scopes.join(" ")),
+    }
 }
 
 /// Server text for a one-line message: [`crate::text::quote`] at [`MAX_QUOTED_BYTES`].

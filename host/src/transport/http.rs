@@ -65,6 +65,10 @@ const RESERVED_HEADERS: &[&str] = &[
 /// The `User-Agent` toolward sends.
 const USER_AGENT: &str = concat!("toolward/", env!("CARGO_PKG_VERSION"));
 
+/// Most scopes of an `insufficient_scope` challenge named in an error: 32. A server that names
+/// more is named as asking for something unusable.
+const MAX_CHALLENGE_SCOPES: usize = 32;
+
 /// The method named in errors about a response toolward sends to a server's request.
 const ANSWER_TO_SERVER: &str = "(an answer to a server request)";
 
@@ -107,8 +111,12 @@ impl Endpoint {
         }
         let mut headers = HeaderMap::new();
         for (name, value) in &spec.headers {
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| invalid(format!("`{}` is not a header name", super::errors::quote(name))))?;
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                invalid(format!(
+                    "`{}` is not a header name",
+                    super::errors::quote(name)
+                ))
+            })?;
             if RESERVED_HEADERS.contains(&header.as_str()) {
                 return Err(invalid(format!(
                     "the header `{header}` is set by toolward and cannot be configured"
@@ -151,6 +159,13 @@ impl Endpoint {
         lock(&self.session).clone()
     }
 
+    /// The principal whose grant this session uses; `None`: the operator's (or no grant).
+    fn principal(&self) -> Option<String> {
+        self.oauth
+            .as_ref()
+            .and_then(|credentials| credentials.principal().map(str::to_owned))
+    }
+
     /// The `Authorization` value of the server's grant, renewed first when it is about to
     /// expire; `None` without a grant.
     async fn authorization(&self, server: &str) -> Result<Option<HeaderValue>, TransportError> {
@@ -159,7 +174,7 @@ impl Endpoint {
                 .authorization()
                 .await
                 .map(Some)
-                .map_err(|error| sign_in(server, &error)),
+                .map_err(|error| sign_in(server, credentials.principal(), &error)),
             None => Ok(None),
         }
     }
@@ -242,16 +257,60 @@ impl Endpoint {
     }
 }
 
-/// The error of a server whose grant is missing, refused or cannot be renewed.
-fn sign_in(server: &str, error: &crate::oauth::OAuthError) -> TransportError {
+/// The error of a server whose grant (the operator's, or `principal`'s) is missing, refused
+/// or cannot be renewed.
+fn sign_in(
+    server: &str,
+    principal: Option<&str>,
+    error: &crate::oauth::OAuthError,
+) -> TransportError {
     let detail = match error {
         crate::oauth::OAuthError::NotSignedIn { reason, .. } => reason.clone(),
-        other => format!("its grant could not be used: {}", crate::text::error_chain(other)),
+        other => format!(
+            "its grant could not be used: {}",
+            crate::text::error_chain(other)
+        ),
     };
     TransportError::SignIn {
         server: server.to_owned(),
+        principal: principal.map(str::to_owned),
         detail,
     }
+}
+
+/// The error of a `403` whose `WWW-Authenticate: Bearer` challenge says
+/// `error="insufficient_scope"`, or `None` for any other `403`. The challenge's `scope` is
+/// the server's text: named in the message only when it is a list of scope tokens (RFC 6749,
+/// section 3.3), so it cannot put anything else into the command the message names.
+fn insufficient_scope(
+    server: &str,
+    principal: Option<String>,
+    method: &str,
+    headers: &HeaderMap,
+) -> Option<TransportError> {
+    let challenge = crate::oauth::discovery::bearer_challenge(headers)?;
+    if challenge.error.as_deref() != Some("insufficient_scope") {
+        return None;
+    }
+    let named: Vec<String> = challenge
+        .scope
+        .as_deref()
+        .unwrap_or_default()
+        .split(' ')
+        .filter(|scope| !scope.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let unusable = named.len() > MAX_CHALLENGE_SCOPES
+        || named
+            .iter()
+            .any(|scope| !crate::oauth::is_scope_token(scope));
+    Some(TransportError::InsufficientScope {
+        server: server.to_owned(),
+        principal,
+        method: method.to_owned(),
+        scopes: if unusable { Vec::new() } else { named },
+        unusable,
+    })
 }
 
 /// Why an exchange ended without its answer: an error for the request alone, or a fault
@@ -549,13 +608,16 @@ async fn exchange(
             };
             return Err(Fault::Request(TransportError::SignIn {
                 server: shared.server.clone(),
+                principal: endpoint.principal(),
                 detail: format!("{challenge}, and toolward has no grant for it"),
             }));
         };
         let fresh = credentials
             .after_unauthorized(&rejected)
             .await
-            .map_err(|error| Fault::Request(sign_in(&shared.server, &error)))?;
+            .map_err(|error| {
+                Fault::Request(sign_in(&shared.server, credentials.principal(), &error))
+            })?;
         response = endpoint
             .post(message, Some(fresh))
             .send()
@@ -564,6 +626,7 @@ async fn exchange(
         if response.status() == StatusCode::UNAUTHORIZED {
             return Err(Fault::Request(TransportError::SignIn {
                 server: shared.server.clone(),
+                principal: endpoint.principal(),
                 detail: String::from("it refused the grant's token, renewed once"),
             }));
         }
@@ -584,6 +647,16 @@ async fn exchange(
     }
     if status == StatusCode::NOT_FOUND && with_session {
         return Err(Fault::Server(FailureReason::SessionExpired));
+    }
+    if status == StatusCode::FORBIDDEN
+        && let Some(error) = insufficient_scope(
+            &shared.server,
+            endpoint.principal(),
+            method,
+            response.headers(),
+        )
+    {
+        return Err(Fault::Request(error));
     }
     if !status.is_success() {
         return Err(Fault::Request(TransportError::HttpStatus {

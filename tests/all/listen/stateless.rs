@@ -356,7 +356,10 @@ async fn a_request_state_held_on_one_gateway_of_a_database_is_approved_on_anothe
     crate::store_contract::migrate(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = write_config(dir.path(), json!({}), json!({})).await;
-    config.store = toolward::config::StoreConfig::Postgres { url };
+    config.store = toolward::config::StoreConfig::Postgres {
+        url,
+        oauth_key: None,
+    };
     let mut other = config.clone();
     other.state_dir = dir.path().join("state-b");
     let a = Toolward::start(config.clone()).await.unwrap();

@@ -720,7 +720,12 @@ async fn a_401_without_a_grant_fails_with_sign_in_naming_the_server_and_the_comm
     let text = error.to_string();
     assert!(text.starts_with("server `remote` needs sign-in"), "{text}");
     assert!(text.ends_with("run `toolward auth login remote`"), "{text}");
-    assert!(fixture.seen().iter().all(|seen| seen.header("authorization").is_none()));
+    assert!(
+        fixture
+            .seen()
+            .iter()
+            .all(|seen| seen.header("authorization").is_none())
+    );
 }
 
 /// The fixture as an MCP server that accepts only `Bearer new`, and as its authorization
@@ -740,11 +745,15 @@ fn protected(request: &Seen, path: &str) -> Reply {
 
 #[tokio::test]
 async fn a_grants_token_goes_to_its_server_and_a_401_renews_it_once_then_it_is_kept() {
-    use crate::oauth::store::{ClientAuth, Grant, GrantKind, GrantStore};
+    use crate::oauth::store::{ClientAuth, Grant, GrantKind, GrantStore, StateDirGrants};
     // The fixture's script sees no path: the token request is told apart by its body.
     let fixture = Fixture::start(|seen| {
         let body = String::from_utf8_lossy(&seen.body);
-        let path = if body.contains("grant_type=refresh_token") { "/token" } else { "/mcp" };
+        let path = if body.contains("grant_type=refresh_token") {
+            "/token"
+        } else {
+            "/mcp"
+        };
         protected(seen, path)
     })
     .await;
@@ -757,11 +766,13 @@ async fn a_grants_token_goes_to_its_server_and_a_401_renews_it_once_then_it_is_k
         dir.path(),
     )
     .unwrap();
-    let state = crate::state_dir::StateDir::open(&config.state_dir).unwrap();
-    let store = GrantStore::open(&state).unwrap();
+    let store = std::sync::Arc::new(GrantStore::StateDir(
+        StateDirGrants::open(&config.state_dir).unwrap(),
+    ));
     store
         .write(&Grant {
             server: String::from("remote"),
+            principal: None,
             resource: fixture.url(),
             issuer: format!("http://{}/", fixture.address),
             token_endpoint: format!("http://{}/token", fixture.address),
@@ -776,15 +787,19 @@ async fn a_grants_token_goes_to_its_server_and_a_401_renews_it_once_then_it_is_k
             scopes: Vec::new(),
             obtained_at: 0,
         })
+        .await
         .unwrap();
-    let credentials = crate::oauth::Credentials::load(&config.state_dir, &config.servers["remote"])
+    let credentials = crate::oauth::Credentials::load(&store, &config.servers["remote"], None)
+        .await
         .unwrap()
         .unwrap();
     let spec = HttpSpec {
         oauth: Some(credentials),
         ..fixture.spec()
     };
-    let up = Upstream::connect_http("remote", &spec, &limits()).await.unwrap();
+    let up = Upstream::connect_http("remote", &spec, &limits())
+        .await
+        .unwrap();
     lists_exactly_and_calls(&up).await;
     up.close().await;
 
@@ -800,5 +815,168 @@ async fn a_grants_token_goes_to_its_server_and_a_401_renews_it_once_then_it_is_k
     for seen in posts.iter().skip(2) {
         assert_eq!(seen.header("authorization"), Some("Bearer new"));
     }
-    assert_eq!(store.read("remote").unwrap().unwrap().access_token, "new");
+    assert_eq!(
+        store
+            .read("remote", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .access_token,
+        "new"
+    );
+}
+
+/// A grant of `principal` (`None`: the operator's) for the fixture, written to a state folder
+/// store, and the credentials the transport uses.
+async fn fixture_credentials(
+    fixture: &Fixture,
+    dir: &std::path::Path,
+    principal: Option<&str>,
+    token: &str,
+) -> std::sync::Arc<crate::oauth::Credentials> {
+    use crate::oauth::store::{ClientAuth, Grant, GrantKind, GrantStore, StateDirGrants};
+    let config = crate::config::Config::from_value(
+        json!({
+            "mcpServers": { "remote": { "url": fixture.url(), "oauth": { "per_principal": true } } },
+            "rules": { "file": "rules.json" },
+        }),
+        dir,
+    )
+    .unwrap();
+    let store = std::sync::Arc::new(GrantStore::StateDir(
+        StateDirGrants::open(&config.state_dir).unwrap(),
+    ));
+    store
+        .write(&Grant {
+            server: String::from("remote"),
+            principal: principal.map(str::to_owned),
+            resource: fixture.url(),
+            issuer: format!("http://{}/", fixture.address),
+            token_endpoint: format!("http://{}/token", fixture.address),
+            revocation_endpoint: None,
+            client_id: String::from("client-1"),
+            client_secret: None,
+            client_auth: ClientAuth::None,
+            kind: GrantKind::AuthorizationCode,
+            access_token: token.to_owned(),
+            refresh_token: None,
+            expires_at: None,
+            scopes: vec![String::from("files:read")],
+            obtained_at: 0,
+        })
+        .await
+        .unwrap();
+    crate::oauth::Credentials::load(&store, &config.servers["remote"], principal)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_403_for_insufficient_scope_names_the_sign_in_that_asks_for_the_scope() {
+    let fixture = Fixture::start(|seen| {
+        if seen.rpc_method() == "tools/call" {
+            let tool = seen.message()["params"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let scope = match tool.as_str() {
+                "write" => "files:read files:write",
+                // Scope tokens a shell would read: quoted into one word.
+                "shell" => "x'; rm -rf ~ #",
+                // Not scope tokens (a `\`): never repeated into the command.
+                _ => "a\\\\b",
+            };
+            return hyper::Response::builder()
+                .status(403)
+                .header(
+                    "www-authenticate",
+                    format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\""),
+                )
+                .body(Full::new(Bytes::from_static(b"")).boxed())
+                .unwrap();
+        }
+        mcp(seen, Style::Json)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = fixture_credentials(&fixture, dir.path(), Some("alice"), "alice-token").await;
+    let spec = HttpSpec {
+        oauth: Some(credentials),
+        ..fixture.spec()
+    };
+    let up = Upstream::connect_http("remote", &spec, &limits())
+        .await
+        .unwrap();
+    let error = up
+        .call_tool("write", arguments(), Duration::from_secs(10), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, TransportError::InsufficientScope { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "server `remote` refused `tools/call` for want of scope for principal `alice` (it asks for `files:read files:write`): run `toolward auth login remote --principal alice --scope 'files:read files:write'`"
+    );
+    let error = up
+        .call_tool("other", arguments(), Duration::from_secs(10), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("a `scope` that is not a list of scopes"),
+        "{error}"
+    );
+    assert!(
+        error.ends_with("run `toolward auth login remote --principal alice`"),
+        "{error}"
+    );
+    let error = up
+        .call_tool("shell", arguments(), Duration::from_secs(10), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.ends_with("--scope 'x'\\''; rm -rf ~ #'`"), "{error}");
+    // Nothing was retried, nor signed in to: the session goes on.
+    assert!(up.failure().is_none());
+    up.close().await;
+    let posts = fixture.posts();
+    assert_eq!(
+        posts
+            .iter()
+            .filter(|seen| seen.rpc_method() == "tools/call")
+            .count(),
+        3
+    );
+    assert!(
+        posts
+            .iter()
+            .all(|seen| seen.header("authorization") == Some("Bearer alice-token"))
+    );
+}
+
+#[tokio::test]
+async fn a_principals_session_refused_at_initialize_names_the_principals_sign_in() {
+    let fixture = Fixture::start(|_| reply(401, None, "")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = fixture_credentials(&fixture, dir.path(), Some("bob"), "bob-token").await;
+    let spec = HttpSpec {
+        oauth: Some(credentials),
+        ..fixture.spec()
+    };
+    let error = Upstream::connect_http("remote", &spec, &limits())
+        .await
+        .unwrap_err()
+        .to_string();
+    // No refresh token: not renewed, and the message names Bob's sign-in, not the operator's.
+    assert!(
+        error.starts_with("server `remote` needs sign-in for principal `bob` ("),
+        "{error}"
+    );
+    assert!(
+        error.ends_with("run `toolward auth login remote --principal bob`"),
+        "{error}"
+    );
 }
