@@ -454,21 +454,49 @@ async fn each_principal_calls_in_a_session_of_its_own_under_its_own_grant_and_no
     );
     assert_no_inbound_token_upstream(&protected);
 
+    // Idle sessions are closed, each with its own token, and the next call opens a new one.
+    let registry = toolward.call_path().registry();
+    assert_eq!(
+        registry.principal_sessions("demo"),
+        ["alice", "bob", "carol"]
+    );
+    assert_eq!(
+        registry.close_idle_principal_sessions(Duration::ZERO).await,
+        2
+    );
+    assert!(registry.principal_sessions("demo").is_empty());
+    for token in ["upstream-alice-token", "upstream-bob-token"] {
+        let deletes = protected
+            .with_token(token)
+            .iter()
+            .filter(|seen| seen.http_method == "DELETE")
+            .count();
+        assert_eq!(deletes, 1, "{token}");
+    }
+    assert_eq!(
+        call(&alice, "demo__whoami").await,
+        (String::from("token upstream-ali"), false)
+    );
+    let alices = protected.with_token("upstream-alice-token");
+    assert_eq!(
+        alices.iter().filter(|s| s.rpc == "initialize").count(),
+        2,
+        "{alices:?}"
+    );
+    assert_eq!(sessions(&alices).len(), 2, "{alices:?}");
+
     for client in [alice, bob, carol] {
         client.close().await;
     }
     listening.stop().await;
     toolward.shutdown().await;
-    // At shutdown each principal's session is ended with its own token.
-    for token in ["upstream-alice-token", "upstream-bob-token"] {
-        assert!(
-            protected
-                .with_token(token)
-                .iter()
-                .any(|seen| seen.http_method == "DELETE"),
-            "{token}'s session was not ended"
-        );
-    }
+    // At shutdown Alice's reopened session is ended with her token.
+    let deletes = protected
+        .with_token("upstream-alice-token")
+        .iter()
+        .filter(|seen| seen.http_method == "DELETE")
+        .count();
+    assert_eq!(deletes, 2, "Alice's second session was not ended");
     assert_no_inbound_token_upstream(&protected);
     let audit = crate::support::audit_records(&dir.path().join("state/audit.jsonl"));
     let text = serde_json::to_string(&audit).unwrap();
