@@ -15,7 +15,12 @@
 //!   dynamic registration, PKCE), through `toolward auth login demo --principal P` and a
 //!   `GET` playing the browser, when it is installed (`tests/real-servers/install.sh`). Its
 //!   demo authorization server signs everyone in as one demo user, so the two principals
-//!   there are two grants with tokens of their own, not two accounts.
+//!   there are two grants with tokens of their own, not two accounts;
+//! - from `oidc-provider` (npm) with the provider script of `tests/real-servers/oidc/`
+//!   (which comes with the listener's OAuth tests), whose accounts `alice` and `bob` sign in
+//!   by the authorization request's `login_hint`: two principals, two accounts, and the JWTs
+//!   the upstream receives name each account as `sub`. Skipped, saying why, while the script
+//!   or the module is missing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -63,13 +68,17 @@ struct Protected {
 
 impl Protected {
     /// Starts it; with `issuer`, its protected-resource metadata names that authorization
-    /// server.
+    /// server. Its URL names `localhost`, as the SDK's authorization server names itself:
+    /// the origin rule lets sign-in reach the server's own host, and no other internal one.
     async fn start(issuer: Option<String>) -> Protected {
+        Protected::start_at("localhost", issuer).await
+    }
+
+    /// As [`Protected::start`], its URL naming `host` (a name or address of 127.0.0.1).
+    async fn start_at(host: &str, issuer: Option<String>) -> Protected {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        // `localhost`, as the SDK's authorization server names itself: the origin rule lets
-        // sign-in reach the server's own host, and no other internal one.
-        let url = format!("http://localhost:{port}/mcp");
+        let url = format!("http://{host}:{port}/mcp");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sessions: Arc<Mutex<HashMap<String, String>>> = Arc::default();
         let record = Arc::clone(&seen);
@@ -676,6 +685,268 @@ async fn principals_signed_in_by_a_real_authorization_server_reach_the_upstream_
     );
     let (_, error) = call(&bob, "demo__whoami").await;
     assert!(!error);
+    bob.close().await;
+    listening.stop().await;
+    toolward.shutdown().await;
+}
+
+/// The folder of `oidc-provider` and the provider script of `tests/real-servers/oidc/`, or
+/// `None` after saying why: the script comes with the listener's OAuth tests (branch
+/// `oauth-listener`), the module from `tests/real-servers/install.sh`.
+fn oidc_provider() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let modules = crate::real::real_servers().join("oidc-provider/node_modules");
+    let script = crate::support::repo().join("tests/real-servers/oidc/provider.mjs");
+    if modules.join("oidc-provider/package.json").is_file() && script.is_file() {
+        return Some((modules, script));
+    }
+    eprintln!(
+        "skipped: needs {} (tests/real-servers/install.sh) and {}",
+        modules.display(),
+        script.display()
+    );
+    None
+}
+
+/// One `GET` of `url` (`http://host:port/path?query`) with `cookies`, as a browser sends it:
+/// the status, the `Location` and the cookies it sets (`name=value`).
+fn browser_get(
+    url: &str,
+    cookies: &BTreeMap<String, String>,
+) -> (u16, Option<String>, Vec<String>) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let cookie: Vec<String> = cookies.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    std::io::Write::write_all(
+        &mut stream,
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: text/html\r\nCookie: {}\r\nConnection: close\r\n\r\n",
+            cookie.join("; ")
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut stream, &mut answer);
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+    let status = head
+        .lines()
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let mut location = None;
+    let mut set = Vec::new();
+    for line in head.lines().skip(1) {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        if name.eq_ignore_ascii_case("location") {
+            let value = value.trim();
+            location = Some(if value.starts_with('/') {
+                format!("http://{authority}{value}")
+            } else {
+                value.to_owned()
+            });
+        } else if name.eq_ignore_ascii_case("set-cookie") {
+            set.push(
+                value
+                    .trim()
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
+    (status, location, set)
+}
+
+/// The claims of a JWT (its payload, base64url without padding), without checking it.
+fn jwt_claims(token: &str) -> Value {
+    let payload = token.split('.').nth(1).unwrap();
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut bytes = Vec::new();
+    for c in payload.bytes() {
+        let value = alphabet.iter().position(|a| *a == c).unwrap() as u32;
+        bits = (bits << 6) | value;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            bytes.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_principals_signed_in_as_two_accounts_of_a_real_provider_reach_the_upstream_as_those_two()
+ {
+    let Some((modules, script)) = oidc_provider() else {
+        return;
+    };
+    let Some(bin) = crate::support::toolward_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The provider: accounts alice and bob, the public native client `toolward-tests`, the
+    // account chosen by the authorization request's `login_hint`, JWT access tokens whose
+    // `sub` is the account and whose `aud` is the resource.
+    let provider_dir = dir.path().join("provider");
+    std::fs::create_dir_all(&provider_dir).unwrap();
+    std::fs::copy(&script, provider_dir.join("provider.mjs")).unwrap();
+    std::os::unix::fs::symlink(&modules, provider_dir.join("node_modules")).unwrap();
+    let port = super::free_port();
+    let issuer = format!("http://127.0.0.1:{port}");
+    let log = provider_dir.join("provider.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let _provider = tokio::process::Command::new("node")
+        .arg(provider_dir.join("provider.mjs"))
+        .env("PORT", port.to_string())
+        .env("KEYS", provider_dir.join("keys.json"))
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("listening ")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the provider did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The fixture on the provider's host: 127.0.0.1.
+    let protected = Protected::start_at("127.0.0.1", Some(issuer)).await;
+    let config = config(
+        dir.path(),
+        &protected.url,
+        json!({
+            "per_principal": true,
+            "client_id": "toolward-tests",
+            "scopes": ["openid", "mcp:tools"],
+        }),
+    );
+    let config_arg = dir.path().join("toolward.json").display().to_string();
+
+    // `auth login` for the operator (alice's account), alice and bob: the browser adds the
+    // account to sign in as (`login_hint`) and keeps the provider's cookies.
+    for (principal, account) in [
+        (None, "alice"),
+        (Some("alice"), "alice"),
+        (Some("bob"), "bob"),
+    ] {
+        let mut args = vec![
+            "auth".to_owned(),
+            "login".to_owned(),
+            "demo".to_owned(),
+            "--config".to_owned(),
+            config_arg.clone(),
+            "--timeout-secs".to_owned(),
+            "60".to_owned(),
+        ];
+        if let Some(principal) = principal {
+            args.extend(["--principal".to_owned(), principal.to_owned()]);
+        }
+        let bin = bin.to_owned();
+        let cwd = dir.path().to_owned();
+        let log = log.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::BufRead as _;
+            let mut login = std::process::Command::new(&bin)
+                .args(&args)
+                .current_dir(&cwd)
+                .env_remove("BROWSER")
+                .env_remove("TOOLWARD_LOG")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = std::io::BufReader::new(login.stdout.take().unwrap()).lines();
+            let authorize = loop {
+                let line = lines.next().unwrap().unwrap();
+                if line.starts_with("http://") {
+                    break line;
+                }
+            };
+            let mut url = format!("{authorize}&login_hint={account}");
+            let mut cookies = BTreeMap::new();
+            for _ in 0..20 {
+                let (status, location, set) = browser_get(&url, &cookies);
+                for cookie in set {
+                    if let Some((name, value)) = cookie.split_once('=') {
+                        cookies.insert(name.to_owned(), value.to_owned());
+                    }
+                }
+                let Some(location) = location else {
+                    assert_eq!(
+                        status,
+                        200,
+                        "stopped at {url}: {}",
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    );
+                    break;
+                };
+                url = location;
+            }
+            for line in lines.map_while(Result::ok) {
+                let _ = line;
+            }
+            let status = login.wait_with_output().unwrap();
+            assert!(
+                status.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&status.stderr),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        })
+        .await
+        .unwrap();
+    }
+
+    let (toolward, listening) = serve(config).await;
+    let alice = client(&listening, ALICE).await;
+    let bob = client(&listening, BOB).await;
+    assert!(!call(&alice, "demo__whoami").await.1);
+    assert!(!call(&bob, "demo__whoami").await.1);
+    // Each principal's calls carry a token of its own account, for this server.
+    let calls: Vec<Seen> = protected
+        .seen()
+        .into_iter()
+        .filter(|seen| seen.rpc == "tools/call")
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let subjects: Vec<Value> = calls
+        .iter()
+        .map(|seen| {
+            let token = seen
+                .authorization
+                .as_deref()
+                .unwrap()
+                .strip_prefix("Bearer ")
+                .unwrap();
+            let claims = jwt_claims(token);
+            assert_eq!(claims["aud"], json!(protected.url), "{claims}");
+            claims["sub"].clone()
+        })
+        .collect();
+    assert_eq!(subjects, [json!("alice"), json!("bob")]);
+    assert_ne!(sessions(&calls[..1]), sessions(&calls[1..]));
+    assert_no_inbound_token_upstream(&protected);
+    alice.close().await;
     bob.close().await;
     listening.stop().await;
     toolward.shutdown().await;
