@@ -33,11 +33,20 @@
 //!   (RFC 8252, section 7.3), which toolward listens on only for the sign-in, at most the
 //!   login's timeout. Client credentials (`oauth.grant: client_credentials`) for gateways
 //!   with no person at hand: no browser, and a new token whenever the old one expires.
-//! - **Tokens** ([`store`]) are kept in the state folder, one file per server
-//!   (`oauth/SERVER.grant`, mode `0600`), encrypted with XChaCha20-Poly1305 under a key
-//!   derived from the random key file `oauth.key` (mode `0600`), with the server's name as
-//!   associated data: a file altered, or moved to another server's name, is refused. The
-//!   confinement withholds the whole state folder from every server. A token is renewed
+//! - **Tokens** ([`store`]) are kept in the state folder, one file per server for the
+//!   operator (`oauth/SERVER.grant`, mode `0600`) and one per server and principal
+//!   (`oauth/SERVER.principals/SHA256.grant`), encrypted with XChaCha20-Poly1305 under a key
+//!   derived from the random key file `oauth.key` (mode `0600`), with the server's name (and
+//!   the principal's) as associated data: a file altered, or moved to another server's or
+//!   principal's name, is refused. The confinement withholds the whole state folder from
+//!   every server. With `store.postgres` they are rows of `toolward_oauth_grants` sealed the
+//!   same way under `store.oauth_key`, which comes from the environment (`postgres`).
+//! - **Per principal** (`oauth.per_principal`): pinning and loading use the operator's grant;
+//!   each call uses its principal's own grant in an upstream session of that principal's
+//!   (`crate::registry`), and a principal without one is refused naming
+//!   `toolward auth login SERVER --principal P`. A client's own token never goes upstream.
+//! - **More scope**: a `403` with `error="insufficient_scope"` fails that request, naming the
+//!   sign-in that asks for the scopes the server named (`auth login --scope`). A token is renewed
 //!   [`REFRESH_BEFORE_EXPIRY`] before it expires and once after a `401`; it goes only in the
 //!   `Authorization` header of requests to the server's own configured URL (the transport
 //!   follows no redirect), only when the operator configured no `Authorization` header of

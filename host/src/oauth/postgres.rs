@@ -63,12 +63,12 @@ impl PgGrants {
     pub fn place(&self, server: &str, principal: Option<&str>) -> String {
         match principal {
             None => format!(
-                "row `{server}` of `toolward_oauth_grants` in {}",
+                "the operator's row of server `{server}` in `toolward_oauth_grants` of PostgreSQL store {}",
                 self.name()
             ),
             Some(principal) => format!(
-                "the row of server `{server}` and principal `{}` of `toolward_oauth_grants` in {}",
-                crate::text::escape(principal),
+                "the row of server `{server}` and principal `{}` in `toolward_oauth_grants` of PostgreSQL store {}",
+                crate::text::quote(principal, crate::text::MAX_QUOTED_BYTES),
                 self.name()
             ),
         }

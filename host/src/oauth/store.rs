@@ -440,7 +440,12 @@ impl StateDirGrants {
             ));
         }
         self.cipher()?
-            .open(server, principal, &bytes, &full.display().to_string())
+            .open(
+                server,
+                principal,
+                &bytes,
+                &format!("file `{}`", full.display()),
+            )
             .map(Some)
     }
 
@@ -540,7 +545,7 @@ impl StateDirGrants {
     /// with that, and the name read from inside.
     fn read_principal_file(&self, server: &str, dir: &Dir, folder: &Path, file: &str) -> Listed {
         let full = folder.join(file);
-        let place = full.display().to_string();
+        let place = format!("file `{}`", full.display());
         let stem = file.strip_suffix(GRANT_SUFFIX).unwrap_or(file);
         let grant = crate::state_dir::open_private_in(dir, Path::new(file), &full)
             .map_err(|error| store_error(server, error))
@@ -550,13 +555,11 @@ impl StateDirGrants {
                     &mut std::io::Read::take(file, MAX_GRANT_FILE_BYTES + 1),
                     &mut bytes,
                 )
-                .map_err(|error| store_error(server, format!("`{place}`: {error}")))?;
+                .map_err(|error| store_error(server, format!("{place}: {error}")))?;
                 if bytes.len() as u64 > MAX_GRANT_FILE_BYTES {
                     return Err(store_error(
                         server,
-                        format!(
-                            "`{place}` is larger than the limit of {MAX_GRANT_FILE_BYTES} bytes"
-                        ),
+                        format!("{place} is larger than the limit of {MAX_GRANT_FILE_BYTES} bytes"),
                     ));
                 }
                 self.cipher()?.open_stem(server, Some(stem), &bytes, &place)
