@@ -48,8 +48,9 @@ pub(crate) use reader::type_name;
 use reader::Reader;
 pub use sections::{
     AuditConfig, ConfineConfig, DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
-    DEFAULT_TELEMETRY_SERVICE_NAME, Limits, ListenConfig, OAuthConfig, OAuthGrant, PolicyConfig,
-    RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    DEFAULT_TELEMETRY_SERVICE_NAME, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig,
+    OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport,
+    StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;
 
@@ -115,6 +116,23 @@ pub const DEFAULT_MAX_SESSIONS_PER_PRINCIPAL: u64 = 64;
 /// gateway never uses less than the longest a call can take (`approval_timeout_ms` plus
 /// `call_timeout_ms`), so a session is not closed under a call in flight.
 pub const DEFAULT_SESSION_IDLE_TIMEOUT_MS: u64 = 600_000;
+/// Default `listen.oauth.algorithms`: `RS256` and `ES256`, what authorization servers sign
+/// access tokens with unless told otherwise. Others are accepted when named.
+pub const DEFAULT_OAUTH_ALGORITHMS: &[&str] = &["RS256", "ES256"];
+/// The algorithms `listen.oauth.algorithms` may name: the asymmetric JOSE algorithms (RFC
+/// 7518, RFC 8037) a public key of the issuer verifies.
+pub const OAUTH_ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+/// Default `listen.oauth.principal_claim`: `sub`, the subject of the token.
+pub const DEFAULT_PRINCIPAL_CLAIM: &str = "sub";
+/// Default `listen.oauth.leeway_ms`: 30 000. Clocks of an issuer and a gateway agree to
+/// within seconds; half a minute covers a drifting one without keeping an expired token
+/// alive for long.
+pub const DEFAULT_OAUTH_LEEWAY_MS: u64 = 30_000;
+/// Largest `listen.oauth.leeway_ms`: 300 000 (five minutes), the skew Kerberos tolerates;
+/// more would keep expired tokens working.
+pub const MAX_OAUTH_LEEWAY_MS: u64 = 300_000;
 /// Largest config file read, in bytes: 1 MiB. A real config is a few KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 /// Longest separator, in characters: 8. The separator is part of every exposed tool name,

@@ -13,11 +13,13 @@ use crate::component::GuestLimits;
 use super::expand::{expand, is_var_name};
 use super::{
     AuditConfig, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE, DEFAULT_MANIFEST,
-    DEFAULT_PRINCIPAL, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
+    DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL, DEFAULT_PRINCIPAL_CLAIM,
+    DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
-    DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, MAX_SEPARATOR_CHARS,
-    MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
-    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, ListenOAuthConfig,
+    MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, OAUTH_ALGORITHMS,
+    OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    ServerTransport, StoreConfig, TelemetryConfig,
 };
 
 /// Keys of the top-level object. `$schema` is accepted so editors can find the schema.
@@ -92,6 +94,19 @@ pub(super) const LISTEN_KEYS: &[&str] = &[
     "max_connections",
     "max_sessions_per_principal",
     "session_idle_timeout_ms",
+    "oauth",
+];
+/// Keys of `listen.oauth` (see [`ListenOAuthConfig`]).
+pub(super) const LISTEN_OAUTH_KEYS: &[&str] = &[
+    "issuer",
+    "resource",
+    "jwks_uri",
+    "algorithms",
+    "principal_claim",
+    "attribute_claims",
+    "scopes_supported",
+    "required_scopes",
+    "leeway_ms",
 ];
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
 pub(super) const CONFINE_KEYS: &[&str] =
@@ -638,9 +653,14 @@ impl Reader<'_> {
                 allowed_origins.push(lower);
             }
         }
+        let oauth = match map.get("oauth") {
+            None => None,
+            Some(value) => Some(self.listen_oauth(value, &path.key("oauth"))?),
+        };
         let mut listen = ListenConfig {
             tokens,
             allowed_origins,
+            oauth,
             ..ListenConfig::default()
         };
         for key in [
@@ -674,6 +694,165 @@ impl Reader<'_> {
             }
         }
         Ok(listen)
+    }
+
+    fn listen_oauth(
+        &self,
+        value: &Value,
+        path: &JsonPath,
+    ) -> Result<ListenOAuthConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, LISTEN_OAUTH_KEYS)?;
+        let url = |key: &str, required: bool| -> Result<Option<String>, ConfigError> {
+            let key_path = path.key(key);
+            let Some(value) = map.get(key) else {
+                if required {
+                    return Err(path.invalid(format!(
+                        "names no `{key}`: `listen.oauth` needs `issuer` and `resource`"
+                    )));
+                }
+                return Ok(None);
+            };
+            let raw = non_empty_str(value, &key_path)?;
+            let text = expand(raw, &key_path, "(listen)", key, self.env)?;
+            let uri = text.parse::<http::Uri>().ok();
+            let scheme = uri.as_ref().and_then(http::Uri::scheme_str);
+            let host = uri
+                .as_ref()
+                .and_then(http::Uri::host)
+                .map(str::to_ascii_lowercase)
+                .unwrap_or_default();
+            let has_user = uri
+                .as_ref()
+                .and_then(http::Uri::authority)
+                .is_some_and(|authority| authority.as_str().contains('@'));
+            if !matches!(scheme, Some("https" | "http"))
+                || host.is_empty()
+                || has_user
+                || text.contains('#')
+            {
+                return Err(key_path.invalid(format!(
+                    "`{text}` is not an `https://` URL with a host and no user name or fragment"
+                )));
+            }
+            let loopback = host == "localhost"
+                || host.ends_with(".localhost")
+                || host.starts_with("127.")
+                || host == "[::1]";
+            if scheme == Some("http") && !loopback {
+                return Err(key_path.invalid(format!(
+                    "`{text}` is `http://`: only a loopback host may go without TLS"
+                )));
+            }
+            Ok(Some(text))
+        };
+        let issuer = url("issuer", true)?.unwrap_or_default();
+        let resource = url("resource", true)?.unwrap_or_default();
+        let jwks_uri = url("jwks_uri", false)?;
+        let names = |key: &str, what: &str| -> Result<Option<Vec<String>>, ConfigError> {
+            let Some(value) = map.get(key) else {
+                return Ok(None);
+            };
+            let list_path = path.key(key);
+            let Some(items) = value.as_array() else {
+                return Err(expected(&list_path, &format!("an array of {what}"), value));
+            };
+            let mut names = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let item_path = list_path.index(i);
+                let name = non_empty_str(item, &item_path)?;
+                if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(item_path.invalid(format!("`{name}` is not one of {what}")));
+                }
+                if !names.iter().any(|known| known == name) {
+                    names.push(name.to_owned());
+                }
+            }
+            Ok(Some(names))
+        };
+        let algorithms = match names("algorithms", "JOSE algorithm names")? {
+            None => DEFAULT_OAUTH_ALGORITHMS
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect(),
+            Some(list) => {
+                let list_path = path.key("algorithms");
+                if list.is_empty() {
+                    return Err(list_path.invalid(
+                        "names no algorithm: no token could be accepted; leave it out for `RS256` and `ES256`",
+                    ));
+                }
+                for (i, name) in list.iter().enumerate() {
+                    let reason = if name.eq_ignore_ascii_case("none") {
+                        Some("`none` is an unsigned token: anyone could write one")
+                    } else if name.to_ascii_uppercase().starts_with("HS") {
+                        Some(
+                            "HMAC algorithms verify with a shared secret, not the issuer's public key: accepting them lets a token signed with the public key pass (algorithm confusion)",
+                        )
+                    } else if !OAUTH_ALGORITHMS.contains(&name.as_str()) {
+                        Some("unknown algorithm")
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = reason {
+                        return Err(list_path.index(i).invalid(format!(
+                            "`{name}` is refused: {reason} (accepted: {})",
+                            OAUTH_ALGORITHMS.join(", ")
+                        )));
+                    }
+                }
+                list
+            }
+        };
+        let principal_claim = match map.get("principal_claim") {
+            None => DEFAULT_PRINCIPAL_CLAIM.to_owned(),
+            Some(value) => non_empty_str(value, &path.key("principal_claim"))?.to_owned(),
+        };
+        let attribute_claims = names("attribute_claims", "claim names")?.unwrap_or_default();
+        let scopes = |key: &str| -> Result<Vec<String>, ConfigError> {
+            let list = names(key, "scopes")?.unwrap_or_default();
+            for (i, scope) in list.iter().enumerate() {
+                // RFC 6749, section 3.3: printable ASCII without space, `"` or `\`.
+                if !scope
+                    .bytes()
+                    .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+                {
+                    return Err(path
+                        .key(key)
+                        .index(i)
+                        .invalid(format!("`{scope}` is not a scope (RFC 6749, section 3.3)")));
+                }
+            }
+            Ok(list)
+        };
+        let scopes_supported = scopes("scopes_supported")?;
+        let required_scopes = scopes("required_scopes")?;
+        let leeway_ms = match map.get("leeway_ms") {
+            None => DEFAULT_OAUTH_LEEWAY_MS,
+            Some(value) => {
+                let key_path = path.key("leeway_ms");
+                let number = value
+                    .as_u64()
+                    .ok_or_else(|| expected(&key_path, "milliseconds (0 or more)", value))?;
+                if number > MAX_OAUTH_LEEWAY_MS {
+                    return Err(key_path.invalid(format!(
+                        "`{number}` milliseconds is more than the limit of {MAX_OAUTH_LEEWAY_MS} milliseconds: expired tokens would keep working"
+                    )));
+                }
+                number
+            }
+        };
+        Ok(ListenOAuthConfig {
+            issuer,
+            resource,
+            jwks_uri,
+            algorithms,
+            principal_claim,
+            attribute_claims,
+            scopes_supported,
+            required_scopes,
+            leeway_ms,
+        })
     }
 
     fn store(&self, value: &Value, path: &JsonPath) -> Result<StoreConfig, ConfigError> {

@@ -275,6 +275,9 @@ pub struct ListenConfig {
     /// Time without a message after which a session is closed, in milliseconds
     /// (`listen.session_idle_timeout_ms`, `DEFAULT_SESSION_IDLE_TIMEOUT_MS`).
     pub session_idle_timeout_ms: u64,
+    /// The listener as an OAuth 2.1 resource server (`listen.oauth`); `None`: only the named
+    /// tokens.
+    pub oauth: Option<ListenOAuthConfig>,
 }
 
 impl Default for ListenConfig {
@@ -286,6 +289,7 @@ impl Default for ListenConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_sessions_per_principal: DEFAULT_MAX_SESSIONS_PER_PRINCIPAL,
             session_idle_timeout_ms: DEFAULT_SESSION_IDLE_TIMEOUT_MS,
+            oauth: None,
         }
     }
 }
@@ -303,8 +307,48 @@ impl std::fmt::Debug for ListenConfig {
                 &self.max_sessions_per_principal,
             )
             .field("session_idle_timeout_ms", &self.session_idle_timeout_ms)
+            .field("oauth", &self.oauth)
             .finish()
     }
+}
+
+/// `listen.oauth`: `serve --listen` as an OAuth 2.1 resource server (MCP specification
+/// 2025-11-25, "Authorization"; `docs/oauth.md`, "The listener"). A bearer token that is
+/// not one of `listen.tokens` must be a JWT access token of `issuer` for `resource`; its
+/// `principal_claim` is the principal, its `attribute_claims` the principal's attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenOAuthConfig {
+    /// The authorization server's issuer identifier (`listen.oauth.issuer`): a token's `iss`
+    /// must be exactly this string. `https://`, or `http://` on a loopback host.
+    pub issuer: String,
+    /// This listener's resource identifier (`listen.oauth.resource`): the public URL of its
+    /// MCP endpoint as clients reach it (`https://mcp.example.com/mcp`). The `resource` of its
+    /// protected-resource metadata (RFC 9728); a token's `aud` must contain it (RFC 8707).
+    pub resource: String,
+    /// Where the issuer's keys are (`listen.oauth.jwks_uri`); `None`: the `jwks_uri` of the
+    /// issuer's metadata (RFC 8414, then OpenID Connect discovery).
+    pub jwks_uri: Option<String>,
+    /// The signature algorithms accepted, by their JOSE names (`listen.oauth.algorithms`,
+    /// default [`DEFAULT_OAUTH_ALGORITHMS`](super::DEFAULT_OAUTH_ALGORITHMS)): among `RS256`,
+    /// `RS384`, `RS512`, `PS256`, `PS384`, `PS512`, `ES256`, `ES384`, `EdDSA`. Never `none`,
+    /// never `HS*` (a shared secret, not the issuer's public key).
+    pub algorithms: Vec<String>,
+    /// The claim naming the principal (`listen.oauth.principal_claim`, default `sub`): a
+    /// non-empty string without control characters.
+    pub principal_claim: String,
+    /// Claims handed to the policy as the principal's attributes, by name
+    /// (`listen.oauth.attribute_claims`: `["groups", "scope"]`); a claim the token lacks is
+    /// left out.
+    pub attribute_claims: Vec<String>,
+    /// `scopes_supported` of the protected-resource metadata (`listen.oauth.scopes_supported`).
+    pub scopes_supported: Vec<String>,
+    /// Scopes every token must carry (`listen.oauth.required_scopes`, in its `scope` claim);
+    /// a token without one is answered 403 `insufficient_scope`.
+    pub required_scopes: Vec<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, in milliseconds (`listen.oauth.leeway_ms`,
+    /// default [`DEFAULT_OAUTH_LEEWAY_MS`](super::DEFAULT_OAUTH_LEEWAY_MS)); counted in whole
+    /// seconds, rounded up, as the claims are.
+    pub leeway_ms: u64,
 }
 
 /// `rules`.

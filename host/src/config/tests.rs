@@ -1,8 +1,8 @@
 use std::time::Duration;
 
 use super::reader::{
-    AUDIT_KEYS, CONFINE_KEYS, GUEST_KEYS, LIMIT_KEYS, LISTEN_KEYS, SERVER_CONFINE_KEYS,
-    SERVER_KEYS, STORE_KEYS, TOP_KEYS, UNSUPPORTED_SERVER_KEYS,
+    AUDIT_KEYS, CONFINE_KEYS, GUEST_KEYS, LIMIT_KEYS, LISTEN_KEYS, LISTEN_OAUTH_KEYS,
+    SERVER_CONFINE_KEYS, SERVER_KEYS, STORE_KEYS, TOP_KEYS, UNSUPPORTED_SERVER_KEYS,
 };
 use super::*;
 use crate::audit::AuditSync;
@@ -882,6 +882,16 @@ fn json_schema_names_the_same_keys_as_the_reader() {
     ] {
         assert_eq!(listen["properties"][key]["default"], value, "{key}");
     }
+    let oauth = &listen["properties"]["oauth"];
+    assert_eq!(keys(oauth), sorted(LISTEN_OAUTH_KEYS));
+    assert_eq!(
+        oauth["properties"]["algorithms"]["default"],
+        serde_json::json!(crate::config::DEFAULT_OAUTH_ALGORITHMS)
+    );
+    assert_eq!(
+        oauth["properties"]["leeway_ms"]["default"],
+        crate::config::DEFAULT_OAUTH_LEEWAY_MS
+    );
     let guest = &schema["properties"]["guest"];
     assert_eq!(keys(guest), sorted(GUEST_KEYS));
     let defaults = GuestLimits::default();
@@ -1042,4 +1052,72 @@ fn store_oauth_key_comes_from_one_variable_of_32_bytes_in_hex_and_stays_out_of_d
         "{error}"
     );
     assert!(!error.contains("0011"), "{error}");
+}
+
+#[test]
+fn listen_oauth_takes_its_defaults_and_refuses_none_hmac_and_plain_http_off_loopback() {
+    let listen = |oauth: Value| {
+        let mut document = with_servers(json!({ "x": { "command": "x" } }));
+        document["listen"] = json!({ "oauth": oauth });
+        document
+    };
+    let config = load(listen(json!({
+        "issuer": "https://login.example.com/realms/team",
+        "resource": "https://mcp.example.com/mcp",
+    })))
+    .unwrap();
+    let oauth = config.listen.oauth.unwrap();
+    assert_eq!(oauth.algorithms, ["RS256", "ES256"]);
+    assert_eq!(oauth.principal_claim, "sub");
+    assert_eq!(oauth.leeway_ms, crate::config::DEFAULT_OAUTH_LEEWAY_MS);
+    assert_eq!(oauth.jwks_uri, None);
+    assert!(oauth.attribute_claims.is_empty());
+    let loopback = load(listen(json!({
+        "issuer": "http://127.0.0.1:9000",
+        "resource": "http://localhost:8080/mcp",
+        "algorithms": ["EdDSA", "PS256"],
+        "attribute_claims": ["groups", "scope"],
+    })))
+    .unwrap();
+    assert_eq!(
+        loopback.listen.oauth.unwrap().algorithms,
+        ["EdDSA", "PS256"]
+    );
+    for (oauth, expected) in [
+        (
+            json!({"issuer": "https://i.example", "resource": "https://r.example/mcp", "algorithms": ["none"]}),
+            "`none` is refused",
+        ),
+        (
+            json!({"issuer": "https://i.example", "resource": "https://r.example/mcp", "algorithms": ["RS256", "HS256"]}),
+            "algorithm confusion",
+        ),
+        (
+            json!({"issuer": "https://i.example", "resource": "https://r.example/mcp", "algorithms": []}),
+            "names no algorithm",
+        ),
+        (
+            json!({"issuer": "http://i.example", "resource": "https://r.example/mcp"}),
+            "only a loopback host may go without TLS",
+        ),
+        (
+            json!({"issuer": "https://user@i.example", "resource": "https://r.example/mcp"}),
+            "no user name",
+        ),
+        (
+            json!({"issuer": "https://i.example"}),
+            "names no `resource`",
+        ),
+        (
+            json!({"issuer": "https://i.example", "resource": "https://r.example/mcp", "leeway_ms": 600000}),
+            "expired tokens would keep working",
+        ),
+        (
+            json!({"issuer": "https://i.example", "resource": "https://r.example/mcp", "audience": "x"}),
+            "audience",
+        ),
+    ] {
+        let text = err_text(listen(oauth.clone()));
+        assert!(text.contains(expected), "{oauth}: {text}");
+    }
 }
