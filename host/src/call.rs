@@ -192,6 +192,9 @@ impl CallSettings {
 pub struct CallContext {
     /// Who asked (the configured principal over stdio, the token's name over HTTP).
     pub principal: String,
+    /// The principal's attributes, name and JSON text (claims of its OAuth access token over
+    /// HTTP; empty otherwise): `principal-attributes` of every decision.
+    pub principal_attributes: Vec<(String, String)>,
     /// The client connection the call came through.
     pub session: String,
     /// Who is asked when the policy holds the call.
@@ -209,6 +212,7 @@ impl fmt::Debug for CallContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallContext")
             .field("principal", &self.principal)
+            .field("principal_attributes", &self.principal_attributes)
             .field("session", &self.session)
             .field("progress", &self.progress.is_some())
             .finish_non_exhaustive()
@@ -1092,7 +1096,7 @@ impl Run<'_> {
             arguments_sha256: arguments_sha256.clone(),
             principal: self.ctx.principal.clone(),
             session: self.ctx.session.clone(),
-            principal_attributes: Vec::new(),
+            principal_attributes: self.ctx.principal_attributes.clone(),
             labels,
             time_ms,
             facts: facts.as_ref().map(Facts::to_pairs).unwrap_or_default(),

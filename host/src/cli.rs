@@ -968,6 +968,7 @@ async fn serve_http(
             tokens,
             allowed_origins: config.listen.allowed_origins.clone(),
             limits: crate::listen::ListenLimits::from_config(&config.listen),
+            oauth: config.listen.oauth.clone(),
         },
     )
     .await;
@@ -986,13 +987,21 @@ async fn serve_http(
         "toolward serves {registered} tools at {} (streamable HTTP)",
         listening.url()
     );
-    match token_file {
-        Some(file) => eprintln!(
+    match (token_file, &config.listen.oauth) {
+        (Some(file), _) => eprintln!(
             "bearer token: in {} (send `Authorization: Bearer $(cat {})`)",
             file.display(),
             file.display()
         ),
-        None => eprintln!("bearer tokens: the names in `listen.tokens` of the config"),
+        (None, Some(oauth)) if config.listen.tokens.is_empty() => eprintln!(
+            "bearer tokens: access tokens of issuer {} for {}",
+            oauth.issuer, oauth.resource
+        ),
+        (None, Some(oauth)) => eprintln!(
+            "bearer tokens: the names in `listen.tokens` of the config, and access tokens of issuer {} for {}",
+            oauth.issuer, oauth.resource
+        ),
+        (None, None) => eprintln!("bearer tokens: the names in `listen.tokens` of the config"),
     }
     shutdown_signal().await;
     tracing::info!("signal received: closing the servers");

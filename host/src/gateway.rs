@@ -622,13 +622,20 @@ impl ServerHandler for Gateway {
             }
             None => (None, None),
         };
-        // Over HTTP, the token's name (set by `listen` on the request); over stdio, the
-        // configured principal.
-        let principal = context
-            .extensions
-            .get::<http::request::Parts>()
+        // Over HTTP, the token's name or its OAuth claim, with the principal's attributes
+        // (set by `listen` on the request); over stdio, the configured principal.
+        let parts = context.extensions.get::<http::request::Parts>();
+        let principal = parts
             .and_then(|parts| parts.extensions.get::<crate::identity::Principal>())
             .map_or_else(|| self.settings.principal.clone(), |p| p.0.clone());
+        let principal_attributes = parts
+            .and_then(|parts| {
+                parts
+                    .extensions
+                    .get::<crate::identity::PrincipalAttributes>()
+            })
+            .map(|attributes| attributes.0.clone())
+            .unwrap_or_default();
         // W3C Trace Context in `params._meta` (see `crate::telemetry`).
         let traceparent = context
             .meta
@@ -638,6 +645,7 @@ impl ServerHandler for Gateway {
             .map(str::to_owned);
         let ctx = CallContext {
             principal,
+            principal_attributes,
             // A 2026-07-28 request has no session: its handler is its own, and its handler's
             // id would make every request a session of one call. Without one, its facts have
             // no `session` scope and its labels are the principal's (`docs/facts.md`,

@@ -9,10 +9,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::text;
 
-/// The principal of a request: the name of the token it carried. `listen` puts it in the
-/// request's extensions; the gateway reads it from there.
+/// The principal of a request: the name of the token it carried, or the configured claim
+/// of its OAuth access token. `listen` puts it in the request's extensions; the gateway
+/// reads it from there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
+
+/// The attributes of a request's principal: the configured claims of its OAuth access token
+/// (`listen.oauth.attribute_claims`), each a name and its value as canonical JSON text;
+/// empty for a named token. `listen` puts them in the request's extensions beside
+/// [`Principal`]; the gateway hands them to every decision (`principal-attributes` of WIT
+/// 0.3.0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrincipalAttributes(pub Vec<(String, String)>);
 
 /// Most bytes of `/etc/passwd` read to name the operating-system user: 4 MiB.
 pub const MAX_PASSWD_BYTES: u64 = 4 * 1024 * 1024;

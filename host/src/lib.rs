@@ -44,13 +44,14 @@
 //! |---|---|---|
 //! | `gateway` | the MCP server side (`gateway`) | rmcp, tokio-util |
 //! | `listen` | `serve --listen` (`listen`); needs `gateway` | hyper, hyper-util, http-body-util, tower-service |
+//! | `listen-oauth` | `listen.oauth`, the listener as an OAuth 2.1 resource server (`listen::oauth`); needs `listen` and `http-upstream` | jsonwebtoken (no crypto feature: its signatures are checked with ring, which rustls already brings) |
 //! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
 //! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
 //! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`; `host/guests/cedar.wasm` is embedded only with it) | none |
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
-//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `postgres`, `cedar` | clap, toml_edit, jsonc-parser, tracing-subscriber |
+//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `listen-oauth`, `postgres`, `cedar` | clap, toml_edit, jsonc-parser, tracing-subscriber |
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 // Without `internals`, what only this workspace's tests reach (and the old paths kept for
@@ -143,9 +144,9 @@ pub use start::{StartFailure, Toolward};
 
 // The operator's configuration.
 pub use config::{
-    AuditConfig, Config, ConfigError, ConfineConfig, Limits, ListenConfig, OAuthConfig, OAuthGrant,
-    PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig,
-    TelemetryConfig,
+    AuditConfig, Config, ConfigError, ConfineConfig, Limits, ListenConfig, ListenOAuthConfig,
+    OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    ServerTransport, StoreConfig, TelemetryConfig,
 };
 
 // Pinning: the manifest of reviewed tools.
@@ -156,7 +157,7 @@ pub use pin::{PinError, PinOutcome, pin};
 pub use approval::{
     Answer, ApprovalAnswer, ApprovalRequest, Approver, DenyAll, FnApprover, QueueApprover,
 };
-pub use identity::{AnsweredBy, Channel, Principal};
+pub use identity::{AnsweredBy, Channel, Principal, PrincipalAttributes};
 pub use store::ApprovalStore;
 
 // The audit chain: its records, where they go, and checking it.

@@ -18,6 +18,13 @@
 //!    permissions) and named after the configured principal. Tokens are compared by their
 //!    SHA-256, in time independent of where they differ.
 //!
+//! 4. **OAuth** (`listen.oauth`, [`oauth`]): a bearer token that is not one of the named
+//!    tokens must be a JWT access token of the configured issuer for this listener's
+//!    resource; its configured claim is the principal and its configured claims the
+//!    principal's attributes ([`PrincipalAttributes`]). The protected-resource metadata
+//!    (RFC 9728) is served without a token, and a `401` names it in `WWW-Authenticate`.
+//!    A named token is checked first: it never reaches the issuer.
+//!
 //! The token's name is the principal of every call made with it ([`Principal`]); a session
 //! is one HTTP session (`Mcp-Session-Id`), each with its own gateway handler, all sharing
 //! one tool list built at start.
@@ -81,7 +88,7 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::call::CallPath;
-use crate::config::ListenConfig;
+use crate::config::{ListenConfig, ListenOAuthConfig};
 use crate::gateway::{Gateway, GatewaySettings};
 use crate::state_dir::StateDir;
 
@@ -108,7 +115,12 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// audit records and the result around the two waits, which take milliseconds.
 pub const CALL_IN_FLIGHT_MARGIN: Duration = Duration::from_secs(5);
 
-pub use crate::identity::Principal;
+pub use crate::identity::{Principal, PrincipalAttributes};
+
+#[cfg(feature = "listen-oauth")]
+pub mod oauth;
+#[cfg(feature = "listen-oauth")]
+mod ring_jws;
 
 /// The bounds that keep `serve --listen` serving under abuse. Defaults (from
 /// [`ListenConfig::default`]): header read timeout
@@ -163,6 +175,8 @@ pub struct ListenSettings {
     pub allowed_origins: Vec<String>,
     /// The bounds on connections and sessions.
     pub limits: ListenLimits,
+    /// The listener as an OAuth resource server (`listen.oauth`), beside `tokens`.
+    pub oauth: Option<ListenOAuthConfig>,
 }
 
 impl std::fmt::Debug for ListenSettings {
@@ -173,6 +187,7 @@ impl std::fmt::Debug for ListenSettings {
             .field("tokens", &self.tokens.keys().collect::<Vec<_>>())
             .field("allowed_origins", &self.allowed_origins)
             .field("limits", &self.limits)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }
@@ -205,6 +220,15 @@ pub enum ListenError {
         /// What failed.
         reason: String,
     },
+    /// `listen.oauth` could not start: its issuer's metadata or keys could not be read, or
+    /// a URL breaks the origin rule. The message names the issuer and what failed.
+    #[error("{0}")]
+    OAuth(String),
+    /// `listen.oauth` is configured, and this build leaves the listener's OAuth out.
+    #[error(
+        "`listen.oauth` needs the `listen-oauth` feature of the toolward crate, which this build leaves out"
+    )]
+    OAuthLeftOut,
     /// A principal asked for a session past `listen.max_sessions_per_principal`.
     #[error(
         "principal `{principal}` has {limit} live sessions, the limit: close one (HTTP DELETE with its Mcp-Session-Id) or let an idle one expire, or raise `listen.max_sessions_per_principal`"
@@ -242,7 +266,8 @@ pub enum ListenError {
 pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// The tokens of `listen`: the named ones, or the generated one (created on first use in the
-/// state folder `state` as [`TOKEN_FILE`], mode `0600`, named `principal`). Returns the
+/// state folder `state` as [`TOKEN_FILE`], mode `0600`, named `principal`) when there are
+/// no named ones and no `listen.oauth`. Returns the
 /// tokens and, when generated, its file.
 ///
 /// # Errors
@@ -254,7 +279,8 @@ pub fn tokens(
     state: &StateDir,
     principal: &str,
 ) -> Result<(BTreeMap<String, String>, Option<PathBuf>), ListenError> {
-    if !listen.tokens.is_empty() {
+    // With OAuth, the named tokens (if any) stand beside it: none is generated.
+    if !listen.tokens.is_empty() || listen.oauth.is_some() {
         return Ok((listen.tokens.clone(), None));
     }
     let path = state.path().join(TOKEN_FILE);
@@ -297,6 +323,16 @@ struct Guard {
     /// SHA-256 of each token, with its name.
     tokens: Vec<([u8; 32], String)>,
     allowed_origins: Vec<String>,
+    /// The OAuth resource server, when `listen.oauth` is configured.
+    #[cfg(feature = "listen-oauth")]
+    oauth: Option<oauth::ResourceServer>,
+}
+
+/// Who a request is: its principal and the principal's attributes.
+#[derive(Debug)]
+struct Identity {
+    principal: Principal,
+    attributes: PrincipalAttributes,
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -317,19 +353,54 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 impl Guard {
-    fn new(tokens: &BTreeMap<String, String>, allowed_origins: &[String]) -> Guard {
-        Guard {
-            tokens: tokens
+    /// The guard of `listen`, starting its OAuth resource server when configured.
+    async fn new(listen: &ListenSettings) -> Result<Guard, ListenError> {
+        #[cfg(feature = "listen-oauth")]
+        let oauth = match &listen.oauth {
+            Some(config) => Some(
+                oauth::ResourceServer::start(config)
+                    .await
+                    .map_err(|error| ListenError::OAuth(error.to_string()))?,
+            ),
+            None => None,
+        };
+        #[cfg(not(feature = "listen-oauth"))]
+        if listen.oauth.is_some() {
+            return Err(ListenError::OAuthLeftOut);
+        }
+        Ok(Guard {
+            tokens: listen
+                .tokens
                 .iter()
                 .map(|(name, token)| (Sha256::digest(token.as_bytes()).into(), name.clone()))
                 .collect(),
-            allowed_origins: allowed_origins.to_vec(),
-        }
+            allowed_origins: listen.allowed_origins.clone(),
+            #[cfg(feature = "listen-oauth")]
+            oauth,
+        })
     }
 
-    /// The principal of `request`, or the response that refuses it.
-    fn check<B>(&self, request: &Request<B>) -> Result<Principal, Box<Response<Body>>> {
-        if let Some(origin) = request.headers().get(header::ORIGIN) {
+    /// The protected-resource metadata, when `listen.oauth` is configured and `path` is
+    /// where it is served.
+    fn metadata(&self, path: &str) -> Option<Response<Body>> {
+        #[cfg(feature = "listen-oauth")]
+        if let Some(server) = &self.oauth
+            && server.is_metadata_path(path)
+        {
+            let mut response = Response::new(Full::new(server.metadata()).boxed());
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            return Some(response);
+        }
+        let _ = path;
+        None
+    }
+
+    /// The identity of a request with `headers`, or the response that refuses it.
+    async fn check(&self, headers: &http::HeaderMap) -> Result<Identity, Box<Response<Body>>> {
+        if let Some(origin) = headers.get(header::ORIGIN) {
             let allowed = origin.to_str().is_ok_and(|origin| {
                 let origin = origin.to_ascii_lowercase();
                 self.allowed_origins.contains(&origin)
@@ -345,8 +416,7 @@ impl Guard {
                 )));
             }
         }
-        let presented = request
-            .headers()
+        let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| {
@@ -354,18 +424,38 @@ impl Guard {
                 scheme
                     .eq_ignore_ascii_case("bearer")
                     .then(|| token.trim().to_owned())
-            });
-        let unauthorized = |text: &str| {
+            })
+            .filter(|token| !token.is_empty());
+        let unauthorized = |text: &str, challenge: &str| {
             let mut response = plain(StatusCode::UNAUTHORIZED, text);
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                http::HeaderValue::from_static("Bearer realm=\"toolward\""),
-            );
+            if let Ok(value) = http::HeaderValue::from_str(challenge) {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, value);
+            }
             Box::new(response)
         };
+        #[cfg(feature = "listen-oauth")]
+        let challenge = |refusal: Option<&oauth::Refusal>| match &self.oauth {
+            Some(server) => server.challenge(refusal),
+            None => String::from("Bearer realm=\"toolward\""),
+        };
+        #[cfg(not(feature = "listen-oauth"))]
+        let challenge = |_: Option<&()>| String::from("Bearer realm=\"toolward\"");
         let Some(presented) = presented else {
+            #[cfg(feature = "listen-oauth")]
+            if let Some(server) = &self.oauth {
+                return Err(unauthorized(
+                    &format!(
+                        "a bearer token is required: an access token of issuer `{}` for this server (its protected-resource metadata is in the `WWW-Authenticate` header)",
+                        server.issuer()
+                    ),
+                    &challenge(None),
+                ));
+            }
             return Err(unauthorized(
                 "a bearer token is required: `Authorization: Bearer TOKEN` (see `listen.tokens`, or the token file in the state folder)",
+                &challenge(None),
             ));
         };
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
@@ -376,13 +466,55 @@ impl Guard {
                 found = Some(name.clone());
             }
         }
-        match found {
-            Some(name) => Ok(Principal(name)),
-            None => {
-                tracing::warn!("refused a request with an unknown bearer token");
-                Err(unauthorized("this bearer token is not one of toolward's"))
-            }
+        if let Some(name) = found {
+            return Ok(Identity {
+                principal: Principal(name),
+                attributes: PrincipalAttributes::default(),
+            });
         }
+        #[cfg(feature = "listen-oauth")]
+        if let Some(server) = &self.oauth {
+            return match server.authenticate(&presented).await {
+                Ok(authenticated) => Ok(Identity {
+                    principal: Principal(authenticated.principal),
+                    attributes: PrincipalAttributes(authenticated.attributes),
+                }),
+                Err(refusal) => {
+                    let header = challenge(Some(&refusal));
+                    match &refusal {
+                        oauth::Refusal::InvalidToken(reason) => {
+                            tracing::warn!(
+                                "refused a request: its access token is not valid for issuer `{}`: {reason}",
+                                server.issuer()
+                            );
+                            Err(unauthorized(
+                                &format!("the access token was refused: {reason}"),
+                                &header,
+                            ))
+                        }
+                        oauth::Refusal::InsufficientScope { principal, missing } => {
+                            let text = format!(
+                                "principal `{principal}`: the access token lacks the scopes `{}` this server requires",
+                                missing.join(" ")
+                            );
+                            tracing::warn!("refused a request: {text}");
+                            let mut response = plain(StatusCode::FORBIDDEN, &text);
+                            if let Ok(value) = http::HeaderValue::from_str(&header) {
+                                response
+                                    .headers_mut()
+                                    .insert(header::WWW_AUTHENTICATE, value);
+                            }
+                            Err(Box::new(response))
+                        }
+                    }
+                }
+            };
+        }
+        tracing::warn!("refused a request with an unknown bearer token");
+        Err(unauthorized(
+            "this bearer token is not one of toolward's",
+            &challenge(None),
+        ))
     }
 }
 
@@ -673,10 +805,19 @@ struct Shared {
 /// One request: the path, then the guard, then the session's owner, then rmcp.
 async fn handle(shared: Arc<Shared>, mut request: Request<Incoming>) -> Response<Body> {
     if request.uri().path() != ENDPOINT_PATH {
+        // RFC 9728: the metadata is public, served without a token.
+        if request.method() == http::Method::GET
+            && let Some(metadata) = shared.guard.metadata(request.uri().path())
+        {
+            return metadata;
+        }
         return plain(StatusCode::NOT_FOUND, "the MCP endpoint is /mcp");
     }
-    let principal = match shared.guard.check(&request) {
-        Ok(principal) => principal,
+    let Identity {
+        principal,
+        attributes,
+    } = match shared.guard.check(request.headers()).await {
+        Ok(identity) => identity,
         Err(refusal) => return *refusal,
     };
     if let Some(session) = request.headers().get(SESSION_HEADER) {
@@ -709,6 +850,7 @@ async fn handle(shared: Arc<Shared>, mut request: Request<Incoming>) -> Response
         too_many_sessions: Arc::clone(&too_many_sessions),
     };
     request.extensions_mut().insert(principal.clone());
+    request.extensions_mut().insert(attributes);
     let mut service = shared.service.clone();
     let response = REQUEST.scope(scope, service.call(request)).await;
     if too_many_sessions.load(Ordering::Relaxed) {
@@ -753,7 +895,9 @@ impl Listening {
 /// timeout) plus [`CALL_IN_FLIGHT_MARGIN`].
 ///
 /// # Errors
-/// [`ListenError::NotLoopback`], [`ListenError::Bind`].
+/// [`ListenError::NotLoopback`], [`ListenError::Bind`]; [`ListenError::OAuth`] when
+/// `listen.oauth` cannot start (its issuer's metadata or keys), [`ListenError::OAuthLeftOut`]
+/// when this build has no `listen-oauth`.
 pub async fn serve_http(
     call_path: Arc<CallPath>,
     load_messages: Vec<String>,
@@ -763,6 +907,8 @@ pub async fn serve_http(
     if !listen.addr.ip().is_loopback() && !listen.allow_non_loopback {
         return Err(ListenError::NotLoopback { addr: listen.addr });
     }
+    // Before binding: an issuer whose keys cannot be read stops the start.
+    let guard = Guard::new(&listen).await?;
     let listener = TcpListener::bind(listen.addr)
         .await
         .map_err(|source| ListenError::Bind {
@@ -811,7 +957,7 @@ pub async fn serve_http(
     let shared = Arc::new(Shared {
         service,
         sessions,
-        guard: Guard::new(&listen.tokens, &listen.allowed_origins),
+        guard,
         limits,
     });
     let task = tokio::spawn(accept_loop(listener, shared, stop.clone()));

@@ -407,6 +407,7 @@ impl Toolward {
     pub fn context(&self, approver: Arc<dyn Approver>) -> CallContext {
         CallContext {
             principal: self.config.principal.clone(),
+            principal_attributes: Vec::new(),
             session: self.session.clone(),
             approver,
             progress: None,

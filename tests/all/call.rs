@@ -228,6 +228,7 @@ fn registered(
 pub fn context(approver: Arc<dyn Approver>) -> CallContext {
     CallContext {
         principal: String::from("tester"),
+        principal_attributes: Vec::new(),
         session: String::from("session-1"),
         approver,
         progress: None,

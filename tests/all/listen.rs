@@ -92,6 +92,7 @@ async fn start_with(dir: &std::path::Path, listen: Value, limits: Value) -> (Too
             tokens,
             allowed_origins: config.listen.allowed_origins.clone(),
             limits: ListenLimits::from_config(&config.listen),
+            oauth: None,
         },
     )
     .await
@@ -407,6 +408,7 @@ async fn an_address_that_is_not_loopback_is_refused_unless_allowed() {
             tokens: BTreeMap::from([(String::from("a"), ALICE.to_owned())]),
             allowed_origins: Vec::new(),
             limits: ListenLimits::default(),
+            oauth: None,
         },
     )
     .await;

@@ -122,6 +122,7 @@ async fn listen(toolward: &Toolward) -> Listening {
             tokens,
             allowed_origins: config.listen.allowed_origins.clone(),
             limits: ListenLimits::from_config(&config.listen),
+            oauth: None,
         },
     )
     .await

@@ -1,0 +1,283 @@
+//! The resource server against a JWKS served here, with ES256 keys made and tokens signed by
+//! `ring`: rotated keys are found, made-up key ids cost the issuer one fetch per interval,
+//! and the claims are checked as the module says.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::config::ListenOAuthConfig;
+
+/// A P-256 key with its id.
+struct Key {
+    kid: String,
+    pair: EcdsaKeyPair,
+}
+
+impl Key {
+    fn new(kid: &str) -> Key {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        Key {
+            kid: kid.to_owned(),
+            pair,
+        }
+    }
+
+    fn jwk(&self) -> Value {
+        let point = self.pair.public_key().as_ref();
+        json!({
+            "kty": "EC", "crv": "P-256", "kid": self.kid, "use": "sig", "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(&point[1..33]),
+            "y": URL_SAFE_NO_PAD.encode(&point[33..65]),
+        })
+    }
+
+    /// A token of `claims`, naming `kid` (this key's unless given).
+    fn sign(&self, claims: &Value, kid: Option<&str>) -> String {
+        let header = json!({"alg": "ES256", "typ": "at+jwt", "kid": kid.unwrap_or(&self.kid)});
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let signature = self
+            .pair
+            .sign(&SystemRandom::new(), input.as_bytes())
+            .unwrap();
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature.as_ref()))
+    }
+}
+
+/// A JWKS served on a loopback port, counting its fetches.
+struct Issuer {
+    url: String,
+    jwks: Arc<Mutex<Value>>,
+    fetches: Arc<AtomicUsize>,
+}
+
+impl Issuer {
+    async fn start(keys: &[&Key]) -> Issuer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let jwks = Arc::new(Mutex::new(Value::Null));
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let issuer = Issuer {
+            url,
+            jwks: Arc::clone(&jwks),
+            fetches: Arc::clone(&fetches),
+        };
+        issuer.publish(keys);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let jwks = Arc::clone(&jwks);
+                let fetches = Arc::clone(&fetches);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    let body = jwks.lock().unwrap().to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        issuer
+    }
+
+    fn publish(&self, keys: &[&Key]) {
+        *self.jwks.lock().unwrap() =
+            json!({"keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()});
+    }
+
+    fn config(&self) -> ListenOAuthConfig {
+        ListenOAuthConfig {
+            issuer: self.url.clone(),
+            resource: String::from("http://127.0.0.1:1/mcp"),
+            jwks_uri: Some(format!("{}/jwks", self.url)),
+            algorithms: vec![String::from("ES256")],
+            principal_claim: String::from("sub"),
+            attribute_claims: vec![String::from("groups")],
+            scopes_supported: Vec::new(),
+            required_scopes: Vec::new(),
+            leeway_ms: 0,
+        }
+    }
+
+    fn claims(&self, sub: &str) -> Value {
+        let now = crate::oauth::now_secs();
+        json!({
+            "iss": self.url, "aud": "http://127.0.0.1:1/mcp", "sub": sub,
+            "exp": now + 600, "iat": now, "groups": ["platform"], "scope": "mcp:tools",
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_key_is_fetched_and_made_up_key_ids_cost_one_fetch_per_interval() {
+    let old = Key::new("old");
+    let issuer = Issuer::start(&[&old]).await;
+    let server = ResourceServer::start_with(&issuer.config(), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(issuer.fetches.load(Ordering::SeqCst), 1, "fetched at start");
+    let alice = server
+        .authenticate(&old.sign(&issuer.claims("alice"), None))
+        .await
+        .unwrap();
+    assert_eq!(alice.principal, "alice");
+    assert_eq!(
+        alice.attributes,
+        vec![(String::from("groups"), String::from(r#"["platform"]"#))]
+    );
+    assert_eq!(
+        issuer.fetches.load(Ordering::SeqCst),
+        1,
+        "a known key is cached"
+    );
+
+    // A stream of made-up key ids: one fetch once the interval since the last has passed,
+    // then none until it passes again.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for n in 0..50 {
+        let forged = old.sign(&issuer.claims("mallory"), Some(&format!("made-up-{n}")));
+        let refused = server.authenticate(&forged).await.unwrap_err();
+        assert!(
+            matches!(&refused, Refusal::InvalidToken(reason) if reason.contains("the issuer does not publish")),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(
+        issuer.fetches.load(Ordering::SeqCst),
+        2,
+        "one fetch for fifty made-up ids"
+    );
+
+    // The issuer rotates: the new key is published, and found once the interval has passed.
+    let new = Key::new("new");
+    issuer.publish(&[&old, &new]);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let bob = server
+        .authenticate(&new.sign(&issuer.claims("bob"), None))
+        .await
+        .unwrap();
+    assert_eq!(bob.principal, "bob");
+    assert_eq!(issuer.fetches.load(Ordering::SeqCst), 3);
+
+    // A key signing under another key's id does not verify.
+    let refused = server
+        .authenticate(&new.sign(&issuer.claims("mallory"), Some("old")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Refusal::InvalidToken(reason) if reason.contains("does not verify with the issuer's key `old`")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn claims_of_the_wrong_type_a_missing_principal_and_missing_scopes_are_refused() {
+    let key = Key::new("k");
+    let issuer = Issuer::start(&[&key]).await;
+    let mut config = issuer.config();
+    config.required_scopes = vec![String::from("mcp:tools"), String::from("mcp:admin")];
+    let server = ResourceServer::start(&config).await.unwrap();
+    let mut claims = issuer.claims("alice");
+    let scoped = server
+        .authenticate(&key.sign(&claims, None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        scoped,
+        Refusal::InsufficientScope {
+            principal: String::from("alice"),
+            missing: vec![String::from("mcp:admin")]
+        }
+    );
+    let challenge = server.challenge(Some(&scoped));
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"mcp:tools mcp:admin\""),
+        "{challenge}"
+    );
+
+    config.required_scopes.clear();
+    let server = ResourceServer::start(&config).await.unwrap();
+    for (claim, value, reason) in [
+        (
+            "exp",
+            json!("99999999999"),
+            "`exp` claim is missing or of the wrong type",
+        ),
+        ("nbf", json!("99999999999"), "`nbf` claim"),
+        ("iss", json!(["x"]), "iss"),
+        ("sub", json!(7), "its `sub` claim (the principal) is not"),
+        (
+            "aud",
+            json!(["http://127.0.0.1:2/mcp"]),
+            "it is not for this resource",
+        ),
+        (
+            "nbf",
+            json!(crate::oauth::now_secs() + 600),
+            "not valid yet",
+        ),
+    ] {
+        let mut wrong = issuer.claims("alice");
+        wrong[claim] = value;
+        let refused = server
+            .authenticate(&key.sign(&wrong, None))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, Refusal::InvalidToken(r) if r.contains(reason)),
+            "{claim}: {refused:?}"
+        );
+    }
+    claims.as_object_mut().unwrap().remove("sub");
+    let refused = server
+        .authenticate(&key.sign(&claims, None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        Refusal::InvalidToken(String::from("it has no `sub` claim (the principal)"))
+    );
+    let long = "x".repeat(MAX_ACCESS_TOKEN_BYTES + 1);
+    assert!(matches!(
+        server.authenticate(&long).await.unwrap_err(),
+        Refusal::InvalidToken(r) if r.contains("longer than the limit")
+    ));
+}
+
+#[tokio::test]
+async fn a_jwks_on_an_internal_address_of_another_host_is_refused_at_start() {
+    let issuer = Issuer::start(&[&Key::new("k")]).await;
+    let mut config = issuer.config();
+    config.jwks_uri = Some(String::from("http://169.254.169.254/jwks"));
+    let error = ResourceServer::start(&config).await.unwrap_err();
+    assert!(error.to_string().contains("169.254.169.254"), "{error}");
+    assert!(error.to_string().contains(&issuer.url), "{error}");
+}
