@@ -820,6 +820,7 @@ async fn handle(shared: Arc<Shared>, mut request: Request<Incoming>) -> Response
         Ok(identity) => identity,
         Err(refusal) => return *refusal,
     };
+    let closing = request.method() == http::Method::DELETE;
     if let Some(session) = request.headers().get(SESSION_HEADER) {
         let session = session.to_str().unwrap_or_default();
         if !shared.sessions.belongs_to(session, &principal.0) {
@@ -861,10 +862,20 @@ async fn handle(shared: Arc<Shared>, mut request: Request<Incoming>) -> Response
         tracing::warn!("{error}");
         return plain(StatusCode::TOO_MANY_REQUESTS, &error.to_string());
     }
-    match response {
+    let mut response = match response {
         Ok(response) => response,
         Err(never) => match never {},
+    };
+    // rmcp answers a closed session's `DELETE` 202 Accepted; the Python `mcp` client
+    // accepts 200 or 204 and logs "Session termination failed: 202" otherwise. The session
+    // is closed when rmcp answers: 204 No Content says so.
+    if closing && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = Full::new(Bytes::new()).boxed();
+        response.headers_mut().remove(header::CONTENT_TYPE);
+        response.headers_mut().remove(header::CONTENT_LENGTH);
     }
+    response
 }
 
 /// A running `--listen` server: its address, and how to stop it.
