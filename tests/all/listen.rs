@@ -5,9 +5,12 @@
 //! client (`Upstream::connect_http`), the refusals by hand-written HTTP requests.
 //! `sessions` holds each session to the principal that opened it; `abuse` keeps the listener
 //! serving under idle sockets, too many connections or sessions, and no descriptors left;
-//! `stateless` serves 2026-07-28 clients without sessions.
+//! `stateless` serves 2026-07-28 clients without sessions; `oauth` is the listener as an OAuth
+//! resource server against a real authorization server.
 
 mod abuse;
+#[cfg(unix)]
+mod oauth;
 mod sessions;
 pub(crate) mod stateless;
 

@@ -60,6 +60,19 @@ if ! grep -qs "\"version\": \"$sdk_version\"" "$sdk/node_modules/@modelcontextpr
   (cd "$sdk" && npm install --no-audit --no-fund --loglevel=error --save-exact \
     "@modelcontextprotocol/sdk@$sdk_version")
 fi
+# npm: `oidc-provider`, pinned, a certified OpenID provider library: the real authorization
+# server of the listener's OAuth tests (tests/all/listen_oauth.rs), configured by
+# tests/real-servers/oidc/provider.mjs, which the tests copy beside a link to this
+# node_modules. In a folder of its own and apart from the stamp below; again when the pin
+# changes.
+oidc="$dest/oidc-provider"
+oidc_version=9.13.3
+if ! grep -qs "\"version\": \"$oidc_version\"" "$oidc/node_modules/oidc-provider/package.json"; then
+  mkdir -p "$oidc"
+  [ -f "$oidc/package.json" ] || echo '{"private": true}' > "$oidc/package.json"
+  (cd "$oidc" && npm install --no-audit --no-fund --loglevel=error --save-exact \
+    "oidc-provider@$oidc_version")
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0
