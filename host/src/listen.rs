@@ -267,8 +267,7 @@ pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// The tokens of `listen`: the named ones, or the generated one (created on first use in the
 /// state folder `state` as [`TOKEN_FILE`], mode `0600`, named `principal`) when there are
-/// no named ones and no `listen.oauth`. Returns the
-/// tokens and, when generated, its file.
+/// no named ones and no `listen.oauth`. Returns the tokens and, when generated, its file.
 ///
 /// # Errors
 /// [`ListenError::TokenFile`] when the file cannot be created or read, holds no token, is

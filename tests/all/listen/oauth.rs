@@ -223,7 +223,7 @@ fn percent(text: &str) -> String {
 /// Standard base64 with padding (HTTP Basic).
 fn encode_std(bytes: &[u8]) -> String {
     let mut text = encode(bytes).replace('-', "+").replace('_', "/");
-    while text.len() % 4 != 0 {
+    while !text.len().is_multiple_of(4) {
         text.push('=');
     }
     text
