@@ -329,9 +329,9 @@ pub struct ListenOAuthConfig {
     /// issuer's metadata (RFC 8414, then OpenID Connect discovery).
     pub jwks_uri: Option<String>,
     /// The signature algorithms accepted, by their JOSE names (`listen.oauth.algorithms`,
-    /// default [`DEFAULT_OAUTH_ALGORITHMS`](super::DEFAULT_OAUTH_ALGORITHMS)): among `RS256`,
-    /// `RS384`, `RS512`, `PS256`, `PS384`, `PS512`, `ES256`, `ES384`, `EdDSA`. Never `none`,
-    /// never `HS*` (a shared secret, not the issuer's public key).
+    /// default `DEFAULT_OAUTH_ALGORITHMS`: `RS256`, `ES256`): among `RS256`, `RS384`,
+    /// `RS512`, `PS256`, `PS384`, `PS512`, `ES256`, `ES384`, `EdDSA`. Never `none`, never
+    /// `HS*` (a shared secret, not the issuer's public key).
     pub algorithms: Vec<String>,
     /// The claim naming the principal (`listen.oauth.principal_claim`, default `sub`): a
     /// non-empty string without control characters.
@@ -346,8 +346,8 @@ pub struct ListenOAuthConfig {
     /// a token without one is answered 403 `insufficient_scope`.
     pub required_scopes: Vec<String>,
     /// Clock skew tolerated on `exp` and `nbf`, in milliseconds (`listen.oauth.leeway_ms`,
-    /// default [`DEFAULT_OAUTH_LEEWAY_MS`](super::DEFAULT_OAUTH_LEEWAY_MS)); counted in whole
-    /// seconds, rounded up, as the claims are.
+    /// default `DEFAULT_OAUTH_LEEWAY_MS`, 30 000); counted in whole seconds, rounded up, as
+    /// the claims are.
     pub leeway_ms: u64,
 }
 
