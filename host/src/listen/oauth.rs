@@ -625,7 +625,8 @@ fn fits(key: &Jwk, algorithm: Algorithm) -> Result<(), String> {
 /// GETs `url` and reads its body as JSON, `what` naming it.
 async fn get_json(http: &OAuthHttp, what: &str, url: &Url) -> Result<(StatusCode, Value), String> {
     let request = http
-        .get(url)
+        .get(what, url)
+        .map_err(describe)?
         .build()
         .map_err(|error| format!("{what} `{url}`: {}", error.without_url()))?;
     let (status, _, body) = http.send(what, request).await.map_err(describe)?;

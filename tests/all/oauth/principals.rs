@@ -306,6 +306,7 @@ async fn serve(config: Config) -> (Toolward, Listening) {
             tokens,
             allowed_origins: Vec::new(),
             limits: ListenLimits::from_config(&config.listen),
+            oauth: None,
         },
     )
     .await
