@@ -183,11 +183,13 @@ pub fn lines(text: &str) -> impl Iterator<Item = String> + '_ {
 /// holds raw written as a JSON `\uXXXX` escape (two for a character past U+FFFF), so the result
 /// is the same JSON value and safe to print. Such characters can stand only inside JSON strings,
 /// where a `\uXXXX` escape means the character itself. JSON's own escapes (`\n`, `\"`) are
-/// kept.
+/// kept, and so is the whitespace between values (a pretty-printed document's line breaks and
+/// indents): serde writes no raw line break or tab inside a string, and one outside a string
+/// cannot be written as an escape.
 pub fn escape_json(json: &str) -> String {
     let mut out = String::with_capacity(json.len());
     for c in json.chars() {
-        if is_escaped(c) {
+        if is_escaped(c) && !matches!(c, '\n' | '\r' | '\t') {
             let mut units = [0u16; 2];
             for unit in c.encode_utf16(&mut units) {
                 let _ = write!(out, "\\u{unit:04x}");

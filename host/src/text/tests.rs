@@ -131,3 +131,15 @@ fn json_for_the_terminal_escapes_bidi_and_c1_controls_and_stays_the_same_json() 
     let back: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(back, value);
 }
+
+/// `auth status --json` prints a pretty document: its line breaks and indents are layout, not
+/// text, and must stay raw or the output is not JSON.
+#[test]
+fn pretty_json_for_the_terminal_keeps_its_layout_and_stays_the_same_json() {
+    let value = serde_json::json!([{"issuer": "https://as.example\u{202e}", "scopes": ["a\nb"]}]);
+    let text = escape_json(&serde_json::to_string_pretty(&value).unwrap());
+    assert!(text.contains("\\u202e") && text.contains("a\\nb"), "{text}");
+    assert!(text.starts_with("[\n  {"), "{text}");
+    let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, value);
+}
