@@ -5,8 +5,7 @@
 //! Every scanner here is one pass over the text, and each run is decoded and reviewed once, so
 //! the work is linear in the text's length.
 
-use regex::bytes::{Regex, RegexBuilder};
-
+use crate::search::{self, Search};
 use crate::secrets::{Hit, Secrets};
 
 /// Fewest base64 characters (padding not counted) a base64 run has.
@@ -122,25 +121,27 @@ impl Decoded {
     }
 }
 
-/// The escapes that start percent and JSON runs, found with the `regex` crate's literal
-/// prefilter (`memchr` on `%` and `\`), so text without them costs one fast scan.
+/// A percent escape, which starts a percent run.
+pub(crate) const PERCENT_ESCAPE: &str = r"%[0-9A-Fa-f]{2}";
+/// A JSON escape that starts a JSON run.
+pub(crate) const JSON_ESCAPE: &str = r"\\(?:/|u[0-9A-Fa-f]{4})";
+
+/// The escapes that start percent and JSON runs, found by searches whose prefilter is
+/// `memchr` on `%` and `\`, so text without them costs one fast scan.
 #[derive(Clone, Debug)]
 pub(crate) struct Escapes {
-    percent: Regex,
-    json: Regex,
+    percent: Search,
+    json: Search,
 }
 
 impl Escapes {
     pub(crate) fn new() -> Result<Escapes, String> {
-        let build = |pattern: &str| {
-            RegexBuilder::new(pattern)
-                .unicode(false)
-                .build()
-                .map_err(|e| format!("encoded review: {e}"))
+        let read = |compiled: &search::Compiled| {
+            Search::new(compiled).map_err(|e| format!("encoded review: {e}"))
         };
         Ok(Escapes {
-            percent: build(r"%[0-9A-Fa-f]{2}")?,
-            json: build(r"\\(?:/|u[0-9A-Fa-f]{4})")?,
+            percent: read(&search::PERCENT_ESCAPE)?,
+            json: read(&search::JSON_ESCAPE)?,
         })
     }
 }
@@ -283,7 +284,7 @@ impl<'a> Decoder<'a> {
         while let Some(found) = self.escapes.percent.find_at(text, done) {
             // The run's start: back over plain characters (an escape before this one would
             // have been found first, and its run taken this one in).
-            let start = found.start() - plain_before(text, done, found.start());
+            let start = found.start - plain_before(text, done, found.start);
             let (end, _) = run(text, start, escape);
             let mut decoded = Decoded::default();
             let mut i = start;
@@ -325,17 +326,17 @@ impl<'a> Decoder<'a> {
             // A backslash after an odd number of backslashes is itself escaped: `\\u0041` is
             // a backslash and `u0041`.
             let backslashes = text
-                .get(..found.start())
+                .get(..found.start)
                 .unwrap_or_default()
                 .iter()
                 .rev()
                 .take_while(|&&b| b == b'\\')
                 .count();
             if backslashes % 2 == 1 {
-                done = found.start() + 1;
+                done = found.start + 1;
                 continue;
             }
-            let start = found.start() - plain_before(text, done, found.start());
+            let start = found.start - plain_before(text, done, found.start);
             let (end, _) = run(text, start, escape);
             let mut decoded = Decoded::default();
             let mut i = start;

@@ -223,6 +223,7 @@
 
 mod encoded;
 mod hidden;
+mod search;
 mod secrets;
 
 use std::fmt;

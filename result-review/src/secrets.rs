@@ -1,8 +1,8 @@
 //! The secrets review on bytes: the key and token formats of [`RULES`], private key blocks and
-//! JWTs, all found by one combined regex in one pass (see the crate docs for what each rule
+//! JWTs, all found by one combined search in one pass (see the crate docs for what each rule
 //! matches and how it differs from gitleaks).
 
-use regex::bytes::{CaptureLocations, Regex, RegexBuilder};
+use crate::search::{self, Search};
 
 /// Which bytes extend a format rule's match: after the pattern matched, the finding grows over
 /// every following byte of this class, so that a token longer than the pattern's fixed length
@@ -74,9 +74,10 @@ pub(crate) struct Rule {
     /// or `\t`.
     pub(crate) boundary: bool,
     /// The token's pattern, in the `regex` crate's syntax without Unicode (`\w` is
-    /// `[0-9A-Za-z_]`), with no capturing group and no assertion: the start condition is checked
-    /// after a match (an assertion, or an alternative of `\b` and `\\[nrt]`, would slow the
-    /// one-pass search two- to threefold by spoiling its literal prefilter). A rule whose start
+    /// `[0-9A-Za-z_]`), starting with a literal prefix, with no assertion: the start condition
+    /// is checked after a match (an assertion, or an alternative of `\b` and `\\[nrt]`, would
+    /// spoil the one-pass search's literal prefilter). The searches are compiled from the
+    /// patterns ahead of time ([`crate::search`]). A rule whose start
     /// condition may fail after a match must be bounded in length (a rejected match is searched
     /// again from its second byte on), and no other rule may match at the same start.
     pub(crate) pattern: &'static str,
@@ -378,16 +379,29 @@ pub(crate) const JWT: &str = "jwt";
 
 /// The begin line of a private key block (the label is between `-----BEGIN` and `-----`).
 const PRIVATE_KEY_BEGIN: &str = r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----";
+
+/// The patterns of the combined search ([`search::FORMATS`]): each rule's, in the order of
+/// [`RULES`], then [`PRIVATE_KEY_BEGIN`]. Pattern `n` stands for [`Secrets`]' alternative `n`.
+pub(crate) const FORMAT_PATTERNS: [&str; RULES.len() + 1] = {
+    let mut patterns = [PRIVATE_KEY_BEGIN; RULES.len() + 1];
+    let mut n = 0;
+    while n < RULES.len() {
+        patterns[n] = RULES[n].pattern;
+        n += 1;
+    }
+    patterns
+};
+
 /// An end line of a private key block.
-const PRIVATE_KEY_END: &str = r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----";
+pub(crate) const PRIVATE_KEY_END: &str = r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----";
 /// Where a JWT may start: the first `ey` of a run of `[0-9A-Za-z_-]` that is followed by a
 /// `.`, at least 8 characters after it, through the `.`. Every JWT candidate of that run (the
 /// match's start if it is at a boundary ([`at_boundary`]), and each `ey` after a `-`) is then
 /// checked by [`HeaderCheck`], and the search goes on after the `.`, so no byte is searched
 /// twice.
-const JWT_HEADER: &str = r"ey[\w-]{8,}\.";
+pub(crate) const JWT_HEADER: &str = r"ey[\w-]{8,}\.";
 
-/// What a group of the combined regex stands for.
+/// What a pattern of the combined search stands for.
 #[derive(Clone, Copy, Debug)]
 enum Alternative {
     Format(Rule),
@@ -405,11 +419,11 @@ pub(crate) struct Hit {
 /// The compiled secrets review.
 #[derive(Clone, Debug)]
 pub(crate) struct Secrets {
-    /// Every alternative, each as one capturing group, in the order of `alternatives`.
-    combined: Regex,
+    /// Every alternative, each as one pattern, in the order of `alternatives`.
+    combined: Search,
     alternatives: Vec<Alternative>,
-    private_key_end: Regex,
-    jwt_header: Regex,
+    private_key_end: Search,
+    jwt_header: Search,
 }
 
 /// The start condition of a rule with a boundary, at `start` (an ASCII letter or digit):
@@ -424,33 +438,21 @@ fn at_boundary(hay: &[u8], start: usize) -> bool {
     }
 }
 
-fn build(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(pattern)
-        .unicode(false)
-        .size_limit(32 << 20)
-        .build()
-        .map_err(|e| format!("secrets review: {e}"))
+fn read(compiled: &search::Compiled) -> Result<Search, String> {
+    Search::new(compiled).map_err(|e| format!("secrets review: {e}"))
 }
 
 impl Secrets {
-    /// Compiles the regexes.
+    /// Reads the compiled searches.
     pub(crate) fn new() -> Result<Secrets, String> {
         let mut alternatives: Vec<Alternative> =
             RULES.iter().copied().map(Alternative::Format).collect();
         alternatives.push(Alternative::PrivateKey);
-        let pattern = alternatives
-            .iter()
-            .map(|alternative| match alternative {
-                Alternative::Format(rule) => format!("({})", rule.pattern),
-                Alternative::PrivateKey => format!("({PRIVATE_KEY_BEGIN})"),
-            })
-            .collect::<Vec<_>>()
-            .join("|");
         Ok(Secrets {
-            combined: build(&pattern)?,
+            combined: read(&search::FORMATS)?,
             alternatives,
-            private_key_end: build(PRIVATE_KEY_END)?,
-            jwt_header: build(JWT_HEADER)?,
+            private_key_end: read(&search::PRIVATE_KEY_END)?,
+            jwt_header: read(&search::JWT_HEADER)?,
         })
     }
 
@@ -461,22 +463,15 @@ impl Secrets {
         self.scan_jwts(hay, hits);
     }
 
-    /// The format rules and private key blocks, in one pass of the combined regex.
+    /// The format rules and private key blocks, in one pass of the combined search.
     fn scan_formats(&self, hay: &[u8], hits: &mut Vec<Hit>) {
-        let mut locations = self.combined.capture_locations();
         let mut at = 0;
         while at < hay.len() {
-            if self
-                .combined
-                .captures_read_at(&mut locations, hay, at)
-                .is_none()
-            {
-                break;
-            }
-            let Some((index, start, end)) = matched_group(&locations) else {
+            let Some(found) = self.combined.find_at(hay, at) else {
                 break;
             };
-            let Some(alternative) = self.alternatives.get(index) else {
+            let (start, end) = (found.start, found.end);
+            let Some(alternative) = self.alternatives.get(found.pattern) else {
                 break;
             };
             match *alternative {
@@ -523,11 +518,14 @@ impl Secrets {
     /// The end of the private key block whose begin line ends at `from` with `label`: right
     /// after the first end line with the same label, or the end of `hay` if there is none.
     fn private_key_block_end(&self, hay: &[u8], from: usize, label: &[u8]) -> usize {
-        let rest = hay.get(from..).unwrap_or_default();
-        self.private_key_end
-            .find_iter(rest)
-            .find(|m| m.as_bytes().get(8..m.len().saturating_sub(5)) == Some(label))
-            .map_or(hay.len(), |m| from + m.end())
+        let mut at = from;
+        while let Some(found) = self.private_key_end.find_at(hay, at) {
+            if hay.get(found.start + 8..found.end.saturating_sub(5)) == Some(label) {
+                return found.end;
+            }
+            at = found.end;
+        }
+        hay.len()
     }
 
     /// The JWTs: each candidate run found by [`JWT_HEADER`], checked in linear time.
@@ -537,9 +535,9 @@ impl Secrets {
             let Some(found) = self.jwt_header.find_at(hay, at) else {
                 break;
             };
-            let first = found.start();
+            let first = found.start;
             // The `.` after the header.
-            let dot = found.end() - 1;
+            let dot = found.end - 1;
             match first_header(hay, first, dot)
                 .and_then(|start| jwt_end(hay, dot).map(|end| (start, end)))
             {
@@ -551,19 +549,10 @@ impl Secrets {
                     });
                     at = end;
                 }
-                None => at = found.end(),
+                None => at = found.end,
             }
         }
     }
-}
-
-/// The group that took part in the match (group `n + 1` is alternative `n`), with its span.
-fn matched_group(locations: &CaptureLocations) -> Option<(usize, usize, usize)> {
-    (1..locations.len()).find_map(|group| {
-        locations
-            .get(group)
-            .map(|(start, end)| (group - 1, start, end))
-    })
 }
 
 /// `end` moved over every following byte of `class`.
