@@ -1,9 +1,10 @@
 //! What a policy must redact in the text of an MCP tool result before a model reads it.
 //!
-//! A [`Reviewer`] is built once with the [`Review`]s to run (the regexes are compiled in
+//! A [`Reviewer`] is built once with the [`Review`]s to run (the searches are read in
 //! [`Reviewer::new`]), then [`Reviewer::review`] gives, for each text, the [`Finding`]s: byte
 //! spans on character boundaries, sorted, not overlapping, each with a kind. The crate is pure
-//! Rust with one dependency (`regex`, without its Unicode tables): it builds for
+//! Rust with one dependency (the search half of `regex-automata`: the patterns, in the `regex`
+//! crate's syntax, are compiled to DFAs ahead of time and checked in): it builds for
 //! `wasm32-unknown-unknown` and needs no clock, randomness, file or thread.
 //!
 //! ```
@@ -119,7 +120,7 @@
 //! - At one position the rules are tried in the table's order; the matches do not overlap one
 //!   another (the search goes on after each finding).
 //! - The word boundary (**B**) and the `EXAMPLE` allowlist are checked after a match, not by the
-//!   regex, so that the one pass keeps a fast literal prefilter; the `https://` of a Slack
+//!   search, so that the one pass keeps a fast literal prefilter; the `https://` of a Slack
 //!   webhook likewise.
 //! - Left out although distinctive enough: `twilio-api-key` (`SK` + 32 hex), whose two-letter
 //!   prefix made the one-pass search three times slower on prose.
@@ -289,7 +290,7 @@ impl FromStr for Review {
     }
 }
 
-/// The reviews to run, compiled once (the regexes are built in [`Reviewer::new`]) and then
+/// The reviews to run, read once (the searches are read in [`Reviewer::new`]) and then
 /// used for many texts.
 #[derive(Clone, Debug)]
 pub struct Reviewer {
@@ -423,7 +424,8 @@ impl Reviewer {
     }
 
     /// A reviewer running `reviews` (in any order; one named twice runs once; none at all
-    /// finds nothing). An error only if a regex does not compile, which the tests rule out.
+    /// finds nothing). An error only if a search compiled ahead of time does not read, which the
+    /// tests rule out.
     pub fn new(reviews: &[Review]) -> Result<Reviewer, String> {
         let secrets = if reviews.contains(&Review::Secrets) {
             Some((secrets::Secrets::new()?, encoded::Escapes::new()?))

@@ -106,7 +106,7 @@ const fn rule(
     }
 }
 
-/// The key and token formats, in the order the combined regex tries them at one position
+/// The key and token formats, in the order the combined search tries them at one position
 /// (a rule listed first wins over a later one matching at the same start: the routable GitLab
 /// token before the plain one).
 pub(crate) const RULES: &[Rule] = &[
