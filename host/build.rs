@@ -119,7 +119,7 @@ fn run() -> Result<(), String> {
         if !group.iter().any(|(package, _)| wanted(package)) {
             continue;
         }
-        build_group(group, opt_level, &[], &root, &target_dir, &cargo, &linker)?;
+        build_group(group, opt_level, &[], &[], &root, &target_dir, &cargo, &linker)?;
     }
     // The default component again with its result reviews, in a target folder of its own
     // (same package, other features): the variant `load` picks for rules that name reviews.
@@ -128,6 +128,7 @@ fn run() -> Result<(), String> {
         &[("toolward-guest-policy", "REVIEWING_POLICY_WASM")],
         REVIEWING_OPT_LEVEL,
         &["toolward-guest-policy/reviews"],
+        REVIEWING_RUSTFLAGS,
         &root,
         &reviewing_dir,
         &cargo,
@@ -171,17 +172,34 @@ fn run() -> Result<(), String> {
 /// Cedar is, since a review reads every byte of a result with each of its patterns.
 const REVIEWING_OPT_LEVEL: &str = "3";
 
+/// Rust flags of the reviewing variant alone: 128-bit SIMD, so that `memchr` (the prefilters
+/// of the result reviews' searches) runs its vector code in the guest rather than its scalar
+/// fallback, and loops over bytes may be vectorized. wasmtime compiles SIMD by default on
+/// x86_64 and aarch64; an engine without it refuses the component when it loads it, which
+/// fails closed.
+const REVIEWING_RUSTFLAGS: &[&str] = &["-Ctarget-feature=+simd128"];
+
 /// One nested cargo run building the guests of `group` for [`WASM_TARGET`] at `opt_level`,
-/// with `features` (`package/feature`).
+/// with `features` (`package/feature`) and Rust flags `rustflags` besides the paths' remapping.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one build script's helper, called twice"
+)]
 fn build_group(
     group: &[(&str, &str)],
     opt_level: &str,
     features: &[&str],
+    rustflags: &[&str],
     root: &Path,
     target_dir: &Path,
     cargo: &str,
     linker: &Path,
 ) -> Result<(), String> {
+    let mut encoded_rustflags = remap_paths(root, target_dir);
+    for flag in rustflags {
+        encoded_rustflags.push('\u{1f}');
+        encoded_rustflags.push_str(flag);
+    }
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
         .arg("build")
@@ -204,7 +222,7 @@ fn build_group(
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
         .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .env_remove("RUSTFLAGS")
-        .env("CARGO_ENCODED_RUSTFLAGS", remap_paths(root, target_dir))
+        .env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags)
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("RUSTC_WRAPPER")
         .env_remove("CARGO_BUILD_TARGET");

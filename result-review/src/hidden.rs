@@ -101,29 +101,35 @@ const MAY_HIDE: [bool; 256] = {
     table
 };
 
-/// The first byte from `at` on that [`may_hide`] accepts. Eight bytes at a time while they are
-/// all printable ASCII (0x20–0x7E), as most text is, then byte by byte.
+/// The first byte from `at` on that [`may_hide`] accepts. Eight bytes at a time: a word of
+/// printable ASCII (0x20–0x7E), as most text is, is skipped whole, and any other word is looked
+/// at byte by byte (a word of text that is not ASCII, most of whose bytes cannot hide anything,
+/// does not end the word-at-a-time scan).
 fn next_may_hide(bytes: &[u8], at: usize) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let rest = bytes.get(at..)?;
-    let mut skipped = 0;
-    for chunk in rest.chunks_exact(8) {
+    let mut chunks = rest.chunks_exact(8);
+    let mut offset = at;
+    for chunk in chunks.by_ref() {
         let Ok(word) = <[u8; 8]>::try_from(chunk).map(u64::from_le_bytes) else {
             break;
         };
         // A byte below 0x20, or above 0x7E (DEL and every non-ASCII byte).
         let below = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
         let above = (word.wrapping_add(ONES) | word) & HIGH;
-        if below | above != 0 {
-            break;
+        if below | above != 0
+            && let Some(found) = chunk.iter().position(|&b| may_hide(b))
+        {
+            return Some(offset + found);
         }
-        skipped += 8;
+        offset += 8;
     }
-    let rest = rest.get(skipped..)?;
-    rest.iter()
+    chunks
+        .remainder()
+        .iter()
         .position(|&b| may_hide(b))
-        .map(|offset| at + skipped + offset)
+        .map(|found| offset + found)
 }
 
 /// ESC.
