@@ -119,7 +119,16 @@ fn run() -> Result<(), String> {
         if !group.iter().any(|(package, _)| wanted(package)) {
             continue;
         }
-        build_group(group, opt_level, &[], &[], &root, &target_dir, &cargo, &linker)?;
+        build_group(
+            group,
+            opt_level,
+            &[],
+            &[],
+            &root,
+            &target_dir,
+            &cargo,
+            &linker,
+        )?;
     }
     // The default component again with its result reviews, in a target folder of its own
     // (same package, other features): the variant `load` picks for rules that name reviews.
