@@ -40,27 +40,58 @@ impl Encoding {
     }
 }
 
-/// The value of a base64 character of either alphabet (`+` and `-` are 62, `/` and `_` 63).
-fn base64_value(b: u8) -> Option<u32> {
-    match b {
-        b'A'..=b'Z' => Some(u32::from(b - b'A')),
-        b'a'..=b'z' => Some(u32::from(b - b'a') + 26),
-        b'0'..=b'9' => Some(u32::from(b - b'0') + 52),
-        b'+' | b'-' => Some(62),
-        b'/' | b'_' => Some(63),
-        _ => None,
+/// The value of each byte as a base64 character of either alphabet (`+` and `-` are 62, `/`
+/// and `_` 63), or [`NOT_BASE64`].
+const BASE64_VALUES: [u8; 256] = {
+    let mut table = [NOT_BASE64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => NOT_BASE64,
+        };
+        b += 1;
     }
-}
+    table
+};
+
+/// What [`BASE64_VALUES`] holds for a byte that is not a base64 character.
+const NOT_BASE64: u8 = 0xff;
 
 /// The bytes `text` encodes in base64, standard or URL-safe alphabet (both accepted, mixed
 /// too): every character outside both alphabets (padding, line breaks) is skipped, and bits
-/// that do not make a whole byte at the end are dropped.
+/// that do not make a whole byte at the end are dropped. Four characters (three bytes) at a
+/// time while they are all base64.
 pub(crate) fn decode_base64(text: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len() / 4 * 3 + 2);
     let mut bits: u32 = 0;
     let mut count = 0;
-    for value in text.iter().filter_map(|&b| base64_value(b)) {
-        bits = (bits << 6) | value;
+    let mut rest = text;
+    while let Some((&b, after)) = rest.split_first() {
+        if count == 0
+            && let Some(&[w, x, y, z]) = rest.first_chunk::<4>()
+        {
+            let [w, x, y, z] = [w, x, y, z].map(|b| BASE64_VALUES[usize::from(b)]);
+            // A value is below 64, NOT_BASE64 is not.
+            if (w | x | y | z) < 64 {
+                let word =
+                    u32::from(w) << 18 | u32::from(x) << 12 | u32::from(y) << 6 | u32::from(z);
+                out.extend_from_slice(&[(word >> 16) as u8, (word >> 8) as u8, word as u8]);
+                rest = rest.get(4..).unwrap_or_default();
+                continue;
+            }
+        }
+        rest = after;
+        let value = BASE64_VALUES[usize::from(b)];
+        if value == NOT_BASE64 {
+            continue;
+        }
+        bits = (bits << 6) | u32::from(value);
         count += 6;
         if count >= 8 {
             count -= 8;
@@ -88,36 +119,41 @@ fn percent_escape(text: &[u8]) -> Option<u8> {
     }
 }
 
-/// What a decoding reviewer needs: the decoded bytes and, for each decoded byte, whether it
-/// came from an escape (a secret made only of bytes written as they are was found in the text
-/// already, and is not reported again as an encoded one).
+/// What a decoding reviewer needs: the decoded bytes and which of them came from an escape (a
+/// secret made only of bytes written as they are was found in the text already, and is not
+/// reported again as an encoded one).
 #[derive(Debug, Default)]
 struct Decoded {
     bytes: Vec<u8>,
-    /// `escaped[i]`: how many of the first `i` decoded bytes came from an escape.
-    escaped: Vec<u32>,
+    /// The ranges of `bytes` that came from escapes, in order, not touching.
+    escaped: Vec<(usize, usize)>,
 }
 
 impl Decoded {
-    fn push(&mut self, byte: u8, from_escape: bool) {
-        if self.escaped.is_empty() {
-            self.escaped.push(0);
-        }
-        let before = self.escaped.last().copied().unwrap_or_default();
-        self.bytes.push(byte);
-        self.escaped.push(before + u32::from(from_escape));
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.escaped.clear();
     }
 
-    fn extend(&mut self, bytes: &[u8], from_escape: bool) {
-        for &byte in bytes {
-            self.push(byte, from_escape);
+    /// Bytes written as they are.
+    fn plain(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// Bytes an escape decodes to.
+    fn escape(&mut self, bytes: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        let end = self.bytes.len();
+        match self.escaped.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => self.escaped.push((start, end)),
         }
     }
 
     /// Whether some byte of `[start, end)` came from an escape.
     fn any_escaped(&self, start: usize, end: usize) -> bool {
-        let at = |i: usize| self.escaped.get(i).copied().unwrap_or_default();
-        at(end) > at(start)
+        self.escaped.iter().any(|&(s, e)| s < end && start < e)
     }
 }
 
@@ -146,12 +182,14 @@ impl Escapes {
     }
 }
 
-/// Reviews decodings for secrets; `hits` is a buffer reused from run to run.
+/// Reviews decodings for secrets.
 #[derive(Debug)]
 pub(crate) struct Decoder<'a> {
     secrets: &'a Secrets,
     escapes: &'a Escapes,
     hits: Vec<Hit>,
+    /// A buffer reused from run to run: the decoding.
+    decoded: Decoded,
     out: Vec<EncodedHit>,
 }
 
@@ -161,6 +199,7 @@ impl<'a> Decoder<'a> {
             secrets,
             escapes,
             hits: Vec::new(),
+            decoded: Decoded::default(),
             out: Vec::new(),
         }
     }
@@ -286,15 +325,26 @@ impl<'a> Decoder<'a> {
             // have been found first, and its run taken this one in).
             let start = found.start - plain_before(text, done, found.start);
             let (end, _) = run(text, start, escape);
-            let mut decoded = Decoded::default();
+            let mut decoded = std::mem::take(&mut self.decoded);
+            decoded.clear();
             let mut i = start;
             while i < end {
                 let rest = text.get(i..).unwrap_or_default();
-                if let Some(byte) = percent_escape(rest) {
-                    decoded.push(byte, true);
+                // Plain bytes up to the next escape, at once.
+                let plain = rest
+                    .get(..end - i)
+                    .unwrap_or_default()
+                    .iter()
+                    .position(|&b| b == b'%')
+                    .unwrap_or(end - i);
+                if plain > 0 {
+                    decoded.plain(rest.get(..plain).unwrap_or_default());
+                    i += plain;
+                } else if let Some(byte) = percent_escape(rest) {
+                    decoded.escape(&[byte]);
                     i += 3;
                 } else {
-                    decoded.extend(rest.get(..1).unwrap_or_default(), false);
+                    decoded.plain(rest.get(..1).unwrap_or_default());
                     i += 1;
                 }
             }
@@ -305,6 +355,7 @@ impl<'a> Decoder<'a> {
                 Some(&decoded),
                 Encoding::Percent,
             );
+            self.decoded = decoded;
             done = end;
         }
     }
@@ -338,23 +389,30 @@ impl<'a> Decoder<'a> {
             }
             let start = found.start - plain_before(text, done, found.start);
             let (end, _) = run(text, start, escape);
-            let mut decoded = Decoded::default();
+            let mut decoded = std::mem::take(&mut self.decoded);
+            decoded.clear();
             let mut i = start;
             while i < end {
                 let rest = text.get(i..end).unwrap_or_default();
-                if rest.starts_with(b"\\/") {
-                    decoded.push(b'/', true);
+                // Plain bytes up to the next escape, at once.
+                let plain = rest.iter().position(|&b| b == b'\\').unwrap_or(rest.len());
+                if plain > 0 {
+                    decoded.plain(rest.get(..plain).unwrap_or_default());
+                    i += plain;
+                } else if rest.starts_with(b"\\/") {
+                    decoded.escape(b"/");
                     i += 2;
                 } else if let Some((c, used)) = json_unicode_escape(rest) {
                     let mut utf8 = [0; 4];
-                    decoded.extend(c.encode_utf8(&mut utf8).as_bytes(), true);
+                    decoded.escape(c.encode_utf8(&mut utf8).as_bytes());
                     i += used;
                 } else {
-                    decoded.extend(rest.get(..1).unwrap_or_default(), false);
+                    decoded.plain(rest.get(..1).unwrap_or_default());
                     i += 1;
                 }
             }
             self.review_run(start, end, &decoded.bytes, Some(&decoded), Encoding::Json);
+            self.decoded = decoded;
             done = end;
         }
     }

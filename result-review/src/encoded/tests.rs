@@ -238,3 +238,42 @@ proptest::proptest! {
         proptest::prop_assert_eq!(skip_search(&text), plain_search(&text));
     }
 }
+
+/// [`decode_base64`] a character at a time, as it was written first.
+fn decode_base64_plainly(text: &[u8]) -> Vec<u8> {
+    let value = |b: u8| match b {
+        b'A'..=b'Z' => Some(u32::from(b - b'A')),
+        b'a'..=b'z' => Some(u32::from(b - b'a') + 26),
+        b'0'..=b'9' => Some(u32::from(b - b'0') + 52),
+        b'+' | b'-' => Some(62),
+        b'/' | b'_' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let mut bits: u32 = 0;
+    let mut count = 0;
+    for value in text.iter().filter_map(|&b| value(b)) {
+        bits = (bits << 6) | value;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push(((bits >> count) & 0xff) as u8);
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    #[test]
+    fn decode_base64_decodes_as_a_character_at_a_time(
+        text in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::sample::select(&b"QZaz09+/-_=\n\r \xc3"[..]),
+                proptest::num::u8::ANY,
+            ],
+            0..80,
+        )
+    ) {
+        proptest::prop_assert_eq!(decode_base64(&text), decode_base64_plainly(&text));
+    }
+}
