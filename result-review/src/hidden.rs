@@ -82,12 +82,52 @@ pub(crate) fn classify(c: char) -> Option<Hidden> {
 /// U+061C with 0xD8, U+034F with 0xCD, U+115F–U+1160 and U+17B4–U+180F with 0xE1,
 /// U+2000–U+2FFF with 0xE2, U+3164 with 0xE3, U+FE00–U+FFFF with 0xEF, and the planes 1 and 14
 /// with 0xF0 and 0xF3).
-fn may_hide(b: u8) -> bool {
+pub(crate) fn may_hide(b: u8) -> bool {
     MAY_HIDE[usize::from(b)]
 }
 
+/// Whether the character starting at `at`, at a byte [`may_hide`] accepts, may be hidden, from
+/// its first two bytes: of the characters starting with 0xE3 only U+3164 (`E3 85 A4`) is, so
+/// Japanese and Chinese text is not decoded character by character; likewise for the other
+/// lead bytes [`may_hide`] names. True for a control byte. Every character [`classify`] names
+/// passes (the test `the_two_byte_check_passes_every_hidden_character` goes through all).
+fn may_hide_char(bytes: &[u8], at: usize) -> bool {
+    let second = bytes.get(at + 1).copied().unwrap_or(0);
+    match bytes.get(at) {
+        // C1 controls U+0080–U+009F, U+00AD.
+        Some(0xc2) => (0x80..=0x9f).contains(&second) || second == 0xad,
+        // U+034F.
+        Some(0xcd) => second == 0x8f,
+        // U+061C.
+        Some(0xd8) => second == 0x9c,
+        // U+1140–U+117F, U+1780–U+17BF, U+1800–U+183F.
+        Some(0xe1) => matches!(second, 0x85 | 0x9e | 0xa0),
+        // U+2000–U+207F, U+2800–U+283F.
+        Some(0xe2) => matches!(second, 0x80 | 0x81 | 0xa0),
+        // U+3140–U+317F.
+        Some(0xe3) => second == 0x85,
+        // U+FE00–U+FE3F, U+FEC0–U+FEFF, U+FF80–U+FFFF.
+        Some(0xef) => matches!(second, 0xb8 | 0xbb | 0xbe | 0xbf),
+        // U+11000–U+11FFF, U+13000–U+13FFF, U+1B000–U+1BFFF, U+1D000–U+1DFFF.
+        Some(0xf0) => matches!(second, 0x91 | 0x93 | 0x9b | 0x9d),
+        // U+E0000–U+E0FFF.
+        Some(0xf3) => second == 0xa0,
+        _ => true,
+    }
+}
+
+/// The length of the UTF-8 encoding that `lead` starts.
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xf0.. => 4,
+        0xe0.. => 3,
+        0xc0.. => 2,
+        _ => 1,
+    }
+}
+
 /// [`may_hide`] as a table.
-const MAY_HIDE: [bool; 256] = {
+pub(crate) const MAY_HIDE: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 256 {
@@ -101,31 +141,59 @@ const MAY_HIDE: [bool; 256] = {
     table
 };
 
-/// The first byte from `at` on that [`may_hide`] accepts. Eight bytes at a time: a word of
-/// printable ASCII (0x20–0x7E), as most text is, is skipped whole, and any other word is looked
-/// at byte by byte (a word of text that is not ASCII, most of whose bytes cannot hide anything,
-/// does not end the word-at-a-time scan).
+/// The first byte from `at` on that [`may_hide`] accepts: sixteen bytes at a time, as
+/// [`next_may_hide_in_blocks`] in a guest with `simd128` (one vector lookup of the exact set
+/// for each block), else as [`next_may_hide_in_words`].
 fn next_may_hide(bytes: &[u8], at: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
+    if crate::simd::VECTORS {
+        next_may_hide_in_blocks(bytes, at)
+    } else {
+        next_may_hide_in_words(bytes, at)
+    }
+}
+
+/// [`next_may_hide`] with the masks of [`crate::simd::MAY_HIDE`]: the first block whose mask is
+/// not empty holds it.
+fn next_may_hide_in_blocks(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut block = at;
+    while let Some(bytes) = bytes
+        .get(block..block + crate::simd::BLOCK)
+        .and_then(|bytes| <&[u8; crate::simd::BLOCK]>::try_from(bytes).ok())
+    {
+        let mask = crate::simd::MAY_HIDE.mask(bytes);
+        if mask != 0 {
+            return Some(block + mask.trailing_zeros() as usize);
+        }
+        block += crate::simd::BLOCK;
+    }
+    bytes
+        .get(block..)?
+        .iter()
+        .position(|&b| may_hide(b))
+        .map(|found| block + found)
+}
+
+/// [`next_may_hide`] sixteen bytes at a time: a block of
+/// printable ASCII (0x20–0x7E), as most text is, is skipped whole, and any other block is
+/// looked at byte by byte (a block of text that is not ASCII, most of whose bytes cannot hide
+/// anything, does not end the block-at-a-time scan). The test of a block has no early exit,
+/// so that the compiler makes it one vector comparison (`simd128` in the guest, SSE2
+/// natively).
+fn next_may_hide_in_words(bytes: &[u8], at: usize) -> Option<usize> {
     let rest = bytes.get(at..)?;
-    let mut chunks = rest.chunks_exact(8);
+    let mut blocks = rest.chunks_exact(16);
     let mut offset = at;
-    for chunk in chunks.by_ref() {
-        let Ok(word) = <[u8; 8]>::try_from(chunk).map(u64::from_le_bytes) else {
-            break;
-        };
+    for block in blocks.by_ref() {
         // A byte below 0x20, or above 0x7E (DEL and every non-ASCII byte).
-        let below = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
-        let above = (word.wrapping_add(ONES) | word) & HIGH;
-        if below | above != 0
-            && let Some(found) = chunk.iter().position(|&b| may_hide(b))
-        {
+        let outside = block
+            .iter()
+            .fold(false, |any, &b| any | (b.wrapping_sub(0x20) > 0x5e));
+        if outside && let Some(found) = block.iter().position(|&b| may_hide(b)) {
             return Some(offset + found);
         }
-        offset += 8;
+        offset += 16;
     }
-    chunks
+    blocks
         .remainder()
         .iter()
         .position(|&b| may_hide(b))
@@ -244,6 +312,10 @@ pub(crate) fn review(text: &str) -> Vec<Run> {
         if let Some(end) = sequence_end(bytes, at) {
             push(at, end, Hidden::EscapeSequence);
             at = end;
+            continue;
+        }
+        if !may_hide_char(bytes, at) {
+            at += bytes.get(at).map_or(1, |&lead| utf8_len(lead));
             continue;
         }
         let Some(c) = text.get(at..).and_then(|rest| rest.chars().next()) else {

@@ -226,6 +226,7 @@ mod encoded;
 mod hidden;
 mod search;
 mod secrets;
+mod simd;
 
 use std::fmt;
 use std::str::FromStr;

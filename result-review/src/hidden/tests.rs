@@ -280,3 +280,31 @@ fn a_lone_carriage_return_is_a_control_and_one_before_a_line_feed_is_layout() {
         [(11, 12, "hidden:control"), (32, 33, "hidden:control")]
     );
 }
+
+#[test]
+fn the_two_byte_check_passes_every_hidden_character() {
+    for c in (0..=0x10ffff).filter_map(char::from_u32) {
+        let mut utf8 = [0; 4];
+        let bytes = c.encode_utf8(&mut utf8).as_bytes();
+        if classify(c).is_some() || sequence_end(bytes, 0).is_some() {
+            assert!(may_hide(bytes[0]), "U+{:04X}", u32::from(c));
+            assert!(may_hide_char(bytes, 0), "U+{:04X}", u32::from(c));
+        }
+        if may_hide(bytes[0]) {
+            assert_eq!(utf8_len(bytes[0]), bytes.len(), "U+{:04X}", u32::from(c));
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn next_may_hide_in_blocks_agrees_with_a_plain_search(
+        bytes in proptest::collection::vec(proptest::prop_oneof![0x20u8..0x7f, proptest::num::u8::ANY], 0..100),
+        at in 0..100usize,
+    ) {
+        let at = at.min(bytes.len());
+        let plain = bytes.iter().skip(at).position(|&b| may_hide(b)).map(|i| at + i);
+        proptest::prop_assert_eq!(next_may_hide_in_blocks(&bytes, at), plain);
+        proptest::prop_assert_eq!(next_may_hide_in_words(&bytes, at), plain);
+    }
+}
