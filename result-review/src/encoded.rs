@@ -5,8 +5,8 @@
 //! Every scanner here is one pass over the text, and each run is decoded and reviewed once, so
 //! the work is linear in the text's length.
 
-use crate::search::{self, Search};
-use crate::secrets::{Hit, Secrets};
+use crate::search::{self, Candidates, Search};
+use crate::secrets::{self, Hit, Secrets};
 
 /// Fewest base64 characters (padding not counted) a base64 run has.
 pub(crate) const MIN_BASE64: usize = 24;
@@ -188,7 +188,8 @@ pub(crate) struct Decoder<'a> {
     secrets: &'a Secrets,
     escapes: &'a Escapes,
     hits: Vec<Hit>,
-    /// A buffer reused from run to run: the decoding.
+    /// Buffers reused from run to run: the candidates of a decoding, the decoding.
+    candidates: Candidates,
     decoded: Decoded,
     out: Vec<EncodedHit>,
 }
@@ -199,16 +200,18 @@ impl<'a> Decoder<'a> {
             secrets,
             escapes,
             hits: Vec::new(),
+            candidates: Candidates::default(),
             decoded: Decoded::default(),
             out: Vec::new(),
         }
     }
 
     /// Every encoded secret of `text`: base64, percent and JSON runs, in that order.
-    pub(crate) fn review(mut self, text: &[u8]) -> Vec<EncodedHit> {
+    /// `candidates` are the secrets review's of `text` ([`Secrets::candidates`]).
+    pub(crate) fn review(mut self, text: &[u8], candidates: &Candidates) -> Vec<EncodedHit> {
         self.base64_runs(text);
-        self.percent_runs(text);
-        self.json_runs(text);
+        self.percent_runs(text, candidates.of(secrets::PERCENT_ESCAPES));
+        self.json_runs(text, candidates.of(secrets::JSON_ESCAPES));
         self.out
     }
 
@@ -224,7 +227,8 @@ impl<'a> Decoder<'a> {
         encoding: Encoding,
     ) {
         self.hits.clear();
-        self.secrets.scan(decoded, &mut self.hits);
+        self.secrets
+            .scan_reusing(decoded, &mut self.candidates, &mut self.hits);
         let first = self
             .hits
             .iter()
@@ -317,10 +321,11 @@ impl<'a> Decoder<'a> {
 
     /// Percent runs: maximal runs of `[A-Za-z0-9._~:/+-]` and escapes `%XX` (two hexadecimal
     /// digits) holding at least one escape. `+` stays `+`.
-    fn percent_runs(&mut self, text: &[u8]) {
+    fn percent_runs(&mut self, text: &[u8], candidates: Option<&[usize]>) {
         let escape = |rest: &[u8]| percent_escape(rest).map(|_| 3);
+        let mut percent = self.escapes.percent.cursor(text, candidates);
         let mut done = 0;
-        while let Some(found) = self.escapes.percent.find_at(text, done) {
+        while let Some(found) = percent.find_at(done) {
             // The run's start: back over plain characters (an escape before this one would
             // have been found first, and its run taken this one in).
             let start = found.start - plain_before(text, done, found.start);
@@ -364,7 +369,7 @@ impl<'a> Decoder<'a> {
     /// holding at least one escape. A `\uXXXX` pair of surrogates is one character, a lone
     /// surrogate U+FFFD. Any other escape (`\\`, `\"`, `\n`…) ends a run, and its letter is
     /// not part of the next.
-    fn json_runs(&mut self, text: &[u8]) {
+    fn json_runs(&mut self, text: &[u8], candidates: Option<&[usize]>) {
         let escape = |rest: &[u8]| {
             if rest.starts_with(b"\\/") {
                 Some(2)
@@ -372,8 +377,9 @@ impl<'a> Decoder<'a> {
                 json_unit(rest).map(|_| 6)
             }
         };
+        let mut json = self.escapes.json.cursor(text, candidates);
         let mut done = 0;
-        while let Some(found) = self.escapes.json.find_at(text, done) {
+        while let Some(found) = json.find_at(done) {
             // A backslash after an odd number of backslashes is itself escaped: `\\u0041` is
             // a backslash and `u0041`.
             let backslashes = text

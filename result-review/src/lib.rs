@@ -445,8 +445,9 @@ impl Reviewer {
         let mut findings = Vec::new();
         if let Some((secrets, escapes)) = &self.secrets {
             let bytes = text.as_bytes();
+            let candidates = secrets.candidates(bytes);
             let mut hits = Vec::new();
-            secrets.scan(bytes, &mut hits);
+            secrets.scan_with(bytes, &candidates, &mut hits);
             findings.extend(hits.into_iter().map(|hit| Finding {
                 start: hit.start,
                 end: hit.end,
@@ -454,7 +455,7 @@ impl Reviewer {
             }));
             findings.extend(
                 encoded::Decoder::new(secrets, escapes)
-                    .review(bytes)
+                    .review(bytes, &candidates)
                     .into_iter()
                     .map(|hit| Finding {
                         start: hit.start,

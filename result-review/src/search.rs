@@ -11,12 +11,31 @@
 //! reads and validates them.
 //!
 //! A search finds what the `regex` crate finds for the alternation of its patterns, leftmost
-//! first: a prefilter (`memchr`, or Aho-Corasick for many prefixes) gives, in order, each
-//! position where a pattern's literal prefix starts, and the DFA, anchored there, tells whether
-//! a match starts there, where it ends, and which pattern matched (the first of the list that
-//! does, as an alternation prefers). The DFA is anchored, not unanchored, because the
-//! unanchored DFA of the 39 format patterns, whose counted repetitions overlap, does not fit
-//! `regex-automata`'s limit on states; anchored, it is 232 KB.
+//! first: a prefilter gives, in order, each position where a pattern's literal prefix starts
+//! (a **candidate**), and the DFA, anchored there, tells whether a match starts there, where it
+//! ends, and which pattern matched (the first of the list that does, as an alternation
+//! prefers). The DFA is anchored, not unanchored, because the unanchored DFA of the 39 format
+//! patterns, whose counted repetitions overlap, does not fit `regex-automata`'s limit on
+//! states; anchored, it is 232 KB.
+//!
+//! The prefilter differs by where the reviews run, the candidates do not:
+//!
+//! - natively, each search has `regex-automata`'s prefilter on its short literal prefixes
+//!   (`<name>.prefixes`): Teddy for the format rules' 47, `memchr` or `memmem` for one;
+//! - in a guest with `simd128` ([`ONE_PASS`]), `aho-corasick` has no Teddy, and the prefilter
+//!   for many prefixes would be an Aho-Corasick automaton, a table step for every byte under
+//!   the guest's fuel metering; and every search's own prefilter would be a pass of its own
+//!   over the text, each costing the guest about as much as the rest of the search. There the
+//!   searches of [`ONE_PASS_SEARCHES`] take their candidates from **one pass** over the text,
+//!   sixteen bytes at a time ([`Anchors`]), which looks for the anchors of their longer
+//!   literal prefixes (`<name>.literals`) and gives each search every position where one of
+//!   its literals starts.
+//!
+//! Both give every position where a literal prefix of the search starts, and a match starts
+//! only at such a position, so a search finds the same matches either way as trying the DFA at
+//! every position; the tests check the three against one another on the sample, on text made
+//! of prefixes, tokens and anchors at every offset around the 16-byte blocks, and on arbitrary
+//! bytes.
 
 use regex_automata::dfa::{Automaton, StartKind, sparse};
 use regex_automata::util::prefilter::Prefilter;
@@ -25,7 +44,8 @@ use regex_automata::{Anchored, Input, MatchKind, Span};
 /// A search compiled ahead of time: its patterns, and what was compiled from them.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Compiled {
-    /// The name of its files under `src/search/`: `<name>.dfa`, `<name>.prefixes`.
+    /// The name of its files under `src/search/`: `<name>.dfa`, `<name>.prefixes`,
+    /// `<name>.literals`.
     pub(crate) name: &'static str,
     /// The patterns, in the `regex` crate's syntax without Unicode, the first preferred.
     #[cfg_attr(
@@ -36,7 +56,11 @@ pub(crate) struct Compiled {
     /// The sparse DFA, anchored, leftmost first, serialized little-endian.
     pub(crate) dfa: &'static [u8],
     /// The literal prefixes of the patterns, one a line: every match starts with one of them.
+    /// Short, as the `regex` crate picks them for its prefilter.
     pub(crate) prefixes: &'static str,
+    /// Longer literal prefixes of the patterns, one a line: every match starts with one of
+    /// them too. For the guest's one pass ([`Anchors`]).
+    pub(crate) literals: &'static str,
 }
 
 /// The key and token formats and the private key begin line ([`crate::secrets::FORMAT_PATTERNS`]).
@@ -45,6 +69,7 @@ pub(crate) const FORMATS: Compiled = Compiled {
     patterns: &crate::secrets::FORMAT_PATTERNS,
     dfa: include_bytes!("search/formats.dfa"),
     prefixes: include_str!("search/formats.prefixes"),
+    literals: include_str!("search/formats.literals"),
 };
 
 /// The end line of a private key block.
@@ -53,6 +78,7 @@ pub(crate) const PRIVATE_KEY_END: Compiled = Compiled {
     patterns: &[crate::secrets::PRIVATE_KEY_END],
     dfa: include_bytes!("search/private-key-end.dfa"),
     prefixes: include_str!("search/private-key-end.prefixes"),
+    literals: include_str!("search/private-key-end.literals"),
 };
 
 /// Where a JWT may start.
@@ -61,6 +87,7 @@ pub(crate) const JWT_HEADER: Compiled = Compiled {
     patterns: &[crate::secrets::JWT_HEADER],
     dfa: include_bytes!("search/jwt-header.dfa"),
     prefixes: include_str!("search/jwt-header.prefixes"),
+    literals: include_str!("search/jwt-header.literals"),
 };
 
 /// A percent escape.
@@ -69,6 +96,7 @@ pub(crate) const PERCENT_ESCAPE: Compiled = Compiled {
     patterns: &[crate::encoded::PERCENT_ESCAPE],
     dfa: include_bytes!("search/percent-escape.dfa"),
     prefixes: include_str!("search/percent-escape.prefixes"),
+    literals: include_str!("search/percent-escape.literals"),
 };
 
 /// A JSON escape that starts a JSON run.
@@ -77,6 +105,7 @@ pub(crate) const JSON_ESCAPE: Compiled = Compiled {
     patterns: &[crate::encoded::JSON_ESCAPE],
     dfa: include_bytes!("search/json-escape.dfa"),
     prefixes: include_str!("search/json-escape.prefixes"),
+    literals: include_str!("search/json-escape.literals"),
 };
 
 /// A match: the bytes `[start, end)` and the index of the pattern that matched.
@@ -91,7 +120,11 @@ pub(crate) struct Match {
 #[derive(Clone, Debug)]
 pub(crate) struct Search {
     dfa: sparse::DFA<&'static [u8]>,
-    prefilter: Prefilter,
+    /// `regex-automata`'s prefilter on the literal prefixes: `memchr` or `memmem` for one,
+    /// Teddy natively for many (it would be an Aho-Corasick automaton in the guest, which
+    /// takes its candidates from [`Anchors`] instead). None for a search of
+    /// [`ONE_PASS_SEARCHES`] when [`ONE_PASS`].
+    prefilter: Option<Prefilter>,
 }
 
 impl Search {
@@ -117,34 +150,151 @@ impl Search {
                 return Err(format!("the search `{name}` stops at byte {byte}"));
             }
         }
-        let prefixes: Vec<&str> = compiled.prefixes.lines().collect();
-        let prefilter = Prefilter::new(MatchKind::LeftmostFirst, &prefixes)
-            .ok_or_else(|| format!("the prefixes of the search `{name}` make no prefilter"))?;
+        let one_pass = ONE_PASS && ONE_PASS_SEARCHES.iter().any(|one| one.name == name);
+        let prefilter = if one_pass {
+            None
+        } else {
+            Some(
+                Prefilter::new(MatchKind::LeftmostFirst, &compiled.prefixes()).ok_or_else(
+                    || format!("the prefixes of the search `{name}` make no prefilter"),
+                )?,
+            )
+        };
         Ok(Search { dfa, prefilter })
     }
 
     /// The leftmost-first match in `hay` that starts at `at` or later: as the `regex` crate's
     /// `find_at` would give for the alternation of the patterns, with the pattern that matched.
-    pub(crate) fn find_at(&self, hay: &[u8], mut at: usize) -> Option<Match> {
-        while at < hay.len() {
-            let candidate = self.prefilter.find(hay, Span::from(at..hay.len()))?;
-            let start = candidate.start;
-            let input = Input::new(hay).range(start..).anchored(Anchored::Yes);
-            // `Search::new` checked that no byte stops the DFA, the only way it errs.
-            match self.dfa.try_search_fwd(&input).ok().flatten() {
-                Some(end) => {
-                    return Some(Match {
-                        start,
-                        end: end.offset(),
-                        pattern: end.pattern().as_usize(),
-                    });
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the reviews search through cursors")
+    )]
+    pub(crate) fn find_at(&self, hay: &[u8], at: usize) -> Option<Match> {
+        self.cursor(hay, None).find_at(at)
+    }
+
+    /// A search through `hay` for matches at positions that never decrease, trying the DFA at
+    /// each of `candidates` (every position where a literal prefix starts, increasing, as
+    /// [`Anchors::scan`] gives them) or, without, where the search's own prefilter says.
+    pub(crate) fn cursor<'a>(
+        &'a self,
+        hay: &'a [u8],
+        candidates: Option<&'a [usize]>,
+    ) -> Cursor<'a> {
+        Cursor {
+            search: self,
+            hay,
+            candidates,
+        }
+    }
+
+    /// Whether a match starts at `start`, and where it ends.
+    fn match_at(&self, hay: &[u8], start: usize) -> Option<Match> {
+        let input = Input::new(hay).range(start..).anchored(Anchored::Yes);
+        // `Search::new` checked that no byte stops the DFA, the only way it errs.
+        let end = self.dfa.try_search_fwd(&input).ok().flatten()?;
+        Some(Match {
+            start,
+            end: end.offset(),
+            pattern: end.pattern().as_usize(),
+        })
+    }
+}
+
+impl Compiled {
+    /// The short literal prefixes, as bytes.
+    pub(crate) fn prefixes(&self) -> Vec<&'static [u8]> {
+        self.prefixes.lines().map(str::as_bytes).collect()
+    }
+
+    /// The long literal prefixes, as bytes.
+    pub(crate) fn literals(&self) -> Vec<&'static [u8]> {
+        self.literals.lines().map(str::as_bytes).collect()
+    }
+}
+
+/// A search through one text, for matches at positions that never decrease
+/// ([`Search::cursor`]).
+#[derive(Debug)]
+pub(crate) struct Cursor<'a> {
+    search: &'a Search,
+    hay: &'a [u8],
+    /// The candidates not yet passed, when they were given.
+    candidates: Option<&'a [usize]>,
+}
+
+impl Cursor<'_> {
+    /// The leftmost-first match that starts at `at` or later (as [`Search::find_at`]); `at`
+    /// must not be less than in the previous call.
+    pub(crate) fn find_at(&mut self, mut at: usize) -> Option<Match> {
+        while at < self.hay.len() {
+            let start = match &mut self.candidates {
+                Some(candidates) => {
+                    let passed = candidates.iter().take_while(|&&start| start < at).count();
+                    *candidates = candidates.get(passed..).unwrap_or_default();
+                    *candidates.first()?
                 }
+                None => match &self.search.prefilter {
+                    Some(prefilter) => {
+                        prefilter
+                            .find(self.hay, Span::from(at..self.hay.len()))?
+                            .start
+                    }
+                    // A search of the one pass run without its candidates (never, as the
+                    // reviews run): every position is a candidate.
+                    None => at,
+                },
+            };
+            match self.search.match_at(self.hay, start) {
+                Some(found) => return Some(found),
                 None => at = start + 1,
             }
         }
         None
     }
 }
+
+/// The searches whose candidates one pass of [`Anchors`] finds, in this order: the format
+/// rules, the JWT header, the percent and the JSON escapes (the private key end line is
+/// looked for only after a begin line).
+pub(crate) const ONE_PASS_SEARCHES: [Compiled; 4] =
+    [FORMATS, JWT_HEADER, PERCENT_ESCAPE, JSON_ESCAPE];
+
+/// The candidates of the searches of [`ONE_PASS_SEARCHES`] in one text, from one pass of
+/// [`Anchors`]; or none, and each search uses its own prefilter.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Candidates(Option<Vec<Vec<usize>>>);
+
+impl Candidates {
+    /// The candidates in `hay`, when `anchors` are given.
+    pub(crate) fn new(anchors: Option<&Anchors>, hay: &[u8]) -> Candidates {
+        let mut candidates = Candidates::default();
+        candidates.refill(anchors, hay);
+        candidates
+    }
+
+    /// The candidates in `hay`, in the lists these held before.
+    pub(crate) fn refill(&mut self, anchors: Option<&Anchors>, hay: &[u8]) {
+        match anchors {
+            Some(anchors) => anchors.scan(hay, self.0.get_or_insert_default()),
+            None => self.0 = None,
+        }
+    }
+
+    /// The candidates of the search at `index` in [`ONE_PASS_SEARCHES`].
+    pub(crate) fn of(&self, index: usize) -> Option<&[usize]> {
+        self.0.as_ref()?.get(index).map(Vec::as_slice)
+    }
+}
+
+/// Whether the reviews take their candidates from one pass of [`Anchors`] (in a guest with
+/// `simd128`, [`crate::simd::VECTORS`]) rather than from each search's prefilter: natively,
+/// Teddy and `memchr`'s AVX2 routines are faster than one 16-byte pass that does it all.
+pub(crate) const ONE_PASS: bool = crate::simd::VECTORS;
+
+#[path = "search/anchors.rs"]
+mod anchors;
+pub(crate) use anchors::Anchors;
 
 #[cfg(test)]
 #[path = "search/tests.rs"]

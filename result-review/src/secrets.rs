@@ -2,7 +2,7 @@
 //! JWTs, all found by one combined search in one pass (see the crate docs for what each rule
 //! matches and how it differs from gitleaks).
 
-use crate::search::{self, Search};
+use crate::search::{self, Anchors, Candidates, Search};
 
 /// Which bytes extend a format rule's match: after the pattern matched, the finding grows over
 /// every following byte of this class, so that a token longer than the pattern's fixed length
@@ -424,7 +424,19 @@ pub(crate) struct Secrets {
     alternatives: Vec<Alternative>,
     private_key_end: Search,
     jwt_header: Search,
+    /// The one pass that gives the candidates of the searches of
+    /// [`search::ONE_PASS_SEARCHES`], in the guest ([`search::ONE_PASS`]).
+    anchors: Option<Anchors>,
 }
+
+/// The index of the format search in [`search::ONE_PASS_SEARCHES`].
+const FORMATS: usize = 0;
+/// The index of the JWT header search in [`search::ONE_PASS_SEARCHES`].
+const JWTS: usize = 1;
+/// The index of the percent escape search in [`search::ONE_PASS_SEARCHES`].
+pub(crate) const PERCENT_ESCAPES: usize = 2;
+/// The index of the JSON escape search in [`search::ONE_PASS_SEARCHES`].
+pub(crate) const JSON_ESCAPES: usize = 3;
 
 /// The start condition of a rule with a boundary, at `start` (an ASCII letter or digit):
 /// the start of `hay`, or a byte before it that is not an ASCII letter, digit or `_`, or a JSON
@@ -448,26 +460,53 @@ impl Secrets {
         let mut alternatives: Vec<Alternative> =
             RULES.iter().copied().map(Alternative::Format).collect();
         alternatives.push(Alternative::PrivateKey);
+        let anchors = if search::ONE_PASS {
+            let literals = search::ONE_PASS_SEARCHES.map(|compiled| compiled.literals());
+            Some(Anchors::new(&literals).map_err(|e| format!("secrets review: {e}"))?)
+        } else {
+            None
+        };
         Ok(Secrets {
             combined: read(&search::FORMATS)?,
             alternatives,
             private_key_end: read(&search::PRIVATE_KEY_END)?,
             jwt_header: read(&search::JWT_HEADER)?,
+            anchors,
         })
     }
 
+    /// The candidates of the searches in `hay` (in the guest, from one pass; natively each
+    /// search uses its own prefilter).
+    pub(crate) fn candidates(&self, hay: &[u8]) -> Candidates {
+        Candidates::new(self.anchors.as_ref(), hay)
+    }
+
+    /// As [`Secrets::scan_with`], finding the candidates into `candidates` (a buffer reused
+    /// from text to text).
+    pub(crate) fn scan_reusing(
+        &self,
+        hay: &[u8],
+        candidates: &mut Candidates,
+        hits: &mut Vec<Hit>,
+    ) {
+        candidates.refill(self.anchors.as_ref(), hay);
+        self.scan_with(hay, candidates, hits);
+    }
+
     /// Appends to `hits` every secret in `hay`: first the format rules' and private keys' in
-    /// order, then the JWTs in order (the two lists may overlap).
-    pub(crate) fn scan(&self, hay: &[u8], hits: &mut Vec<Hit>) {
-        self.scan_formats(hay, hits);
-        self.scan_jwts(hay, hits);
+    /// order, then the JWTs in order (the two lists may overlap). `candidates` are those of
+    /// `hay` ([`Secrets::candidates`]).
+    pub(crate) fn scan_with(&self, hay: &[u8], candidates: &Candidates, hits: &mut Vec<Hit>) {
+        self.scan_formats(hay, candidates.of(FORMATS), hits);
+        self.scan_jwts(hay, candidates.of(JWTS), hits);
     }
 
     /// The format rules and private key blocks, in one pass of the combined search.
-    fn scan_formats(&self, hay: &[u8], hits: &mut Vec<Hit>) {
+    fn scan_formats(&self, hay: &[u8], candidates: Option<&[usize]>, hits: &mut Vec<Hit>) {
+        let mut combined = self.combined.cursor(hay, candidates);
         let mut at = 0;
         while at < hay.len() {
-            let Some(found) = self.combined.find_at(hay, at) else {
+            let Some(found) = combined.find_at(at) else {
                 break;
             };
             let (start, end) = (found.start, found.end);
@@ -518,8 +557,9 @@ impl Secrets {
     /// The end of the private key block whose begin line ends at `from` with `label`: right
     /// after the first end line with the same label, or the end of `hay` if there is none.
     fn private_key_block_end(&self, hay: &[u8], from: usize, label: &[u8]) -> usize {
+        let mut private_key_end = self.private_key_end.cursor(hay, None);
         let mut at = from;
-        while let Some(found) = self.private_key_end.find_at(hay, at) {
+        while let Some(found) = private_key_end.find_at(at) {
             if hay.get(found.start + 8..found.end.saturating_sub(5)) == Some(label) {
                 return found.end;
             }
@@ -529,10 +569,11 @@ impl Secrets {
     }
 
     /// The JWTs: each candidate run found by [`JWT_HEADER`], checked in linear time.
-    fn scan_jwts(&self, hay: &[u8], hits: &mut Vec<Hit>) {
+    fn scan_jwts(&self, hay: &[u8], candidates: Option<&[usize]>, hits: &mut Vec<Hit>) {
+        let mut jwt_header = self.jwt_header.cursor(hay, candidates);
         let mut at = 0;
         while at < hay.len() {
-            let Some(found) = self.jwt_header.find_at(hay, at) else {
+            let Some(found) = jwt_header.find_at(at) else {
                 break;
             };
             let first = found.start;
@@ -687,4 +728,4 @@ pub(crate) fn jose_header(segment: &[u8]) -> bool {
 
 #[cfg(test)]
 #[path = "secrets/tests.rs"]
-mod tests;
+pub(crate) mod tests;

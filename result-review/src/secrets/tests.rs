@@ -14,9 +14,9 @@ const DIGITS: &str = "0123456789";
 
 /// One rule's cases: a realistic token, and a near miss with what it is found as (nothing, or
 /// another rule's finding as `(start, end, kind)` within the near miss).
-struct Case {
+pub(crate) struct Case {
     rule: &'static str,
-    token: String,
+    pub(crate) token: String,
     near_miss: String,
     near_miss_found: Vec<(usize, usize, &'static str)>,
 }
@@ -30,7 +30,7 @@ fn case(rule: &'static str, token: String, near_miss: String) -> Case {
     }
 }
 
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     let routable_body = fill(WORD_DASH, 40, 7);
     vec![
         case(
