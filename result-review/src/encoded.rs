@@ -171,6 +171,18 @@ pub(crate) struct Escapes {
 }
 
 impl Escapes {
+    /// The same searches on the `regex` crate ([`Search::on_regex`]).
+    #[cfg(feature = "regex-baseline")]
+    pub(crate) fn on_regex() -> Result<Escapes, String> {
+        let on_regex = |compiled: &search::Compiled| {
+            Search::on_regex(compiled).map_err(|e| format!("encoded review: {e}"))
+        };
+        Ok(Escapes {
+            percent: on_regex(&search::PERCENT_ESCAPE)?,
+            json: on_regex(&search::JSON_ESCAPE)?,
+        })
+    }
+
     pub(crate) fn new() -> Result<Escapes, String> {
         let read = |compiled: &search::Compiled| {
             Search::new(compiled).map_err(|e| format!("encoded review: {e}"))

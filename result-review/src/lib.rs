@@ -439,6 +439,26 @@ impl Reviewer {
         })
     }
 
+    /// As [`Reviewer::new`], with every search on the `regex` crate (the alternation of its
+    /// patterns, a group each) instead of the DFAs compiled ahead of time: the same findings,
+    /// by the means the searches had before. For the benchmark that compares the guest's
+    /// reviews with the same rules run natively on the `regex` crate; not for a guest.
+    ///
+    /// # Errors
+    /// As [`Reviewer::new`].
+    #[cfg(feature = "regex-baseline")]
+    pub fn on_regex(reviews: &[Review]) -> Result<Reviewer, String> {
+        let secrets = if reviews.contains(&Review::Secrets) {
+            Some((secrets::Secrets::on_regex()?, encoded::Escapes::on_regex()?))
+        } else {
+            None
+        };
+        Ok(Reviewer {
+            secrets,
+            hidden: reviews.contains(&Review::HiddenCharacters),
+        })
+    }
+
     /// The findings in `text`: sorted by start, not overlapping (overlapping findings are
     /// merged, naming each of their kinds), every boundary a character boundary of `text`.
     pub fn review(&self, text: &str) -> Vec<Finding> {

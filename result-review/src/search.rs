@@ -49,7 +49,7 @@ pub(crate) struct Compiled {
     pub(crate) name: &'static str,
     /// The patterns, in the `regex` crate's syntax without Unicode, the first preferred.
     #[cfg_attr(
-        not(test),
+        not(any(test, feature = "regex-baseline")),
         expect(dead_code, reason = "read by the test that compiles the searches")
     )]
     pub(crate) patterns: &'static [&'static str],
@@ -125,6 +125,10 @@ pub(crate) struct Search {
     /// takes its candidates from [`Anchors`] instead). None for a search of
     /// [`ONE_PASS_SEARCHES`] when [`ONE_PASS`].
     prefilter: Option<Prefilter>,
+    /// With `regex-baseline` ([`Search::on_regex`]): the `regex` crate's alternation of the
+    /// patterns, which then searches instead of the DFA.
+    #[cfg(feature = "regex-baseline")]
+    regex: Option<regex::bytes::Regex>,
 }
 
 impl Search {
@@ -160,7 +164,36 @@ impl Search {
                 )?,
             )
         };
-        Ok(Search { dfa, prefilter })
+        Ok(Search {
+            dfa,
+            prefilter,
+            #[cfg(feature = "regex-baseline")]
+            regex: None,
+        })
+    }
+
+    /// `compiled`'s patterns on the `regex` crate: their alternation, a group for each, leftmost
+    /// first, without Unicode (as the searches were before they were compiled ahead of time).
+    /// The searches find the same matches (the tests compare them), by other means.
+    ///
+    /// # Errors
+    /// As [`Search::new`], or a message naming the search if the `regex` crate refuses it.
+    #[cfg(feature = "regex-baseline")]
+    pub(crate) fn on_regex(compiled: &Compiled) -> Result<Search, String> {
+        let mut search = Search::new(compiled)?;
+        let alternation = compiled
+            .patterns
+            .iter()
+            .map(|pattern| format!("({pattern})"))
+            .collect::<Vec<_>>()
+            .join("|");
+        let regex = regex::bytes::RegexBuilder::new(&alternation)
+            .unicode(false)
+            .size_limit(32 << 20)
+            .build()
+            .map_err(|e| format!("the search `{}` on the regex crate: {e}", compiled.name))?;
+        search.regex = Some(regex);
+        Ok(search)
     }
 
     /// The leftmost-first match in `hay` that starts at `at` or later: as the `regex` crate's
@@ -185,6 +218,11 @@ impl Search {
             search: self,
             hay,
             candidates,
+            #[cfg(feature = "regex-baseline")]
+            locations: self
+                .regex
+                .as_ref()
+                .map(regex::bytes::Regex::capture_locations),
         }
     }
 
@@ -221,12 +259,25 @@ pub(crate) struct Cursor<'a> {
     hay: &'a [u8],
     /// The candidates not yet passed, when they were given.
     candidates: Option<&'a [usize]>,
+    /// The groups of a match of [`Search::on_regex`]'s alternation.
+    #[cfg(feature = "regex-baseline")]
+    locations: Option<regex::bytes::CaptureLocations>,
 }
 
 impl Cursor<'_> {
     /// The leftmost-first match that starts at `at` or later (as [`Search::find_at`]); `at`
     /// must not be less than in the previous call.
     pub(crate) fn find_at(&mut self, mut at: usize) -> Option<Match> {
+        #[cfg(feature = "regex-baseline")]
+        if let (Some(regex), Some(locations)) = (&self.search.regex, &mut self.locations) {
+            let whole = regex.captures_read_at(locations, self.hay, at)?;
+            let pattern = (1..locations.len()).find(|&group| locations.get(group).is_some())?;
+            return Some(Match {
+                start: whole.start(),
+                end: whole.end(),
+                pattern: pattern - 1,
+            });
+        }
         while at < self.hay.len() {
             let start = match &mut self.candidates {
                 Some(candidates) => {

@@ -475,6 +475,24 @@ impl Secrets {
         })
     }
 
+    /// The same review with every search on the `regex` crate ([`Search::on_regex`]).
+    #[cfg(feature = "regex-baseline")]
+    pub(crate) fn on_regex() -> Result<Secrets, String> {
+        let on_regex = |compiled: &search::Compiled| {
+            Search::on_regex(compiled).map_err(|e| format!("secrets review: {e}"))
+        };
+        let mut alternatives: Vec<Alternative> =
+            RULES.iter().copied().map(Alternative::Format).collect();
+        alternatives.push(Alternative::PrivateKey);
+        Ok(Secrets {
+            combined: on_regex(&search::FORMATS)?,
+            alternatives,
+            private_key_end: on_regex(&search::PRIVATE_KEY_END)?,
+            jwt_header: on_regex(&search::JWT_HEADER)?,
+            anchors: None,
+        })
+    }
+
     /// The candidates of the searches in `hay` (in the guest, from one pass; natively each
     /// search uses its own prefilter).
     pub(crate) fn candidates(&self, hay: &[u8]) -> Candidates {

@@ -148,3 +148,36 @@ proptest! {
         );
     }
 }
+
+/// The reviews with every search on the `regex` crate (`Reviewer::on_regex`, the native
+/// baseline of `cargo bench --bench review`) find exactly what the DFAs find.
+#[cfg(feature = "regex-baseline")]
+#[path = "../benches/sample.rs"]
+mod sample;
+
+#[cfg(feature = "regex-baseline")]
+mod on_regex {
+    use super::*;
+
+    fn on_regex() -> &'static Reviewer {
+        static ON_REGEX: OnceLock<Reviewer> = OnceLock::new();
+        ON_REGEX.get_or_init(|| Reviewer::on_regex(&Review::ALL).unwrap())
+    }
+
+    #[test]
+    fn the_benchmark_sample_is_reviewed_the_same() {
+        let text = sample::text(&sample::secrets());
+        let found = on_regex().review(&text);
+        assert!(found.len() > 100, "{}", found.len());
+        assert_eq!(found, reviewer(&Review::ALL).review(&text));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn arbitrary_text_is_reviewed_the_same(text in text()) {
+            prop_assert_eq!(on_regex().review(&text), reviewer(&Review::ALL).review(&text));
+        }
+    }
+}
