@@ -4,7 +4,8 @@
 //! [`Reviewer::new`]), then [`Reviewer::review`] gives, for each text, the [`Finding`]s: byte
 //! spans on character boundaries, sorted, not overlapping, each with a kind. The crate is pure
 //! Rust with one dependency (the search half of `regex-automata`: the patterns, in the `regex`
-//! crate's syntax, are compiled to DFAs ahead of time and checked in): it builds for
+//! crate's syntax, are compiled to DFAs ahead of time and checked in; the `regex` crate itself
+//! only with the feature `regex-baseline`, for a benchmark): it builds for
 //! `wasm32-unknown-unknown` and needs no clock, randomness, file or thread.
 //!
 //! ```
