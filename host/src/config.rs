@@ -47,7 +47,7 @@ use crate::component::GuestLimits;
 pub(crate) use reader::type_name;
 use reader::Reader;
 pub use sections::{
-    AuditConfig, ConfineConfig, DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
+    AuditConfig, CaBundle, ConfineConfig, DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig,
     OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport,
     StoreConfig, TelemetryConfig,
@@ -130,6 +130,9 @@ pub const DEFAULT_PRINCIPAL_CLAIM: &str = "sub";
 /// within seconds; half a minute covers a drifting one without keeping an expired token
 /// alive for long.
 pub const DEFAULT_OAUTH_LEEWAY_MS: u64 = 30_000;
+/// Largest `ca_file` read, in bytes: 1 MiB. The whole Mozilla root bundle is about 220 KB;
+/// a file past this is not a bundle of roots.
+pub const MAX_CA_FILE_BYTES: u64 = 1024 * 1024;
 /// Largest `listen.oauth.leeway_ms`: 300 000 (five minutes), the skew Kerberos tolerates;
 /// more would keep expired tokens working.
 pub const MAX_OAUTH_LEEWAY_MS: u64 = 300_000;

@@ -22,7 +22,8 @@
 //!   it is the server's own host; a host name is resolved by toolward's own resolver, which
 //!   refuses the connection when a name other than the server's own resolves to such an
 //!   address. Redirects are never followed and every body is read up to
-//!   [`MAX_OAUTH_BODY_BYTES`].
+//!   [`MAX_OAUTH_BODY_BYTES`]. Certificates are checked against the built-in roots and the
+//!   server's `oauth.ca_file` (`listen.oauth.ca_file` for the listener's issuer).
 //! - **Client identity.** `oauth.client_id` (and `client_secret`) when configured; else
 //!   dynamic client registration (RFC 7591) at each sign-in, as a public native client
 //!   (`token_endpoint_auth_method: none`) whose redirect URI is the loopback one of that
@@ -86,7 +87,7 @@ use std::time::Duration;
 use oauth2::{HttpRequest, HttpResponse};
 use reqwest::header::HeaderValue;
 
-use crate::config::{OAuthConfig, ServerConfig, ServerTransport};
+use crate::config::{CaBundle, OAuthConfig, ServerConfig, ServerTransport};
 
 pub use store::{Grant, GrantKind, GrantStore, Listed, StateDirGrants};
 
@@ -222,26 +223,34 @@ pub struct OAuthHttp {
 pub struct FetchError(pub String);
 
 impl OAuthHttp {
-    /// The client for server `server` whose MCP endpoint is `resource`.
+    /// The client for server `server` whose MCP endpoint is `resource`, trusting the roots
+    /// of `ca_file` beside the built-in ones.
     ///
     /// # Errors
     /// [`OAuthError::Refused`] for a `resource` that is not an `http(s)` URL;
     /// [`OAuthError::Request`] when the HTTP client cannot be built.
-    pub fn new(server: &str, resource: &str) -> Result<OAuthHttp, OAuthError> {
+    pub fn new(
+        server: &str,
+        resource: &str,
+        ca_file: Option<&CaBundle>,
+    ) -> Result<OAuthHttp, OAuthError> {
         let origins = Arc::new(origin::Origins::for_server(server, resource)?);
-        let client = reqwest::Client::builder()
+        let failed = |error: reqwest::Error| OAuthError::Request {
+            server: server.to_owned(),
+            url: resource.to_owned(),
+            reason: error.without_url().to_string(),
+        };
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .user_agent(USER_AGENT)
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
-            .dns_resolver(Arc::new(origin::GuardedResolver::new(Arc::clone(&origins))))
-            .build()
-            .map_err(|error| OAuthError::Request {
-                server: server.to_owned(),
-                url: resource.to_owned(),
-                reason: error.without_url().to_string(),
-            })?;
+            .dns_resolver(Arc::new(origin::GuardedResolver::new(Arc::clone(&origins))));
+        if let Some(bundle) = ca_file {
+            builder = with_roots(builder, bundle).map_err(failed)?;
+        }
+        let client = builder.build().map_err(failed)?;
         Ok(OAuthHttp {
             server: server.to_owned(),
             origins,
@@ -352,6 +361,21 @@ impl<'c> oauth2::AsyncHttpClient<'c> for OAuthHttp {
                 .map_err(|error| FetchError(error.to_string()))
         })
     }
+}
+
+/// `builder` trusting the certificates of `bundle` as roots, beside the built-in ones: for
+/// the OAuth client here and the server's streamable HTTP transport.
+///
+/// # Errors
+/// A certificate reqwest cannot take (the config reader checked each one already).
+pub(crate) fn with_roots(
+    mut builder: reqwest::ClientBuilder,
+    bundle: &CaBundle,
+) -> Result<reqwest::ClientBuilder, reqwest::Error> {
+    for der in &bundle.certificates {
+        builder = builder.add_root_certificate(reqwest::Certificate::from_der(der)?);
+    }
+    Ok(builder)
 }
 
 /// The MCP endpoint of `server`, for an HTTP server.
@@ -474,7 +498,7 @@ impl Credentials {
             server: server.name.clone(),
             principal: principal.map(str::to_owned),
             config: config.clone(),
-            http: OAuthHttp::new(&server.name, url)?,
+            http: OAuthHttp::new(&server.name, url, config.ca_file.as_ref())?,
             store: Arc::clone(store),
             grant: tokio::sync::Mutex::new(grant),
         })))

@@ -404,15 +404,20 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
     })
 }
 
-/// How to reach the HTTP server `server`: its `url` and `headers`, or `None` for a stdio
-/// server.
+/// How to reach the HTTP server `server`: its `url`, `headers` and extra roots
+/// (`oauth.ca_file`), or `None` for a stdio server.
 // Without `http-upstream` the spec has no `oauth` field, and the update fills nothing.
 #[cfg_attr(not(feature = "http-upstream"), allow(clippy::needless_update))]
 pub fn http_spec(server: &ServerConfig) -> Option<HttpSpec> {
     match &server.transport {
-        ServerTransport::Http { url, headers, .. } => Some(HttpSpec {
+        ServerTransport::Http {
+            url,
+            headers,
+            oauth,
+        } => Some(HttpSpec {
             url: url.clone(),
             headers: headers.clone(),
+            ca_file: oauth.ca_file.clone(),
             ..HttpSpec::default()
         }),
         ServerTransport::Stdio { .. } => None,

@@ -59,7 +59,8 @@
 //! - **An expired session fails the server**: a `404` to a request carrying the session id
 //!   marks it failed ([`FailureReason::SessionExpired`]); it is not restarted here.
 //! - `https://` certificates are checked against the Mozilla roots built into toolward
-//!   (`webpki-roots`), not the system's store.
+//!   (`webpki-roots`), not the system's store, and the roots of the server's own
+//!   [`HttpSpec::ca_file`] when it has one.
 //!
 //! Closing stops every exchange, then ends the session with a `DELETE` carrying its id (a
 //! `405` means the server does not let clients end sessions), waiting at most
@@ -99,8 +100,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
 use client::{Connection, Payload, RequestOptions};
-pub use errors::{FailureReason, TransportError};
 use errors::tail;
+pub use errors::{FailureReason, TransportError};
 
 #[cfg(not(feature = "http-upstream"))]
 impl Upstream {
@@ -227,6 +228,9 @@ pub struct HttpSpec {
     /// `401`. `None`: no token is sent, and a `401` is [`TransportError::SignIn`].
     #[cfg(feature = "http-upstream")]
     pub oauth: Option<Arc<crate::oauth::Credentials>>,
+    /// Roots trusted beside the built-in ones for this server's TLS (the server's
+    /// `oauth.ca_file`); `None`: the built-in roots only.
+    pub ca_file: Option<crate::config::CaBundle>,
 }
 
 impl fmt::Debug for HttpSpec {
@@ -238,6 +242,7 @@ impl fmt::Debug for HttpSpec {
             .field("headers", &self.headers.keys().collect::<Vec<_>>());
         #[cfg(feature = "http-upstream")]
         debug.field("oauth", &self.oauth.is_some());
+        debug.field("ca_file", &self.ca_file);
         debug.finish()
     }
 }

@@ -12,14 +12,14 @@ use crate::component::GuestLimits;
 
 use super::expand::{expand, is_var_name};
 use super::{
-    AuditConfig, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE, DEFAULT_MANIFEST,
-    DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL, DEFAULT_PRINCIPAL_CLAIM,
-    DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
+    AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE,
+    DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
+    DEFAULT_PRINCIPAL_CLAIM, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
     DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, ListenOAuthConfig,
-    MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS, MIN_TOKEN_CHARS, OAUTH_ALGORITHMS,
-    OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
-    ServerTransport, StoreConfig, TelemetryConfig,
+    MAX_CA_FILE_BYTES, MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS, MIN_TOKEN_CHARS,
+    OAUTH_ALGORITHMS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig,
+    ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 
 /// Keys of the top-level object. `$schema` is accepted so editors can find the schema.
@@ -78,6 +78,7 @@ pub(super) const OAUTH_KEYS: &[&str] = &[
     "grant",
     "redirect_port",
     "per_principal",
+    "ca_file",
 ];
 /// Keys of a server entry that change how the server runs and are not supported: refused
 /// rather than ignored.
@@ -107,6 +108,7 @@ pub(super) const LISTEN_OAUTH_KEYS: &[&str] = &[
     "scopes_supported",
     "required_scopes",
     "leeway_ms",
+    "ca_file",
 ];
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
 pub(super) const CONFINE_KEYS: &[&str] =
@@ -197,6 +199,21 @@ fn as_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError>
     value
         .as_str()
         .ok_or_else(|| expected(path, "a string", value))
+}
+
+/// The bytes of `file`, at most `limit`; the system's message, or the limit, otherwise.
+fn read_bounded(file: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let opened = std::fs::File::open(file).map_err(|error| error.to_string())?;
+    let mut bytes = Vec::new();
+    opened
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|error| error.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("it is larger than the limit of {limit} bytes"));
+    }
+    Ok(bytes)
 }
 
 fn non_empty_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError> {
@@ -547,6 +564,40 @@ impl Reader<'_> {
         Ok(self.base_dir.join(text))
     }
 
+    /// A `ca_file`: the PEM file at `value` (relative to the config's folder), read now, each
+    /// of its certificates checked to be one (an X.509 certificate a trust anchor can be
+    /// taken from).
+    fn ca_bundle(&self, value: &Value, path: &JsonPath) -> Result<CaBundle, ConfigError> {
+        use rustls_pki_types::CertificateDer;
+        use rustls_pki_types::pem::PemObject as _;
+        let file = self.path(value, path)?;
+        let shown = crate::text::escape(&file.display().to_string());
+        let bytes = read_bounded(&file, MAX_CA_FILE_BYTES)
+            .map_err(|reason| path.invalid(format!("cannot read `{shown}`: {reason}")))?;
+        let mut certificates = Vec::new();
+        for (index, item) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
+            let certificate = item.map_err(|error| {
+                path.invalid(format!(
+                    "`{shown}` is not a PEM file of certificates (certificate {}: {error:?})",
+                    index + 1
+                ))
+            })?;
+            if let Err(error) = webpki::anchor_from_trusted_cert(&certificate) {
+                return Err(path.invalid(format!(
+                    "`{shown}`: certificate {} is not an X.509 certificate toolward can trust ({error:?})",
+                    index + 1
+                )));
+            }
+            certificates.push(certificate.as_ref().to_vec());
+        }
+        if certificates.is_empty() {
+            return Err(path.invalid(format!(
+                "`{shown}` holds no certificate (`-----BEGIN CERTIFICATE-----`)"
+            )));
+        }
+        Ok(CaBundle { file, certificates })
+    }
+
     fn path_or(
         &self,
         map: &Map<String, Value>,
@@ -842,7 +893,12 @@ impl Reader<'_> {
                 number
             }
         };
+        let ca_file = match map.get("ca_file") {
+            None => None,
+            Some(value) => Some(self.ca_bundle(value, &path.key("ca_file"))?),
+        };
         Ok(ListenOAuthConfig {
+            ca_file,
             issuer,
             resource,
             jwks_uri,
@@ -1218,6 +1274,10 @@ impl Reader<'_> {
             None => false,
             Some(value) => as_bool(value, &path.key("per_principal"))?,
         };
+        let ca_file = match map.get("ca_file") {
+            None => None,
+            Some(value) => Some(self.ca_bundle(value, &path.key("ca_file"))?),
+        };
         let redirect_port = match map.get("redirect_port") {
             None => 0,
             Some(value) => {
@@ -1235,6 +1295,7 @@ impl Reader<'_> {
             grant,
             redirect_port,
             per_principal,
+            ca_file,
         })
     }
 

@@ -209,6 +209,32 @@ pub struct OAuthConfig {
     /// without a grant gets a tool error naming that command. Pinning and loading always use
     /// the operator's grant.
     pub per_principal: bool,
+    /// Roots trusted beside the built-in ones (`oauth.ca_file`, a PEM file, relative to the
+    /// config's folder), for the server's MCP requests and for every request of its sign-in
+    /// and renewals: for a server or an authorization server behind a private CA. `None`:
+    /// the built-in roots only.
+    pub ca_file: Option<CaBundle>,
+}
+
+/// A PEM file of certificates trusted as roots beside the built-in ones (`oauth.ca_file`,
+/// `listen.oauth.ca_file`), read and checked when the config is read: a file that cannot be
+/// read, holds no certificate or a certificate that is not one is a config error.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaBundle {
+    /// The file, resolved against the config's folder.
+    pub file: PathBuf,
+    /// Its certificates, DER, in the file's order.
+    pub certificates: Vec<Vec<u8>>,
+}
+
+impl fmt::Debug for CaBundle {
+    /// The file and how many certificates, not their bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaBundle")
+            .field("file", &self.file)
+            .field("certificates", &self.certificates.len())
+            .finish()
+    }
 }
 
 impl fmt::Debug for OAuthConfig {
@@ -220,6 +246,7 @@ impl fmt::Debug for OAuthConfig {
             .field("grant", &self.grant)
             .field("redirect_port", &self.redirect_port)
             .field("per_principal", &self.per_principal)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -349,6 +376,9 @@ pub struct ListenOAuthConfig {
     /// default `DEFAULT_OAUTH_LEEWAY_MS`, 30 000); counted in whole seconds, rounded up, as
     /// the claims are.
     pub leeway_ms: u64,
+    /// Roots trusted beside the built-in ones for the requests to the issuer (metadata,
+    /// keys) (`listen.oauth.ca_file`, a PEM file); `None`: the built-in roots only.
+    pub ca_file: Option<CaBundle>,
 }
 
 /// `rules`.

@@ -944,6 +944,7 @@ fn an_http_servers_oauth_is_read_with_its_secret_expanded_and_kept_out_of_debug_
             grant: OAuthGrant::ClientCredentials,
             redirect_port: 8765,
             per_principal: false,
+            ca_file: None,
         }
     );
     assert!(!format!("{config:?}").contains("s3cret"));
@@ -982,7 +983,7 @@ fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refus
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "client": "a" } } }),
-            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`, `per_principal`)",
+            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`, `per_principal`, `ca_file`)",
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "per_principal": "yes" } } }),
@@ -1119,5 +1120,82 @@ fn listen_oauth_takes_its_defaults_and_refuses_none_hmac_and_plain_http_off_loop
     ] {
         let text = err_text(listen(oauth.clone()));
         assert!(text.contains(expected), "{oauth}: {text}");
+    }
+}
+
+#[test]
+fn a_ca_file_is_read_against_the_config_folder_and_a_bad_one_is_refused_naming_key_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::tls_fixture::make_ca(dir.path());
+    std::fs::write(dir.path().join("garbage.pem"), "not a certificate\n").unwrap();
+    std::fs::write(
+        dir.path().join("broken.pem"),
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let config = |server_ca: &str, listen_ca: &str| {
+        Config::from_value_with_env(
+            json!({
+                "mcpServers": { "remote": { "url": "https://mcp.internal/mcp", "oauth": { "ca_file": server_ca } } },
+                "rules": { "file": "rules.json" },
+                "listen": { "oauth": { "issuer": "https://login.internal", "resource": "https://gw.internal/mcp", "ca_file": listen_ca } },
+            }),
+            dir.path(),
+            &no_env,
+        )
+    };
+    let read = config("ca.pem", "ca.pem").unwrap();
+    let ServerTransport::Http { oauth, .. } = &read.servers["remote"].transport else {
+        panic!("remote is http");
+    };
+    let bundle = oauth.ca_file.as_ref().unwrap();
+    assert_eq!(bundle.file, dir.path().join("ca.pem"));
+    assert_eq!(bundle.certificates.len(), 1);
+    let listen_bundle = read
+        .listen
+        .oauth
+        .as_ref()
+        .unwrap()
+        .ca_file
+        .as_ref()
+        .unwrap();
+    assert_eq!(listen_bundle, bundle);
+    assert!(!format!("{read:?}").contains("certificates: ["), "{read:?}");
+
+    let shown = dir.path().display().to_string();
+    for (server_ca, listen_ca, key, file, why) in [
+        (
+            "missing.pem",
+            "ca.pem",
+            "mcpServers.remote.oauth.ca_file",
+            "missing.pem",
+            "cannot read",
+        ),
+        (
+            "garbage.pem",
+            "ca.pem",
+            "mcpServers.remote.oauth.ca_file",
+            "garbage.pem",
+            "holds no certificate",
+        ),
+        (
+            "broken.pem",
+            "ca.pem",
+            "mcpServers.remote.oauth.ca_file",
+            "broken.pem",
+            "not an X.509 certificate",
+        ),
+        (
+            "ca.pem",
+            "missing.pem",
+            "listen.oauth.ca_file",
+            "missing.pem",
+            "cannot read",
+        ),
+    ] {
+        let error = config(server_ca, listen_ca).unwrap_err().to_string();
+        assert!(error.starts_with(&format!("{key}: ")), "{error}");
+        assert!(error.contains(&format!("`{shown}/{file}`")), "{error}");
+        assert!(error.contains(why), "{error}");
     }
 }

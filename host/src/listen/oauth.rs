@@ -222,8 +222,8 @@ impl ResourceServer {
                     .ok_or_else(|| fail(format!("`{}` is not an accepted algorithm", escape(name))))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let http =
-            OAuthHttp::new("listen.oauth", issuer.as_str()).map_err(|e| fail(describe(e)))?;
+        let http = OAuthHttp::new("listen.oauth", issuer.as_str(), config.ca_file.as_ref())
+            .map_err(|e| fail(describe(e)))?;
         let jwks_uri = match &config.jwks_uri {
             Some(text) => Url::parse(text)
                 .map_err(|_| fail(format!("`jwks_uri` `{}` is not a URL", escape(text))))?,

@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::discovery::{self, Discovered, Probe, ServerMetadata};
 use super::store::{ClientAuth, Grant, GrantKind, GrantStore};
 use super::{FetchError, OAuthError, OAuthHttp, now_secs, server_url};
-use crate::config::{OAuthConfig, OAuthGrant, ServerConfig};
+use crate::config::{CaBundle, OAuthConfig, OAuthGrant, ServerConfig};
 use crate::text::escape;
 
 /// Default time `toolward auth login` waits for the browser to come back: 300 000 ms.
@@ -87,7 +87,7 @@ pub async fn login(
     show: &mut (dyn FnMut(&Url, &str) + Send),
 ) -> Result<LoginOutcome, OAuthError> {
     let (url, config) = server_url(server)?;
-    let http = OAuthHttp::new(&server.name, url)?;
+    let http = OAuthHttp::new(&server.name, url, config.ca_file.as_ref())?;
     let resource = Url::parse(url).map_err(|_| OAuthError::Refused {
         server: server.name.clone(),
         what: String::from("the server's URL"),
@@ -875,15 +875,20 @@ pub async fn logout(
         Err(other) => return Err(other),
     };
     let revoked = match &grant {
-        Some(grant) if grant.revocation_endpoint.is_some() => Some(revoke(grant).await),
+        Some(grant) if grant.revocation_endpoint.is_some() => {
+            let ca_file = server_url(server)
+                .ok()
+                .and_then(|(_, config)| config.ca_file.as_ref());
+            Some(revoke(grant, ca_file).await)
+        }
         _ => None,
     };
     let removed = store.remove(&server.name, principal).await?;
     Ok(LogoutOutcome { removed, revoked })
 }
 
-async fn revoke(grant: &Grant) -> Result<(), OAuthError> {
-    let http = OAuthHttp::new(&grant.server, &grant.resource)?;
+async fn revoke(grant: &Grant, ca_file: Option<&CaBundle>) -> Result<(), OAuthError> {
+    let http = OAuthHttp::new(&grant.server, &grant.resource, ca_file)?;
     let client = client(
         &http,
         &grant_identity(grant),

@@ -280,7 +280,7 @@ fn a_redirect_naming_another_issuer_or_lacking_a_promised_iss_ends_the_sign_in()
 
 #[test]
 fn the_authorization_request_carries_pkce_s256_a_fresh_state_and_the_resource() {
-    let http = OAuthHttp::new("remote", "https://mcp.example.com/mcp").unwrap();
+    let http = OAuthHttp::new("remote", "https://mcp.example.com/mcp", None).unwrap();
     let identity = Identity {
         id: String::from("client-123"),
         secret: None,
@@ -425,7 +425,7 @@ fn a_server_on_an_internal_address_may_use_its_own_host_and_no_other() {
 
 #[test]
 fn authorization_server_metadata_naming_an_internal_endpoint_is_refused() {
-    let http = OAuthHttp::new("remote", "https://mcp.example.com/mcp").unwrap();
+    let http = OAuthHttp::new("remote", "https://mcp.example.com/mcp", None).unwrap();
     let metadata: ServerMetadata = serde_json::from_value(json!({
         "issuer": "https://auth.example.com/",
         "authorization_endpoint": "https://auth.example.com/authorize",
@@ -769,4 +769,44 @@ fn the_commands_messages_name_quote_a_principal_for_the_shell() {
     assert_eq!(shell_word("a\u{1b}[2Kb"), "'a\\u{001B}[2Kb'");
     assert!(!shell_word("a`b").contains('`'));
     assert_eq!(shell_word(""), "''");
+}
+
+/// The fixture's answer to any request: an empty JSON object.
+fn json_ok(_method: &str, _target: &str, _body: &[u8]) -> crate::tls_fixture::Answer {
+    (200, "application/json", String::from("{}"))
+}
+
+#[tokio::test]
+async fn an_authorization_server_behind_a_private_ca_is_reached_only_with_its_ca_file() {
+    let fixture = crate::tls_fixture::TlsFixture::start(json_ok);
+    let resource = format!("https://localhost:{}/mcp", fixture.port);
+    let metadata = Url::parse(&format!(
+        "https://localhost:{}/.well-known/oauth-authorization-server",
+        fixture.port
+    ))
+    .unwrap();
+    let fetch = |http: OAuthHttp| {
+        let metadata = metadata.clone();
+        async move {
+            let request = http.get("the metadata", &metadata)?.build().unwrap();
+            http.send("the metadata", request).await
+        }
+    };
+
+    let without = OAuthHttp::new("remote", &resource, None).unwrap();
+    let error = fetch(without).await.unwrap_err().to_string();
+    assert!(error.contains("certificate"), "{error}");
+    assert_eq!(
+        fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+
+    let with = OAuthHttp::new("remote", &resource, Some(&fixture.bundle())).unwrap();
+    let (status, _, body) = fetch(with).await.unwrap();
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(body, b"{}");
+    assert_eq!(
+        fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
 }

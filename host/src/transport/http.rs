@@ -131,11 +131,20 @@ impl Endpoint {
             value.set_sensitive(true);
             headers.append(header, value);
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .user_agent(USER_AGENT)
-            .connect_timeout(limits.start_timeout)
+            .connect_timeout(limits.start_timeout);
+        if let Some(bundle) = &spec.ca_file {
+            builder = crate::oauth::with_roots(builder, bundle).map_err(|source| {
+                TransportError::HttpClient {
+                    server: server.to_owned(),
+                    source,
+                }
+            })?;
+        }
+        let client = builder
             .build()
             .map_err(|source| TransportError::HttpClient {
                 server: server.to_owned(),

@@ -123,6 +123,7 @@ impl Issuer {
             scopes_supported: Vec::new(),
             required_scopes: Vec::new(),
             leeway_ms: 0,
+            ca_file: None,
         }
     }
 
@@ -280,4 +281,55 @@ async fn a_jwks_on_an_internal_address_of_another_host_is_refused_at_start() {
     let error = ResourceServer::start(&config).await.unwrap_err();
     assert!(error.to_string().contains("169.254.169.254"), "{error}");
     assert!(error.to_string().contains(&issuer.url), "{error}");
+}
+
+/// An issuer behind the TLS fixture: its JWKS (one P-256 key, RFC 7517's example) at `/jwks`.
+fn issuer_over_tls(_method: &str, target: &str, _body: &[u8]) -> crate::tls_fixture::Answer {
+    if target != "/jwks" {
+        return (404, "text/plain", String::new());
+    }
+    let jwks = json!({"keys": [{
+        "kty": "EC", "crv": "P-256", "use": "sig", "kid": "1",
+        "x": "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
+        "y": "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM",
+    }]});
+    (200, "application/json", jwks.to_string())
+}
+
+#[tokio::test]
+async fn an_issuer_behind_a_private_ca_is_reached_only_with_the_listeners_ca_file() {
+    let fixture = crate::tls_fixture::TlsFixture::start(issuer_over_tls);
+    let issuer = format!("https://localhost:{}", fixture.port);
+    let config = ListenOAuthConfig {
+        issuer: issuer.clone(),
+        resource: String::from("https://gateway.example.com/mcp"),
+        jwks_uri: Some(format!("{issuer}/jwks")),
+        algorithms: vec![String::from("ES256")],
+        principal_claim: String::from("sub"),
+        attribute_claims: Vec::new(),
+        scopes_supported: Vec::new(),
+        required_scopes: Vec::new(),
+        leeway_ms: 0,
+        ca_file: None,
+    };
+    let error = ResourceServer::start(&config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("certificate"), "{error}");
+    assert_eq!(
+        fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+
+    let config = ListenOAuthConfig {
+        ca_file: Some(fixture.bundle()),
+        ..config
+    };
+    let server = ResourceServer::start(&config).await.unwrap();
+    assert_eq!(server.issuer(), issuer);
+    assert_eq!(
+        fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
 }

@@ -980,3 +980,57 @@ async fn a_principals_session_refused_at_initialize_names_the_principals_sign_in
         "{error}"
     );
 }
+
+/// A server behind the TLS fixture: answers `initialize`, takes notifications, lists no
+/// tools, has no `GET` stream.
+fn mcp_over_tls(method: &str, _target: &str, body: &[u8]) -> crate::tls_fixture::Answer {
+    if method != "POST" {
+        return (405, "text/plain", String::new());
+    }
+    let message: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let Some(id) = message.get("id").cloned() else {
+        return (202, "text/plain", String::new());
+    };
+    let result = match message["method"].as_str() {
+        Some("initialize") => json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": { "tools": {} },
+            "serverInfo": { "name": "private-ca", "version": "1" },
+        }),
+        _ => json!({ "tools": [] }),
+    };
+    (
+        200,
+        "application/json",
+        json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string(),
+    )
+}
+
+#[tokio::test]
+async fn a_server_behind_a_private_ca_is_reached_only_with_its_ca_file() {
+    let fixture = crate::tls_fixture::TlsFixture::start(mcp_over_tls);
+    let spec = HttpSpec {
+        url: format!("https://localhost:{}/mcp", fixture.port),
+        ..HttpSpec::default()
+    };
+    let Err(error) = Upstream::connect_http("private", &spec, &limits()).await else {
+        panic!("a certificate of an unknown CA is refused");
+    };
+    let error = crate::text::error_chain(&error);
+    assert!(error.contains("certificate"), "{error}");
+    assert_eq!(
+        fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+
+    let spec = HttpSpec {
+        ca_file: Some(fixture.bundle()),
+        ..spec
+    };
+    let up = Upstream::connect_http("private", &spec, &limits())
+        .await
+        .unwrap();
+    assert_eq!(up.identity().name, "private-ca");
+    assert_eq!(up.list_tools_page(None).await.unwrap(), br#"{"tools":[]}"#);
+    up.close().await;
+}
