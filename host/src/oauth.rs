@@ -32,8 +32,13 @@
 //!   redirect (compared in constant time) and `resource` (RFC 8707) on the authorization and
 //!   every token request; the browser comes back to `http://127.0.0.1:PORT/callback`
 //!   (RFC 8252, section 7.3), which toolward listens on only for the sign-in, at most the
-//!   login's timeout. Client credentials (`oauth.grant: client_credentials`) for gateways
-//!   with no person at hand: no browser, and a new token whenever the old one expires.
+//!   login's timeout. The device authorization grant (RFC 8628; `oauth.grant: device` or
+//!   `auth login --device`) for gateways without a browser: the verification URI (checked by
+//!   the origin rule, escaped) and the user code are shown, and the token endpoint polled at
+//!   the server's `interval` (at least [`login::MIN_DEVICE_POLL_INTERVAL`], slower at
+//!   `slow_down`) until the code's life or the login's timeout. Client credentials
+//!   (`oauth.grant: client_credentials`) for gateways with no person at hand: no browser, and
+//!   a new token whenever the old one expires.
 //! - **Tokens** ([`store`]) are kept in the state folder, one file per server for the
 //!   operator (`oauth/SERVER.grant`, mode `0600`) and one per server and principal
 //!   (`oauth/SERVER.principals/SHA256.grant`), encrypted with XChaCha20-Poly1305 under a key

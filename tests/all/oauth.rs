@@ -18,6 +18,7 @@ use serde_json::json;
 use crate::real::real_servers;
 use crate::support::toolward_binary;
 
+mod device;
 mod principals;
 
 /// The SDK's example server, or `None` (after saying why) when it is not installed.

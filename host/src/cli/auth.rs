@@ -8,8 +8,8 @@ use anyhow::anyhow;
 use clap::Subcommand;
 
 use super::{EXIT_FAILURE, Failure, failure, read_config, usage};
-use crate::config::{Config, ServerConfig, ServerTransport};
-use crate::oauth::login::{self, LoginOutcome, LoginRequest};
+use crate::config::{Config, OAuthGrant, ServerConfig, ServerTransport};
+use crate::oauth::login::{self, LoginOutcome, LoginRequest, Prompt};
 use crate::oauth::{GrantKind, GrantStore, now_secs};
 use crate::text::{escape, escape_json};
 
@@ -17,7 +17,9 @@ use crate::text::{escape, escape_json};
 pub(super) enum AuthCommand {
     /// Sign in to SERVER: prints the URL to open in a browser (opened with `$BROWSER` when
     /// it is set), then waits for the browser to come back to toolward's loopback port.
-    /// With `oauth.grant: client_credentials`, signs in as toolward without a browser.
+    /// With `--device` (or `oauth.grant: device`), prints a URL and a code to enter on any
+    /// device, and waits (RFC 8628). With `oauth.grant: client_credentials`, signs in as
+    /// toolward without a browser.
     Login {
         /// The server's name in `mcpServers`.
         server: String,
@@ -31,7 +33,12 @@ pub(super) enum AuthCommand {
         /// names.
         #[arg(long, value_name = "SCOPES")]
         scope: Vec<String>,
-        /// How long to wait for the browser, in seconds.
+        /// Sign in with the device authorization grant (RFC 8628), for a gateway without a
+        /// browser: enter the code it prints on any device. Needs the authorization server's
+        /// `device_authorization_endpoint`.
+        #[arg(long)]
+        device: bool,
+        /// How long to wait for the browser (or the code to be entered), in seconds.
         #[arg(long, default_value_t = login::DEFAULT_LOGIN_TIMEOUT.as_secs())]
         timeout_secs: u64,
     },
@@ -60,11 +67,13 @@ pub(super) async fn run(config_path: &Path, command: AuthCommand) -> Result<Exit
             server,
             principal,
             scope,
+            device,
             timeout_secs,
         } => {
             let request = LoginRequest {
                 principal: checked_principal(principal)?,
                 scopes: checked_scopes(&scope)?,
+                grant: device.then_some(OAuthGrant::Device),
             };
             login(
                 &config,
@@ -150,7 +159,30 @@ async fn login(
     let browser = std::env::var("BROWSER")
         .ok()
         .filter(|b| !b.trim().is_empty());
-    let mut show = |url: &reqwest::Url, redirect: &str| {
+    let mut show = |prompt: Prompt<'_>| {
+        let (url, redirect) = match prompt {
+            Prompt::Browser { url, redirect } => (url, redirect),
+            Prompt::Device {
+                verification_uri,
+                verification_uri_complete,
+                user_code,
+                wait,
+            } => {
+                // Escaped by `login`: the authorization server wrote them.
+                println!(
+                    "To sign in to server `{name}`{}, open this URL on any device:",
+                    as_principal(principal)
+                );
+                println!("{verification_uri}");
+                println!("and enter the code `{user_code}`");
+                if let Some(complete) = verification_uri_complete {
+                    println!("(or open {complete}, which carries the code)");
+                }
+                println!("waiting for the sign-in (at most {} s)", wait.as_secs());
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                return;
+            }
+        };
         println!(
             "To sign in to server `{name}`{}, open this URL in a browser:",
             as_principal(principal)
@@ -248,6 +280,7 @@ async fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitC
                 "grant": match grant.kind {
                     GrantKind::AuthorizationCode => "authorization_code",
                     GrantKind::ClientCredentials => "client_credentials",
+                    GrantKind::Device => "device",
                 },
                 "scopes": grant.scopes,
                 "expires_at": grant.expires_at,

@@ -1256,9 +1256,10 @@ impl Reader<'_> {
             Some(value) => match as_str(value, &path.key("grant"))? {
                 "authorization_code" => OAuthGrant::AuthorizationCode,
                 "client_credentials" => OAuthGrant::ClientCredentials,
+                "device" => OAuthGrant::Device,
                 other => {
                     return Err(path.key("grant").invalid(format!(
-                        "unknown grant `{other}` (expected `authorization_code` or `client_credentials`)"
+                        "unknown grant `{other}` (expected `authorization_code`, `client_credentials` or `device`)"
                     )));
                 }
             },

@@ -180,6 +180,10 @@ pub enum OAuthGrant {
     /// `client_secret`, at `auth login` and again whenever the token expires; for gateways
     /// with no person at hand.
     ClientCredentials,
+    /// `device`: the device authorization grant (RFC 8628) for a gateway without a browser:
+    /// `toolward auth login` shows a URL and a code to enter on any device, and waits. Needs
+    /// the authorization server's `device_authorization_endpoint`.
+    Device,
 }
 
 /// `oauth` of an HTTP server: how toolward signs in to a server that answers `401` (the MCP
@@ -196,7 +200,8 @@ pub struct OAuthConfig {
     /// The scopes to ask for (`oauth.scopes`); empty: those of the server's `401`, else its
     /// protected-resource metadata's `scopes_supported`.
     pub scopes: Vec<String>,
-    /// The grant (`oauth.grant`, default `authorization_code`).
+    /// The grant (`oauth.grant`: `authorization_code`, the default, `client_credentials` or
+    /// `device`).
     pub grant: OAuthGrant,
     /// The loopback port the browser is sent back to (`oauth.redirect_port`, `0`, the
     /// default, picks a free one): for a client id registered with a fixed redirect URI.

@@ -967,7 +967,7 @@ fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refus
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "grant": "password" } } }),
-            "mcpServers.s.oauth.grant: unknown grant `password` (expected `authorization_code` or `client_credentials`)",
+            "mcpServers.s.oauth.grant: unknown grant `password` (expected `authorization_code`, `client_credentials` or `device`)",
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "grant": "client_credentials", "client_id": "a" } } }),

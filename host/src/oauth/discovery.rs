@@ -120,6 +120,8 @@ pub struct ServerMetadata {
     pub registration_endpoint: Option<String>,
     /// The revocation endpoint (RFC 7009).
     pub revocation_endpoint: Option<String>,
+    /// The device authorization endpoint (RFC 8628, section 4): the device grant needs it.
+    pub device_authorization_endpoint: Option<String>,
     /// The PKCE methods it supports: `S256` must be one.
     #[serde(default)]
     pub code_challenge_methods_supported: Vec<String>,
@@ -408,6 +410,10 @@ pub fn check_endpoints(http: &OAuthHttp, metadata: &ServerMetadata) -> Result<()
         (
             "the revocation endpoint",
             metadata.revocation_endpoint.as_ref(),
+        ),
+        (
+            "the device authorization endpoint",
+            metadata.device_authorization_endpoint.as_ref(),
         ),
     ];
     for (what, endpoint) in endpoints {

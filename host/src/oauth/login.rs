@@ -1,14 +1,17 @@
-//! The grants: signing in (authorization code with PKCE through a loopback redirect, or
-//! client credentials), registering toolward as a client (RFC 7591), renewing a grant and
-//! revoking it (RFC 7009). The requests are the `oauth2` crate's, sent by [`OAuthHttp`].
+//! The grants: signing in (authorization code with PKCE through a loopback redirect, the
+//! device authorization grant of RFC 8628, or client credentials), registering toolward as a
+//! client (RFC 7591), renewing a grant and revoking it (RFC 7009). The requests are the
+//! `oauth2` crate's, sent by [`OAuthHttp`].
 
 use std::time::Duration;
 
-use oauth2::basic::{BasicClient, BasicErrorResponse, BasicTokenResponse, BasicTokenType};
+use oauth2::basic::{BasicClient, BasicTokenResponse, BasicTokenType};
 use oauth2::{
-    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet,
-    EndpointNotSet, EndpointSet, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
-    RequestTokenError, RevocationUrl, Scope, StandardRevocableToken, TokenResponse, TokenUrl,
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken,
+    DeviceAuthorizationUrl, EndpointMaybeSet, EndpointNotSet, EndpointSet, ErrorResponse,
+    PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError,
+    RevocationUrl, Scope, StandardDeviceAuthorizationResponse, StandardRevocableToken,
+    TokenResponse, TokenUrl,
 };
 use reqwest::Url;
 use reqwest::header;
@@ -39,6 +42,15 @@ pub const MAX_REDIRECT_CONNECTIONS: usize = 64;
 /// The path of the loopback redirect URI.
 pub const REDIRECT_PATH: &str = "/callback";
 
+/// Shortest wait between two polls of the token endpoint in the device grant: 1 s, whatever
+/// `interval` the authorization server names (RFC 8628 says 5 s when it names none), so an
+/// `interval` of 0 does not make toolward poll in a loop.
+pub const MIN_DEVICE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Longest wait between two polls after a request failed (the `oauth2` crate doubles the
+/// interval then): 30 s.
+pub const MAX_DEVICE_POLL_BACKOFF: Duration = Duration::from_secs(30);
+
 /// The `oauth2` client toolward builds: the authorization endpoint and the revocation
 /// endpoint when the metadata has them, always a token endpoint.
 pub(crate) type Client =
@@ -60,6 +72,31 @@ pub(crate) struct Identity {
     pub(crate) auth: ClientAuth,
 }
 
+/// What `auth login` shows the person signing in.
+#[derive(Debug)]
+pub enum Prompt<'a> {
+    /// The authorization code: open `url` in a browser, which comes back to `redirect`.
+    Browser {
+        /// The authorization request.
+        url: &'a Url,
+        /// The loopback redirect URI toolward listens on.
+        redirect: &'a str,
+    },
+    /// The device authorization grant (RFC 8628, section 3.3): open `verification_uri` on
+    /// any device and enter `user_code`. The authorization server wrote both: they are
+    /// escaped here, and the URI passed the origin rule (`https://`, no user name).
+    Device {
+        /// Where to enter the code, escaped.
+        verification_uri: String,
+        /// The same with the code in it, when the server gave one, escaped.
+        verification_uri_complete: Option<String>,
+        /// The code to enter, escaped.
+        user_code: String,
+        /// How long toolward waits: the code's life or the login's timeout, the shorter.
+        wait: Duration,
+    },
+}
+
 /// What one sign-in is for: whose grant, and the scopes to ask for beyond the usual ones.
 #[derive(Debug, Clone, Default)]
 pub struct LoginRequest {
@@ -69,13 +106,18 @@ pub struct LoginRequest {
     /// `insufficient_scope` answer names them): added to the configured ones (or those of the
     /// server's `401`, or its metadata's), and to those of the grant being replaced.
     pub scopes: Vec<String>,
+    /// The grant to use instead of the configured `oauth.grant` (`--device`); `None`: the
+    /// configured one.
+    pub grant: Option<OAuthGrant>,
 }
 
 /// Signs in to HTTP server `server` and stores the grant in `store`: probes the server,
-/// discovers its authorization server, then runs the configured grant. For the
-/// authorization code, `show` gets the URL to open (and the redirect URI) before toolward
-/// waits at most `timeout` for the browser to come back. The grant is the operator's, or
-/// `request.principal`'s.
+/// discovers its authorization server, then runs the configured grant (or
+/// `request.grant`). For the authorization code, `show` gets the URL to open (and the
+/// redirect URI) before toolward waits at most `timeout` for the browser to come back; for
+/// the device grant, the verification URI and the user code before toolward polls the token
+/// endpoint at most `timeout` (or the code's life, when shorter). The grant is the
+/// operator's, or `request.principal`'s.
 ///
 /// # Errors
 /// Every [`OAuthError`]; nothing is stored then.
@@ -84,7 +126,7 @@ pub async fn login(
     store: &GrantStore,
     request: &LoginRequest,
     timeout: Duration,
-    show: &mut (dyn FnMut(&Url, &str) + Send),
+    show: &mut (dyn FnMut(Prompt<'_>) + Send),
 ) -> Result<LoginOutcome, OAuthError> {
     let (url, config) = server_url(server)?;
     let http = OAuthHttp::new(&server.name, url, config.ca_file.as_ref())?;
@@ -114,13 +156,14 @@ pub async fn login(
         &scopes(config, &discovered),
         &[before, request.scopes.clone()].concat(),
     );
-    let mut grant = match config.grant {
+    let mut grant = match request.grant.unwrap_or(config.grant) {
         OAuthGrant::ClientCredentials => {
             client_credentials(&http, config, &discovered, &scopes).await?
         }
         OAuthGrant::AuthorizationCode => {
             authorization_code(&http, config, &discovered, &scopes, timeout, show).await?
         }
+        OAuthGrant::Device => device(&http, config, &discovered, &scopes, timeout, show).await?,
     };
     grant.principal = request.principal.clone();
     store.write(&grant).await?;
@@ -214,12 +257,13 @@ struct Registered {
     token_endpoint_auth_method: Option<String>,
 }
 
-/// Registers toolward with the authorization server as a public native client whose
-/// redirect URI is `redirect` (RFC 7591; RFC 8252).
+/// Registers toolward with the authorization server as a public native client (RFC 7591):
+/// for the authorization code whose redirect URI is `redirect` (RFC 8252); without one, for
+/// the device grant (RFC 8628), which has no redirect.
 async fn register(
     http: &OAuthHttp,
     metadata: &ServerMetadata,
-    redirect: &str,
+    redirect: Option<&str>,
 ) -> Result<Identity, OAuthError> {
     let server = http.server().to_owned();
     let Some(endpoint) = &metadata.registration_endpoint else {
@@ -238,13 +282,21 @@ async fn register(
         url: metadata.issuer.clone(),
         reason: String::from("the registration endpoint is not a URL"),
     })?;
-    let body = json!({
-        "client_name": "toolward",
-        "redirect_uris": [redirect],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
-    });
+    let body = match redirect {
+        Some(redirect) => json!({
+            "client_name": "toolward",
+            "redirect_uris": [redirect],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }),
+        None => json!({
+            "client_name": "toolward",
+            "grant_types": [DEVICE_CODE_GRANT_TYPE, "refresh_token"],
+            "response_types": [],
+            "token_endpoint_auth_method": "none",
+        }),
+    };
     let request = http
         .post("the registration endpoint", &url)?
         .header(header::CONTENT_TYPE, "application/json")
@@ -554,7 +606,7 @@ async fn authorization_code(
     discovered: &Discovered,
     scopes: &[String],
     timeout: Duration,
-    show: &mut (dyn FnMut(&Url, &str) + Send),
+    show: &mut (dyn FnMut(Prompt<'_>) + Send),
 ) -> Result<Grant, OAuthError> {
     let server = http.server().to_owned();
     let metadata = &discovered.server_metadata;
@@ -569,7 +621,7 @@ async fn authorization_code(
     let listener = RedirectListener::bind(&server, config.redirect_port).await?;
     let identity = match configured_identity(config, metadata) {
         Some(identity) => identity,
-        None => register(http, metadata, listener.uri()).await?,
+        None => register(http, metadata, Some(listener.uri())).await?,
     };
     let redirect = RedirectUrl::new(listener.uri().to_owned()).map_err(|_| OAuthError::Login {
         server: server.clone(),
@@ -585,7 +637,10 @@ async fn authorization_code(
     .set_redirect_uri(redirect);
     let (url, state, verifier) =
         authorization_request(&server, &client, scopes, &discovered.resource)?;
-    show(&url, listener.uri());
+    show(Prompt::Browser {
+        url: &url,
+        redirect: listener.uri(),
+    });
     let issuer = IssuerCheck {
         issuer: &metadata.issuer,
         required: metadata.authorization_response_iss_parameter_supported,
@@ -638,6 +693,117 @@ pub(crate) fn authorization_request(
         .set_pkce_challenge(challenge)
         .url();
     Ok((url, state, verifier))
+}
+
+/// The grant type of the device grant's token requests (RFC 8628, section 3.4).
+const DEVICE_CODE_GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:device_code";
+
+/// The device authorization grant (RFC 8628): asks the device authorization endpoint for a
+/// code, shows where to enter it, and polls the token endpoint at the `interval` the server
+/// names (at least [`MIN_DEVICE_POLL_INTERVAL`]; 5 s more at each `slow_down`) until the
+/// person signed in, the server refused, or the code's life or `timeout` (the shorter) ran
+/// out. The device authorization endpoint passed the origin rule with the others
+/// ([`discovery::check_endpoints`]), and every request goes through [`OAuthHttp`].
+pub(crate) async fn device(
+    http: &OAuthHttp,
+    config: &OAuthConfig,
+    discovered: &Discovered,
+    scopes: &[String],
+    timeout: Duration,
+    show: &mut (dyn FnMut(Prompt<'_>) + Send),
+) -> Result<Grant, OAuthError> {
+    let server = http.server().to_owned();
+    let metadata = &discovered.server_metadata;
+    let no_device = |reason: &str| OAuthError::Metadata {
+        server: server.clone(),
+        what: String::from("authorization server metadata"),
+        url: metadata.issuer.clone(),
+        reason: reason.to_owned(),
+    };
+    let Some(endpoint) = metadata.device_authorization_endpoint.as_deref() else {
+        return Err(no_device(
+            "it offers no device authorization grant (no `device_authorization_endpoint`, RFC 8628): sign in with the authorization code (`auth login` without `--device`)",
+        ));
+    };
+    let device_url = DeviceAuthorizationUrl::new(endpoint.to_owned())
+        .map_err(|_| no_device("the device authorization endpoint is not a URL"))?;
+    let identity = match configured_identity(config, metadata) {
+        Some(identity) => identity,
+        None => register(http, metadata, None).await?,
+    };
+    let client = client(
+        http,
+        &identity,
+        &metadata.token_endpoint,
+        None,
+        metadata.revocation_endpoint.as_deref(),
+    )?
+    .set_device_authorization_url(device_url);
+    let details: StandardDeviceAuthorizationResponse = client
+        .exchange_device_code()
+        .add_scopes(scopes.iter().cloned().map(Scope::new))
+        .add_extra_param("resource", discovered.resource.clone())
+        .request_async(http)
+        .await
+        .map_err(|error| grant_error(&server, "device authorization", error))?;
+    // Shown, never fetched: still it must be a place toolward would go itself (`https://`,
+    // no user name that makes `https://good.example@evil.example` read as the good host).
+    let verification = |text: &str, what: &str| -> Result<String, OAuthError> {
+        let url = Url::parse(text).map_err(|_| OAuthError::Metadata {
+            server: server.clone(),
+            what: String::from("the device authorization answer"),
+            url: endpoint.to_owned(),
+            reason: format!("{what} `{}` is not a URL", escape(text)),
+        })?;
+        http.origins().check(what, &url)?;
+        Ok(escape(url.as_str()))
+    };
+    let verification_uri =
+        verification(details.verification_uri().as_str(), "its verification URI")?;
+    let verification_uri_complete = details
+        .verification_uri_complete()
+        .map(|complete| verification(complete.secret(), "its verification URI with the code"))
+        .transpose()?;
+    let wait = timeout.min(details.expires_in());
+    show(Prompt::Device {
+        verification_uri,
+        verification_uri_complete,
+        user_code: crate::text::quote(details.user_code().secret(), crate::text::MAX_QUOTED_BYTES),
+        wait,
+    });
+    let poll = client
+        .exchange_device_access_token(&details)
+        .add_extra_param("resource", discovered.resource.clone())
+        .set_max_backoff_interval(MAX_DEVICE_POLL_BACKOFF)
+        .request_async(
+            http,
+            |interval| tokio::time::sleep(interval.max(MIN_DEVICE_POLL_INTERVAL)),
+            Some(wait),
+        );
+    // The crate checks the time only between polls: an `interval` past the wait would
+    // outlast it.
+    let token = match tokio::time::timeout(wait, poll).await {
+        Ok(answer) => {
+            answer.map_err(|error| grant_error(&server, "device authorization", error))?
+        }
+        Err(_) => {
+            return Err(OAuthError::Login {
+                server,
+                reason: format!(
+                    "nobody entered the code within {} s (the code's life or `--timeout-secs`)",
+                    wait.as_secs()
+                ),
+            });
+        }
+    };
+    new_grant(
+        &server,
+        discovered,
+        &identity,
+        GrantKind::Device,
+        &token,
+        scopes,
+    )
 }
 
 /// The client credentials grant with the configured client.
@@ -743,10 +909,10 @@ fn apply(server: &str, grant: &mut Grant, token: &BasicTokenResponse) -> Result<
 
 /// The error of a token request, without any token: the OAuth error code and description,
 /// or why the request failed.
-fn grant_error(
+fn grant_error<T: ErrorResponse + std::fmt::Display + 'static>(
     server: &str,
     grant: &str,
-    error: RequestTokenError<FetchError, BasicErrorResponse>,
+    error: RequestTokenError<FetchError, T>,
 ) -> OAuthError {
     let reason = match error {
         RequestTokenError::ServerResponse(response) => escape(&response.to_string()),
@@ -832,7 +998,7 @@ pub async fn renew(
                 .await
                 .map_err(|error| grant_error(&server, "client credentials", error))?
         }
-        (GrantKind::AuthorizationCode, None) => {
+        (GrantKind::AuthorizationCode | GrantKind::Device, None) => {
             return Err(OAuthError::NotSignedIn {
                 server,
                 principal: grant.principal.clone(),

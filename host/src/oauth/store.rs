@@ -67,6 +67,9 @@ pub enum GrantKind {
     AuthorizationCode,
     /// toolward signed in as itself; renewed by asking again.
     ClientCredentials,
+    /// A person signed in on another device with a user code (RFC 8628); renewed with the
+    /// refresh token, if any.
+    Device,
 }
 
 /// How the client authenticates at the token endpoint.

@@ -16,6 +16,8 @@ use super::store::{ClientAuth, GRANTS_DIR, KEY_FILE};
 use super::*;
 use crate::state_dir::StateDir;
 
+mod device;
+
 /// An authorization server whose responses carry no `iss`.
 const NO_ISS: IssuerCheck<'static> = IssuerCheck {
     issuer: "https://auth.example.com",

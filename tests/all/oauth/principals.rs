@@ -61,8 +61,8 @@ struct Seen {
 /// and answers `404` to a request of a session carrying another token. Tools: `whoami`
 /// (answers which token it saw) and `admin` (always `403 insufficient_scope`, asking for
 /// `admin:write`).
-struct Protected {
-    url: String,
+pub(super) struct Protected {
+    pub(super) url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -75,7 +75,7 @@ impl Protected {
     }
 
     /// As [`Protected::start`], its URL naming `host` (a name or address of 127.0.0.1).
-    async fn start_at(host: &str, issuer: Option<String>) -> Protected {
+    pub(super) async fn start_at(host: &str, issuer: Option<String>) -> Protected {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let url = format!("http://{host}:{port}/mcp");
@@ -245,7 +245,7 @@ async fn answer(
 
 /// A config in `dir` with the fixture as server `demo` (both tools read-only), `oauth` as
 /// given, and listener tokens for alice, bob and carol.
-fn config(dir: &std::path::Path, url: &str, oauth: Value) -> Config {
+pub(super) fn config(dir: &std::path::Path, url: &str, oauth: Value) -> Config {
     std::fs::write(
         dir.join("rules.json"),
         json!({ "servers": { "demo": { "tools": {
@@ -694,7 +694,7 @@ async fn principals_signed_in_by_a_real_authorization_server_reach_the_upstream_
 /// The folder of `oidc-provider` and the provider script of `tests/real-servers/oidc/`, or
 /// `None` after saying why: the script comes with the listener's OAuth tests (branch
 /// `oauth-listener`), the module from `tests/real-servers/install.sh`.
-fn oidc_provider() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+pub(super) fn oidc_provider() -> Option<(std::path::PathBuf, std::path::PathBuf)> {
     let modules = crate::real::real_servers().join("oidc-provider/node_modules");
     let script = crate::support::repo().join("tests/real-servers/oidc/provider.mjs");
     if modules.join("oidc-provider/package.json").is_file() && script.is_file() {
@@ -767,7 +767,7 @@ fn browser_get(
 }
 
 /// The claims of a JWT (its payload, base64url without padding), without checking it.
-fn jwt_claims(token: &str) -> Value {
+pub(super) fn jwt_claims(token: &str) -> Value {
     let payload = token.split('.').nth(1).unwrap();
     let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bits = 0u32;

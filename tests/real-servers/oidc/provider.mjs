@@ -19,6 +19,10 @@
 //   `toolward-tests` (redirect `http://127.0.0.1/callback`); the identity is the
 //   authorization request's `login_hint`: the interaction finishes at once, no login page,
 //   consent granted for what was asked;
+// - the device authorization grant (RFC 8628) for the public client `toolward-device`: the
+//   person enters the user code at `/device` (device-approve.mjs plays that browser), and the
+//   identity is the `login_hint` query parameter of the interaction URL, as the device's
+//   request carries none;
 // - refresh tokens with `offline_access`;
 // - for any `resource` (RFC 8707) that is an http(s) URL: JWT access tokens (RFC 9068)
 //   whose `aud` is that resource, with the account's `groups` as a claim, scope `mcp:tools`;
@@ -100,6 +104,15 @@ const provider = new Provider(issuer, {
       redirect_uris: ['http://127.0.0.1/callback'],
       scope: 'openid offline_access mcp:tools',
     },
+    {
+      client_id: 'toolward-device',
+      application_type: 'native',
+      token_endpoint_auth_method: 'none',
+      grant_types: ['urn:ietf:params:oauth:grant-type:device_code', 'refresh_token'],
+      response_types: [],
+      redirect_uris: [],
+      scope: 'openid offline_access mcp:tools',
+    },
     serviceClient('service'),
     serviceClient('es-service'),
     serviceClient('short-service'),
@@ -141,6 +154,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },
+    deviceFlow: { enabled: true },
     introspection: {
       enabled: true,
       async allowedPolicy(_ctx, client) {
@@ -191,7 +205,8 @@ provider.use(async (ctx, next) => {
   const details = await provider.interactionDetails(ctx.req, ctx.res);
   const { prompt, params, session } = details;
   if (prompt.name === 'login') {
-    const accountId = params.login_hint;
+    // The device grant's request names no account: its browser adds `login_hint` here.
+    const accountId = params.login_hint || ctx.query.login_hint;
     if (!ACCOUNTS[accountId]) {
       ctx.status = 400;
       ctx.body = `no account ${accountId}`;
