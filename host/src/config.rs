@@ -48,9 +48,9 @@ pub(crate) use reader::type_name;
 use reader::Reader;
 pub use sections::{
     AuditConfig, CaBundle, ConfineConfig, DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
-    DEFAULT_TELEMETRY_SERVICE_NAME, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig,
-    OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport,
-    StoreConfig, TelemetryConfig,
+    DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
+    OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    ServerTransport, StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;
 

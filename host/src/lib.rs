@@ -144,9 +144,9 @@ pub use start::{StartFailure, Toolward};
 
 // The operator's configuration.
 pub use config::{
-    AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, Limits, ListenConfig,
-    ListenOAuthConfig, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig,
-    ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, IntrospectionConfig, Limits,
+    ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
+    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 
 // Pinning: the manifest of reviewed tools.

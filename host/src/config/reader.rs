@@ -16,10 +16,10 @@ use super::{
     DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
     DEFAULT_PRINCIPAL_CLAIM, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
-    DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, Limits, ListenConfig, ListenOAuthConfig,
-    MAX_CA_FILE_BYTES, MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS, MIN_TOKEN_CHARS,
-    OAUTH_ALGORITHMS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig,
-    ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, IntrospectionConfig, Limits, ListenConfig,
+    ListenOAuthConfig, MAX_CA_FILE_BYTES, MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS,
+    MIN_TOKEN_CHARS, OAUTH_ALGORITHMS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
+    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 
 /// Keys of the top-level object. `$schema` is accepted so editors can find the schema.
@@ -109,7 +109,10 @@ pub(super) const LISTEN_OAUTH_KEYS: &[&str] = &[
     "required_scopes",
     "leeway_ms",
     "ca_file",
+    "introspection",
 ];
+/// Keys of `listen.oauth.introspection` (see [`IntrospectionConfig`]).
+pub(super) const INTROSPECTION_KEYS: &[&str] = &["endpoint", "client_id", "client_secret"];
 /// Keys of the top-level `confine`: what every stdio server is denied beside the defaults.
 pub(super) const CONFINE_KEYS: &[&str] =
     &["deny", "deny_tcp", "deny_network", "launcher", "namespaces"];
@@ -754,49 +757,7 @@ impl Reader<'_> {
     ) -> Result<ListenOAuthConfig, ConfigError> {
         let map = as_object(value, path)?;
         check_keys(map, path, LISTEN_OAUTH_KEYS)?;
-        let url = |key: &str, required: bool| -> Result<Option<String>, ConfigError> {
-            let key_path = path.key(key);
-            let Some(value) = map.get(key) else {
-                if required {
-                    return Err(path.invalid(format!(
-                        "names no `{key}`: `listen.oauth` needs `issuer` and `resource`"
-                    )));
-                }
-                return Ok(None);
-            };
-            let raw = non_empty_str(value, &key_path)?;
-            let text = expand(raw, &key_path, "(listen)", key, self.env)?;
-            let uri = text.parse::<http::Uri>().ok();
-            let scheme = uri.as_ref().and_then(http::Uri::scheme_str);
-            let host = uri
-                .as_ref()
-                .and_then(http::Uri::host)
-                .map(str::to_ascii_lowercase)
-                .unwrap_or_default();
-            let has_user = uri
-                .as_ref()
-                .and_then(http::Uri::authority)
-                .is_some_and(|authority| authority.as_str().contains('@'));
-            if !matches!(scheme, Some("https" | "http"))
-                || host.is_empty()
-                || has_user
-                || text.contains('#')
-            {
-                return Err(key_path.invalid(format!(
-                    "`{text}` is not an `https://` URL with a host and no user name or fragment"
-                )));
-            }
-            let loopback = host == "localhost"
-                || host.ends_with(".localhost")
-                || host.starts_with("127.")
-                || host == "[::1]";
-            if scheme == Some("http") && !loopback {
-                return Err(key_path.invalid(format!(
-                    "`{text}` is `http://`: only a loopback host may go without TLS"
-                )));
-            }
-            Ok(Some(text))
-        };
+        let url = |key: &str, required: bool| self.listen_url(map, path, key, required);
         let issuer = url("issuer", true)?.unwrap_or_default();
         let resource = url("resource", true)?.unwrap_or_default();
         let jwks_uri = url("jwks_uri", false)?;
@@ -897,7 +858,12 @@ impl Reader<'_> {
             None => None,
             Some(value) => Some(self.ca_bundle(value, &path.key("ca_file"))?),
         };
+        let introspection = match map.get("introspection") {
+            None => None,
+            Some(value) => Some(self.introspection(value, &path.key("introspection"))?),
+        };
         Ok(ListenOAuthConfig {
+            introspection,
             ca_file,
             issuer,
             resource,
@@ -908,6 +874,107 @@ impl Reader<'_> {
             scopes_supported,
             required_scopes,
             leeway_ms,
+        })
+    }
+
+    /// A URL of `listen.oauth` (or of its `introspection`): `https://`, or `http://` on a
+    /// loopback host; a host, no user name, no fragment. `required`: its absence is an error.
+    fn listen_url(
+        &self,
+        map: &Map<String, Value>,
+        path: &JsonPath,
+        key: &str,
+        required: bool,
+    ) -> Result<Option<String>, ConfigError> {
+        let key_path = path.key(key);
+        let Some(value) = map.get(key) else {
+            if required {
+                return Err(path.invalid(format!(
+                    "names no `{key}`: `listen.oauth` needs `issuer` and `resource`"
+                )));
+            }
+            return Ok(None);
+        };
+        let raw = non_empty_str(value, &key_path)?;
+        let text = expand(raw, &key_path, "(listen)", key, self.env)?;
+        let uri = text.parse::<http::Uri>().ok();
+        let scheme = uri.as_ref().and_then(http::Uri::scheme_str);
+        let host = uri
+            .as_ref()
+            .and_then(http::Uri::host)
+            .map(str::to_ascii_lowercase)
+            .unwrap_or_default();
+        let has_user = uri
+            .as_ref()
+            .and_then(http::Uri::authority)
+            .is_some_and(|authority| authority.as_str().contains('@'));
+        if !matches!(scheme, Some("https" | "http"))
+            || host.is_empty()
+            || has_user
+            || text.contains('#')
+        {
+            return Err(key_path.invalid(format!(
+                "`{text}` is not an `https://` URL with a host and no user name or fragment"
+            )));
+        }
+        let loopback = host == "localhost"
+            || host.ends_with(".localhost")
+            || host.starts_with("127.")
+            || host == "[::1]";
+        if scheme == Some("http") && !loopback {
+            return Err(key_path.invalid(format!(
+                "`{text}` is `http://`: only a loopback host may go without TLS"
+            )));
+        }
+        Ok(Some(text))
+    }
+
+    /// `listen.oauth.introspection` (RFC 7662): where and as which client the listener asks
+    /// the issuer about opaque tokens.
+    fn introspection(
+        &self,
+        value: &Value,
+        path: &JsonPath,
+    ) -> Result<IntrospectionConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, INTROSPECTION_KEYS)?;
+        let endpoint = self.listen_url(map, path, "endpoint", false)?;
+        let client_id_path = path.key("client_id");
+        let Some(client_id) = map.get("client_id") else {
+            return Err(path.invalid(
+                "names no `client_id`: the issuer answers introspection requests only from a client it knows",
+            ));
+        };
+        let client_id = non_empty_str(client_id, &client_id_path)?;
+        if client_id.chars().any(char::is_control) {
+            return Err(client_id_path.invalid("contains a control character"));
+        }
+        let secret_path = path.key("client_secret");
+        let Some(secret) = map.get("client_secret") else {
+            return Err(path.invalid(
+                "names no `client_secret`: give it as one variable reference such as `${TOOLWARD_INTROSPECTION_SECRET}`",
+            ));
+        };
+        let raw = non_empty_str(secret, &secret_path)?;
+        // A secret written in the file is refused: a config file is copied, committed and
+        // shown far more than a variable.
+        let whole_variable = raw
+            .strip_prefix("${")
+            .and_then(|rest| rest.strip_suffix('}'))
+            .is_some_and(|name| !name.contains(['$', '{', '}']));
+        if !whole_variable {
+            return Err(secret_path.invalid(
+                "must be one variable reference such as `${TOOLWARD_INTROSPECTION_SECRET}`: the secret comes from the environment, never from the file",
+            ));
+        }
+        let client_secret = expand(raw, &secret_path, "(listen)", "client_secret", self.env)?;
+        if client_secret.is_empty() || client_secret.chars().any(char::is_control) {
+            return Err(secret_path.invalid("its variable is empty or holds a control character"));
+        }
+        Ok(IntrospectionConfig {
+            endpoint,
+            client_id: client_id.to_owned(),
+            client_secret,
         })
     }
 

@@ -382,8 +382,35 @@ pub struct ListenOAuthConfig {
     /// the claims are.
     pub leeway_ms: u64,
     /// Roots trusted beside the built-in ones for the requests to the issuer (metadata,
-    /// keys) (`listen.oauth.ca_file`, a PEM file); `None`: the built-in roots only.
+    /// keys, introspection) (`listen.oauth.ca_file`, a PEM file); `None`: the built-in roots
+    /// only.
     pub ca_file: Option<CaBundle>,
+    /// Token introspection (RFC 7662) for opaque tokens (`listen.oauth.introspection`);
+    /// `None`: only JWT access tokens pass.
+    pub introspection: Option<IntrospectionConfig>,
+}
+
+/// `listen.oauth.introspection`: how the listener asks the issuer about a token that is not a
+/// JWT (RFC 7662). Its debug output leaves out the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IntrospectionConfig {
+    /// The introspection endpoint (`endpoint`); `None`: the `introspection_endpoint` of the
+    /// issuer's metadata.
+    pub endpoint: Option<String>,
+    /// The client the listener authenticates as (`client_id`).
+    pub client_id: String,
+    /// Its secret (`client_secret`): only ever one `${NAME}` reference in the file, expanded.
+    pub client_secret: String,
+}
+
+impl fmt::Debug for IntrospectionConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IntrospectionConfig")
+            .field("endpoint", &self.endpoint)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"..")
+            .finish()
+    }
 }
 
 /// `rules`.

@@ -1,8 +1,9 @@
 use std::time::Duration;
 
 use super::reader::{
-    AUDIT_KEYS, CONFINE_KEYS, GUEST_KEYS, LIMIT_KEYS, LISTEN_KEYS, LISTEN_OAUTH_KEYS,
-    SERVER_CONFINE_KEYS, SERVER_KEYS, STORE_KEYS, TOP_KEYS, UNSUPPORTED_SERVER_KEYS,
+    AUDIT_KEYS, CONFINE_KEYS, GUEST_KEYS, INTROSPECTION_KEYS, LIMIT_KEYS, LISTEN_KEYS,
+    LISTEN_OAUTH_KEYS, SERVER_CONFINE_KEYS, SERVER_KEYS, STORE_KEYS, TOP_KEYS,
+    UNSUPPORTED_SERVER_KEYS,
 };
 use super::*;
 use crate::audit::AuditSync;
@@ -885,6 +886,10 @@ fn json_schema_names_the_same_keys_as_the_reader() {
     let oauth = &listen["properties"]["oauth"];
     assert_eq!(keys(oauth), sorted(LISTEN_OAUTH_KEYS));
     assert_eq!(
+        keys(&oauth["properties"]["introspection"]),
+        sorted(INTROSPECTION_KEYS)
+    );
+    assert_eq!(
         oauth["properties"]["algorithms"]["default"],
         serde_json::json!(crate::config::DEFAULT_OAUTH_ALGORITHMS)
     );
@@ -1197,5 +1202,60 @@ fn a_ca_file_is_read_against_the_config_folder_and_a_bad_one_is_refused_naming_k
         assert!(error.starts_with(&format!("{key}: ")), "{error}");
         assert!(error.contains(&format!("`{shown}/{file}`")), "{error}");
         assert!(error.contains(why), "{error}");
+    }
+}
+
+#[test]
+fn listen_introspection_takes_its_secret_only_from_one_variable_and_keeps_it_out_of_debug_output() {
+    let env = |name: &str| match name {
+        "INTROSPECTION_SECRET" => Ok("s3cret-value".to_owned()),
+        _ => Err(VarError::NotPresent),
+    };
+    let listen = |introspection: serde_json::Value| {
+        Config::from_value_with_env(
+            json!({
+                "mcpServers": { "s": { "command": "node" } },
+                "rules": { "file": "rules.json" },
+                "listen": { "oauth": { "issuer": "https://login.example.com", "resource": "https://gw.example.com/mcp", "introspection": introspection } },
+            }),
+            &base(),
+            &env,
+        )
+    };
+    let config =
+        listen(json!({ "client_id": "gateway", "client_secret": "${INTROSPECTION_SECRET}" }))
+            .unwrap();
+    let introspection = config
+        .listen
+        .oauth
+        .as_ref()
+        .unwrap()
+        .introspection
+        .as_ref()
+        .unwrap();
+    assert_eq!(introspection.client_secret, "s3cret-value");
+    assert_eq!(introspection.endpoint, None);
+    assert!(!format!("{config:?}").contains("s3cret"));
+    for (introspection, expected) in [
+        (
+            json!({ "client_id": "gateway", "client_secret": "s3cret-in-the-file" }),
+            "listen.oauth.introspection.client_secret: must be one variable reference",
+        ),
+        (
+            json!({ "client_id": "gateway", "client_secret": "pre-${INTROSPECTION_SECRET}" }),
+            "listen.oauth.introspection.client_secret: must be one variable reference",
+        ),
+        (
+            json!({ "client_secret": "${INTROSPECTION_SECRET}" }),
+            "listen.oauth.introspection: names no `client_id`",
+        ),
+        (
+            json!({ "client_id": "gateway", "client_secret": "${INTROSPECTION_SECRET}", "endpoint": "http://login.example.com/introspect" }),
+            "listen.oauth.introspection.endpoint: `http://login.example.com/introspect` is `http://`",
+        ),
+    ] {
+        let error = listen(introspection.clone()).unwrap_err().to_string();
+        assert!(error.starts_with(expected), "{introspection}: {error}");
+        assert!(!error.contains("s3cret"), "{error}");
     }
 }

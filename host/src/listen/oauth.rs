@@ -1,6 +1,8 @@
 //! The listener as an OAuth 2.1 resource server (`listen.oauth`; MCP specification
 //! 2025-11-25, "Authorization"): a bearer token that is not one of `listen.tokens` must be a
-//! JWT access token (RFC 9068) the configured issuer signed for this listener.
+//! JWT access token (RFC 9068) the configured issuer signed for this listener, or, with
+//! `listen.oauth.introspection`, an opaque token the issuer's introspection (RFC 7662) says is
+//! active and for this listener.
 //!
 //! # Contract
 //!
@@ -23,6 +25,15 @@
 //!   server is refused, so no token meant elsewhere is ever accepted here); `exp` required
 //!   and `nbf` checked, both with `listen.oauth.leeway_ms`; claims of the wrong JSON type
 //!   are refused, not skipped.
+//! - **Opaque tokens.** With `listen.oauth.introspection`, a token that is not shaped as a
+//!   JWS is sent to the introspection endpoint (configured, else the issuer's metadata's,
+//!   under the origin rule) as the configured client (HTTP Basic, RFC 6749 section 2.3.1).
+//!   It passes when the answer is `active: true`, its `token_type` (when given) `Bearer`, its
+//!   `iss` (when given) the issuer, its `aud` (required) holds the resource, its `exp`
+//!   (required) is not past and `nbf` not future; its claims then name the principal and the
+//!   attributes as a JWT's do. Active answers are cached by the SHA-256 of the token until
+//!   `exp`, at most [`INTROSPECTION_CACHE_TIME`] and [`MAX_INTROSPECTION_CACHE_ENTRIES`]; a
+//!   failed introspection refuses the token.
 //! - **Keys.** The JWKS comes from `listen.oauth.jwks_uri`, else from the `jwks_uri` of the
 //!   issuer's metadata (RFC 8414's well-known URI, then OpenID Connect discovery's; its
 //!   `issuer` must be the configured one), fetched at start (a failure stops the start) with
@@ -42,6 +53,7 @@
 //!   message or a response, or sent anywhere: the inbound token ends here, and calls
 //!   upstream carry the upstream's own credentials (`docs/oauth.md`).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -51,6 +63,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, PublicK
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use reqwest::{StatusCode, Url};
 use serde_json::{Map, Value, json};
+use sha2::Digest as _;
 
 use crate::config::ListenOAuthConfig;
 use crate::oauth::discovery::server_metadata_urls;
@@ -78,6 +91,14 @@ pub const MAX_JWKS_KEYS: usize = 64;
 
 /// Longest principal taken from a token, in characters: 256.
 pub const MAX_PRINCIPAL_CHARS: usize = 256;
+
+/// Longest time an introspection answer is used without asking again: 60 s (never past the
+/// token's `exp`). A token the issuer revoked keeps working here at most this long.
+pub const INTROSPECTION_CACHE_TIME: Duration = Duration::from_secs(60);
+
+/// Most introspection answers cached: 10 000 (past it, the expired ones are dropped, then
+/// all). Each is a principal and its attributes, under the SHA-256 of its token.
+pub const MAX_INTROSPECTION_CACHE_ENTRIES: usize = 10_000;
 
 /// What a valid token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +159,16 @@ pub struct ResourceServer {
     /// a time and the others wait for its keys.
     fetching: tokio::sync::Mutex<Instant>,
     refetch_interval: Duration,
+    introspection: Option<Introspection>,
+}
+
+/// Introspection (RFC 7662) of the tokens that are not JWTs: where, as which client, and the
+/// answers of active tokens, by the SHA-256 of the token (no token is kept).
+struct Introspection {
+    endpoint: Url,
+    client_id: String,
+    client_secret: String,
+    cache: Mutex<HashMap<[u8; 32], (Authenticated, Instant)>>,
 }
 
 impl std::fmt::Debug for ResourceServer {
@@ -224,16 +255,55 @@ impl ResourceServer {
             .collect::<Result<Vec<_>, _>>()?;
         let http = OAuthHttp::new("listen.oauth", issuer.as_str(), config.ca_file.as_ref())
             .map_err(|e| fail(describe(e)))?;
-        let jwks_uri = match &config.jwks_uri {
-            Some(text) => Url::parse(text)
-                .map_err(|_| fail(format!("`jwks_uri` `{}` is not a URL", escape(text))))?,
-            None => discover_jwks_uri(&http, &issuer, &config.issuer)
-                .await
-                .map_err(fail)?,
+        let needs_metadata = config.jwks_uri.is_none()
+            || config
+                .introspection
+                .as_ref()
+                .is_some_and(|introspection| introspection.endpoint.is_none());
+        let metadata = match needs_metadata {
+            true => Some(
+                discover_metadata(&http, &issuer, &config.issuer)
+                    .await
+                    .map_err(fail)?,
+            ),
+            false => None,
         };
+        let configured_or_discovered =
+            |configured: Option<&String>, key: &str, setting: &str| -> Result<Url, SetupError> {
+                match (configured, &metadata) {
+                    (Some(text), _) => Url::parse(text)
+                        .map_err(|_| fail(format!("`{setting}` `{}` is not a URL", escape(text)))),
+                    (None, Some(metadata)) => metadata_url_of(metadata, key, setting).map_err(fail),
+                    (None, None) => Err(fail(format!("no `{setting}`"))),
+                }
+            };
+        let jwks_uri = configured_or_discovered(
+            config.jwks_uri.as_ref(),
+            "jwks_uri",
+            "listen.oauth.jwks_uri",
+        )?;
         http.origins()
             .check("the issuer's JWKS", &jwks_uri)
             .map_err(|e| fail(describe(e)))?;
+        let introspection = match &config.introspection {
+            None => None,
+            Some(introspection) => {
+                let endpoint = configured_or_discovered(
+                    introspection.endpoint.as_ref(),
+                    "introspection_endpoint",
+                    "listen.oauth.introspection.endpoint",
+                )?;
+                http.origins()
+                    .check("the issuer's introspection endpoint", &endpoint)
+                    .map_err(|e| fail(describe(e)))?;
+                Some(Introspection {
+                    endpoint,
+                    client_id: introspection.client_id.clone(),
+                    client_secret: introspection.client_secret.clone(),
+                    cache: Mutex::new(HashMap::new()),
+                })
+            }
+        };
         let keys = fetch_jwks(&http, &jwks_uri).await.map_err(fail)?;
         let metadata_url = metadata_url(&resource);
         let mut document = Map::new();
@@ -268,6 +338,7 @@ impl ResourceServer {
             }),
             fetching: tokio::sync::Mutex::new(now),
             refetch_interval,
+            introspection,
         })
     }
 
@@ -325,6 +396,11 @@ impl ResourceServer {
                 "the token is longer than the limit of {MAX_ACCESS_TOKEN_BYTES} bytes"
             )));
         }
+        if let Some(introspection) = &self.introspection
+            && !looks_like_jwt(token)
+        {
+            return self.introspect(introspection, token).await;
+        }
         let algorithm = self.algorithm_of(token)?;
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| invalid(String::from("the token's header is not a JWS header")))?;
@@ -343,7 +419,13 @@ impl ResourceServer {
         validation.leeway = self.leeway_s;
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &decoding, &validation)
             .map_err(|error| invalid(self.why(error.kind(), key.common.key_id.as_deref())))?;
-        let claims = data.claims;
+        self.authenticated(&data.claims)
+    }
+
+    /// Who the claims of a valid token (a JWT's, or an introspection answer's) name: the
+    /// principal, the attributes, and whether it has the required scopes.
+    fn authenticated(&self, claims: &Map<String, Value>) -> Result<Authenticated, Refusal> {
+        let invalid = |reason: String| Refusal::InvalidToken(reason);
         let principal = match claims.get(&self.principal_claim) {
             Some(Value::String(principal))
                 if !principal.is_empty()
@@ -375,7 +457,7 @@ impl ResourceServer {
             })
             .collect();
         let missing: Vec<String> = {
-            let granted = scopes_of(&claims);
+            let granted = scopes_of(claims);
             self.required_scopes
                 .iter()
                 .filter(|scope| !granted.contains(scope))
@@ -389,6 +471,147 @@ impl ResourceServer {
             principal,
             attributes,
         })
+    }
+
+    /// Asks the issuer about an opaque token (RFC 7662), or takes its cached answer: the
+    /// token must be `active`, a bearer token when the answer says its `token_type`, of this
+    /// issuer when it names one (`iss`), for this resource (`aud`, required), with an `exp`
+    /// not past and an `nbf` not future (with the leeway). An active answer is cached until
+    /// the token expires, at most [`INTROSPECTION_CACHE_TIME`]; a failed request refuses the
+    /// token (fail closed).
+    async fn introspect(
+        &self,
+        introspection: &Introspection,
+        token: &str,
+    ) -> Result<Authenticated, Refusal> {
+        let invalid = |reason: String| Refusal::InvalidToken(reason);
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        {
+            let mut cache = introspection
+                .cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match cache.get(&key) {
+                Some((authenticated, until)) if *until > now => return Ok(authenticated.clone()),
+                Some(_) => {
+                    cache.remove(&key);
+                }
+                None => {}
+            }
+        }
+        let what = "the issuer's introspection endpoint";
+        let unavailable = |reason: String| {
+            tracing::warn!(
+                "listen.oauth: issuer `{}`: introspection failed, the token is refused: {reason}",
+                self.issuer
+            );
+            invalid(String::from(
+                "the issuer could not be asked about it (introspection failed)",
+            ))
+        };
+        let request = self
+            .http
+            .post(what, &introspection.endpoint)
+            .map_err(|error| unavailable(describe(error)))?
+            .basic_auth(
+                form_encode(&introspection.client_id),
+                Some(form_encode(&introspection.client_secret)),
+            )
+            .header(reqwest::header::ACCEPT, "application/json")
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(format!(
+                "token={}&token_type_hint=access_token",
+                form_encode(token)
+            ))
+            .build()
+            .map_err(|error| unavailable(error.without_url().to_string()))?;
+        let (status, _, body) = self
+            .http
+            .send(what, request)
+            .await
+            .map_err(|error| unavailable(describe(error)))?;
+        if status != StatusCode::OK {
+            return Err(unavailable(format!(
+                "`{}` answered HTTP status {}",
+                introspection.endpoint,
+                status.as_u16()
+            )));
+        }
+        let Ok(Value::Object(claims)) = serde_json::from_slice::<Value>(&body) else {
+            return Err(unavailable(format!(
+                "`{}` answered something that is not a JSON object",
+                introspection.endpoint
+            )));
+        };
+        if claims.get("active") != Some(&Value::Bool(true)) {
+            return Err(invalid(String::from(
+                "the issuer says it is not active (expired, revoked or unknown)",
+            )));
+        }
+        match claims.get("token_type") {
+            None => {}
+            Some(Value::String(kind)) if kind.eq_ignore_ascii_case("bearer") => {}
+            Some(_) => {
+                return Err(invalid(String::from(
+                    "the issuer says it is not a bearer access token (`token_type`)",
+                )));
+            }
+        }
+        match claims.get("iss") {
+            None => {}
+            Some(Value::String(iss)) if *iss == self.issuer => {}
+            Some(_) => return Err(invalid(format!("its issuer is not `{}`", self.issuer))),
+        }
+        let for_us = match claims.get("aud") {
+            Some(Value::String(aud)) => *aud == self.resource,
+            Some(Value::Array(auds)) => auds
+                .iter()
+                .any(|aud| aud.as_str() == Some(self.resource.as_str())),
+            _ => false,
+        };
+        if !for_us {
+            return Err(invalid(format!(
+                "it is not for this resource: its `aud` does not hold `{}`",
+                self.resource
+            )));
+        }
+        let wall = crate::oauth::now_secs();
+        let Some(exp) = claims.get("exp").and_then(Value::as_u64) else {
+            return Err(invalid(String::from(
+                "its `exp` claim is missing or of the wrong type",
+            )));
+        };
+        if exp.saturating_add(self.leeway_s) <= wall {
+            return Err(invalid(String::from("the token expired")));
+        }
+        match claims.get("nbf") {
+            None => {}
+            Some(nbf) => match nbf.as_u64() {
+                Some(nbf) if nbf <= wall.saturating_add(self.leeway_s) => {}
+                Some(_) => {
+                    return Err(invalid(String::from("the token is not valid yet (`nbf`)")));
+                }
+                None => return Err(invalid(String::from("its `nbf` claim has the wrong type"))),
+            },
+        }
+        let authenticated = self.authenticated(&claims)?;
+        let life = Duration::from_secs(exp.saturating_sub(wall)).min(INTROSPECTION_CACHE_TIME);
+        let mut cache = introspection
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= MAX_INTROSPECTION_CACHE_ENTRIES {
+            cache.retain(|_, (_, until)| *until > now);
+            if cache.len() >= MAX_INTROSPECTION_CACHE_ENTRIES {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (authenticated.clone(), now + life));
+        Ok(authenticated)
     }
 
     /// The token's `alg`, when it is an accepted one; read before anything else is, so a
@@ -519,6 +742,39 @@ impl ResourceServer {
     }
 }
 
+/// Whether `token` has the shape of a JWS in compact form (three parts, the first a
+/// base64url JSON object): such a token is verified with the issuer's keys, any other is
+/// introspected.
+fn looks_like_jwt(token: &str) -> bool {
+    let mut parts = token.split('.');
+    let (Some(header), Some(_), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(&bytes).ok())
+        .is_some()
+}
+
+/// `text` as `application/x-www-form-urlencoded` writes it (RFC 6749, section 2.3.1, for the
+/// client id and secret of HTTP Basic authentication too).
+fn form_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
+                out.push(char::from(byte));
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
 /// `kid` as messages name it.
 fn key_name(kid: Option<&str>) -> String {
     match kid {
@@ -638,13 +894,13 @@ async fn get_json(http: &OAuthHttp, what: &str, url: &Url) -> Result<(StatusCode
     Ok((status, value))
 }
 
-/// The `jwks_uri` of the issuer's metadata (RFC 8414, then OpenID Connect discovery), whose
-/// `issuer` must be `configured` exactly.
-async fn discover_jwks_uri(
+/// The issuer's metadata (RFC 8414, then OpenID Connect discovery), whose `issuer` must be
+/// `configured` exactly, and where it was read.
+async fn discover_metadata(
     http: &OAuthHttp,
     issuer: &Url,
     configured: &str,
-) -> Result<Url, String> {
+) -> Result<(Url, Value), String> {
     let what = "the issuer's metadata";
     let mut tried = Vec::new();
     for url in server_metadata_urls(issuer) {
@@ -663,18 +919,29 @@ async fn discover_jwks_uri(
                 escape(named)
             ));
         }
-        let Some(jwks_uri) = value.get("jwks_uri").and_then(Value::as_str) else {
-            return Err(format!(
-                "{what} at `{url}` has no `jwks_uri`: set `listen.oauth.jwks_uri`"
-            ));
-        };
-        return Url::parse(jwks_uri)
-            .map_err(|_| format!("{what} at `{url}`: `jwks_uri` is not a URL"));
+        return Ok((url, value));
     }
     Err(format!(
-        "{what} was not found at {}: set `listen.oauth.jwks_uri`",
+        "{what} was not found at {}: set `listen.oauth.jwks_uri` (and `introspection.endpoint`)",
         tried.join(", ")
     ))
+}
+
+/// The URL `key` of the metadata read at `url`; `setting` names the config key that gives it
+/// instead.
+fn metadata_url_of(metadata: &(Url, Value), key: &str, setting: &str) -> Result<Url, String> {
+    let (url, value) = metadata;
+    let Some(text) = value.get(key).and_then(Value::as_str) else {
+        return Err(format!(
+            "the issuer's metadata at `{url}` has no `{key}`: set `{setting}`"
+        ));
+    };
+    Url::parse(text).map_err(|_| {
+        format!(
+            "the issuer's metadata at `{url}`: `{key}` `{}` is not a URL",
+            escape(text)
+        )
+    })
 }
 
 /// The keys of the JWKS at `url`: at most [`MAX_JWKS_KEYS`], at least one.

@@ -108,6 +108,17 @@ impl Provider {
     /// Starts provider.mjs in `dir` (a copy beside a link to `modules`) signing with the keys
     /// of `keys` (made when missing), naming `issuer` or its own URL.
     async fn start(modules: &Path, dir: &Path, keys: &Path, issuer: Option<&str>) -> Provider {
+        Provider::start_with(modules, dir, keys, issuer, &[]).await
+    }
+
+    /// As [`Provider::start`], with more variables for provider.mjs (`OPAQUE`).
+    async fn start_with(
+        modules: &Path,
+        dir: &Path,
+        keys: &Path,
+        issuer: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Provider {
         std::fs::create_dir_all(dir).unwrap();
         for script in ["provider.mjs", "sign-in.mjs"] {
             std::fs::copy(
@@ -129,6 +140,7 @@ impl Provider {
             .env("PORT", port.to_string())
             .env("ISSUER", &issuer)
             .env("KEYS", keys)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -308,7 +320,12 @@ unless { context.principal_attributes has groups && context.principal_attributes
         document["policy"] = json!({"cedar": "policy.cedar"});
     }
     std::fs::write(dir.join("toolward.json"), document.to_string()).unwrap();
-    let config = Config::from_value(document, dir).unwrap();
+    // The introspecting client's secret, as an operator gives it: from a variable.
+    let env = |name: &str| match name {
+        INTROSPECTION_SECRET_VARIABLE => Ok(String::from("secret-listener")),
+        other => std::env::var(other),
+    };
+    let config = Config::from_value_with_env(document, dir, &env).unwrap();
     let pinned = toolward::pin::pin(&config, None, None, std::collections::BTreeMap::new())
         .await
         .unwrap();
@@ -339,6 +356,9 @@ async fn listen(config: Config, port: u16) -> (Toolward, Listening) {
     .unwrap();
     (toolward, listening)
 }
+
+/// The variable `listen.oauth.introspection.client_secret` names in these tests.
+const INTROSPECTION_SECRET_VARIABLE: &str = "TOOLWARD_TEST_INTROSPECTION_SECRET";
 
 /// The `listen.oauth` section for `issuer` and the listener on `port`.
 fn oauth(issuer: &str, port: u16) -> Value {
@@ -820,6 +840,93 @@ async fn the_python_mcp_client_signs_in_with_its_own_oauth_and_closes_its_sessio
             String::from("allow")
         )]
     );
+    listening.stop().await;
+    toolward.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opaque_tokens_are_introspected_at_the_provider_and_revoked_or_foreign_ones_get_401() {
+    let Some(modules) = provider_modules() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Opaque access tokens, whatever the resource: only introspection can tell what they are.
+    let provider = Provider::start_with(
+        &modules,
+        &dir.path().join("idp"),
+        &dir.path().join("keys.json"),
+        None,
+        &[("OPAQUE", "1")],
+    )
+    .await;
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let mut section = oauth(&provider.issuer, port);
+    // The endpoint from the issuer's metadata; the client `listener` of provider.mjs.
+    section["introspection"] = json!({
+        "client_id": "listener",
+        "client_secret": format!("${{{INTROSPECTION_SECRET_VARIABLE}}}"),
+    });
+    let config = write_config(dir.path(), section, json!({}), true).await;
+    let (toolward, listening) = listen(config, port).await;
+    let addr = listening.addr;
+
+    let alice = provider.sign_in("alice", &resource).await;
+    let alice_token = alice["access_token"].as_str().unwrap();
+    assert!(!alice_token.contains('.'), "not opaque: {alice_token}");
+    let alices = open(addr, alice_token).await;
+    let dropped = call(addr, alice_token, &alices, "s__drop").await;
+    assert_eq!(
+        dropped["isError"],
+        json!(false),
+        "alice is in `platform`, as the introspection answer says: {dropped}"
+    );
+    let bob = provider.sign_in("bob", &resource).await;
+    let bob_token = bob["access_token"].as_str().unwrap();
+    let bobs = open(addr, bob_token).await;
+    let refused = call(addr, bob_token, &bobs, "s__drop").await;
+    assert_eq!(
+        refused["isError"],
+        json!(true),
+        "bob is in `dev`: {refused}"
+    );
+    let decided = decided_principals(dir.path());
+    for (principal, decision) in [("alice", "allow"), ("bob", "deny")] {
+        assert!(
+            decided
+                .iter()
+                .any(|(who, tool, what)| who == principal && tool == "s__drop" && what == decision),
+            "{decided:?}"
+        );
+    }
+
+    // A token the same issuer made for another resource.
+    let elsewhere = provider.sign_in("carol", "http://127.0.0.1:1/other").await;
+    let (status, challenge, _) = presented(addr, elsewhere["access_token"].as_str().unwrap()).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    assert!(challenge.contains("not for this resource"), "{challenge}");
+
+    // A token revoked at the provider before the listener ever saw it.
+    let revoked = provider.sign_in("bob", &resource).await;
+    let revoked = revoked["access_token"].as_str().unwrap();
+    let (status, _, answer) = request(
+        &provider.endpoint(),
+        "POST",
+        "/token/revocation",
+        &[("content-type", "application/x-www-form-urlencoded")],
+        format!("token={revoked}&client_id=toolward-tests"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, challenge, _) = presented(addr, revoked).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("not active"), "{challenge}");
+    // And one the issuer never made.
+    let (status, challenge, _) = presented(addr, "made-up-opaque-token-0123456789").await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("not active"), "{challenge}");
+
     listening.stop().await;
     toolward.shutdown().await;
 }

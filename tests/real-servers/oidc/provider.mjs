@@ -9,6 +9,7 @@
 // ISSUER     the issuer it names in its metadata and tokens (default http://127.0.0.1:PORT);
 //            a test runs a second provider with the first one's issuer and other keys,
 //            to mint tokens signed by a key the real issuer never published
+// OPAQUE     when set, access tokens for a resource are opaque (introspected), not JWTs
 // KEYS       a JSON file of private JWKs to sign with; created when missing (an RSA key,
 //            `rs-1`, and a P-256 key, `es-1`), so two providers can share keys (a token of
 //            another issuer signed by a trusted key) or not (a token signed by another key)
@@ -177,7 +178,7 @@ const provider = new Provider(issuer, {
         return {
           scope: 'mcp:tools',
           audience: resource,
-          accessTokenFormat: 'jwt',
+          accessTokenFormat: process.env.OPAQUE ? 'opaque' : 'jwt',
           accessTokenTTL: client.clientId === 'short-service' ? 2 : 600,
           jwt: { sign: { alg: client.clientId === 'es-service' ? 'ES256' : 'RS256' } },
         };

@@ -124,6 +124,7 @@ impl Issuer {
             required_scopes: Vec::new(),
             leeway_ms: 0,
             ca_file: None,
+            introspection: None,
         }
     }
 
@@ -311,6 +312,7 @@ async fn an_issuer_behind_a_private_ca_is_reached_only_with_the_listeners_ca_fil
         required_scopes: Vec::new(),
         leeway_ms: 0,
         ca_file: None,
+        introspection: None,
     };
     let error = ResourceServer::start(&config)
         .await
@@ -332,4 +334,205 @@ async fn an_issuer_behind_a_private_ca_is_reached_only_with_the_listeners_ca_fil
         fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
         1
     );
+}
+
+/// An introspection endpoint on a loopback port: answers each token as `answers` says (an
+/// unknown one `{"active": false}`, `"fail"` with HTTP 500), and records the `Authorization`
+/// and body of every request.
+struct Introspector {
+    url: String,
+    answers: Arc<Mutex<std::collections::HashMap<String, Value>>>,
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Introspector {
+    async fn start() -> Introspector {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/introspect", listener.local_addr().unwrap());
+        let answers: Arc<Mutex<std::collections::HashMap<String, Value>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let (known, record) = (Arc::clone(&answers), Arc::clone(&seen));
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                let (head, body) = loop {
+                    let n = stream.read(&mut buffer).await.unwrap_or(0);
+                    request.extend_from_slice(&buffer[..n]);
+                    let text = String::from_utf8_lossy(&request).into_owned();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|line| {
+                                line.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|value| value.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if text.len() >= end + 4 + length || n == 0 {
+                            break (text[..end].to_owned(), text[end + 4..].to_owned());
+                        }
+                    } else if n == 0 {
+                        break (text, String::new());
+                    }
+                };
+                let authorization = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("authorization: "))
+                    .unwrap_or_default()
+                    .to_owned();
+                let token = body
+                    .split('&')
+                    .find_map(|pair| pair.strip_prefix("token="))
+                    .unwrap_or_default()
+                    .to_owned();
+                record.lock().unwrap().push((authorization, body));
+                let answer = known
+                    .lock()
+                    .unwrap()
+                    .get(&token)
+                    .cloned()
+                    .unwrap_or(json!({"active": false}));
+                let (status, text) = if answer == json!("fail") {
+                    (500, String::from("{}"))
+                } else {
+                    (200, answer.to_string())
+                };
+                let _ = stream
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                            text.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        Introspector { url, answers, seen }
+    }
+
+    fn answer(&self, token: &str, answer: Value) {
+        self.answers
+            .lock()
+            .unwrap()
+            .insert(token.to_owned(), answer);
+    }
+
+    fn requests(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+#[tokio::test]
+async fn an_opaque_token_is_introspected_checked_like_a_jwt_and_its_answer_cached_until_it_expires()
+{
+    let key = Key::new("k1");
+    let issuer = Issuer::start(&[&key]).await;
+    let introspector = Introspector::start().await;
+    let config = ListenOAuthConfig {
+        introspection: Some(crate::config::IntrospectionConfig {
+            endpoint: Some(introspector.url.clone()),
+            client_id: String::from("listener"),
+            client_secret: String::from("s:cret"),
+        }),
+        ..issuer.config()
+    };
+    let server = ResourceServer::start(&config).await.unwrap();
+    let resource = "http://127.0.0.1:1/mcp";
+    let now = crate::oauth::now_secs();
+    let good = json!({
+        "active": true, "token_type": "Bearer", "iss": issuer.url, "aud": [resource, "other"],
+        "sub": "alice", "groups": ["platform"], "scope": "mcp:tools", "exp": now + 600,
+    });
+    introspector.answer("opaque-alice", good.clone());
+    let authenticated = server.authenticate("opaque-alice").await.unwrap();
+    assert_eq!(authenticated.principal, "alice");
+    assert_eq!(
+        authenticated.attributes,
+        [(String::from("groups"), String::from("[\"platform\"]"))]
+    );
+    // The client authenticates (RFC 6749, section 2.3.1: form-encoded, then Basic) and hints
+    // an access token.
+    let (authorization, body) = introspector.seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        authorization,
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("listener:s%3Acret")
+        )
+    );
+    assert_eq!(body, "token=opaque-alice&token_type_hint=access_token");
+    // Cached: no second request.
+    server.authenticate("opaque-alice").await.unwrap();
+    assert_eq!(introspector.requests(), 1);
+
+    // Cached no longer than the token lives: asked again once it expired, and refused.
+    let mut expiring = good.clone();
+    expiring["exp"] = json!(now + 1);
+    introspector.answer("opaque-short", expiring);
+    server.authenticate("opaque-short").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let refused = server.authenticate("opaque-short").await.unwrap_err();
+    assert_eq!(
+        refused,
+        Refusal::InvalidToken(String::from("the token expired"))
+    );
+    assert_eq!(introspector.requests(), 3);
+
+    for (token, change, why) in [
+        ("inactive", json!({"active": false}), "not active"),
+        (
+            "refresh",
+            json!({"token_type": "refresh_token"}),
+            "not a bearer access token",
+        ),
+        (
+            "elsewhere",
+            json!({"aud": "https://other.example/mcp"}),
+            "not for this resource",
+        ),
+        ("no-aud", json!({"aud": null}), "not for this resource"),
+        (
+            "other-issuer",
+            json!({"iss": "https://evil.example"}),
+            "its issuer is not",
+        ),
+        (
+            "no-exp",
+            json!({"exp": "never"}),
+            "`exp` claim is missing or of the wrong type",
+        ),
+        ("future", json!({"nbf": now + 3600}), "not valid yet"),
+        ("no-sub", json!({"sub": null}), "the principal"),
+        ("broken", json!("fail"), "could not be asked"),
+    ] {
+        let answer = if change == json!("fail") {
+            change
+        } else {
+            let mut answer = good.clone();
+            for (name, value) in change.as_object().unwrap() {
+                if value.is_null() {
+                    answer.as_object_mut().unwrap().remove(name);
+                } else {
+                    answer[name] = value.clone();
+                }
+            }
+            answer
+        };
+        introspector.answer(token, answer);
+        let Err(Refusal::InvalidToken(reason)) = server.authenticate(token).await else {
+            panic!("`{token}` was not refused");
+        };
+        assert!(reason.contains(why), "{token}: {reason}");
+        assert!(!reason.contains(token), "{token}: {reason}");
+    }
+    // A refusal is not cached: the issuer is asked each time.
+    let before = introspector.requests();
+    let _ = server.authenticate("inactive").await;
+    assert_eq!(introspector.requests(), before + 1);
+    // A JWT never goes to introspection.
+    let jwt = key.sign(&issuer.claims("bob"), None);
+    assert_eq!(server.authenticate(&jwt).await.unwrap().principal, "bob");
+    assert_eq!(introspector.requests(), before + 1);
 }
