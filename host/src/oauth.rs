@@ -24,10 +24,13 @@
 //!   address. Redirects are never followed and every body is read up to
 //!   [`MAX_OAUTH_BODY_BYTES`]. Certificates are checked against the built-in roots and the
 //!   server's `oauth.ca_file` (`listen.oauth.ca_file` for the listener's issuer).
-//! - **Client identity.** `oauth.client_id` (and `client_secret`) when configured; else
-//!   dynamic client registration (RFC 7591) at each sign-in, as a public native client
+//! - **Client identity**, in the MCP specification's order: `oauth.client_id` (and
+//!   `client_secret`) when configured; else the operator's Client ID Metadata Document
+//!   (`oauth.client_id_metadata_url`, the URL as the client id) where the authorization
+//!   server's metadata says `client_id_metadata_document_supported: true`; else dynamic
+//!   client registration (RFC 7591) at each sign-in, as a public native client
 //!   (`token_endpoint_auth_method: none`) whose redirect URI is the loopback one of that
-//!   sign-in. A Client ID Metadata Document is not offered yet.
+//!   sign-in (none for the device grant).
 //! - **Grants.** Authorization code with PKCE `S256`, a random `state` checked on the
 //!   redirect (compared in constant time) and `resource` (RFC 8707) on the authorization and
 //!   every token request; the browser comes back to `http://127.0.0.1:PORT/callback`

@@ -79,6 +79,7 @@ pub(super) const OAUTH_KEYS: &[&str] = &[
     "redirect_port",
     "per_principal",
     "ca_file",
+    "client_id_metadata_url",
 ];
 /// Keys of a server entry that change how the server runs and are not supported: refused
 /// rather than ignored.
@@ -1346,6 +1347,23 @@ impl Reader<'_> {
             None => None,
             Some(value) => Some(self.ca_bundle(value, &path.key("ca_file"))?),
         };
+        let client_id_metadata_url = text("client_id_metadata_url")?;
+        if let Some(url) = &client_id_metadata_url {
+            // The specification: an `https` URL with a path, the client id itself, so no
+            // fragment and no user name.
+            let uri = url.parse::<http::Uri>().ok();
+            let valid = uri.as_ref().is_some_and(|uri| {
+                uri.scheme_str() == Some("https")
+                    && uri.host().is_some_and(|host| !host.is_empty())
+                    && !uri.authority().is_some_and(|a| a.as_str().contains('@'))
+                    && uri.path().len() > 1
+            }) && !url.contains('#');
+            if !valid {
+                return Err(path.key("client_id_metadata_url").invalid(format!(
+                    "`{url}` is not an `https://` URL with a path and no user name or fragment (a Client ID Metadata Document's URL)"
+                )));
+            }
+        }
         let redirect_port = match map.get("redirect_port") {
             None => 0,
             Some(value) => {
@@ -1357,6 +1375,7 @@ impl Reader<'_> {
             }
         };
         Ok(OAuthConfig {
+            client_id_metadata_url,
             client_id,
             client_secret,
             scopes,

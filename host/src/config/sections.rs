@@ -197,6 +197,11 @@ pub struct OAuthConfig {
     pub client_id: Option<String>,
     /// Its secret (`oauth.client_secret`, `${NAME}` expanded); `None` for a public client.
     pub client_secret: Option<String>,
+    /// The `https://` URL of a Client ID Metadata Document the operator hosts
+    /// (`oauth.client_id_metadata_url`; MCP specification 2025-11-25): without `client_id`,
+    /// used as the client id where the authorization server says it takes such documents
+    /// (`client_id_metadata_document_supported`), instead of registering. `None`: register.
+    pub client_id_metadata_url: Option<String>,
     /// The scopes to ask for (`oauth.scopes`); empty: those of the server's `401`, else its
     /// protected-resource metadata's `scopes_supported`.
     pub scopes: Vec<String>,
@@ -247,6 +252,7 @@ impl fmt::Debug for OAuthConfig {
         f.debug_struct("OAuthConfig")
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret.as_ref().map(|_| ".."))
+            .field("client_id_metadata_url", &self.client_id_metadata_url)
             .field("scopes", &self.scopes)
             .field("grant", &self.grant)
             .field("redirect_port", &self.redirect_port)

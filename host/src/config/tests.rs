@@ -950,6 +950,7 @@ fn an_http_servers_oauth_is_read_with_its_secret_expanded_and_kept_out_of_debug_
             redirect_port: 8765,
             per_principal: false,
             ca_file: None,
+            client_id_metadata_url: None,
         }
     );
     assert!(!format!("{config:?}").contains("s3cret"));
@@ -988,7 +989,7 @@ fn oauth_on_a_stdio_server_a_secret_without_an_id_and_an_unknown_grant_are_refus
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "client": "a" } } }),
-            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`, `per_principal`, `ca_file`)",
+            "mcpServers.s.oauth.client: unknown key (expected one of `client_id`, `client_secret`, `scopes`, `grant`, `redirect_port`, `per_principal`, `ca_file`, `client_id_metadata_url`)",
         ),
         (
             json!({ "s": { "url": "https://x", "oauth": { "per_principal": "yes" } } }),
@@ -1257,5 +1258,40 @@ fn listen_introspection_takes_its_secret_only_from_one_variable_and_keeps_it_out
         let error = listen(introspection.clone()).unwrap_err().to_string();
         assert!(error.starts_with(expected), "{introspection}: {error}");
         assert!(!error.contains("s3cret"), "{error}");
+    }
+}
+
+#[test]
+fn a_client_id_metadata_url_must_be_an_https_url_with_a_path() {
+    let read = |url: &str| {
+        Config::from_value_with_env(
+            with_servers(
+                json!({ "remote": { "url": "https://mcp.example.com/mcp", "oauth": { "client_id_metadata_url": url } } }),
+            ),
+            &base(),
+            &no_env,
+        )
+    };
+    let config = read("https://toolward.example.com/oauth/client.json").unwrap();
+    let ServerTransport::Http { oauth, .. } = &config.servers["remote"].transport else {
+        panic!("remote is http");
+    };
+    assert_eq!(
+        oauth.client_id_metadata_url.as_deref(),
+        Some("https://toolward.example.com/oauth/client.json")
+    );
+    for url in [
+        "http://toolward.example.com/client.json",
+        "https://toolward.example.com",
+        "https://toolward.example.com/",
+        "https://user@toolward.example.com/client.json",
+        "https://toolward.example.com/client.json#x",
+        "client.json",
+    ] {
+        let error = read(url).unwrap_err().to_string();
+        assert!(
+            error.starts_with("mcpServers.remote.oauth.client_id_metadata_url: "),
+            "{url}: {error}"
+        );
     }
 }

@@ -135,6 +135,18 @@ pub struct ServerMetadata {
     /// it is refused.
     #[serde(default)]
     pub authorization_response_iss_parameter_supported: bool,
+    /// Whether it takes a URL as a client id, the client's metadata fetched from it (Client
+    /// ID Metadata Documents; MCP specification 2025-11-25, "Client Registration
+    /// Approaches"). Only `true` counts.
+    #[serde(default, deserialize_with = "only_true")]
+    pub client_id_metadata_document_supported: bool,
+}
+
+/// `true` only for a JSON `true`: anything else the server wrote (`"true"`, `1`) is `false`,
+/// rather than failing the whole metadata document.
+fn only_true<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    let value = <serde_json::Value as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(value == serde_json::Value::Bool(true))
 }
 
 /// Everything sign-in needs about a server.

@@ -66,6 +66,7 @@ pub enum LoginOutcome {
 }
 
 /// The client toolward signs in as.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Identity {
     pub(crate) id: String,
     pub(crate) secret: Option<String>,
@@ -232,6 +233,37 @@ pub(crate) fn client(
         client = client.set_client_secret(ClientSecret::new(secret.clone()));
     }
     Ok(client)
+}
+
+/// Which client a sign-in by a person (the authorization code, the device grant) is made as.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClientIdentity {
+    /// A client the authorization server knows already: the configured `client_id`, or the
+    /// URL of the operator's Client ID Metadata Document.
+    Known(Identity),
+    /// None: toolward registers one (RFC 7591).
+    Register,
+}
+
+/// The client identity of a sign-in, in the MCP specification's order (2025-11-25,
+/// "Client Registration Approaches"): the configured `oauth.client_id`; else the operator's
+/// Client ID Metadata Document (`oauth.client_id_metadata_url`, the URL itself as the client
+/// id of a public client) when the authorization server says it takes them
+/// (`client_id_metadata_document_supported: true`); else dynamic registration.
+pub(crate) fn client_identity(config: &OAuthConfig, metadata: &ServerMetadata) -> ClientIdentity {
+    if let Some(identity) = configured_identity(config, metadata) {
+        return ClientIdentity::Known(identity);
+    }
+    match &config.client_id_metadata_url {
+        Some(url) if metadata.client_id_metadata_document_supported => {
+            ClientIdentity::Known(Identity {
+                id: url.clone(),
+                secret: None,
+                auth: ClientAuth::None,
+            })
+        }
+        _ => ClientIdentity::Register,
+    }
 }
 
 /// The configured client, with the authentication method the metadata offers.
@@ -619,9 +651,9 @@ async fn authorization_code(
         });
     };
     let listener = RedirectListener::bind(&server, config.redirect_port).await?;
-    let identity = match configured_identity(config, metadata) {
-        Some(identity) => identity,
-        None => register(http, metadata, Some(listener.uri())).await?,
+    let identity = match client_identity(config, metadata) {
+        ClientIdentity::Known(identity) => identity,
+        ClientIdentity::Register => register(http, metadata, Some(listener.uri())).await?,
     };
     let redirect = RedirectUrl::new(listener.uri().to_owned()).map_err(|_| OAuthError::Login {
         server: server.clone(),
@@ -727,9 +759,9 @@ pub(crate) async fn device(
     };
     let device_url = DeviceAuthorizationUrl::new(endpoint.to_owned())
         .map_err(|_| no_device("the device authorization endpoint is not a URL"))?;
-    let identity = match configured_identity(config, metadata) {
-        Some(identity) => identity,
-        None => register(http, metadata, None).await?,
+    let identity = match client_identity(config, metadata) {
+        ClientIdentity::Known(identity) => identity,
+        ClientIdentity::Register => register(http, metadata, None).await?,
     };
     let client = client(
         http,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use reqwest::Url;
 use reqwest::dns::{Name, Resolve};
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use super::discovery::{self, ServerMetadata, parse_bearer};
@@ -811,4 +811,54 @@ async fn an_authorization_server_behind_a_private_ca_is_reached_only_with_its_ca
         fixture.answered.load(std::sync::atomic::Ordering::SeqCst),
         1
     );
+}
+
+#[test]
+fn the_client_identity_is_the_configured_id_else_the_metadata_document_where_supported_else_registration()
+ {
+    use login::{ClientIdentity, client_identity};
+    let document = "https://toolward.example.com/oauth/client.json";
+    let metadata = |supported: Value| -> ServerMetadata {
+        serde_json::from_value(json!({
+            "issuer": "https://auth.example.com",
+            "token_endpoint": "https://auth.example.com/token",
+            "client_id_metadata_document_supported": supported,
+        }))
+        .unwrap()
+    };
+    let with_document = OAuthConfig {
+        client_id_metadata_url: Some(document.to_owned()),
+        ..OAuthConfig::default()
+    };
+    // Supported: the URL is the client id, a public client; nothing is registered.
+    assert_eq!(
+        client_identity(&with_document, &metadata(json!(true))),
+        ClientIdentity::Known(Identity {
+            id: document.to_owned(),
+            secret: None,
+            auth: ClientAuth::None,
+        })
+    );
+    // Not said, said false, or said as something other than `true`: registration, as
+    // without the setting.
+    for supported in [Value::Null, json!(false), json!("true"), json!(1)] {
+        assert_eq!(
+            client_identity(&with_document, &metadata(supported.clone())),
+            ClientIdentity::Register,
+            "{supported}"
+        );
+    }
+    assert_eq!(
+        client_identity(&OAuthConfig::default(), &metadata(json!(true))),
+        ClientIdentity::Register
+    );
+    // A configured client id comes first (the specification's order).
+    let both = OAuthConfig {
+        client_id: Some(String::from("issued-1")),
+        ..with_document
+    };
+    let ClientIdentity::Known(identity) = client_identity(&both, &metadata(json!(true))) else {
+        panic!("the configured client is used");
+    };
+    assert_eq!(identity.id, "issued-1");
 }
