@@ -353,16 +353,20 @@ fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 impl Guard {
     /// The guard of `listen`, starting its OAuth resource server when configured.
-    async fn new(listen: &ListenSettings) -> Result<Guard, ListenError> {
+    async fn new(listen: &ListenSettings, principal: &str) -> Result<Guard, ListenError> {
         #[cfg(feature = "listen-oauth")]
         let oauth = match &listen.oauth {
-            Some(config) => Some(
-                oauth::ResourceServer::start(config)
+            Some(config) => {
+                let mut server = oauth::ResourceServer::start(config)
                     .await
-                    .map_err(|error| ListenError::OAuth(error.to_string()))?,
-            ),
+                    .map_err(|error| ListenError::OAuth(error.to_string()))?;
+                server.reserve_principal(principal);
+                Some(server)
+            }
             None => None,
         };
+        #[cfg(not(feature = "listen-oauth"))]
+        let _ = principal;
         #[cfg(not(feature = "listen-oauth"))]
         if listen.oauth.is_some() {
             return Err(ListenError::OAuthLeftOut);
@@ -493,8 +497,9 @@ impl Guard {
                         }
                         oauth::Refusal::InsufficientScope { principal, missing } => {
                             let text = format!(
-                                "principal `{principal}`: the access token lacks the scopes `{}` this server requires",
-                                missing.join(" ")
+                                "principal `{}`: the access token lacks the scopes `{}` this server requires",
+                                crate::text::escape(principal),
+                                crate::text::escape(&missing.join(" "))
                             );
                             tracing::warn!("refused a request: {text}");
                             let mut response = plain(StatusCode::FORBIDDEN, &text);
@@ -828,13 +833,13 @@ async fn handle(shared: Arc<Shared>, mut request: Request<Incoming>) -> Response
                 tracing::warn!(
                     "refused a {} from principal `{}` naming a session of another principal",
                     request.method(),
-                    principal.0
+                    crate::text::escape(&principal.0)
                 );
             } else {
                 tracing::debug!(
                     "refused a {} from principal `{}` naming an unknown or expired session",
                     request.method(),
-                    principal.0
+                    crate::text::escape(&principal.0)
                 );
             }
             // The same answer either way: whether a session exists is nobody else's business.
@@ -918,7 +923,7 @@ pub async fn serve_http(
         return Err(ListenError::NotLoopback { addr: listen.addr });
     }
     // Before binding: an issuer whose keys cannot be read stops the start.
-    let guard = Guard::new(&listen).await?;
+    let guard = Guard::new(&listen, &settings.principal).await?;
     let listener = TcpListener::bind(listen.addr)
         .await
         .map_err(|source| ListenError::Bind {

@@ -142,6 +142,9 @@ struct KeySet {
 
 /// The listener's token checks, built once at start.
 pub struct ResourceServer {
+    /// The gateway's own principal (the config's `principal`, the one of stdio and
+    /// `toolward call`), which no access token may name.
+    reserved_principal: Option<String>,
     issuer: String,
     resource: String,
     jwks_uri: Url,
@@ -320,6 +323,7 @@ impl ResourceServer {
         }
         let now = Instant::now();
         Ok(ResourceServer {
+            reserved_principal: None,
             issuer: config.issuer.clone(),
             resource: config.resource.clone(),
             jwks_uri,
@@ -385,6 +389,13 @@ impl ResourceServer {
         value
     }
 
+    /// Refuses every token whose principal is `principal`: the gateway's own (the config's
+    /// `principal`), whose grants `toolward call` and stdio use. A user the issuer lets pick
+    /// that name would otherwise act upstream under the operator's own grant.
+    pub fn reserve_principal(&mut self, principal: &str) {
+        self.reserved_principal = Some(principal.to_owned());
+    }
+
     /// Checks `token` (see the module documentation) and says who it is.
     ///
     /// # Errors
@@ -419,6 +430,22 @@ impl ResourceServer {
         validation.leeway = self.leeway_s;
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &decoding, &validation)
             .map_err(|error| invalid(self.why(error.kind(), key.common.key_id.as_deref())))?;
+        // Verified; now what serde_json let pass: a name given twice (serde_json keeps the
+        // last, another reader the first, so two readers would see two identities), and an
+        // `iss` that is not one string (RFC 7519; the validation takes an array).
+        let payload = token.split('.').nth(1).unwrap_or_default();
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| invalid(String::from("the token's payload is not base64url")))?;
+        if let Err(error) = serde_json::from_slice::<NoDuplicateNames>(&payload) {
+            return Err(invalid(format!(
+                "its claims are not one JSON object with each name once ({})",
+                crate::text::escape(&error.to_string())
+            )));
+        }
+        if !matches!(data.claims.get("iss"), Some(Value::String(_))) {
+            return Err(invalid(String::from("its `iss` claim is not a string")));
+        }
         self.authenticated(&data.claims)
     }
 
@@ -430,13 +457,15 @@ impl ResourceServer {
             Some(Value::String(principal))
                 if !principal.is_empty()
                     && principal.chars().count() <= MAX_PRINCIPAL_CHARS
-                    && !principal.chars().any(char::is_control) =>
+                    && !principal
+                        .chars()
+                        .any(|c| c.is_control() || crate::text::is_escaped(c)) =>
             {
                 principal.clone()
             }
             Some(_) => {
                 return Err(invalid(format!(
-                    "its `{}` claim (the principal) is not a non-empty string of at most {MAX_PRINCIPAL_CHARS} printable characters",
+                    "its `{}` claim (the principal) is not a non-empty string of at most {MAX_PRINCIPAL_CHARS} printable characters (no control, bidirectional, zero-width or other hidden character)",
                     self.principal_claim
                 )));
             }
@@ -447,6 +476,12 @@ impl ResourceServer {
                 )));
             }
         };
+        if self.reserved_principal.as_deref() == Some(principal.as_str()) {
+            return Err(invalid(format!(
+                "its `{}` claim names the gateway's own principal (the config's `principal`, whose grants stdio and `toolward call` use)",
+                self.principal_claim
+            )));
+        }
         let attributes = self
             .attribute_claims
             .iter()
@@ -970,3 +1005,56 @@ async fn fetch_jwks(http: &OAuthHttp, url: &Url) -> Result<Vec<Jwk>, String> {
 
 #[cfg(test)]
 mod tests;
+
+/// Reads any JSON value and fails at an object that names a member twice (after unescaping:
+/// `"gr\u006fups"` is `"groups"`), at any depth.
+struct NoDuplicateNames;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateNames {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NoDuplicateNames)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateNames {
+    type Value = NoDuplicateNames;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateNames>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut names = std::collections::HashSet::new();
+        while let Some(name) = map.next_key::<String>()? {
+            map.next_value::<NoDuplicateNames>()?;
+            if !names.insert(name) {
+                return Err(serde::de::Error::custom("a name is given twice"));
+            }
+        }
+        Ok(self)
+    }
+}

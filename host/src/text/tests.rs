@@ -143,3 +143,29 @@ fn pretty_json_for_the_terminal_keeps_its_layout_and_stays_the_same_json() {
     let back: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(back, value);
 }
+
+/// Found by an outside attack: the printed `auth login --principal` named the escaped text
+/// (a backtick turned into `'`, U+202E into the six characters `\u{202E}`), so running it
+/// signed in another principal. The shell must read back exactly the name.
+#[test]
+fn a_shell_word_is_read_back_by_the_shell_as_exactly_the_text() {
+    for text in [
+        "alice",
+        "eve`x`",
+        "O'Brien; rm -rf ~",
+        "a\u{202e}b\u{200b}",
+        "x\u{2028}y'z\\",
+        "$(id)",
+    ] {
+        let word = shell_word(text);
+        assert!(!word.chars().any(is_escaped), "{word}");
+        let Ok(output) = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf %s {word}"))
+            .output()
+        else {
+            panic!("bash is needed to read the word back");
+        };
+        assert_eq!(String::from_utf8(output.stdout).unwrap(), text, "{word}");
+    }
+}

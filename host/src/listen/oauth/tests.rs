@@ -45,11 +45,17 @@ impl Key {
 
     /// A token of `claims`, naming `kid` (this key's unless given).
     fn sign(&self, claims: &Value, kid: Option<&str>) -> String {
+        self.sign_text(&claims.to_string(), kid)
+    }
+
+    /// Signs `payload` as written: JSON text that a `Value` cannot hold, such as a name
+    /// given twice.
+    fn sign_text(&self, payload: &str, kid: Option<&str>) -> String {
         let header = json!({"alg": "ES256", "typ": "at+jwt", "kid": kid.unwrap_or(&self.kid)});
         let input = format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(claims.to_string())
+            URL_SAFE_NO_PAD.encode(payload)
         );
         let signature = self
             .pair
@@ -535,4 +541,62 @@ async fn an_opaque_token_is_introspected_checked_like_a_jwt_and_its_answer_cache
     let jwt = key.sign(&issuer.claims("bob"), None);
     assert_eq!(server.authenticate(&jwt).await.unwrap().principal, "bob");
     assert_eq!(introspector.requests(), before + 1);
+}
+
+/// Found by an outside attack: serde_json keeps the last of a name given twice, so
+/// `"groups":["dev"],"groups":["platform"]` let a developer through a platform-only policy,
+/// and an `iss` array passed the issuer check; a `sub` holding bidi or zero-width characters
+/// made a lookalike principal; a token naming the gateway's own principal used the
+/// operator's grants. Each is refused now, its reason naming no token.
+#[tokio::test]
+async fn duplicate_names_an_iss_array_hidden_characters_and_the_gateways_own_principal_are_refused()
+{
+    let key = Key::new("k");
+    let issuer = Issuer::start(&[&key]).await;
+    let mut server = ResourceServer::start(&issuer.config()).await.unwrap();
+    server.reserve_principal("operator");
+    let claims = issuer.claims("bob");
+    let refused = |token: String| {
+        let server = &server;
+        async move {
+            match server.authenticate(&token).await {
+                Err(Refusal::InvalidToken(reason)) => reason,
+                other => panic!("accepted or not invalid: {other:?}"),
+            }
+        }
+    };
+    // The same claims, accepted as written once.
+    assert_eq!(
+        server
+            .authenticate(&key.sign(&claims, None))
+            .await
+            .unwrap()
+            .principal,
+        "bob"
+    );
+    let text = claims.to_string();
+    let body = text.trim_end_matches('}');
+    for duplicated in [
+        format!(r#"{body},"groups":["dev"]}}"#),
+        format!(r#"{body},"gr\u006fups":["dev"]}}"#),
+        format!(r#"{body},"nested":{{"a":1,"a":2}}}}"#),
+    ] {
+        let reason = refused(key.sign_text(&duplicated, None)).await;
+        assert!(reason.contains("each name once"), "{duplicated}: {reason}");
+    }
+    // A registered claim given twice was refused before (the validation reads it into a
+    // struct); it stays refused.
+    refused(key.sign_text(&format!(r#"{body},"sub":"alice"}}"#), None)).await;
+    let mut iss_array = claims.clone();
+    iss_array["iss"] = json!([issuer.url]);
+    assert_eq!(
+        refused(key.sign(&iss_array, None)).await,
+        "its `iss` claim is not a string"
+    );
+    for hidden in ["alice\u{200b}", "admin\u{202e}txt", "evil\u{2028}ls"] {
+        let reason = refused(key.sign(&issuer.claims(hidden), None)).await;
+        assert!(reason.contains("hidden character"), "{reason}");
+    }
+    let reason = refused(key.sign(&issuer.claims("operator"), None)).await;
+    assert!(reason.contains("the gateway's own principal"), "{reason}");
 }
