@@ -218,19 +218,20 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// `text` as one word of a POSIX shell command, the same text when the shell reads it: as
 /// it is when it holds only characters no shell reads specially; else in single quotes (`'`
-/// written `'\''`; a backtick is plain text there); and when it holds a character
-/// [`escape`] would escape (a control, bidirectional or hidden one), as `$'…'` with those
-/// characters' UTF-8 bytes as `\xHH` (POSIX.1-2024, bash, zsh, ksh), so no such character
-/// reaches a terminal and the command still names exactly `text`. Written before as the
+/// written `'\''`); and when it holds a character [`escape`] would escape (a control,
+/// bidirectional or hidden one) or a backtick (messages show commands between backticks), as
+/// `$'…'` with those characters' UTF-8 bytes as `\xHH` (POSIX.1-2024, bash, zsh, ksh), so no
+/// such character reaches a terminal and the command still names exactly `text`. Written before as the
 /// escaped text, the command named another principal than the one refused.
 pub fn shell_word(text: &str) -> String {
-    if text.chars().any(is_escaped) {
+    let needs_bytes = |c: char| is_escaped(c) || c == '`';
+    if text.chars().any(needs_bytes) {
         let mut word = String::from("$'");
         for c in text.chars() {
             match c {
                 '\\' => word.push_str("\\\\"),
                 '\'' => word.push_str("\\'"),
-                c if is_escaped(c) => {
+                c if needs_bytes(c) => {
                     let mut bytes = [0u8; 4];
                     for byte in c.encode_utf8(&mut bytes).bytes() {
                         let _ = write!(word, "\\x{byte:02x}");

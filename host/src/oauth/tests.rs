@@ -767,8 +767,10 @@ fn the_commands_messages_name_quote_a_principal_for_the_shell() {
         logout_command("remote", Some("bob")),
         "toolward auth logout remote --principal bob"
     );
-    // A control character or a backtick never reaches a message as it is.
-    assert_eq!(shell_word("a\u{1b}[2Kb"), "'a\\u{001B}[2Kb'");
+    // A control character or a backtick never reaches a message as it is, and the shell
+    // still reads the name exactly.
+    assert_eq!(shell_word("a\u{1b}[2Kb"), "$'a\\x1b[2Kb'");
+    assert_eq!(shell_word("a`b"), "$'a\\x60b'");
     assert!(!shell_word("a`b").contains('`'));
     assert_eq!(shell_word(""), "''");
 }
