@@ -41,6 +41,9 @@ use toolward_result_review::{Review, Reviewer};
 #[path = "../result-review/benches/sample.rs"]
 mod sample;
 
+/// One case of the interleaved rounds: its name, its times, and what it runs.
+type Case<'a> = (&'static str, Vec<Duration>, Box<dyn FnMut() + 'a>);
+
 fn configured(rules: &serde_json::Value) -> Policy {
     let host = ComponentHost::new(GuestLimits::default(), None).unwrap();
     // Both configurations on the reviewing variant, so that the copy-only baseline pays for
@@ -130,7 +133,7 @@ fn bench(c: &mut Criterion<CpuTime>) {
 
     // Interleaved rounds for the ratios.
     let (rounds, runs) = (15, 40);
-    let mut cases: [(&str, Vec<Duration>, Box<dyn FnMut()>); 4] = [
+    let mut cases: [Case<'_>; 4] = [
         (
             "native_regex",
             Vec::new(),
