@@ -971,6 +971,23 @@ impl PgStore {
         }
     }
 
+    /// `work` within [`STATEMENT_TIMEOUT`], or an error saying `action` had no answer.
+    pub(crate) async fn timed<T>(
+        &self,
+        action: &'static str,
+        work: impl Future<Output = Result<T, PgError>>,
+    ) -> Result<T, PgError> {
+        tokio::time::timeout(STATEMENT_TIMEOUT, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(PgError::Query {
+                    store: self.name.to_string(),
+                    action,
+                    reason: format!("no answer within {} s", STATEMENT_TIMEOUT.as_secs()),
+                })
+            })
+    }
+
     pub(crate) fn query_error(
         &self,
         action: &'static str,

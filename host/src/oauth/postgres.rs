@@ -6,13 +6,11 @@
 //! key reads no token, and a sealed grant copied to another row does not open (the server and
 //! the principal are its associated data).
 
-use std::future::Future;
-
 use deadpool_postgres::Pool;
 
 use super::OAuthError;
 use super::store::{Grant, GrantCipher, Listed};
-use crate::database::{PgError, PgStore, STATEMENT_TIMEOUT, now_ms};
+use crate::database::{PgError, PgStore, now_ms};
 
 /// The grants of a PostgreSQL store.
 pub struct PgGrants {
@@ -91,23 +89,6 @@ impl PgGrants {
         }
     }
 
-    /// `work` within [`STATEMENT_TIMEOUT`].
-    async fn timed<T>(
-        &self,
-        action: &'static str,
-        work: impl Future<Output = Result<T, PgError>>,
-    ) -> Result<T, PgError> {
-        tokio::time::timeout(STATEMENT_TIMEOUT, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(PgError::Query {
-                    store: self.store.name().to_owned(),
-                    action,
-                    reason: format!("no answer within {} s", STATEMENT_TIMEOUT.as_secs()),
-                })
-            })
-    }
-
     /// The grant of `server` and `principal`, `None` when there is none. Without a key,
     /// `None` when there is no row.
     ///
@@ -122,6 +103,7 @@ impl PgGrants {
         const ACTION: &str = "read an OAuth grant";
         let column = principal_column(principal);
         let sealed: Option<Vec<u8>> = self
+            .store
             .timed(ACTION, async {
                 let client = self
                     .pool
@@ -157,7 +139,7 @@ impl PgGrants {
         let sealed = self.cipher(&grant.server)?.seal(grant)?;
         let column = principal_column(grant.principal.as_deref());
         let now = now_ms();
-        self.timed(ACTION, async {
+        self.store.timed(ACTION, async {
             let client = self
                 .pool
                 .get()
@@ -184,23 +166,24 @@ impl PgGrants {
     pub async fn remove(&self, server: &str, principal: Option<&str>) -> Result<bool, OAuthError> {
         const ACTION: &str = "delete an OAuth grant";
         let column = principal_column(principal);
-        self.timed(ACTION, async {
-            let client = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| self.store.connect_error(e))?;
-            let removed = client
-                .execute(
-                    "DELETE FROM toolward_oauth_grants WHERE server = $1 AND principal = $2",
-                    &[&server, &column],
-                )
-                .await
-                .map_err(|e| self.store.query_error(ACTION, e))?;
-            Ok(removed > 0)
-        })
-        .await
-        .map_err(|error| self.failed(server, error))
+        self.store
+            .timed(ACTION, async {
+                let client = self
+                    .pool
+                    .get()
+                    .await
+                    .map_err(|e| self.store.connect_error(e))?;
+                let removed = client
+                    .execute(
+                        "DELETE FROM toolward_oauth_grants WHERE server = $1 AND principal = $2",
+                        &[&server, &column],
+                    )
+                    .await
+                    .map_err(|e| self.store.query_error(ACTION, e))?;
+                Ok(removed > 0)
+            })
+            .await
+            .map_err(|error| self.failed(server, error))
     }
 
     /// Every grant, by server, the operator's first, then by principal, each opened (or why
@@ -211,6 +194,7 @@ impl PgGrants {
     pub async fn list(&self) -> Result<Vec<Listed>, OAuthError> {
         const ACTION: &str = "list the OAuth grants";
         let rows: Vec<(String, String, Vec<u8>)> = self
+            .store
             .timed(ACTION, async {
                 let client = self
                     .pool

@@ -181,38 +181,22 @@ impl PgLabels {
         Ok(())
     }
 
-    /// `work` within [`STATEMENT_TIMEOUT`], or an error saying it had no answer.
-    async fn timed<T>(
-        &self,
-        action: &'static str,
-        work: impl Future<Output = Result<T, PgError>>,
-    ) -> Result<T, PgError> {
-        tokio::time::timeout(STATEMENT_TIMEOUT, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(PgError::Query {
-                    store: self.store.name().to_owned(),
-                    action,
-                    reason: format!("no answer within {} s", STATEMENT_TIMEOUT.as_secs()),
-                })
-            })
-    }
-
     async fn get_in_db(&self, key: &LabelKey, now_ms: u64) -> Result<Labels, PgError> {
         const ACTION: &str = "read a session's labels";
         self.check(ACTION, key, None)?;
         let store = &self.store;
         let (kind, name) = row_of(key);
         let (now, lapse) = (bigint(now_ms), bigint(self.settings.lapse_ms(key)));
-        self.timed(ACTION, async {
-            let client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
-            let row = client
-                .query_opt(GET, &[&kind, &name, &now, &lapse])
-                .await
-                .map_err(|e| store.query_error(ACTION, e))?;
-            Ok(row.as_ref().map(labels_of).unwrap_or_default())
-        })
-        .await
+        self.store
+            .timed(ACTION, async {
+                let client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
+                let row = client
+                    .query_opt(GET, &[&kind, &name, &now, &lapse])
+                    .await
+                    .map_err(|e| store.query_error(ACTION, e))?;
+                Ok(row.as_ref().map(labels_of).unwrap_or_default())
+            })
+            .await
     }
 
     async fn join_in_db(
@@ -231,6 +215,7 @@ impl PgLabels {
         let incoming = self.settings.join(&Labels::default(), labels);
         let rank = bigint(self.settings.rank(&incoming.confidentiality) as u64);
         let joined = self
+            .store
             .timed(ACTION, async {
                 let client = self.pool.get().await.map_err(|e| store.connect_error(e))?;
                 let row = if incoming == Labels::default() {
