@@ -1,12 +1,14 @@
-//! Encoded copies of secrets: runs of base64, percent-encoded and JSON-escaped text, each
-//! decoded once and reviewed by [`Secrets::scan`] (one level: what a decoding holds is not
-//! decoded again).
+//! Encoded copies of secrets: runs of base64, each decoded once, and the text's percent-decoded
+//! and JSON-decoded readings, each made once when the text holds such an escape, all reviewed
+//! by [`Secrets::scan_reusing`] (one level: what a decoding holds is not decoded again).
 //!
-//! Every scanner here is one pass over the text, and each run is decoded and reviewed once, so
-//! the work is linear in the text's length.
+//! Every scanner here is one pass over the text, and each run or reading is decoded and
+//! reviewed once, so the work is linear in the text's length (a text with both kinds of
+//! escape is read about three times).
 
 use crate::search::{self, Candidates, Search};
 use crate::secrets::{self, Hit, Secrets};
+use crate::unescape::Unescaped;
 
 /// Fewest base64 characters (padding not counted) a base64 run has.
 pub(crate) const MIN_BASE64: usize = 24;
@@ -102,58 +104,12 @@ pub(crate) fn decode_base64(text: &[u8]) -> Vec<u8> {
 }
 
 /// The value of an ASCII hexadecimal digit.
-fn hex_value(b: u8) -> Option<u8> {
+pub(crate) fn hex_value(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
-    }
-}
-
-/// The byte of a percent escape `%XX` at the start of `text`.
-fn percent_escape(text: &[u8]) -> Option<u8> {
-    match text {
-        [b'%', high, low, ..] => Some(hex_value(*high)? << 4 | hex_value(*low)?),
-        _ => None,
-    }
-}
-
-/// What a decoding reviewer needs: the decoded bytes and which of them came from an escape (a
-/// secret made only of bytes written as they are was found in the text already, and is not
-/// reported again as an encoded one).
-#[derive(Debug, Default)]
-struct Decoded {
-    bytes: Vec<u8>,
-    /// The ranges of `bytes` that came from escapes, in order, not touching.
-    escaped: Vec<(usize, usize)>,
-}
-
-impl Decoded {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.escaped.clear();
-    }
-
-    /// Bytes written as they are.
-    fn plain(&mut self, bytes: &[u8]) {
-        self.bytes.extend_from_slice(bytes);
-    }
-
-    /// Bytes an escape decodes to.
-    fn escape(&mut self, bytes: &[u8]) {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(bytes);
-        let end = self.bytes.len();
-        match self.escaped.last_mut() {
-            Some(last) if last.1 == start => last.1 = end,
-            _ => self.escaped.push((start, end)),
-        }
-    }
-
-    /// Whether some byte of `[start, end)` came from an escape.
-    fn any_escaped(&self, start: usize, end: usize) -> bool {
-        self.escaped.iter().any(|&(s, e)| s < end && start < e)
     }
 }
 
@@ -200,9 +156,9 @@ pub(crate) struct Decoder<'a> {
     secrets: &'a Secrets,
     escapes: &'a Escapes,
     hits: Vec<Hit>,
-    /// Buffers reused from run to run: the candidates of a decoding, the decoding.
+    /// Buffers reused from run to run: the candidates of a decoding, a decoded reading.
     candidates: Candidates,
-    decoded: Decoded,
+    unescaped: Unescaped,
     out: Vec<EncodedHit>,
 }
 
@@ -213,45 +169,33 @@ impl<'a> Decoder<'a> {
             escapes,
             hits: Vec::new(),
             candidates: Candidates::default(),
-            decoded: Decoded::default(),
+            unescaped: Unescaped::default(),
             out: Vec::new(),
         }
     }
 
-    /// Every encoded secret of `text`: base64, percent and JSON runs, in that order.
-    /// `candidates` are the secrets review's of `text` ([`Secrets::candidates`]).
+    /// Every encoded secret of `text`: base64 runs, then the percent-decoded and the
+    /// JSON-decoded readings. `candidates` are the secrets review's of `text`
+    /// ([`Secrets::candidates`]).
     pub(crate) fn review(mut self, text: &[u8], candidates: &Candidates) -> Vec<EncodedHit> {
         self.base64_runs(text);
-        self.percent_runs(text, candidates.of(secrets::PERCENT_ESCAPES));
-        self.json_runs(text, candidates.of(secrets::JSON_ESCAPES));
+        self.percent_reading(text, candidates.of(secrets::PERCENT_ESCAPES));
+        self.json_reading(text, candidates.of(secrets::JSON_ESCAPES));
         self.out
     }
 
-    /// Reviews the decoding of the run `[start, end)`: the first secret it holds that is not
-    /// written as it is in the run (`escaped` is `None` for base64, where every byte is
-    /// decoded).
-    fn review_run(
-        &mut self,
-        start: usize,
-        end: usize,
-        decoded: &[u8],
-        escaped: Option<&Decoded>,
-        encoding: Encoding,
-    ) {
+    /// Reviews the decoding of the base64 run `[start, end)`: the first secret it holds
+    /// makes the whole run a finding.
+    fn review_run(&mut self, start: usize, end: usize, decoded: &[u8]) {
         self.hits.clear();
         self.secrets
             .scan_reusing(decoded, &mut self.candidates, &mut self.hits);
-        let first = self
-            .hits
-            .iter()
-            .filter(|hit| escaped.is_none_or(|e| e.any_escaped(hit.start, hit.end)))
-            .min_by_key(|hit| hit.start);
-        if let Some(hit) = first {
+        if let Some(hit) = self.hits.iter().min_by_key(|hit| hit.start) {
             self.out.push(EncodedHit {
                 start,
                 end,
                 rule: hit.rule,
-                encoding,
+                encoding: Encoding::Base64,
             });
         }
     }
@@ -260,7 +204,7 @@ impl<'a> Decoder<'a> {
     /// with up to two `=` of padding after them. A run goes on over a line break (`\n`,
     /// `\r\n`, or the JSON escapes `\n`, `\r\n`) when its line so far is at least
     /// [`MIN_BASE64`] characters long and a multiple of 4 (wrapped base64, as MIME and PEM
-    /// write it). A run right after a JSON escape `\n`, `\r` or `\t` starts after the escape's
+    /// write it). A run right after a JSON escape (`\n`, `\t`, `\u0020`…) starts after the escape's
     /// letter.
     fn base64_runs(&mut self, text: &[u8]) {
         let mut at = 0;
@@ -271,12 +215,17 @@ impl<'a> Decoder<'a> {
 
     /// Reviews the base64 run whose first line is `[start, end)`, and returns where it ends.
     fn base64_run(&mut self, text: &[u8], mut start: usize, mut end: usize) -> usize {
-        // `…\nQUJD…` in JSON text: the `n` belongs to the escape.
-        if start > 0
-            && text.get(start - 1) == Some(&b'\\')
-            && matches!(text.get(start), Some(b'n' | b'r' | b't'))
-        {
-            start += 1;
+        // `…\nQUJD…` or `…\u0020QUJD…` in JSON text: the `n`, or the `u0020`, belongs to
+        // the escape.
+        if start > 0 && text.get(start - 1) == Some(&b'\\') {
+            if text.get(start - 1..).and_then(json_unit).is_some() {
+                start += 5;
+            } else if matches!(text.get(start), Some(b'b' | b'f' | b'n' | b'r' | b't')) {
+                start += 1;
+            }
+            if start >= end {
+                return end;
+            }
         }
         let mut line = end - start;
         let mut count = line;
@@ -326,72 +275,40 @@ impl<'a> Decoder<'a> {
             } else {
                 decode_base64(run)
             };
-            self.review_run(start, end, &decoded, None, Encoding::Base64);
+            self.review_run(start, end, &decoded);
         }
         end
     }
 
-    /// Percent runs: maximal runs of `[A-Za-z0-9._~:/+-]` and escapes `%XX` (two hexadecimal
-    /// digits) holding at least one escape. `+` stays `+`.
-    fn percent_runs(&mut self, text: &[u8], candidates: Option<&[usize]>) {
-        let escape = |rest: &[u8]| percent_escape(rest).map(|_| 3);
-        let mut percent = self.escapes.percent.cursor(text, candidates);
-        let mut done = 0;
-        while let Some(found) = percent.find_at(done) {
-            // The run's start: back over plain characters (an escape before this one would
-            // have been found first, and its run taken this one in).
-            let start = found.start - plain_before(text, done, found.start);
-            let (end, _) = run(text, start, escape);
-            let mut decoded = std::mem::take(&mut self.decoded);
-            decoded.clear();
-            let mut i = start;
-            while i < end {
-                let rest = text.get(i..).unwrap_or_default();
-                // Plain bytes up to the next escape, at once.
-                let plain = rest
-                    .get(..end - i)
-                    .unwrap_or_default()
-                    .iter()
-                    .position(|&b| b == b'%')
-                    .unwrap_or(end - i);
-                if plain > 0 {
-                    decoded.plain(rest.get(..plain).unwrap_or_default());
-                    i += plain;
-                } else if let Some(byte) = percent_escape(rest) {
-                    decoded.escape(&[byte]);
-                    i += 3;
-                } else {
-                    decoded.plain(rest.get(..1).unwrap_or_default());
-                    i += 1;
-                }
-            }
-            self.review_run(
-                start,
-                end,
-                &decoded.bytes,
-                Some(&decoded),
-                Encoding::Percent,
-            );
-            self.decoded = decoded;
-            done = end;
+    /// Percent-encoded secrets: when `text` holds a percent escape `%XX`, the whole text is
+    /// decoded ([`Unescaped::percent`]) and reviewed, and each secret of the decoding that has
+    /// a byte from an escape is a finding over the bytes of `text` it was decoded from.
+    fn percent_reading(&mut self, text: &[u8], candidates: Option<&[usize]>) {
+        if self
+            .escapes
+            .percent
+            .cursor(text, candidates)
+            .find_at(0)
+            .is_none()
+        {
+            return;
         }
+        let mut unescaped = std::mem::take(&mut self.unescaped);
+        unescaped.percent(text);
+        self.review_reading(&unescaped, Encoding::Percent);
+        self.unescaped = unescaped;
     }
 
-    /// JSON runs: maximal runs of `[A-Za-z0-9._~:/+-]` and the JSON escapes `\uXXXX` and `\/`,
-    /// holding at least one escape. A `\uXXXX` pair of surrogates is one character, a lone
-    /// surrogate U+FFFD. Any other escape (`\\`, `\"`, `\n`…) ends a run, and its letter is
-    /// not part of the next.
-    fn json_runs(&mut self, text: &[u8], candidates: Option<&[usize]>) {
-        let escape = |rest: &[u8]| {
-            if rest.starts_with(b"\\/") {
-                Some(2)
-            } else {
-                json_unit(rest).map(|_| 6)
-            }
-        };
+    /// JSON-escaped secrets: when `text` holds a JSON escape `\uXXXX` or `\/` (not after an
+    /// escaped backslash), the whole text is decoded ([`Unescaped::json`]: every JSON escape)
+    /// and reviewed, as [`Decoder::percent_reading`] does.
+    fn json_reading(&mut self, text: &[u8], candidates: Option<&[usize]>) {
         let mut json = self.escapes.json.cursor(text, candidates);
-        let mut done = 0;
-        while let Some(found) = json.find_at(done) {
+        let mut at = 0;
+        let escaped = loop {
+            let Some(found) = json.find_at(at) else {
+                break false;
+            };
             // A backslash after an odd number of backslashes is itself escaped: `\\u0041` is
             // a backslash and `u0041`.
             let backslashes = text
@@ -401,37 +318,36 @@ impl<'a> Decoder<'a> {
                 .rev()
                 .take_while(|&&b| b == b'\\')
                 .count();
-            if backslashes % 2 == 1 {
-                done = found.start + 1;
-                continue;
+            if backslashes % 2 == 0 {
+                break true;
             }
-            let start = found.start - plain_before(text, done, found.start);
-            let (end, _) = run(text, start, escape);
-            let mut decoded = std::mem::take(&mut self.decoded);
-            decoded.clear();
-            let mut i = start;
-            while i < end {
-                let rest = text.get(i..end).unwrap_or_default();
-                // Plain bytes up to the next escape, at once.
-                let plain = rest.iter().position(|&b| b == b'\\').unwrap_or(rest.len());
-                if plain > 0 {
-                    decoded.plain(rest.get(..plain).unwrap_or_default());
-                    i += plain;
-                } else if rest.starts_with(b"\\/") {
-                    decoded.escape(b"/");
-                    i += 2;
-                } else if let Some((c, used)) = json_unicode_escape(rest) {
-                    let mut utf8 = [0; 4];
-                    decoded.escape(c.encode_utf8(&mut utf8).as_bytes());
-                    i += used;
-                } else {
-                    decoded.plain(rest.get(..1).unwrap_or_default());
-                    i += 1;
-                }
+            at = found.start + 1;
+        };
+        if !escaped {
+            return;
+        }
+        let mut unescaped = std::mem::take(&mut self.unescaped);
+        unescaped.json(text, 0, text.len());
+        self.review_reading(&unescaped, Encoding::Json);
+        self.unescaped = unescaped;
+    }
+
+    /// Reviews a decoded reading of the text: every secret with a byte from an escape (one
+    /// written as it is was found in the text itself), over the bytes it was decoded from.
+    fn review_reading(&mut self, unescaped: &Unescaped, encoding: Encoding) {
+        self.hits.clear();
+        self.secrets
+            .scan_reusing(&unescaped.bytes, &mut self.candidates, &mut self.hits);
+        for hit in &self.hits {
+            if unescaped.any_escaped(hit.start, hit.end) {
+                let (start, end) = unescaped.original(hit.start, hit.end);
+                self.out.push(EncodedHit {
+                    start,
+                    end,
+                    rule: hit.rule,
+                    encoding,
+                });
             }
-            self.review_run(start, end, &decoded.bytes, Some(&decoded), Encoding::Json);
-            self.decoded = decoded;
-            done = end;
         }
     }
 }
@@ -491,44 +407,8 @@ fn next_base64_line(text: &[u8], from: usize) -> Option<(usize, usize)> {
     None
 }
 
-/// How many [`run_character`]s stand right before `at`, not going back past `floor`, nor
-/// taking the letter of a backslash escape (`\n`).
-fn plain_before(text: &[u8], floor: usize, at: usize) -> usize {
-    let mut start = at;
-    while start > floor
-        && text.get(start - 1).is_some_and(|&b| run_character(b))
-        && !(start >= 2 && text.get(start - 2) == Some(&b'\\'))
-    {
-        start -= 1;
-    }
-    at - start
-}
-
-/// Whether `b` may stand unescaped in a percent or JSON run.
-fn run_character(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"._~:/+-".contains(&b)
-}
-
-/// The end of the run of [`run_character`]s and escapes starting at `start` (`escape` gives an
-/// escape's length at the start of its argument), and how many escapes it holds.
-fn run(text: &[u8], start: usize, escape: impl Fn(&[u8]) -> Option<usize>) -> (usize, usize) {
-    let mut at = start;
-    let mut escapes = 0;
-    loop {
-        let rest = text.get(at..).unwrap_or_default();
-        if let Some(used) = escape(rest) {
-            escapes += 1;
-            at += used;
-        } else if rest.first().is_some_and(|&b| run_character(b)) {
-            at += 1;
-        } else {
-            return (at, escapes);
-        }
-    }
-}
-
 /// The UTF-16 code unit of `\uXXXX` at the start of `text`.
-fn json_unit(text: &[u8]) -> Option<u16> {
+pub(crate) fn json_unit(text: &[u8]) -> Option<u16> {
     match text {
         [b'\\', b'u', a, b, c, d, ..] => {
             let mut unit: u16 = 0;
@@ -543,7 +423,7 @@ fn json_unit(text: &[u8]) -> Option<u16> {
 
 /// The character of a JSON escape `\uXXXX` (or a pair of them for a surrogate pair) at the
 /// start of `text`, and how many bytes it takes.
-fn json_unicode_escape(text: &[u8]) -> Option<(char, usize)> {
+pub(crate) fn json_unicode_escape(text: &[u8]) -> Option<(char, usize)> {
     let unit = json_unit(text)?;
     if (0xd800..0xdc00).contains(&unit) {
         if let Some(low) = text.get(6..).and_then(json_unit)

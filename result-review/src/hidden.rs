@@ -339,37 +339,6 @@ pub(crate) fn review(text: &str) -> Vec<Run> {
     runs
 }
 
-/// The `\u00XX` escapes of control characters (C0 but tab, line feed and carriage return;
-/// DEL; C1) in JSON text, as byte ranges; an escaped backslash before them is skipped. In
-/// JSON a control character in a string is escaped, so [`review`] never sees it there.
-pub(crate) fn escaped_controls(text: &str) -> Vec<(usize, usize)> {
-    let bytes = text.as_bytes();
-    let mut found = Vec::new();
-    let mut i = 0;
-    while i + 1 < bytes.len() {
-        if bytes[i] != b'\\' {
-            i += 1;
-            continue;
-        }
-        if bytes[i + 1] == b'u' {
-            let code = text
-                .get(i + 2..i + 6)
-                .and_then(|hex| u32::from_str_radix(hex, 16).ok());
-            if let Some(code) = code {
-                let control = (code < 0x20 && !matches!(code, 0x09 | 0x0a | 0x0d))
-                    || (0x7f..=0x9f).contains(&code);
-                if control {
-                    found.push((i, i + 6));
-                }
-                i += 6;
-                continue;
-            }
-        }
-        i += 2;
-    }
-    found
-}
-
 #[cfg(test)]
 #[path = "hidden/tests.rs"]
 mod tests;

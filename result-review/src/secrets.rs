@@ -357,6 +357,13 @@ pub(crate) const RULES: &[Rule] = &[
         Extend::Hex,
     ),
     rule(
+        "grafana-cloud-api-token",
+        Some("grafana-cloud-api-token"),
+        true,
+        r"glc_[0-9A-Za-z+/]{32,400}={0,2}",
+        Extend::Nothing,
+    ),
+    rule(
         "1password-service-account-token",
         Some("1password-service-account-token"),
         false,
@@ -378,7 +385,8 @@ pub(crate) const PRIVATE_KEY: &str = "private-key";
 pub(crate) const JWT: &str = "jwt";
 
 /// The begin line of a private key block (the label is between `-----BEGIN` and `-----`).
-const PRIVATE_KEY_BEGIN: &str = r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----";
+const PRIVATE_KEY_BEGIN: &str =
+    r"-----(?i:BEGIN[ +A-Z0-9_-]{0,100}PRIVATE[ +]KEY(?:[ +]BLOCK)?)-----";
 
 /// The patterns of the combined search ([`search::FORMATS`]): each rule's, in the order of
 /// [`RULES`], then [`PRIVATE_KEY_BEGIN`]. Pattern `n` stands for [`Secrets`]' alternative `n`.
@@ -393,7 +401,8 @@ pub(crate) const FORMAT_PATTERNS: [&str; RULES.len() + 1] = {
 };
 
 /// An end line of a private key block.
-pub(crate) const PRIVATE_KEY_END: &str = r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----";
+pub(crate) const PRIVATE_KEY_END: &str =
+    r"-----(?i:END[ +A-Z0-9_-]{0,100}PRIVATE[ +]KEY(?:[ +]BLOCK)?)-----";
 /// Where a JWT may start: the first `ey` of a run of `[0-9A-Za-z_-]` that is followed by a
 /// `.`, at least 8 characters after it, through the `.`. Every JWT candidate of that run (the
 /// match's start if it is at a boundary ([`at_boundary`]), and each `ey` after a `-`) is then
@@ -439,15 +448,35 @@ pub(crate) const PERCENT_ESCAPES: usize = 2;
 pub(crate) const JSON_ESCAPES: usize = 3;
 
 /// The start condition of a rule with a boundary, at `start` (an ASCII letter or digit):
-/// the start of `hay`, or a byte before it that is not an ASCII letter, digit or `_`, or a JSON
-/// escape `\n`, `\r`, `\t` right before it (so that `"…\nAKIA…"` in JSON text counts).
-fn at_boundary(hay: &[u8], start: usize) -> bool {
-    match start.checked_sub(1).and_then(|before| hay.get(before)) {
-        None => true,
-        Some(&b) if !(b.is_ascii_alphanumeric() || b == b'_') => true,
-        Some(b'n' | b'r' | b't') => start >= 2 && hay.get(start - 2) == Some(&b'\\'),
-        Some(_) => false,
+/// the start of `hay`, or what stands before it is not an ASCII letter, digit or `_` once
+/// decoded: a byte that is not one, a JSON escape of one letter (`\n`, `\b`…), or a JSON
+/// escape `\uXXXX` or percent escape `%XX` of something else (so that `"…\u0020AKIA…"` in JSON
+/// text and `?a=%20AKIA…` count).
+pub(crate) fn at_boundary(hay: &[u8], start: usize) -> bool {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let before = hay.get(..start).unwrap_or_default();
+    match before.last() {
+        None => return true,
+        Some(&b) if !word(b) => return true,
+        _ => {}
     }
+    if let [.., b'\\', b'b' | b'f' | b'n' | b'r' | b't'] = before {
+        return true;
+    }
+    if let Some(escape) = before.len().checked_sub(6).and_then(|at| before.get(at..))
+        && let Some(unit) = crate::encoded::json_unit(escape)
+    {
+        return !u8::try_from(unit).is_ok_and(word);
+    }
+    if let [.., b'%', high, low] = before
+        && let (Some(high), Some(low)) = (
+            crate::encoded::hex_value(*high),
+            crate::encoded::hex_value(*low),
+        )
+    {
+        return !word(high << 4 | low);
+    }
+    false
 }
 
 fn read(compiled: &search::Compiled) -> Result<Search, String> {
@@ -578,7 +607,10 @@ impl Secrets {
         let mut private_key_end = self.private_key_end.cursor(hay, None);
         let mut at = from;
         while let Some(found) = private_key_end.find_at(at) {
-            if hay.get(found.start + 8..found.end.saturating_sub(5)) == Some(label) {
+            let end_label = hay
+                .get(found.start + 8..found.end.saturating_sub(5))
+                .unwrap_or_default();
+            if same_label(end_label, label) {
                 return found.end;
             }
             at = found.end;
@@ -612,6 +644,16 @@ impl Secrets {
             }
         }
     }
+}
+
+/// Whether two private key labels (with `PRIVATE KEY` and what follows) are the same, case
+/// and the separator (a space, or `+` as a form encodes one) aside.
+fn same_label(a: &[u8], b: &[u8]) -> bool {
+    let normal = |b: &u8| match b {
+        b'+' => b' ',
+        b => b.to_ascii_uppercase(),
+    };
+    a.len() == b.len() && a.iter().map(normal).eq(b.iter().map(normal))
 }
 
 /// `end` moved over every following byte of `class`.

@@ -310,10 +310,10 @@ fn a_result_is_reviewed_block_by_block_naming_what_found_something() {
                 block: 2,
                 finding: secret(27, 67, "github-pat"),
             },
-            // The escaped ESC of the JSON text, after the block's other findings.
+            // The escaped escape sequence of the JSON text, after the block's other findings.
             BlockFinding {
                 block: 2,
-                finding: hidden(8, 14, "control"),
+                finding: hidden(8, 18, "escape-sequence"),
             },
         ]
     );
@@ -381,4 +381,94 @@ fn a_reviewer_is_named_by_its_reviews_names() {
         Reviewer::named(&["secrets", "entropy"]).unwrap_err(),
         "no review named `entropy` (the reviews are `secrets` and `hidden-characters`)"
     );
+}
+
+// What an outside attack on the reviews got through (issue 30), found now.
+
+#[test]
+fn a_token_after_an_escape_of_white_space_is_at_a_boundary() {
+    let reviewer = reviewer_of(&[Review::Secrets]);
+    let key = format!("AKIA{}", fill("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16, 9));
+    for before in [
+        "\\u0020", "\\u000a", "\\u000A", "\\b", "\\f", "\\n", "\\u00a0", "\\u3000", "%20", "%0A",
+    ] {
+        let text = format!("{{\"k\":\"x{before}{key}\"}}");
+        let start = text.find(&key).unwrap();
+        assert_eq!(
+            reviewer.review(&text),
+            [secret(start, start + key.len(), "aws-access-key-id")],
+            "after {before}"
+        );
+    }
+    // An escape of a letter, digit or `_` is no boundary, as the letter itself is none.
+    for before in ["\\u0041", "%41", "%5F", "\\\\u0020x"] {
+        let text = format!("x{before}{key}");
+        assert_eq!(reviewer.review(&text), [], "after {before}");
+    }
+}
+
+#[test]
+fn a_private_key_with_an_escaped_character_in_its_begin_line_is_found_whole() {
+    let reviewer = reviewer_of(&[Review::Secrets]);
+    let body = fill(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        64,
+        5,
+    );
+    let json = format!(
+        "{{\"key\":\"-----BEGIN RSA PRIVATE\\u0020KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----\"}}"
+    );
+    let (start, end) = (8, json.len() - 2);
+    assert_eq!(
+        reviewer.review(&json),
+        [secret(start, end, "private-key+json")]
+    );
+    let escaped = json.replace("-----BEGIN", "\\u002d----BEGIN");
+    assert_eq!(
+        reviewer.review(&escaped),
+        [secret(8, escaped.len() - 2, "private-key+json")]
+    );
+    let percent = format!(
+        "q=-----BEGIN%20RSA%20PRIVATE%20KEY-----%0A{body}%0A-----END%20RSA%20PRIVATE%20KEY-----&x=1"
+    );
+    assert_eq!(
+        reviewer.review(&percent),
+        [secret(2, percent.len() - 4, "private-key+percent")]
+    );
+}
+
+#[test]
+fn escaped_hidden_characters_in_json_text_are_found_decoded() {
+    let reviewer = reviewer_of(&[Review::HiddenCharacters]);
+    let osc = "\\u001b]8;;https://evil.example/\\u0007";
+    let json = format!(
+        "{{\"a\":\"x\\by\",\"b\":\"\\f\",\"c\":\"a\\rb\",\"d\":\"a\\r\\nb\",\"e\":\"{osc}link\",\"f\":\"\\u202e\",\"g\":\"\\udb40\\udc41\\udb40\\udc42\",\"h\":\"\\u001b]0;title\"}}"
+    );
+    let at = |needle: &str| json.find(needle).unwrap();
+    let found = reviewer.review_result(&[block(&json, true)], "private");
+    let spans: Vec<(usize, usize, &str)> = found
+        .findings
+        .iter()
+        .map(|f| (f.finding.start, f.finding.end, f.finding.kind.as_str()))
+        .collect();
+    let osc_start = at(osc);
+    let title = at("\\u001b]0;title");
+    assert_eq!(
+        spans,
+        [
+            (at("\\by"), at("\\by") + 2, "hidden:control"),
+            (at("\\f"), at("\\f") + 2, "hidden:control"),
+            // A lone carriage return; before a line feed it is layout.
+            (at("\\rb"), at("\\rb") + 2, "hidden:control"),
+            // The OSC whole, its target included.
+            (osc_start, osc_start + osc.len(), "hidden:escape-sequence"),
+            (at("\\u202e"), at("\\u202e") + 6, "hidden:bidi"),
+            (at("\\udb40"), at("\\udb40") + 24, "hidden:tag"),
+            // Unterminated: through the end of its string, not past it.
+            (title, json.len() - 2, "hidden:escape-sequence"),
+        ]
+    );
+    // In a text block, an escape is six characters anyone can see.
+    let found = reviewer.review_result(&[block(&json, false)], "private");
+    assert_eq!(found, ResultFindings::default());
 }

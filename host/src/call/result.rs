@@ -285,11 +285,16 @@ impl Run<'_> {
             content.iter_mut().for_each(strip_block);
         }
         let cap = self.path.settings.limits_of(&tool.server).max_result_bytes;
+        let cut_at = if self.path.reviews {
+            CutAt::TokenStart
+        } else {
+            CutAt::Budget
+        };
         if is_error {
             // The client gets the items' text joined, cut at the cap: that one text is what
             // is reviewed.
             let text = content_text(&json!({ "content": content }));
-            let (text, truncated) = cut(&text, cap);
+            let (text, truncated) = cut(&text, cap, cut_at);
             return Ok(Checked {
                 content: vec![json!({ "type": "text", "text": text })],
                 structured: None,
@@ -324,7 +329,7 @@ impl Run<'_> {
                 reason: reason.clone(),
             });
         }
-        let (mut content, mut truncated) = cap_content(content, cap);
+        let (mut content, mut truncated) = cap_content(content, cap, cut_at);
         let structured = structured.and_then(|mut structured| {
             // The structure (keys, numbers, punctuation) takes its share of the cap, the
             // strings the rest; a structure that alone is past the cap cannot be cut to fit.
@@ -337,7 +342,7 @@ impl Run<'_> {
                 return None;
             }
             let mut budget = cap - skeleton;
-            truncated |= cap_strings(&mut structured, &mut budget);
+            truncated |= cap_strings(&mut structured, &mut budget, cut_at);
             Some(structured)
         });
         Ok(Checked {
@@ -414,9 +419,21 @@ pub(super) fn marker(bytes: usize) -> String {
     TRUNCATION_MARKER.replace("{}", &bytes.to_string())
 }
 
-/// `text` cut to at most `budget` bytes at a character boundary, with the marker appended
-/// when anything was cut; and whether it was.
-pub(super) fn cut(text: &str, budget: usize) -> (String, bool) {
+/// Where [`cut`] may cut a text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CutAt {
+    /// Where the budget ends (at a character boundary).
+    Budget,
+    /// Where the budget ends, or when that falls inside a token (a run of ASCII letters,
+    /// digits and `+/=_-.%\~:`, the characters keys, tokens, their encodings and URLs are
+    /// made of), at the token's start: when results are reviewed, so that a secret's head
+    /// never reaches the model without the tail a review needs to recognise it.
+    TokenStart,
+}
+
+/// `text` cut to at most `budget` bytes at a character boundary (moved back as `at` says),
+/// with the marker appended when anything was cut; and whether it was.
+pub(super) fn cut(text: &str, budget: usize, at: CutAt) -> (String, bool) {
     if text.len() <= budget {
         return (text.to_owned(), false);
     }
@@ -424,8 +441,19 @@ pub(super) fn cut(text: &str, budget: usize) -> (String, bool) {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
+    let bytes = text.as_bytes();
+    if at == CutAt::TokenStart && bytes.get(end).copied().is_some_and(token_byte) {
+        while end > 0 && bytes.get(end - 1).copied().is_some_and(token_byte) {
+            end -= 1;
+        }
+    }
     let kept = text.get(..end).unwrap_or_default();
     (format!("{kept}\n{}", marker(text.len() - end)), true)
+}
+
+/// Whether `b` may be part of a token, for [`cut`].
+fn token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"+/=_-.%\\~:".contains(&b)
 }
 
 /// Caps `content` at `cap` bytes of JSON text: each item counts its JSON size and the comma
@@ -433,7 +461,7 @@ pub(super) fn cut(text: &str, budget: usize) -> (String, bool) {
 /// whatever the escapes), so a million empty blocks cost their JSON, not nothing. The text
 /// item that crosses the cap is cut and marked when its envelope still fits; later items are
 /// replaced by one marker.
-pub(super) fn cap_content(content: Vec<Json>, cap: usize) -> (Vec<Json>, bool) {
+pub(super) fn cap_content(content: Vec<Json>, cap: usize, at: CutAt) -> (Vec<Json>, bool) {
     let mut budget = cap;
     let mut kept = Vec::with_capacity(content.len().min(1024));
     let mut dropped_bytes = 0usize;
@@ -453,7 +481,7 @@ pub(super) fn cap_content(content: Vec<Json>, cap: usize) -> (Vec<Json>, bool) {
         let text = item.get("text").and_then(Json::as_str);
         match text.map(|text| (text, size.saturating_sub(text.len()))) {
             Some((text, envelope)) if envelope < budget => {
-                let (text, _) = cut(text, budget - envelope);
+                let (text, _) = cut(text, budget - envelope, at);
                 let mut item = item;
                 if let Json::Object(map) = &mut item {
                     map.insert(String::from("text"), Json::String(text));
@@ -513,14 +541,14 @@ pub(super) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
 
 /// Cuts the strings of `value`, depth first, once their bytes together pass `budget`;
 /// returns whether any was cut. Structure is kept, so a string field stays a string.
-pub(super) fn cap_strings(value: &mut Json, budget: &mut usize) -> bool {
+pub(super) fn cap_strings(value: &mut Json, budget: &mut usize, at: CutAt) -> bool {
     match value {
         Json::String(text) => {
             if text.len() <= *budget {
                 *budget -= text.len();
                 false
             } else {
-                let (cut_text, _) = cut(text, *budget);
+                let (cut_text, _) = cut(text, *budget, at);
                 *text = cut_text;
                 *budget = 0;
                 true
@@ -528,10 +556,10 @@ pub(super) fn cap_strings(value: &mut Json, budget: &mut usize) -> bool {
         }
         Json::Array(items) => items
             .iter_mut()
-            .fold(false, |cut, item| cap_strings(item, budget) | cut),
+            .fold(false, |cut, item| cap_strings(item, budget, at) | cut),
         Json::Object(map) => map
             .values_mut()
-            .fold(false, |cut, item| cap_strings(item, budget) | cut),
+            .fold(false, |cut, item| cap_strings(item, budget, at) | cut),
         Json::Null | Json::Bool(_) | Json::Number(_) => false,
     }
 }
@@ -539,6 +567,24 @@ pub(super) fn cap_strings(value: &mut Json, budget: &mut usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cut_inside_a_token_moves_back_to_its_start() {
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJklmnop";
+        let text = format!("key: {token} more");
+        let (kept, truncated) = cut(&text, 20, CutAt::TokenStart);
+        assert!(truncated);
+        assert_eq!(kept, format!("key: \n{}", marker(text.len() - 5)));
+        // At a token's end, or between two, nothing moves.
+        let (kept, _) = cut(&text, 5 + token.len(), CutAt::TokenStart);
+        assert!(kept.starts_with(&format!("key: {token}\n")), "{kept}");
+        // A text that is one token is cut whole.
+        let (kept, _) = cut(token, 10, CutAt::TokenStart);
+        assert_eq!(kept, format!("\n{}", marker(token.len())));
+        // Without reviews, the cut lands where the budget ends.
+        let (kept, _) = cut(token, 10, CutAt::Budget);
+        assert_eq!(kept, format!("ghp_012345\n{}", marker(token.len() - 10)));
+    }
 
     #[test]
     fn content_past_the_cap_is_cut_at_a_character_boundary_and_marked() {
@@ -549,6 +595,7 @@ mod tests {
                 json!({"type": "image", "data": "AAAA", "mimeType": "image/png"}),
             ],
             31,
+            CutAt::Budget,
         );
         assert!(truncated);
         let text = content[0]["text"].as_str().unwrap();
@@ -567,7 +614,7 @@ mod tests {
     #[test]
     fn every_content_item_costs_its_envelope_so_empty_blocks_cannot_pass_the_cap() {
         let empty = json!({"type": "text", "text": ""});
-        let (content, truncated) = cap_content(vec![empty.clone(); 1000], 260);
+        let (content, truncated) = cap_content(vec![empty.clone(); 1000], 260, CutAt::Budget);
         assert!(truncated);
         assert_eq!(content.len(), 11);
         assert_eq!(content[..10], vec![empty; 10][..]);
@@ -576,7 +623,7 @@ mod tests {
 
     #[test]
     fn an_item_whose_envelope_does_not_fit_is_dropped_whole() {
-        let (content, truncated) = cap_content(vec![json!({"type": "text", "text": "abc"})], 10);
+        let (content, truncated) = cap_content(vec![json!({"type": "text", "text": "abc"})], 10, CutAt::Budget);
         assert!(truncated);
         assert_eq!(
             content,
@@ -588,7 +635,7 @@ mod tests {
     fn structured_strings_past_the_cap_are_cut_and_stay_strings() {
         let mut value = json!({"content": "abcdefgh", "n": 1});
         let mut budget = 3;
-        assert!(cap_strings(&mut value, &mut budget));
+        assert!(cap_strings(&mut value, &mut budget, CutAt::Budget));
         assert_eq!(value["content"], "abc\n[toolward: truncated 5 bytes]");
         assert_eq!(value["n"], 1);
     }

@@ -260,6 +260,11 @@ pub(crate) fn cases() -> Vec<Case> {
             format!("glsa_{}_{}", fill(ALNUM, 32, 42), fill(HEX, 7, 42)),
         ),
         case(
+            "grafana-cloud-api-token",
+            format!("glc_{}=", fill(BASE64, 120, 44)),
+            format!("glc_{}", fill(BASE64, 31, 44)),
+        ),
+        case(
             "1password-service-account-token",
             format!("ops_eyJ{}==", fill(BASE64, 300, 43)),
             format!("ops_eyJ{}", fill(BASE64, 249, 43)),
@@ -464,9 +469,37 @@ fn an_unterminated_or_mismatched_private_key_runs_to_the_end() {
 }
 
 #[test]
+fn a_private_key_block_in_lower_case_or_with_form_encoded_spaces_is_found() {
+    let reviewer = reviewer_of(&[Review::Secrets]);
+    for (begin, end) in [
+        (
+            "-----begin rsa private key-----",
+            "-----end rsa private key-----",
+        ),
+        ("-----Begin Private Key-----", "-----END PRIVATE KEY-----"),
+        (
+            "-----BEGIN+RSA+PRIVATE+KEY-----",
+            "-----END+RSA+PRIVATE+KEY-----",
+        ),
+        (
+            "-----BEGIN+RSA+PRIVATE+KEY-----",
+            "-----END RSA PRIVATE KEY-----",
+        ),
+    ] {
+        let block = format!("{begin}\n{RSA_BODY}{end}");
+        let text = format!("{block}\nafter");
+        assert_eq!(
+            reviewer.review(&text),
+            [secret(0, block.len(), PRIVATE_KEY)],
+            "{begin}"
+        );
+    }
+}
+
+#[test]
 fn public_keys_and_certificates_are_not_private_keys() {
     let reviewer = reviewer_of(&[Review::Secrets]);
-    for label in ["PUBLIC KEY", "CERTIFICATE", "RSA PUBLIC KEY", "private key"] {
+    for label in ["PUBLIC KEY", "CERTIFICATE", "RSA PUBLIC KEY", "public key"] {
         let text = format!("-----BEGIN {label}-----\n{RSA_BODY}-----END {label}-----\n");
         assert_eq!(reviewer.review(&text), [], "{label}");
     }

@@ -180,6 +180,68 @@ async fn a_token_in_an_error_result_or_a_resource_link_is_redacted() {
     toolward.shutdown().await;
 }
 
+/// What an outside attack on the reviews got through (issue 30), as the client receives it
+/// now: escapes in `structuredContent` that decode to controls and a terminal hyperlink, a key
+/// after a JSON-escaped space, a private key with one escaped character in its begin line,
+/// and a token cut in two by the result cap.
+#[tokio::test]
+async fn escaped_controls_escaped_keys_and_a_token_at_the_cap_are_redacted() {
+    let key = "AKIAQWERTYUIOPASDFGH";
+    let body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun";
+    let structured = json!({
+        "log": "a\u{8}b \u{1b}]8;;https://evil.example/\u{7}link",
+    });
+    let escaped_key =
+        format!("-----BEGIN RSA PRIVATE\\u0020KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----");
+    let (bench, toolward) = reviewing(
+        "review-escapes",
+        json!({
+            "log": {
+                "content": [{"type": "text", "text": "see the structured log"}],
+                "structuredContent": structured,
+            },
+            "env": {"content": [{"type": "text", "text": format!("{{\"id\":\"x\\u0020{key}\",\"pem\":\"{escaped_key}\"}}")}]},
+        }),
+        json!(["secrets", "hidden-characters"]),
+        &[],
+    )
+    .await;
+    let log = call(&toolward, "s__log").await;
+    assert_eq!(
+        log.result["structuredContent"]["log"],
+        "a[redacted hidden:control]b [redacted hidden:escape-sequence]link"
+    );
+    let env = call(&toolward, "s__env").await;
+    assert_eq!(
+        env.text(),
+        "{\"id\":\"x\\u0020[redacted secret:aws-access-key-id]\",\"pem\":\"[redacted secret:private-key+json]\"}"
+    );
+    toolward.shutdown().await;
+    drop(bench);
+
+    // The cap falls inside the token: the client gets the text before it, not its head.
+    let (_bench, toolward) = {
+        let bench = Bench::new("review-cap")
+            .server(
+                "s",
+                json!({"pages": [page(&[&tool("long")])], "results": {"long": json!({"content": [{"type": "text", "text": format!("{}{TOKEN} and more", "x ".repeat(30))}]}).to_string()}}),
+                &["long"],
+            )
+            .with_rules_member("reviews", json!(["secrets"]))
+            .with("limits", json!({"max_result_bytes": 26 + 60 + 20}));
+        let toolward = bench.pin_and_start().await;
+        (bench, toolward)
+    };
+    let long = call(&toolward, "s__long").await;
+    let text = long.text();
+    assert!(
+        text.starts_with(&format!("{}\n[toolward: truncated", "x ".repeat(30))),
+        "{text}"
+    );
+    assert!(!text.contains("ghp_"), "{text}");
+    toolward.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_result_nobody_reviews_is_delivered_as_sent_and_leaves_no_review_record() {
     let (bench, toolward) = reviewing(
