@@ -110,6 +110,7 @@ pub fn redact(
     copies.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     copies.dedup_by(|a, b| a.0 == b.0);
     if !copies.is_empty() {
+        let copies = Copies::new(&copies);
         for item in content.iter_mut() {
             redacted.copies += replace_copies_in_json(item, &copies, true);
         }
@@ -250,9 +251,11 @@ fn redact_json_text(text: &str, spans: &[&Span]) -> Result<(Json, Vec<(String, S
     // Spans grouped by the literal that holds them.
     let mut per_literal: BTreeMap<usize, Vec<&Span>> = BTreeMap::new();
     for span in spans {
+        // The literals are in order: the last one starting at or before the span.
         let holder = literals
-            .iter()
-            .position(|literal| literal.start <= span.start && span.end <= literal.end);
+            .partition_point(|literal| literal.start <= span.start)
+            .checked_sub(1)
+            .filter(|&at| span.end <= literals[at].end);
         match holder {
             Some(at) if !literals[at].key => per_literal.entry(at).or_default().push(span),
             Some(_) => {
@@ -301,11 +304,77 @@ fn redact_json_text(text: &str, spans: &[&Span]) -> Result<(Json, Vec<(String, S
     Ok((value, found))
 }
 
+/// The copies [`redact`] looks for: each redacted text (and for `text` items, also its
+/// JSON-escaped spelling) with its marker, found all at once (Aho-Corasick, the longest at
+/// each place), so a result with thousands of redactions is read once per string, not once
+/// per redacted text.
+struct Copies {
+    /// Every spelling; in `text` items all of them, elsewhere the first `plain`.
+    all: Option<aho_corasick::AhoCorasick>,
+    plain: Option<aho_corasick::AhoCorasick>,
+    /// The marker of each spelling of `all`; the first `plain` are those of `plain`.
+    markers: Vec<String>,
+}
+
+impl Copies {
+    fn new(copies: &[(String, String)]) -> Copies {
+        let mut spellings: Vec<String> = copies.iter().map(|(text, _)| text.clone()).collect();
+        let mut markers: Vec<String> = copies.iter().map(|(_, mark)| mark.clone()).collect();
+        let plain = spellings.len();
+        for (hidden, mark) in copies {
+            if let Ok(quoted) = serde_json::to_string(hidden) {
+                let inner = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default();
+                if inner != hidden {
+                    spellings.push(inner.to_owned());
+                    markers.push(mark.clone());
+                }
+            }
+        }
+        let build = |patterns: &[String]| {
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .build(patterns)
+                .ok()
+        };
+        Copies {
+            all: build(&spellings),
+            plain: build(spellings.get(..plain).unwrap_or_default()),
+            markers,
+        }
+    }
+
+    /// `text` with every copy replaced, and how many were (none: `None`).
+    fn replace(&self, text: &str, escaped_too: bool) -> Option<(String, u64)> {
+        let search = if escaped_too { &self.all } else { &self.plain };
+        let search = search.as_ref()?;
+        let mut count = 0u64;
+        let mut out = String::new();
+        let mut at = 0;
+        for found in search.find_iter(text) {
+            out.push_str(text.get(at..found.start()).unwrap_or_default());
+            out.push_str(self.markers.get(found.pattern().as_usize()).map_or("", String::as_str));
+            at = found.end();
+            count += 1;
+        }
+        if count == 0 {
+            return None;
+        }
+        out.push_str(text.get(at..).unwrap_or_default());
+        Some((out, count))
+    }
+}
+
 /// Replaces every copy of each redacted text in the string values of `value` (not in
 /// object keys), and in `text` items also its JSON-escaped spelling; returns how many.
-fn replace_copies_in_json(value: &mut Json, copies: &[(String, String)], escaped_too: bool) -> u64 {
+fn replace_copies_in_json(value: &mut Json, copies: &Copies, escaped_too: bool) -> u64 {
     match value {
-        Json::String(text) => replace_copies(text, copies, escaped_too),
+        Json::String(text) => match copies.replace(text, escaped_too) {
+            Some((replaced, count)) => {
+                *text = replaced;
+                count
+            }
+            None => 0,
+        },
         Json::Array(items) => items
             .iter_mut()
             .map(|item| replace_copies_in_json(item, copies, escaped_too))
@@ -315,32 +384,11 @@ fn replace_copies_in_json(value: &mut Json, copies: &[(String, String)], escaped
     }
 }
 
-fn replace_copies_in_members(members: &mut Map<String, Json>, copies: &[(String, String)], escaped_too: bool) -> u64 {
+fn replace_copies_in_members(members: &mut Map<String, Json>, copies: &Copies, escaped_too: bool) -> u64 {
     members
         .values_mut()
         .map(|value| replace_copies_in_json(value, copies, escaped_too))
         .sum()
-}
-
-fn replace_copies(text: &mut String, copies: &[(String, String)], escaped_too: bool) -> u64 {
-    let mut count = 0u64;
-    for (hidden, mark) in copies {
-        let mut spellings = vec![hidden.clone()];
-        if escaped_too && let Ok(quoted) = serde_json::to_string(hidden) {
-            let inner = quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default();
-            if inner != hidden {
-                spellings.push(inner.to_owned());
-            }
-        }
-        for spelling in spellings {
-            let n = text.matches(spelling.as_str()).count() as u64;
-            if n > 0 {
-                *text = text.replace(spelling.as_str(), mark);
-                count += n;
-            }
-        }
-    }
-    count
 }
 
 #[cfg(test)]

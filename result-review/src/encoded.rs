@@ -280,76 +280,160 @@ impl<'a> Decoder<'a> {
         end
     }
 
-    /// Percent-encoded secrets: when `text` holds a percent escape `%XX`, the whole text is
-    /// decoded ([`Unescaped::percent`]) and reviewed, and each secret of the decoding that has
-    /// a byte from an escape is a finding over the bytes of `text` it was decoded from.
+    /// Percent-encoded secrets: each stretch of `text` around a percent escape `%XX`, up to a
+    /// line break, a quote or an angle bracket ([`percent_window`]), is decoded
+    /// ([`Unescaped::percent`]) and reviewed ([`Decoder::review_reading`]).
     fn percent_reading(&mut self, text: &[u8], candidates: Option<&[usize]>) {
-        if self
-            .escapes
-            .percent
-            .cursor(text, candidates)
-            .find_at(0)
-            .is_none()
-        {
-            return;
+        let mut percent = self.escapes.percent.cursor(text, candidates);
+        let mut done = 0;
+        while let Some(found) = percent.find_at(done) {
+            let (start, end) = percent_window(text, done, found.start);
+            let mut unescaped = std::mem::take(&mut self.unescaped);
+            unescaped.percent(text, start, end);
+            self.review_reading(text, end, &unescaped, None, Encoding::Percent);
+            self.unescaped = unescaped;
+            done = end.max(found.end);
         }
-        let mut unescaped = std::mem::take(&mut self.unescaped);
-        unescaped.percent(text);
-        self.review_reading(&unescaped, Encoding::Percent);
-        self.unescaped = unescaped;
     }
 
-    /// JSON-escaped secrets: when `text` holds a JSON escape `\uXXXX` or `\/` (not after an
-    /// escaped backslash), the whole text is decoded ([`Unescaped::json`]: every JSON escape)
-    /// and reviewed, as [`Decoder::percent_reading`] does.
+    /// JSON-escaped secrets: each stretch of `text` around a JSON escape `\uXXXX` or `\/`, up
+    /// to a quote or a line break ([`json_window`]: in JSON text, its string), is decoded
+    /// ([`Unescaped::json`]: every JSON escape) and reviewed; and when the decoding still holds
+    /// such an escape (JSON text inside a JSON string, `\\u0067hp_…`, as a text block that
+    /// serializes `structuredContent` holds it), the decoding is decoded once more and reviewed.
     fn json_reading(&mut self, text: &[u8], candidates: Option<&[usize]>) {
         let mut json = self.escapes.json.cursor(text, candidates);
-        let mut at = 0;
-        let escaped = loop {
-            let Some(found) = json.find_at(at) else {
-                break false;
-            };
-            // A backslash after an odd number of backslashes is itself escaped: `\\u0041` is
-            // a backslash and `u0041`.
-            let backslashes = text
-                .get(..found.start)
-                .unwrap_or_default()
-                .iter()
-                .rev()
-                .take_while(|&&b| b == b'\\')
-                .count();
-            if backslashes % 2 == 0 {
-                break true;
+        let mut done = 0;
+        while let Some(found) = json.find_at(done) {
+            let (start, end) = json_window(text, done, found.start);
+            let mut unescaped = std::mem::take(&mut self.unescaped);
+            unescaped.json(text, start, end);
+            self.review_reading(text, end, &unescaped, None, Encoding::Json);
+            if holds_json_escape(&unescaped.bytes) {
+                let mut twice = Unescaped::default();
+                twice.json(&unescaped.bytes, 0, unescaped.bytes.len());
+                self.review_reading(text, end, &twice, Some(&unescaped), Encoding::Json);
             }
-            at = found.start + 1;
-        };
-        if !escaped {
-            return;
+            self.unescaped = unescaped;
+            done = end.max(found.end);
         }
-        let mut unescaped = std::mem::take(&mut self.unescaped);
-        unescaped.json(text, 0, text.len());
-        self.review_reading(&unescaped, Encoding::Json);
-        self.unescaped = unescaped;
     }
 
-    /// Reviews a decoded reading of the text: every secret with a byte from an escape (one
-    /// written as it is was found in the text itself), over the bytes it was decoded from.
-    fn review_reading(&mut self, unescaped: &Unescaped, encoding: Encoding) {
+    /// Reviews a decoded stretch of `text` that ends at `end` (`inner`, or when `outer` is
+    /// given, `inner` decodes `outer`'s decoding): every secret with a byte from an escape (one
+    /// written as it is was found in the text itself) is a finding over the bytes it was
+    /// decoded from. A private key block whose end line is past the stretch runs on through
+    /// its end line in the rest of `text` (or to its end).
+    fn review_reading(
+        &mut self,
+        text: &[u8],
+        end: usize,
+        unescaped: &Unescaped,
+        outer: Option<&Unescaped>,
+        encoding: Encoding,
+    ) {
         self.hits.clear();
         self.secrets
             .scan_reusing(&unescaped.bytes, &mut self.candidates, &mut self.hits);
         for hit in &self.hits {
-            if unescaped.any_escaped(hit.start, hit.end) {
-                let (start, end) = unescaped.original(hit.start, hit.end);
-                self.out.push(EncodedHit {
-                    start,
-                    end,
-                    rule: hit.rule,
-                    encoding,
-                });
+            let mut escaped = unescaped.any_escaped(hit.start, hit.end);
+            let (mut start, mut hit_end) = unescaped.original(hit.start, hit.end);
+            if let Some(outer) = outer {
+                escaped |= outer.any_escaped(start, hit_end);
+                (start, hit_end) = outer.original(start, hit_end);
             }
+            if !escaped {
+                continue;
+            }
+            if hit.rule == secrets::PRIVATE_KEY
+                && hit.end == unescaped.bytes.len()
+                && end < text.len()
+            {
+                let label = secrets::private_key_label(&unescaped.bytes, hit.start);
+                let block = unescaped.bytes.get(hit.start..hit.end).unwrap_or_default();
+                // Unless the stretch ends with the block's end line.
+                let closed = block.ends_with(b"-----")
+                    && block
+                        .windows(8)
+                        .skip(10 + label.len())
+                        .any(|w| w.eq_ignore_ascii_case(b"-----END"));
+                if !closed {
+                    hit_end = self.secrets.private_key_block_end(text, end, label);
+                }
+            }
+            self.out.push(EncodedHit {
+                start,
+                end: hit_end,
+                rule: hit.rule,
+                encoding,
+            });
         }
     }
+}
+
+/// Whether `bytes` holds a JSON escape `\uXXXX` or `\/`.
+fn holds_json_escape(bytes: &[u8]) -> bool {
+    bytes.iter().enumerate().any(|(at, &b)| {
+        b == b'\\'
+            && bytes
+                .get(at..)
+                .is_some_and(|rest| rest.starts_with(b"\\/") || json_unit(rest).is_some())
+    })
+}
+
+/// How many backslashes stand right before `at`.
+fn backslashes_before(text: &[u8], at: usize) -> usize {
+    text.get(..at)
+        .unwrap_or_default()
+        .iter()
+        .rev()
+        .take_while(|&&b| b == b'\\')
+        .count()
+}
+
+/// The stretch around the percent escape at `at` that a decoded reading covers: back to
+/// `floor` or after the last line break, `"`, `<` or `>` before `at` (what ends a URL in text
+/// or markup), and on to the next one or the end. Spaces do not end it: a line may mix
+/// escapes and plain text (`-----BEGIN%20RSA PRIVATE KEY-----`).
+fn percent_window(text: &[u8], floor: usize, at: usize) -> (usize, usize) {
+    let stop = |b: &u8| matches!(b, b'\n' | b'\r' | b'"' | b'<' | b'>');
+    let start = text
+        .get(floor..at)
+        .unwrap_or_default()
+        .iter()
+        .rposition(stop)
+        .map_or(floor, |k| floor + k + 1);
+    let end = text
+        .get(at..)
+        .unwrap_or_default()
+        .iter()
+        .position(stop)
+        .map_or(text.len(), |k| at + k);
+    (start, end)
+}
+
+/// The stretch around the JSON escape at `at` that a decoded reading covers: back to `floor`
+/// or after the last quote not escaped or raw line break before `at`, and on to the next one
+/// or the end. In JSON text, that is the string the escape is in.
+fn json_window(text: &[u8], floor: usize, at: usize) -> (usize, usize) {
+    let mut start = at;
+    while start > floor {
+        match text.get(start - 1) {
+            Some(b'\n' | b'\r') => break,
+            Some(b'"') if backslashes_before(text, start - 1).is_multiple_of(2) => break,
+            _ => start -= 1,
+        }
+    }
+    // Forward from the stretch's start, so that each backslash pairs with what it escapes.
+    let mut end = start;
+    while let Some(&b) = text.get(end) {
+        match b {
+            b'\\' => end += 2,
+            b'"' | b'\n' | b'\r' => break,
+            _ => end += 1,
+        }
+    }
+    (start, end.min(text.len()))
 }
 
 /// Which bytes are base64 characters of either alphabet.

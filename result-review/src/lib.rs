@@ -176,8 +176,11 @@
 //!
 //! - A secret split across two texts (two results, two content blocks, two pages): each text
 //!   is reviewed alone, and neither half matches.
-//! - A secret broken by a line break, by spaces, or by hidden characters inside it
-//!   (`ghp_` U+200B `…`): the hidden characters are found, the secret is not.
+//! - A secret broken by a line break or by spaces. A secret broken by hidden characters
+//!   (`ghp_…` U+200B `…`, a token coloured in two halves) is found: each stretch of token
+//!   bytes (ASCII letters, digits, `+/=_-.%\~:`) with hidden characters inside is also read
+//!   without them, and a secret of that reading is a finding over the whole stretch; but a
+//!   private key whose begin line (which has spaces) is broken so is not.
 //! - Two levels of encoding (base64 of percent-encoded text, base64 of base64), other
 //!   encodings (hex, gzip, quoted-printable, HTML entities), and encrypted or compressed copies.
 //! - A secret of a format not in the table, or a format's prefix in another case than the
@@ -402,22 +405,19 @@ impl Reviewer {
             if block.text.is_empty() {
                 continue;
             }
-            for finding in self.review(block.text) {
+            let direct = self.review(block.text);
+            let decoded = if block.json {
+                in_strings(self, block.text, &direct, &mut unescaped)
+            } else {
+                Vec::new()
+            };
+            for finding in direct.into_iter().chain(decoded) {
                 found_secret |= names(&finding.kind, "secret:");
                 found_hidden |= names(&finding.kind, "hidden:");
                 findings.push(BlockFinding {
                     block: index,
                     finding,
                 });
-            }
-            if block.json && self.hidden {
-                for finding in escaped_hidden(block.text, &mut unescaped) {
-                    found_hidden = true;
-                    findings.push(BlockFinding {
-                        block: index,
-                        finding,
-                    });
-                }
             }
         }
         let mut determined_by = Vec::new();
@@ -497,44 +497,126 @@ impl Reviewer {
                     }),
             );
         }
-        if self.hidden {
-            findings.extend(hidden::review(text).into_iter().map(|run| Finding {
-                start: run.start,
-                end: run.end,
-                kind: ["hidden:", run.what.as_str()].concat(),
-            }));
+        if self.hidden || self.secrets.is_some() {
+            let runs = hidden::review(text);
+            if let Some((secrets, _)) = &self.secrets
+                && !runs.is_empty()
+            {
+                findings.extend(split_by_hidden(secrets, text.as_bytes(), &runs));
+            }
+            if self.hidden {
+                findings.extend(runs.into_iter().map(|run| Finding {
+                    start: run.start,
+                    end: run.end,
+                    kind: ["hidden:", run.what.as_str()].concat(),
+                }));
+            }
         }
         merge(findings)
     }
 }
 
-/// The hidden characters that JSON text `text` holds escaped in its strings (`\u001b`, `\b`,
-/// `\u202e`, a lone `\r`): each string that has such an escape is decoded and reviewed, and
-/// each run with an escaped character in it is a finding over the bytes it was decoded from
-/// (an escape sequence whole, `\u001b]8;;…\u0007`; unterminated, through the string's end).
-fn escaped_hidden(text: &str, unescaped: &mut unescape::Unescaped) -> Vec<Finding> {
+/// Whether `b` may be part of a token around a hidden character: ASCII letters, digits and
+/// `+/=_-.%\~:`, the characters keys, tokens and their encodings are made of.
+fn token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"+/=_-.%\\~:".contains(&b)
+}
+
+/// Secrets broken by hidden characters (`ghp_…` U+200B `…`, a token coloured in two halves):
+/// each stretch of token bytes with hidden runs inside is read without them, and each secret
+/// of that reading that spans a run is a finding over the whole stretch it was read from.
+fn split_by_hidden(secrets: &secrets::Secrets, bytes: &[u8], runs: &[hidden::Run]) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let mut candidates = search::Candidates::default();
+    let mut hits = Vec::new();
+    let mut reading = unescape::Unescaped::default();
+    let mut index = 0;
+    while let Some(first) = runs.get(index) {
+        // The stretch: token bytes before the first run, then runs and token bytes in turn.
+        let floor = index
+            .checked_sub(1)
+            .and_then(|i| runs.get(i))
+            .map_or(0, |run| run.end);
+        let mut start = first.start;
+        while start > floor && bytes.get(start - 1).copied().is_some_and(token_byte) {
+            start -= 1;
+        }
+        let mut last = index;
+        let mut end = first.end;
+        loop {
+            while bytes.get(end).copied().is_some_and(token_byte) {
+                end += 1;
+            }
+            match runs.get(last + 1) {
+                Some(next) if next.start == end => {
+                    last += 1;
+                    end = next.end;
+                }
+                _ => break,
+            }
+        }
+        let inside = runs.get(index..=last).unwrap_or_default();
+        index = last + 1;
+        // Nothing but hidden characters: no secret to read.
+        let hidden_bytes: usize = inside.iter().map(|run| run.end - run.start).sum();
+        if end - start == hidden_bytes {
+            continue;
+        }
+        reading.without(
+            bytes,
+            start,
+            end,
+            inside.iter().map(|run| (run.start, run.end)),
+        );
+        hits.clear();
+        secrets.scan_reusing(&reading.bytes, &mut candidates, &mut hits);
+        for hit in &hits {
+            if reading.any_escaped(hit.start, hit.end) {
+                let (start, end) = reading.original(hit.start, hit.end);
+                found.push(Finding {
+                    start,
+                    end,
+                    kind: ["secret:", hit.rule].concat(),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// What the strings of JSON text `text` hold once decoded, beyond what `direct` (the
+/// findings of `text` itself) covers: each string with an escape that can change what it
+/// reads as (`\uXXXX`, `\\`, `\/`, `\b`, `\f`, `\r`) is decoded and reviewed as the text it is
+/// ([`Reviewer::review`]: the string's own escapes, JSON text inside it, hidden characters
+/// written as escapes), and each finding is over the bytes of `text` it was decoded from.
+fn in_strings(
+    reviewer: &Reviewer,
+    text: &str,
+    direct: &[Finding],
+    unescaped: &mut unescape::Unescaped,
+) -> Vec<Finding> {
     let bytes = text.as_bytes();
     let mut found = Vec::new();
     for (start, end) in unescape::json_strings(bytes) {
         let content = bytes.get(start..end).unwrap_or_default();
-        // Only `\u`, `\b`, `\f` and `\r` can decode to a hidden character.
-        let may_hide = content
-            .windows(2)
-            .any(|pair| pair[0] == b'\\' && matches!(pair[1], b'u' | b'b' | b'f' | b'r'));
-        if !may_hide {
+        let may_change = content.windows(2).any(|pair| {
+            pair[0] == b'\\' && matches!(pair[1], b'u' | b'\\' | b'/' | b'b' | b'f' | b'r')
+        });
+        if !may_change {
             continue;
         }
         unescaped.json(bytes, start, end);
         let Ok(decoded) = std::str::from_utf8(&unescaped.bytes) else {
             continue;
         };
-        for run in hidden::review(decoded) {
-            if unescaped.any_escaped(run.start, run.end) {
-                let (start, end) = unescaped.original(run.start, run.end);
+        for finding in reviewer.review(decoded) {
+            let (start, end) = unescaped.original(finding.start, finding.end);
+            let covered = direct.iter().any(|d| d.start <= start && end <= d.end);
+            if !covered {
                 found.push(Finding {
                     start,
                     end,
-                    kind: ["hidden:", run.what.as_str()].concat(),
+                    kind: finding.kind,
                 });
             }
         }

@@ -552,6 +552,9 @@ impl Secrets {
     fn scan_formats(&self, hay: &[u8], candidates: Option<&[usize]>, hits: &mut Vec<Hit>) {
         let mut combined = self.combined.cursor(hay, candidates);
         let mut at = 0;
+        // Where the last secret ended: a token right after another is at a boundary (two
+        // tokens glued together are both found).
+        let mut last_end = None;
         while at < hay.len() {
             let Some(found) = combined.find_at(at) else {
                 break;
@@ -563,7 +566,7 @@ impl Secrets {
             match *alternative {
                 Alternative::Format(rule) => {
                     let token = hay.get(start..end).unwrap_or_default();
-                    if (rule.boundary && !at_boundary(hay, start))
+                    if (rule.boundary && !at_boundary(hay, start) && last_end != Some(start))
                         // gitleaks' allowlist: AWS's documentation example keys.
                         || (rule.id == "aws-access-key-id" && token.ends_with(b"EXAMPLE"))
                     {
@@ -583,6 +586,7 @@ impl Secrets {
                         rule: rule.id,
                     });
                     at = end;
+                    last_end = Some(end);
                 }
                 Alternative::PrivateKey => {
                     // The label: what is between `-----BEGIN` and the closing `-----`.
@@ -596,6 +600,7 @@ impl Secrets {
                         rule: PRIVATE_KEY,
                     });
                     at = end;
+                    last_end = Some(end);
                 }
             }
         }
@@ -603,7 +608,7 @@ impl Secrets {
 
     /// The end of the private key block whose begin line ends at `from` with `label`: right
     /// after the first end line with the same label, or the end of `hay` if there is none.
-    fn private_key_block_end(&self, hay: &[u8], from: usize, label: &[u8]) -> usize {
+    pub(crate) fn private_key_block_end(&self, hay: &[u8], from: usize, label: &[u8]) -> usize {
         let mut private_key_end = self.private_key_end.cursor(hay, None);
         let mut at = from;
         while let Some(found) = private_key_end.find_at(at) {
@@ -644,6 +649,17 @@ impl Secrets {
             }
         }
     }
+}
+
+/// The label of the private key begin line at `start` of `hay` (what is between `-----BEGIN`
+/// and the closing `-----`).
+pub(crate) fn private_key_label(hay: &[u8], start: usize) -> &[u8] {
+    let after = hay.get(start + 10..).unwrap_or_default();
+    let close = after
+        .windows(5)
+        .position(|w| w == b"-----")
+        .unwrap_or(after.len());
+    after.get(..close).unwrap_or_default()
 }
 
 /// Whether two private key labels (with `PRIVATE KEY` and what follows) are the same, case

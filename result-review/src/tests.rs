@@ -208,20 +208,6 @@ fn a_hidden_character_inside_a_private_key_block_is_merged_into_it() {
 }
 
 #[test]
-fn a_secret_with_a_hidden_character_inside_is_not_found_but_the_character_is() {
-    // A documented limit: the token is broken, the zero-width space is what is found.
-    let text = format!(
-        "ghp_{}\u{200b}{}",
-        fill("abcdef", 18, 1),
-        fill("abcdef", 18, 2)
-    );
-    assert_eq!(
-        reviewer_of(&Review::ALL).review(&text),
-        [hidden(22, 25, "zero-width")]
-    );
-}
-
-#[test]
 fn a_secret_split_across_two_texts_is_found_in_neither() {
     // A documented limit: each text is reviewed alone.
     let reviewer = reviewer_of(&Review::ALL);
@@ -438,6 +424,29 @@ fn a_private_key_with_an_escaped_character_in_its_begin_line_is_found_whole() {
 }
 
 #[test]
+fn a_private_key_whose_escaped_begin_line_stands_alone_runs_through_its_end_line() {
+    let reviewer = reviewer_of(&[Review::Secrets]);
+    let body = fill(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        64,
+        6,
+    );
+    for begin in [
+        "-----BEGIN%20RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE\\u0020KEY-----",
+        "\"-----BEGIN RSA PRIVATE\\u0020KEY-----\"",
+    ] {
+        let block = format!("{begin}\n{body}\n{body}\n-----END RSA PRIVATE KEY-----");
+        let text = format!("a key:\n{block}\nand after");
+        let start = if begin.starts_with('"') { 8 } else { 7 };
+        let end = 7 + block.len();
+        let found = reviewer.review(&text);
+        assert_eq!(found.len(), 1, "{begin}: {found:?}");
+        assert_eq!((found[0].start, found[0].end), (start, end), "{begin}");
+    }
+}
+
+#[test]
 fn escaped_hidden_characters_in_json_text_are_found_decoded() {
     let reviewer = reviewer_of(&[Review::HiddenCharacters]);
     let osc = "\\u001b]8;;https://evil.example/\\u0007";
@@ -471,4 +480,84 @@ fn escaped_hidden_characters_in_json_text_are_found_decoded() {
     // In a text block, an escape is six characters anyone can see.
     let found = reviewer.review_result(&[block(&json, false)], "private");
     assert_eq!(found, ResultFindings::default());
+}
+
+#[test]
+fn json_text_inside_a_json_string_is_reviewed_decoded_in_structured_content_and_in_text() {
+    let reviewer = reviewer_of(&Review::ALL);
+    let token = format!("ghp_{}", fill(ALNUM_CHARS, 36, 21));
+    let escaped = format!("\\u0067hp_{}", token.get(4..).unwrap());
+    // As the memory server keeps an observation: a string holding JSON text.
+    let observation = format!("ci config: {{\"token\":\"{escaped}\"}}");
+    let structured = serde_json_like_string(&observation);
+    let json = format!("{{\"observations\":[{structured}]}}");
+    let found = reviewer.review_result(&[block(&json, true)], "secret");
+    let at = json.find("\\\\u0067").unwrap();
+    let spans: Vec<(usize, usize, &str)> = found
+        .findings
+        .iter()
+        .map(|f| (f.finding.start, f.finding.end, f.finding.kind.as_str()))
+        .collect();
+    assert_eq!(
+        spans,
+        [(at, at + escaped.len() + 1, "secret:github-pat+json")]
+    );
+    // A text block that serializes it (`JSON.stringify`) holds the same text.
+    let found = reviewer.review_result(&[block(&json, false)], "secret");
+    assert_eq!(found.findings.len(), 1, "{found:?}");
+    assert_eq!(found.findings[0].finding.kind, "secret:github-pat+json");
+}
+
+const ALNUM_CHARS: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/// `s` as a JSON string literal, quotes included (only `"` and `\` need escaping here).
+fn serde_json_like_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[test]
+fn a_token_glued_to_the_end_of_another_is_found_too() {
+    let reviewer = reviewer_of(&[Review::Secrets]);
+    let rubygems = format!("rubygems_{}", fill("0123456789abcdef", 48, 22));
+    let sendgrid = format!("SG.{}", fill(ALNUM_CHARS, 66, 23));
+    let text = format!("{rubygems}{sendgrid}");
+    assert_eq!(
+        reviewer.review(&text),
+        [
+            secret(0, rubygems.len(), "rubygems-api-token"),
+            secret(rubygems.len(), text.len(), "sendgrid-api-token"),
+        ]
+    );
+    // Glued to a word that is no secret, a token that needs a boundary is not found.
+    assert_eq!(reviewer.review(&format!("x{sendgrid}")), []);
+}
+
+#[test]
+fn a_secret_broken_by_hidden_characters_is_found_over_them() {
+    let reviewer = reviewer_of(&Review::ALL);
+    let token = format!("ghp_{}", fill(ALNUM_CHARS, 36, 24));
+    let (head, tail) = token.split_at(20);
+    for inside in [
+        "\u{200b}",
+        "\u{1b}[0m\u{1b}[1;31m",
+        "\u{e0041}\u{e0042}",
+        "\u{fe0f}\u{fe0f}",
+    ] {
+        let text = format!("key: \u{1b}[1;32m{head}{inside}{tail}\u{1b}[0m end");
+        let found = reviewer.review(&text);
+        let start = text.find(head).unwrap();
+        let end = start + head.len() + inside.len() + tail.len();
+        assert!(
+            found
+                .iter()
+                .any(|f| f.start <= start && end <= f.end && f.kind.contains("secret:github-pat")),
+            "{inside:?}: {found:?}"
+        );
+    }
+    // The secrets review alone finds it too.
+    let text = format!("{head}\u{200b}{tail}");
+    assert_eq!(
+        reviewer_of(&[Review::Secrets]).review(&text),
+        [secret(0, text.len(), "github-pat")]
+    );
 }

@@ -4,59 +4,58 @@
 
 use crate::encoded::{hex_value, json_unicode_escape};
 
-/// Decoded text and, for each of its bytes, the range of the original text it came from
-/// (the whole escape for a byte an escape gives, the byte itself for a byte written as it is).
+/// Decoded text, and where its bytes came from: the escapes, each with the decoded range it
+/// gave and the original range it was written as; every other byte was written as it is.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Unescaped {
     pub(crate) bytes: Vec<u8>,
-    from: Vec<u32>,
-    to: Vec<u32>,
+    /// `(decoded start, decoded end, original start, original end)` of each escape, in order.
+    escapes: Vec<(usize, usize, usize, usize)>,
+    /// The original offset of the first decoded byte.
+    base: usize,
 }
 
 impl Unescaped {
-    fn clear(&mut self) {
+    fn clear(&mut self, base: usize) {
         self.bytes.clear();
-        self.from.clear();
-        self.to.clear();
-    }
-
-    /// The byte `b` of original `[from, to)`.
-    fn push(&mut self, b: u8, from: usize, to: usize) {
-        self.bytes.push(b);
-        // A text past 4 GiB is past every result cap; its offsets saturate.
-        self.from.push(u32::try_from(from).unwrap_or(u32::MAX));
-        self.to.push(u32::try_from(to).unwrap_or(u32::MAX));
-    }
-
-    fn plain(&mut self, bytes: &[u8], at: usize) {
-        for (k, &b) in bytes.iter().enumerate() {
-            self.push(b, at + k, at + k + 1);
-        }
+        self.escapes.clear();
+        self.base = base;
     }
 
     fn escape(&mut self, bytes: &[u8], from: usize, to: usize) {
-        for &b in bytes {
-            self.push(b, from, to);
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        self.escapes.push((start, self.bytes.len(), from, to));
+    }
+
+    /// The original offset of decoded byte `d`: the start of its escape, or where it was
+    /// written.
+    fn original_of(&self, d: usize) -> usize {
+        let before = self.escapes.partition_point(|&(start, ..)| start <= d);
+        match before.checked_sub(1).and_then(|i| self.escapes.get(i)) {
+            None => self.base + d,
+            Some(&(_, end, from, _)) if d < end => from,
+            Some(&(_, end, _, to)) => to + (d - end),
         }
     }
 
-    /// The original range of the decoded range `[start, end)` (not empty).
+    /// The original range of the decoded range `[start, end)` (not empty): from the start of
+    /// its first byte's escape to the end of its last byte's.
     pub(crate) fn original(&self, start: usize, end: usize) -> (usize, usize) {
-        let from = self.from.get(start).copied().unwrap_or(u32::MAX) as usize;
-        let to = end
-            .checked_sub(1)
-            .and_then(|last| self.to.get(last))
-            .copied()
-            .unwrap_or(u32::MAX) as usize;
-        (from, to)
+        let last = end.saturating_sub(1);
+        let before = self.escapes.partition_point(|&(s, ..)| s <= last);
+        let to = match before.checked_sub(1).and_then(|i| self.escapes.get(i)) {
+            Some(&(_, e, _, to)) if last < e => to,
+            _ => self.original_of(last) + 1,
+        };
+        (self.original_of(start), to)
     }
 
     /// Whether some byte of the decoded range `[start, end)` came from an escape.
     pub(crate) fn any_escaped(&self, start: usize, end: usize) -> bool {
-        let (Some(from), Some(to)) = (self.from.get(start..end), self.to.get(start..end)) else {
-            return false;
-        };
-        from.iter().zip(to).any(|(&f, &t)| t.wrapping_sub(f) != 1)
+        // The first escape that ends after `start`.
+        let first = self.escapes.partition_point(|&(_, e, ..)| e <= start);
+        self.escapes.get(first).is_some_and(|&(s, ..)| s < end)
     }
 
     /// `text[start..end]` with every JSON escape decoded: `\uXXXX` (a surrogate pair as one
@@ -64,13 +63,14 @@ impl Unescaped {
     /// A backslash that starts none of these is kept as it is. The decoding of valid UTF-8 is
     /// valid UTF-8.
     pub(crate) fn json(&mut self, text: &[u8], start: usize, end: usize) {
-        self.clear();
+        self.clear(start);
         let mut i = start;
         while i < end {
             let rest = text.get(i..end).unwrap_or_default();
             let plain = rest.iter().position(|&b| b == b'\\').unwrap_or(rest.len());
             if plain > 0 {
-                self.plain(rest.get(..plain).unwrap_or_default(), i);
+                self.bytes
+                    .extend_from_slice(rest.get(..plain).unwrap_or_default());
                 i += plain;
                 continue;
             }
@@ -93,21 +93,44 @@ impl Unescaped {
                 self.escape(c.encode_utf8(&mut utf8).as_bytes(), i, i + used);
                 i += used;
             } else {
-                self.plain(b"\\", i);
+                self.bytes.push(b'\\');
                 i += 1;
             }
         }
     }
 
-    /// `text` with every percent escape `%XX` decoded (`+` stays `+`).
-    pub(crate) fn percent(&mut self, text: &[u8]) {
-        self.clear();
-        let mut i = 0;
-        while i < text.len() {
-            let rest = text.get(i..).unwrap_or_default();
+    /// `text[start..end]` without the ranges `removed` (in order, inside it): what a reader sees
+    /// of it once hidden characters are taken out. Each removed range counts as an escape that
+    /// decodes to nothing.
+    pub(crate) fn without(
+        &mut self,
+        text: &[u8],
+        start: usize,
+        end: usize,
+        removed: impl Iterator<Item = (usize, usize)>,
+    ) {
+        self.clear(start);
+        let mut at = start;
+        for (from, to) in removed {
+            self.bytes
+                .extend_from_slice(text.get(at..from).unwrap_or_default());
+            self.escape(&[], from, to);
+            at = to;
+        }
+        self.bytes
+            .extend_from_slice(text.get(at..end).unwrap_or_default());
+    }
+
+    /// `text[start..end]` with every percent escape `%XX` decoded (`+` stays `+`).
+    pub(crate) fn percent(&mut self, text: &[u8], start: usize, end: usize) {
+        self.clear(start);
+        let mut i = start;
+        while i < end {
+            let rest = text.get(i..end).unwrap_or_default();
             let plain = rest.iter().position(|&b| b == b'%').unwrap_or(rest.len());
             if plain > 0 {
-                self.plain(rest.get(..plain).unwrap_or_default(), i);
+                self.bytes
+                    .extend_from_slice(rest.get(..plain).unwrap_or_default());
                 i += plain;
                 continue;
             }
@@ -120,7 +143,7 @@ impl Unescaped {
                     i += 3;
                 }
                 _ => {
-                    self.plain(b"%", i);
+                    self.bytes.push(b'%');
                     i += 1;
                 }
             }
@@ -177,7 +200,7 @@ mod tests {
     #[test]
     fn percent_escapes_decode_and_a_bare_percent_stays() {
         let mut u = Unescaped::default();
-        u.percent(b"a%41%g1+%");
+        u.percent(b"a%41%g1+%", 0, 9);
         assert_eq!(u.bytes, b"aA%g1+%");
         assert_eq!(u.original(1, 2), (1, 4));
         assert_eq!(u.original(2, 5), (4, 7));

@@ -190,6 +190,8 @@ async fn escaped_controls_escaped_keys_and_a_token_at_the_cap_are_redacted() {
     let body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun";
     let structured = json!({
         "log": "a\u{8}b \u{1b}]8;;https://evil.example/\u{7}link",
+        // JSON text inside a string, as the memory server keeps an observation.
+        "config": format!("{{\"token\":\"\\u0067{}\"}}", &TOKEN[1..]),
     });
     let escaped_key =
         format!("-----BEGIN RSA PRIVATE\\u0020KEY-----\\n{body}\\n-----END RSA PRIVATE KEY-----");
@@ -210,6 +212,10 @@ async fn escaped_controls_escaped_keys_and_a_token_at_the_cap_are_redacted() {
     assert_eq!(
         log.result["structuredContent"]["log"],
         "a[redacted hidden:control]b [redacted hidden:escape-sequence]link"
+    );
+    assert_eq!(
+        log.result["structuredContent"]["config"],
+        "{\"token\":\"[redacted secret:github-pat+json]\"}"
     );
     let env = call(&toolward, "s__env").await;
     assert_eq!(
