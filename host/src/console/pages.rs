@@ -185,7 +185,11 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         (&Method::GET, STYLE_PATH) => {
             return respond(StatusCode::OK, "text/css; charset=utf-8", STYLE.to_owned());
         }
-        (&Method::GET, "/login") => return login_page(shared, StatusCode::OK, None),
+        (&Method::GET, "/login") => {
+            let brought = cookie_value(request.headers(), LOGIN_COOKIE)
+                .filter(|nonce| shared.sessions.nonce_alive(nonce));
+            return login_page(shared, StatusCode::OK, None, brought);
+        }
         (&Method::POST, "/login") => return login(shared, request).await,
         _ => {}
     }
@@ -197,7 +201,12 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
                 "text/plain; charset=utf-8",
                 String::from("sign in first\n"),
             ),
-            (&Method::GET, _) => redirect("/login"),
+            (&Method::GET, "/" | "/approvals" | "/audit") => redirect("/login"),
+            (&Method::GET, _) => respond(
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                String::from("no such page\n"),
+            ),
             _ => respond(
                 StatusCode::FORBIDDEN,
                 "text/plain; charset=utf-8",
@@ -248,8 +257,15 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     }
 }
 
-fn login_page(shared: &Shared, status: StatusCode, error: Option<&str>) -> Response<Body> {
-    let Some(nonce) = shared.sessions.new_nonce() else {
+/// The sign-in form, with the nonce `keep` when the browser brought a live one, else a new
+/// one.
+fn login_page(
+    shared: &Shared,
+    status: StatusCode,
+    error: Option<&str>,
+    keep: Option<String>,
+) -> Response<Body> {
+    let Some(nonce) = keep.or_else(|| shared.sessions.new_nonce()) else {
         return respond(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain; charset=utf-8",
@@ -271,7 +287,12 @@ fn login_page(shared: &Shared, status: StatusCode, error: Option<&str>) -> Respo
 async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     let brought = cookie_value(request.headers(), LOGIN_COOKIE);
     let Some(fields) = form(request).await else {
-        return login_page(shared, StatusCode::BAD_REQUEST, Some("the form could not be read"));
+        return login_page(
+            shared,
+            StatusCode::BAD_REQUEST,
+            Some("the form could not be read"),
+            None,
+        );
     };
     // The form's nonce must be the one its cookie carries and one this console issued: a
     // sign-in form posted from another site has neither (login CSRF).
@@ -285,6 +306,7 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             shared,
             StatusCode::FORBIDDEN,
             Some("this sign-in form is not one this console gave, or it expired: sign in again"),
+            None,
         );
     }
     let Some(user) = shared
@@ -296,6 +318,7 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             shared,
             StatusCode::UNAUTHORIZED,
             Some("that token is not one of the config's `listen.tokens`"),
+            None,
         );
     };
     let Some(id) = shared.sessions.start(user.clone()) else {
@@ -303,6 +326,7 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             shared,
             StatusCode::SERVICE_UNAVAILABLE,
             Some("no randomness for a session"),
+            None,
         );
     };
     tracing::info!("console: `{}` signed in", text::escape(&user));

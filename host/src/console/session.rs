@@ -97,6 +97,16 @@ impl Sessions {
         Some(nonce)
     }
 
+    /// Whether `nonce` was issued and is still valid (not taking it): a second look at the
+    /// sign-in form keeps the first form's nonce, so two tabs, or a browser fetching the page
+    /// twice, do not undo each other.
+    pub(super) fn nonce_alive(&self, nonce: &str) -> bool {
+        self.tables()
+            .nonces
+            .get(nonce)
+            .is_some_and(|made| made.elapsed() < LOGIN_NONCE_TTL)
+    }
+
     /// Takes the nonce `nonce`: whether it was issued, and is still valid. Used once.
     pub(super) fn take_nonce(&self, nonce: &str) -> bool {
         self.tables()
@@ -187,7 +197,9 @@ mod tests {
         let s = sessions();
         let nonce = s.new_nonce().unwrap();
         assert!(!s.take_nonce("made-up"));
+        assert!(s.nonce_alive(&nonce));
         assert!(s.take_nonce(&nonce));
+        assert!(!s.nonce_alive(&nonce));
         assert!(!s.take_nonce(&nonce));
     }
 
