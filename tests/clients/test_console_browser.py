@@ -182,6 +182,10 @@ def scenario(report: Report) -> None:
               "toolward serve's start included)", flush=True)
         report.check("a held call of a real client shows on the open page without a reload",
                      not reloaded and first_id is not None, f"after {seen_after:.1f} s")
+        if os.environ.get("TOOLWARD_CONSOLE_SCREENSHOT"):
+            # The picture in docs/console.md: TOOLWARD_CONSOLE_SCREENSHOT=docs/console.png.
+            driver.set_window_size(900, 1100)
+            driver.save_screenshot(os.environ["TOOLWARD_CONSOLE_SCREENSHOT"])
         arguments = article.find_element(By.CSS_SELECTOR, "pre.arguments").text
         report.check("its arguments are shown as `toolward approvals list` shows them",
                      "approved.txt" in arguments and "content:" in arguments, arguments)
