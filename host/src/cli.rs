@@ -153,6 +153,22 @@ enum Command {
         /// (`https://console.example`); repeatable. With an https origin, cookies are `Secure`.
         #[arg(long = "public-origin", value_name = "URL")]
         public_origins: Vec<String>,
+        /// Post each newly held call to this URL as JSON, signed with `--notify-secret-file`
+        /// in `X-Toolward-Signature` (https; http only to a loopback IP); repeatable.
+        #[arg(long = "notify-webhook", value_name = "URL")]
+        notify_webhooks: Vec<String>,
+        /// Post each newly held call to this Slack incoming webhook; repeatable.
+        #[arg(long = "notify-slack", value_name = "URL")]
+        notify_slack: Vec<String>,
+        /// The key of the webhooks' HMAC-SHA256 signature: a file, its content trimmed.
+        #[arg(long = "notify-secret-file", value_name = "FILE")]
+        notify_secret_file: Option<PathBuf>,
+        /// Put the call's arguments in the notifications.
+        #[arg(long)]
+        notify_arguments: bool,
+        /// Post to targets that resolve to private addresses.
+        #[arg(long)]
+        notify_allow_private: bool,
     },
     /// Held calls waiting for a person (when the client cannot ask through elicitation).
     Approvals {
@@ -703,7 +719,23 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             listen,
             listen_non_loopback,
             public_origins,
-        } => console(&config, listen, listen_non_loopback, public_origins).await,
+            notify_webhooks,
+            notify_slack,
+            notify_secret_file,
+            notify_arguments,
+            notify_allow_private,
+        } => {
+            let notify = console_notify(
+                notify_webhooks,
+                notify_slack,
+                notify_secret_file.as_deref(),
+                notify_arguments,
+                notify_allow_private,
+                public_origins.first().cloned(),
+            )
+            .await?;
+            console(&config, listen, listen_non_loopback, public_origins, notify).await
+        }
         #[cfg(feature = "http-upstream")]
         Command::Auth { config, command } => auth::run(&config, command).await,
         Command::Store {
@@ -1037,6 +1069,57 @@ async fn serve_http(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The notification settings of `toolward console`'s flags, each target checked now.
+async fn console_notify(
+    webhooks: Vec<String>,
+    slack: Vec<String>,
+    secret_file: Option<&Path>,
+    include_arguments: bool,
+    allow_private: bool,
+    link_base: Option<String>,
+) -> Result<crate::console::NotifySettings, Failure> {
+    use crate::console::{NotifyFormat, NotifyTarget};
+    let targets: Vec<NotifyTarget> = webhooks
+        .into_iter()
+        .map(|url| NotifyTarget {
+            url,
+            format: NotifyFormat::Webhook,
+        })
+        .chain(slack.into_iter().map(|url| NotifyTarget {
+            url,
+            format: NotifyFormat::Slack,
+        }))
+        .collect();
+    for target in &targets {
+        crate::console::notify::check_target(&target.url, allow_private)
+            .await
+            .map_err(usage)?;
+    }
+    let secret = match secret_file {
+        None => None,
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("the notification secret `{}`", file.display()))
+                .map_err(usage)?;
+            let secret = text.trim().as_bytes().to_vec();
+            if secret.is_empty() {
+                return Err(usage(anyhow!(
+                    "the notification secret `{}` is empty",
+                    file.display()
+                )));
+            }
+            Some(secret)
+        }
+    };
+    Ok(crate::console::NotifySettings {
+        targets,
+        secret,
+        include_arguments,
+        allow_private,
+        link_base: link_base.unwrap_or_default(),
+    })
+}
+
 /// `toolward console`: serves the web console over the config's state folder until a
 /// signal.
 async fn console(
@@ -1044,6 +1127,7 @@ async fn console(
     addr: std::net::SocketAddr,
     allow_non_loopback: bool,
     public_origins: Vec<String>,
+    notify: crate::console::NotifySettings,
 ) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     if let crate::config::StoreConfig::Postgres { .. } = &config.store {
@@ -1064,6 +1148,7 @@ async fn console(
         public_origins,
         header_read_timeout: std::time::Duration::from_millis(config.listen.header_read_timeout_ms),
         max_connections: usize::try_from(config.listen.max_connections).unwrap_or(usize::MAX),
+        notify,
     };
     let console = crate::console::serve_console(settings)
         .await

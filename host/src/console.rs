@@ -41,9 +41,18 @@
 //!    string a server, a client or a policy wrote is escaped with [`text::escape`] first: a
 //!    tool's description or an argument is attacker input.
 //!
+//! 6. **Notifications** ([`notify`]): each call newly held is posted, within
+//!    [`NOTIFY_POLL_INTERVAL`] of its hold, to every target: a JSON webhook signed with
+//!    HMAC-SHA256, or a Slack-compatible message with its markup escaped; https only (http to
+//!    a loopback IP for a local receiver), private addresses refused unless allowed.
+//!
 //! Not here yet (issue 32): a PostgreSQL store (the console refuses `store.postgres`),
 //! OpenID Connect sign-in, TLS built in (run it behind a TLS proxy and name the proxy's
-//! origin in `public_origins`), approvers by role, the tools and servers page, notifications.
+//! origin in `public_origins`), approvers by role, the tools and servers page, notifications
+//! of a refused tool at load or of a broken chain, and a `notify` section in the config (the
+//! targets are `toolward console`'s flags).
+//!
+//! [`NOTIFY_POLL_INTERVAL`]: notify::NOTIFY_POLL_INTERVAL
 //!
 //! [`list_queue`]: crate::approval::list_queue
 //! [`display_arguments`]: crate::approval::display_arguments
@@ -52,6 +61,7 @@
 //! [`text::escape`]: crate::text::escape
 
 mod guard;
+pub mod notify;
 mod pages;
 mod session;
 
@@ -69,6 +79,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
 pub use pages::ChainState;
 
 /// The console's session cookie.
@@ -130,6 +141,8 @@ pub struct ConsoleSettings {
     pub header_read_timeout: Duration,
     /// Connections open at once; past it new ones wait to be accepted.
     pub max_connections: usize,
+    /// Who is told of held calls ([`notify`]); no targets, nobody.
+    pub notify: NotifySettings,
 }
 
 impl std::fmt::Debug for ConsoleSettings {
@@ -244,6 +257,15 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         settings.state_dir.clone(),
         settings.audit_file.clone(),
         chain,
+        stop.child_token(),
+    ));
+    let mut notify = settings.notify.clone();
+    if notify.link_base.is_empty() {
+        notify.link_base = format!("http://{addr}");
+    }
+    tokio::spawn(notify::watch(
+        settings.state_dir.clone(),
+        notify,
         stop.child_token(),
     ));
     let task = tokio::spawn(accept_loop(

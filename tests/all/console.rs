@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use toolward::Toolward;
 use toolward::approval::{self, ApprovalRequest};
 use toolward::config::Config;
-use toolward::console::{Console, ConsoleSettings, serve_console};
+use toolward::console::{
+    Console, ConsoleSettings, NotifyFormat, NotifySettings, NotifyTarget, serve_console,
+};
 
 use crate::support::{FAKE_SERVER, toolward_binary};
 
@@ -105,6 +107,10 @@ impl Bench {
     }
 
     async fn console(&self) -> Console {
+        self.console_notifying(NotifySettings::default()).await
+    }
+
+    async fn console_notifying(&self, notify: NotifySettings) -> Console {
         let config = self.config();
         serve_console(ConsoleSettings {
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -115,6 +121,7 @@ impl Bench {
             public_origins: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
             max_connections: 64,
+            notify,
         })
         .await
         .unwrap()
@@ -645,4 +652,147 @@ async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     console.stop().await;
+}
+
+/// A webhook receiver on loopback: every request's signature header and body, as received.
+async fn receiver() -> (
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(Instant, String, String)>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (sent, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let sent = sent.clone();
+                        async move {
+                            let signature = request
+                                .headers()
+                                .get("x-toolward-signature")
+                                .map(|v| v.to_str().unwrap().to_owned())
+                                .unwrap_or_default();
+                            let body = request.into_body().collect().await.unwrap().to_bytes();
+                            let _ = sent.send((
+                                Instant::now(),
+                                signature,
+                                String::from_utf8_lossy(&body).into_owned(),
+                            ));
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::new(),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
+    use hmac::{Hmac, KeyInit, Mac};
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    let toolward = Arc::new(Toolward::start(bench.config()).await.unwrap());
+    let (hook, mut received) = receiver().await;
+    let secret = b"a shared secret of the receiver".to_vec();
+    let console = bench
+        .console_notifying(NotifySettings {
+            targets: vec![
+                NotifyTarget {
+                    url: format!("http://{hook}/hook"),
+                    format: NotifyFormat::Webhook,
+                },
+                NotifyTarget {
+                    url: format!("http://{hook}/slack"),
+                    format: NotifyFormat::Slack,
+                },
+            ],
+            secret: Some(secret.clone()),
+            include_arguments: false,
+            allow_private: false,
+            link_base: String::from("https://console.example"),
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let call = spawn_call(
+        &toolward,
+        json!({"path": "/tmp/secret-plans", "content": "<!channel>"}),
+    );
+    let held = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    let mut webhook = None;
+    let mut slack = None;
+    while webhook.is_none() || slack.is_none() {
+        let (at, signature, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
+            .await
+            .expect("no notification within 5 s")
+            .unwrap();
+        let value: Value = serde_json::from_str(&body).unwrap();
+        if value.get("text").is_some() {
+            slack = Some((at, signature, value));
+        } else {
+            webhook = Some((at, signature, body, value));
+        }
+    }
+    let (at, signature, body, value) = webhook.unwrap();
+    // The hold's time is the pending entry's; the notification left within a second of it.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let arrived_ms = now_ms - at.elapsed().as_millis() as u64;
+    assert!(
+        arrived_ms.saturating_sub(held.time_ms) < 1000,
+        "arrived {} ms after the hold",
+        arrived_ms - held.time_ms
+    );
+    let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).unwrap();
+    mac.update(body.as_bytes());
+    assert_eq!(
+        signature,
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    );
+    assert_eq!(value["event"], "call-held");
+    assert_eq!(value["call_id"], held.call_id.as_str());
+    assert_eq!(value["tool"], "s__write");
+    assert_eq!(value["principal"], held.principal.as_str());
+    assert_eq!(
+        value["link"],
+        format!("https://console.example/approvals#call-{}", held.call_id)
+    );
+    assert!(
+        value.get("arguments").is_none() && !body.contains("secret-plans"),
+        "{body}"
+    );
+    let (_, _, message) = slack.unwrap();
+    let text = message["text"].as_str().unwrap();
+    assert!(
+        text.contains("s__write") && text.contains(&held.call_id),
+        "{text}"
+    );
+    assert!(
+        !text.contains("<!channel>") && !text.contains("secret-plans"),
+        "{text}"
+    );
+
+    approval::answer(&bench.state(), &held.call_id, false, None).unwrap();
+    call.await.unwrap();
+    // One notification per hold: nothing more arrives.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(600), received.recv())
+            .await
+            .is_err()
+    );
+    console.stop().await;
+    Arc::into_inner(toolward).unwrap().shutdown().await;
 }
