@@ -32,6 +32,8 @@ echo "== acceptance: MCP Inspector CLI (tests/clients/inspector.py)"
 "$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/inspector.py || clients_failed=1
 echo "== acceptance: data flow, Python mcp client (tests/clients/test_data_flow.py)"
 "$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/test_data_flow.py || clients_failed=1
+echo "== acceptance: the web console in Chromium, with a real client (tests/clients/test_console_browser.py)"
+"$TOOLWARD_REAL_SERVERS/browser-venv/bin/python" tests/clients/test_console_browser.py || clients_failed=1
 if [ "$clients_failed" -ne 0 ]; then
   echo "acceptance with real clients: FAILED" >&2
   exit 1

@@ -79,7 +79,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::identity::{AnsweredBy, Channel, MAX_PASSWD_BYTES, OsUser, current_os_user};
 use crate::state_dir::StateError;
 use crate::text;
-pub use answering::{PendingEntry, abandon_pending, answer, list_pending, list_queue};
+pub use answering::{
+    PendingEntry, abandon_pending, answer, answer_as, list_pending, list_queue,
+};
 pub use display::{display_arguments, display_request, display_result};
 pub use queue::QueueApprover;
 

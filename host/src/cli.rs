@@ -133,6 +133,43 @@ enum Command {
         #[command(subcommand)]
         command: auth::AuthCommand,
     },
+    /// Serve the web console: the held calls of the state folder's queue, answered from a
+    /// browser, and the audit log with its chain's state. Sign in with a token of
+    /// `listen.tokens` (or the generated token file): the token's name is the user, recorded
+    /// as the answerer through the channel `console`.
+    ///
+    /// Example: `toolward console --config toolward.json --listen 127.0.0.1:8443`
+    Console {
+        /// The config file (its `state_dir` holds the queue, `audit.file` the log).
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// The address to serve on (port 0 picks one); the URL is printed on stderr.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443")]
+        listen: std::net::SocketAddr,
+        /// Accept a `--listen` address that is not loopback.
+        #[arg(long)]
+        listen_non_loopback: bool,
+        /// An origin the console is also reached at, through a TLS proxy
+        /// (`https://console.example`); repeatable. With an https origin, cookies are `Secure`.
+        #[arg(long = "public-origin", value_name = "URL")]
+        public_origins: Vec<String>,
+        /// Post each newly held call to this URL as JSON, signed with `--notify-secret-file`
+        /// in `X-Toolward-Signature` (https; http only to a loopback IP); repeatable.
+        #[arg(long = "notify-webhook", value_name = "URL")]
+        notify_webhooks: Vec<String>,
+        /// Post each newly held call to this Slack incoming webhook; repeatable.
+        #[arg(long = "notify-slack", value_name = "URL")]
+        notify_slack: Vec<String>,
+        /// The key of the webhooks' HMAC-SHA256 signature: a file, its content trimmed.
+        #[arg(long = "notify-secret-file", value_name = "FILE")]
+        notify_secret_file: Option<PathBuf>,
+        /// Put the call's arguments in the notifications.
+        #[arg(long)]
+        notify_arguments: bool,
+        /// Post to targets that resolve to private addresses.
+        #[arg(long)]
+        notify_allow_private: bool,
+    },
     /// Held calls waiting for a person (when the client cannot ask through elicitation).
     Approvals {
         /// The config file (its `state_dir` holds the queue).
@@ -677,6 +714,28 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             json,
         } => call(&config, &tool, &args, json).await,
         Command::Approvals { config, command } => approvals(&config, command).await,
+        Command::Console {
+            config,
+            listen,
+            listen_non_loopback,
+            public_origins,
+            notify_webhooks,
+            notify_slack,
+            notify_secret_file,
+            notify_arguments,
+            notify_allow_private,
+        } => {
+            let notify = console_notify(
+                notify_webhooks,
+                notify_slack,
+                notify_secret_file.as_deref(),
+                notify_arguments,
+                notify_allow_private,
+                public_origins.first().cloned(),
+            )
+            .await?;
+            console(&config, listen, listen_non_loopback, public_origins, notify).await
+        }
         #[cfg(feature = "http-upstream")]
         Command::Auth { config, command } => auth::run(&config, command).await,
         Command::Store {
@@ -1007,6 +1066,108 @@ async fn serve_http(
     tracing::info!("signal received: closing the servers");
     listening.stop().await;
     toolward.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The notification settings of `toolward console`'s flags, each target checked now.
+async fn console_notify(
+    webhooks: Vec<String>,
+    slack: Vec<String>,
+    secret_file: Option<&Path>,
+    include_arguments: bool,
+    allow_private: bool,
+    link_base: Option<String>,
+) -> Result<crate::console::NotifySettings, Failure> {
+    use crate::console::{NotifyFormat, NotifyTarget};
+    let targets: Vec<NotifyTarget> = webhooks
+        .into_iter()
+        .map(|url| NotifyTarget {
+            url,
+            format: NotifyFormat::Webhook,
+        })
+        .chain(slack.into_iter().map(|url| NotifyTarget {
+            url,
+            format: NotifyFormat::Slack,
+        }))
+        .collect();
+    for target in &targets {
+        crate::console::notify::check_target(&target.url, allow_private)
+            .await
+            .map_err(usage)?;
+    }
+    let secret = match secret_file {
+        None => None,
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("the notification secret `{}`", file.display()))
+                .map_err(usage)?;
+            let secret = text.trim().as_bytes().to_vec();
+            if secret.is_empty() {
+                return Err(usage(anyhow!(
+                    "the notification secret `{}` is empty",
+                    file.display()
+                )));
+            }
+            Some(secret)
+        }
+    };
+    Ok(crate::console::NotifySettings {
+        targets,
+        secret,
+        include_arguments,
+        allow_private,
+        link_base: link_base.unwrap_or_default(),
+    })
+}
+
+/// `toolward console`: serves the web console over the config's state folder until a
+/// signal.
+async fn console(
+    config_path: &Path,
+    addr: std::net::SocketAddr,
+    allow_non_loopback: bool,
+    public_origins: Vec<String>,
+    notify: crate::console::NotifySettings,
+) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    if let crate::config::StoreConfig::Postgres { .. } = &config.store {
+        return Err(usage(anyhow!(
+            "`{}` names `store.postgres`: the console serves a state folder's queue and log only (a fleet's console is not built yet)",
+            config_path.display()
+        )));
+    }
+    let state = open_state(&config)?;
+    let (users, token_file) =
+        crate::listen::tokens(&config.listen, &state, &config.principal).map_err(usage)?;
+    let settings = crate::console::ConsoleSettings {
+        addr,
+        allow_non_loopback,
+        state_dir: config.state_dir.clone(),
+        audit_file: config.audit.file.clone(),
+        users,
+        public_origins,
+        header_read_timeout: std::time::Duration::from_millis(config.listen.header_read_timeout_ms),
+        max_connections: usize::try_from(config.listen.max_connections).unwrap_or(usize::MAX),
+        notify,
+    };
+    let console = crate::console::serve_console(settings)
+        .await
+        .map_err(|error| match error {
+            crate::console::ConsoleError::Bind { .. }
+            | crate::console::ConsoleError::Templates(_) => failure(error),
+            other => usage(other),
+        })?;
+    eprintln!("toolward console at {}", console.url());
+    match token_file {
+        Some(file) => eprintln!(
+            "sign in with the token in {} (its user is `{}`)",
+            file.display(),
+            crate::text::escape(&config.principal)
+        ),
+        None => eprintln!("sign in with a token of `listen.tokens`: its name is the user"),
+    }
+    shutdown_signal().await;
+    console.stop().await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -47,11 +47,14 @@ pub enum Channel {
     Embedder,
     /// Nobody could be asked ([`DenyAll`](crate::approval::DenyAll)).
     Unavailable,
+    /// The web console (`toolward console`), answered by a user signed in with one of the
+    /// listener's named tokens: the answerer is the token's name.
+    Console,
 }
 
 impl Channel {
     /// The channel's name as recorded (`terminal`, `elicitation`, `queue`, `embedder`,
-    /// `unavailable`).
+    /// `unavailable`, `console`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Terminal => "terminal",
@@ -59,6 +62,7 @@ impl Channel {
             Self::Queue => "queue",
             Self::Embedder => "embedder",
             Self::Unavailable => "unavailable",
+            Self::Console => "console",
         }
     }
 }
@@ -95,6 +99,15 @@ impl AnsweredBy {
             channel,
             answerer: Some(user.name.clone()),
             uid: Some(user.uid),
+        }
+    }
+
+    /// The user of the web console signed in with the token named `user`.
+    pub fn console_user(user: &str) -> AnsweredBy {
+        AnsweredBy {
+            channel: Channel::Console,
+            answerer: Some(user.to_owned()),
+            uid: None,
         }
     }
 

@@ -28,6 +28,7 @@
 //! | 9 | pin, call, cedar | pinning a server's tools; the call path; Cedar policies |
 //! | 10 | load, gateway, supervise | the load; the MCP server side; restarts |
 //! | 11 | start, listen, init | the embedder's entry; `serve --listen`; `init` |
+//! | 12 | console | `toolward console`: held calls and the audit in a browser |
 //!
 //! The command line (`main.rs`, `cli`) is above every floor and reaches the library only
 //! through `toolward::`.
@@ -44,6 +45,7 @@
 //! |---|---|---|
 //! | `gateway` | the MCP server side (`gateway`) | rmcp, tokio-util |
 //! | `listen` | `serve --listen` (`listen`); needs `gateway` | hyper, hyper-util, http-body-util, tower-service |
+//! | `console` | `toolward console`, the web console over the state folder, and its notifications of held calls (`console`); needs `listen` and `http-upstream` | minijinja (templates only, autoescaping), form_urlencoded |
 //! | `listen-oauth` | `listen.oauth`, the listener as an OAuth 2.1 resource server (`listen::oauth`); needs `listen` and `http-upstream` | jsonwebtoken (no crypto feature: its signatures are checked with ring, which rustls already brings) |
 //! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
 //! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
@@ -51,7 +53,7 @@
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
-//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `listen-oauth`, `postgres`, `cedar` | clap, toml_edit, jsonc-parser, tracing-subscriber |
+//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `listen-oauth`, `postgres`, `cedar`, `console` | clap, toml_edit, jsonc-parser, tracing-subscriber |
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 // Without `internals`, what only this workspace's tests reach (and the old paths kept for
@@ -88,6 +90,8 @@ modules!(
     component,
     config,
     confine,
+    #[cfg(feature = "console")]
+    console,
     #[cfg(feature = "postgres")]
     database,
     facts,

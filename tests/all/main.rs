@@ -11,6 +11,7 @@ mod approvals;
 mod call;
 mod cedar;
 mod component;
+mod console;
 mod first_hour;
 mod fleet;
 mod fleet_roles;

@@ -73,6 +73,23 @@ if ! grep -qs "\"version\": \"$oidc_version\"" "$oidc/node_modules/oidc-provider
   (cd "$oidc" && npm install --no-audit --no-fund --loglevel=error --save-exact \
     "oidc-provider@$oidc_version")
 fi
+# Debian's Chromium and its WebDriver (`/usr/bin/chromium`, `/usr/bin/chromedriver`), and
+# PyPI's Selenium, pinned, in a venv of its own: the real browser of the console's test
+# (tests/clients/test_console_browser.py). Selenium is given the driver's path, so it
+# downloads nothing. Apart from the stamp below, so that an existing installation gains it.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+  else
+    echo "install Debian's chromium and chromium-driver (as root) for the console's browser test" >&2
+  fi
+fi
+if [ ! -x "$dest/browser-venv/bin/python" ] || ! "$dest/browser-venv/bin/python" -c 'import selenium' 2>/dev/null; then
+  python3 -m venv "$dest/browser-venv"
+  "$dest/browser-venv/bin/pip" install --quiet --disable-pip-version-check selenium==4.50.0
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0

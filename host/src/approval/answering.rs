@@ -168,6 +168,23 @@ pub fn answer(
     approve: bool,
     reason: Option<String>,
 ) -> Result<AnsweredBy, ApprovalError> {
+    let by = AnsweredBy::os_user(Channel::Queue, &current_os_user());
+    answer_as(state_dir, call_id, approve, reason, by)
+}
+
+/// As [`answer`], given by `by` instead of the operating-system user through the queue: the
+/// web console answers as its signed-in user through [`Channel::Console`]. The same checks,
+/// the same MAC'd answer file, the same rule that the first answer is final.
+///
+/// # Errors
+/// As [`answer`].
+pub fn answer_as(
+    state_dir: &Path,
+    call_id: &str,
+    approve: bool,
+    reason: Option<String>,
+    by: AnsweredBy,
+) -> Result<AnsweredBy, ApprovalError> {
     check_call_id(call_id)?;
     let queue = Queue::open(state_dir)?;
     let name = entry_name(call_id);
@@ -191,7 +208,6 @@ pub fn answer(
         });
     }
     let request = entry.request;
-    let by = AnsweredBy::os_user(Channel::Queue, &current_os_user());
     let mac = answer_mac(&queue.key, &request, approve, reason.as_deref(), &by);
     let file = AnswerFile {
         call_id: request.call_id.clone(),

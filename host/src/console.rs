@@ -1,0 +1,368 @@
+//! The web console (`toolward console`): the held calls of the state folder's queue answered
+//! from a browser, and the audit chain read there, on loopback by default.
+//!
+//! # Contract
+//!
+//! What the console promises, each checked by a test (`tests/all/console.rs`, and in a real
+//! browser by `tests/clients/test_console_browser.py`):
+//!
+//! 1. **Held calls, live.** `/approvals` lists every entry of the queue ([`list_queue`]) as
+//!    `toolward approvals list` shows it: every argument by [`display_arguments`]'s rules
+//!    (every name, long values cut with their length stated, hidden characters escaped with
+//!    [`text::escape`]), the tool, server, effect, reason, pins, principal and session. The
+//!    page's script ([`SCRIPT_PATH`]) asks for the list again every [`POLL_INTERVAL`], so a
+//!    call held while the page is open shows within about a second, without a reload.
+//! 2. **Answers go the queue's one way.** Approve and deny are [`answer_as`], the path of
+//!    `toolward approvals approve|deny`: the entry checked (MAC, arguments hash, its call
+//!    still waiting), the answer MAC'd and bound to the call, placed so that the first answer
+//!    of any channel wins. The answerer is the signed-in user (the name of the token used)
+//!    through [`Channel::Console`]; the waiting process records it in the audit chain's
+//!    `approval-answered` record.
+//! 3. **The audit.** `/audit` shows the log's records that pass the filters of
+//!    `toolward audit show` (since, until, server, tool, principal, decision, call), the
+//!    newest [`MAX_AUDIT_ROWS`] first, each with its whole record; and the chain's state
+//!    against its head, checked when the console starts and again every
+//!    [`CHAIN_CHECK_INTERVAL`] (a break is logged when it is first seen, so it is noticed
+//!    while nobody looks).
+//! 4. **Sign-in.** A user signs in with one of the listener's named tokens (`listen.tokens`,
+//!    or the generated token file when none are named); the user is the token's name.
+//!    Tokens are compared by SHA-256 in time independent of where they differ. Sign-in makes
+//!    a new session id (a session cookie from before is never taken over: no fixation); the
+//!    session cookie is `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when the
+//!    console is reached over https (`public_origins`). A session lasts [`SESSION_TTL`].
+//! 5. **Browser safety.** Every request's `Host` must name the console (its bound address
+//!    with the loopback names, or a configured public origin) and an `Origin`, when sent,
+//!    must be the console's own, else 403 (DNS rebinding, cross-site requests). A `POST`
+//!    must carry an allowed `Origin` and the session's CSRF token (sign-in: the login form's
+//!    nonce, also in a cookie). Every response has a Content-Security-Policy without inline
+//!    script (`default-src 'self'`, `frame-ancestors 'none'`), `X-Frame-Options: DENY`,
+//!    `X-Content-Type-Options: nosniff`, `Referrer-Policy: same-origin` and
+//!    `Cache-Control: no-store`. Pages are rendered by minijinja with autoescaping, and every
+//!    string a server, a client or a policy wrote is escaped with [`text::escape`] first: a
+//!    tool's description or an argument is attacker input.
+//!
+//! 6. **Notifications** ([`notify`]): each call newly held is posted, within
+//!    [`NOTIFY_POLL_INTERVAL`] of its hold, to every target: a JSON webhook signed with
+//!    HMAC-SHA256, or a Slack-compatible message with its markup escaped; https only (http to
+//!    a loopback IP for a local receiver), private addresses refused unless allowed.
+//!
+//! Not here yet (issue 32): a PostgreSQL store (the console refuses `store.postgres`),
+//! OpenID Connect sign-in, TLS built in (run it behind a TLS proxy and name the proxy's
+//! origin in `public_origins`), approvers by role, the tools and servers page, notifications
+//! of a refused tool at load or of a broken chain, and a `notify` section in the config (the
+//! targets are `toolward console`'s flags).
+//!
+//! [`NOTIFY_POLL_INTERVAL`]: notify::NOTIFY_POLL_INTERVAL
+//!
+//! [`list_queue`]: crate::approval::list_queue
+//! [`display_arguments`]: crate::approval::display_arguments
+//! [`answer_as`]: crate::approval::answer_as
+//! [`Channel::Console`]: crate::identity::Channel::Console
+//! [`text::escape`]: crate::text::escape
+
+mod guard;
+pub mod notify;
+mod pages;
+mod session;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use http::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
+pub use pages::ChainState;
+
+/// The console's session cookie.
+pub const SESSION_COOKIE: &str = "toolward_console";
+
+/// The cookie that carries the sign-in form's nonce until the form is sent.
+pub const LOGIN_COOKIE: &str = "toolward_console_login";
+
+/// How long a session lasts after sign-in: 12 hours, a working day; then sign in again.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Most sessions kept at once: 1024; past it the oldest is ended. Sessions are in memory only.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// How long a sign-in form stays valid: 10 minutes.
+pub const LOGIN_NONCE_TTL: Duration = Duration::from_secs(600);
+
+/// Most sign-in forms outstanding at once: 1024; past it the oldest is forgotten.
+pub const MAX_LOGIN_NONCES: usize = 1024;
+
+/// Largest form body read, in bytes: 16 KiB, far more than a token, a CSRF token and a
+/// deny reason.
+pub const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// Most audit records one page shows, the newest first: 500.
+pub const MAX_AUDIT_ROWS: usize = 500;
+
+/// How often the chain is checked against its head while the console runs: 30 seconds.
+pub const CHAIN_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How often the approvals page asks for the held calls again: 1 second (issue 32: a call
+/// shows within a second of being held).
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Where the page's one script is served.
+pub const SCRIPT_PATH: &str = "/static/console.js";
+
+/// Most characters of a deny reason kept: 1024.
+pub const MAX_REASON_CHARS: usize = 1024;
+
+/// What `toolward console` serves, and for whom.
+#[derive(Clone)]
+pub struct ConsoleSettings {
+    /// The address to bind (loopback unless `allow_non_loopback`).
+    pub addr: SocketAddr,
+    /// Accept an address that is not loopback.
+    pub allow_non_loopback: bool,
+    /// The state folder: its approvals queue, its audit head.
+    pub state_dir: PathBuf,
+    /// The audit log (`audit.file`).
+    pub audit_file: PathBuf,
+    /// Who may sign in: token by user name (the listener's named tokens).
+    pub users: BTreeMap<String, String>,
+    /// Origins the console is also reached at (`https://console.example`, through a TLS
+    /// proxy), lowercase, without a trailing slash. With an https origin, cookies are
+    /// `Secure`.
+    pub public_origins: Vec<String>,
+    /// Time a client has to send a request's head.
+    pub header_read_timeout: Duration,
+    /// Connections open at once; past it new ones wait to be accepted.
+    pub max_connections: usize,
+    /// Who is told of held calls ([`notify`]); no targets, nobody.
+    pub notify: NotifySettings,
+}
+
+impl std::fmt::Debug for ConsoleSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleSettings")
+            .field("addr", &self.addr)
+            .field("allow_non_loopback", &self.allow_non_loopback)
+            .field("state_dir", &self.state_dir)
+            .field("audit_file", &self.audit_file)
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .field("public_origins", &self.public_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors of `toolward console`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsoleError {
+    /// The address is not loopback and that was not allowed.
+    #[error(
+        "`{addr}` is not a loopback address: the console would be reachable from the network; bind 127.0.0.1 or ::1, or say so with --listen-non-loopback"
+    )]
+    NotLoopback {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// Binding failed.
+    #[error("cannot listen on `{addr}`: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// Nobody could sign in.
+    #[error(
+        "the console has no user: name tokens in `listen.tokens` of the config (each token's name is a user)"
+    )]
+    NoUsers,
+    /// A public origin is not `http://host[:port]` or `https://host[:port]`.
+    #[error("public origin `{origin}` is not `https://HOST[:PORT]` or `http://HOST[:PORT]`")]
+    BadOrigin {
+        /// The origin as given.
+        origin: String,
+    },
+    /// A template failed to load (a bug: they are compiled in).
+    #[error("the console's page templates: {0}")]
+    Templates(String),
+}
+
+/// A running console: its address, and how to stop it.
+#[derive(Debug)]
+pub struct Console {
+    /// The bound address (the port chosen when the setting gave 0).
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Console {
+    /// The console's URL on its bound address.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// Stops accepting and waits for the accept loop to end.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Binds `settings.addr` and serves the console until [`Console::stop`]; checks the audit
+/// chain at once and every [`CHAIN_CHECK_INTERVAL`].
+///
+/// # Errors
+/// [`ConsoleError::NotLoopback`], [`ConsoleError::Bind`], [`ConsoleError::NoUsers`],
+/// [`ConsoleError::BadOrigin`].
+pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, ConsoleError> {
+    if !settings.addr.ip().is_loopback() && !settings.allow_non_loopback {
+        return Err(ConsoleError::NotLoopback {
+            addr: settings.addr,
+        });
+    }
+    if settings.users.is_empty() {
+        return Err(ConsoleError::NoUsers);
+    }
+    let listener = TcpListener::bind(settings.addr)
+        .await
+        .map_err(|source| ConsoleError::Bind {
+            addr: settings.addr,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ConsoleError::Bind {
+        addr: settings.addr,
+        source,
+    })?;
+    let guard = guard::Guard::new(addr, &settings.public_origins)?;
+    let pages = pages::Pages::new()?;
+    let chain = Arc::new(Mutex::new(ChainState::unchecked()));
+    let shared = Arc::new(pages::Shared {
+        guard,
+        pages,
+        sessions: session::Sessions::new(&settings.users),
+        state_dir: settings.state_dir.clone(),
+        audit_file: settings.audit_file.clone(),
+        chain: Arc::clone(&chain),
+    });
+    let stop = CancellationToken::new();
+    tokio::spawn(check_chain_forever(
+        settings.state_dir.clone(),
+        settings.audit_file.clone(),
+        chain,
+        stop.child_token(),
+    ));
+    let mut notify = settings.notify.clone();
+    if notify.link_base.is_empty() {
+        notify.link_base = format!("http://{addr}");
+    }
+    tokio::spawn(notify::watch(
+        settings.state_dir.clone(),
+        notify,
+        stop.child_token(),
+    ));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        shared,
+        settings.header_read_timeout,
+        settings.max_connections,
+        stop.clone(),
+    ));
+    Ok(Console { addr, stop, task })
+}
+
+/// Checks the chain against its head now and every [`CHAIN_CHECK_INTERVAL`], keeping the
+/// result for the audit page; warns when a check finds a problem the one before did not.
+async fn check_chain_forever(
+    state_dir: PathBuf,
+    audit_file: PathBuf,
+    chain: Arc<Mutex<ChainState>>,
+    stop: CancellationToken,
+) {
+    let mut interval = tokio::time::interval(CHAIN_CHECK_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let (state_dir, audit_file) = (state_dir.clone(), audit_file.clone());
+        let checked =
+            tokio::task::spawn_blocking(move || pages::check_chain(&state_dir, &audit_file)).await;
+        let Ok(checked) = checked else { continue };
+        let mut kept = chain.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(problem) = &checked.problem
+            && kept.problem.as_ref() != Some(problem)
+        {
+            tracing::warn!("the audit chain: {problem}");
+        }
+        *kept = checked;
+    }
+}
+
+/// Accepts connections while fewer than `max_connections` are open, each served with the
+/// header read timeout, until `stop`.
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<pages::Shared>,
+    header_read_timeout: Duration,
+    max_connections: usize,
+    stop: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::debug!("accepting a console connection failed: {error}");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let shared = Arc::clone(&shared);
+        let connection_stop = stop.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(pages::handle(&shared, request).await) }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout);
+            let connection = builder.serve_connection(TokioIo::new(stream), handler);
+            tokio::pin!(connection);
+            tokio::select! {
+                served = connection.as_mut() => {
+                    if let Err(error) = served {
+                        tracing::debug!("console connection from {peer} ended: {error}");
+                    }
+                }
+                () = connection_stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,823 @@
+//! The pages: routing, sign-in, the held calls and their answers, the audit. Every value a
+//! page shows passes [`text::escape`] here and minijinja's HTML autoescaping in the template.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use minijinja::{Environment, context};
+use serde::Serialize;
+
+use super::guard::{Guard, secure_headers};
+use super::session::{Session, Sessions};
+use super::{
+    CHAIN_CHECK_INTERVAL, ConsoleError, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_FORM_BYTES,
+    MAX_REASON_CHARS, POLL_INTERVAL, SCRIPT_PATH, SESSION_COOKIE,
+};
+use crate::approval::{
+    AnsweredBy, ApprovalError, PendingEntry, display_arguments, display_result, list_queue,
+};
+use crate::audit::read::{Filter, parse_time, utc};
+use crate::audit::{AuditDecision, read_head, verify, verify_with_head};
+use crate::state_dir::StateDir;
+use crate::text;
+
+const SCRIPT: &str = include_str!("static/console.js");
+const STYLE: &str = include_str!("static/console.css");
+const STYLE_PATH: &str = "/static/console.css";
+
+/// What every connection's requests share.
+pub(super) struct Shared {
+    pub(super) guard: Guard,
+    pub(super) pages: Pages,
+    pub(super) sessions: Sessions,
+    pub(super) state_dir: PathBuf,
+    pub(super) audit_file: PathBuf,
+    pub(super) chain: Arc<Mutex<ChainState>>,
+}
+
+/// The templates, compiled in.
+pub(super) struct Pages {
+    env: Environment<'static>,
+}
+
+impl Pages {
+    pub(super) fn new() -> Result<Pages, ConsoleError> {
+        let mut env = Environment::new();
+        // `.html` templates are autoescaped (minijinja's default); set it anyway, so a
+        // renamed template cannot lose it.
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        for (name, source) in [
+            ("base.html", include_str!("templates/base.html")),
+            ("login.html", include_str!("templates/login.html")),
+            ("approvals.html", include_str!("templates/approvals.html")),
+            ("held.html", include_str!("templates/held.html")),
+            ("audit.html", include_str!("templates/audit.html")),
+            ("error.html", include_str!("templates/error.html")),
+        ] {
+            env.add_template(name, source)
+                .map_err(|error| ConsoleError::Templates(error.to_string()))?;
+        }
+        Ok(Pages { env })
+    }
+
+    fn render(&self, name: &str, status: StatusCode, values: minijinja::Value) -> Response<Body> {
+        match self
+            .env
+            .get_template(name)
+            .and_then(|template| template.render(values))
+        {
+            Ok(html) => respond(status, "text/html; charset=utf-8", html),
+            Err(error) => {
+                tracing::error!("the console's page `{name}` failed to render: {error:#}");
+                respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain; charset=utf-8",
+                    String::from("the page failed to render; the console's log says why\n"),
+                )
+            }
+        }
+    }
+}
+
+type Body = Full<Bytes>;
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn redirect(to: &'static str) -> Response<Body> {
+    let mut response = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", String::new());
+    response
+        .headers_mut()
+        .insert(header::LOCATION, HeaderValue::from_static(to));
+    response
+}
+
+fn set_cookie(response: &mut Response<Body>, cookie: String) {
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+}
+
+/// `name=value` with the console's attributes; `max_age` 0 removes it.
+fn cookie(name: &str, value: &str, secure: bool, max_age: Option<u64>) -> String {
+    let mut text = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
+    if secure {
+        text.push_str("; Secure");
+    }
+    if let Some(age) = max_age {
+        text.push_str(&format!("; Max-Age={age}"));
+    }
+    text
+}
+
+/// The value of the cookie `name` in the request's `Cookie` headers.
+fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .find_map(|pair| {
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name).then(|| value.to_owned())
+        })
+}
+
+/// The fields of a form body (`application/x-www-form-urlencoded`), at most
+/// [`MAX_FORM_BYTES`]; `None` when it is longer or cannot be read.
+async fn form(request: Request<Incoming>) -> Option<Vec<(String, String)>> {
+    let body = Limited::new(request.into_body(), MAX_FORM_BYTES)
+        .collect()
+        .await
+        .ok()?
+        .to_bytes();
+    Some(
+        form_urlencoded::parse(&body)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect(),
+    )
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+}
+
+/// One request: the guard, then the route; the security headers on every answer.
+pub(super) async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    let mut response = route(shared, request).await;
+    secure_headers(response.headers_mut());
+    response
+}
+
+async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    if let Err(refused) = shared.guard.check(request.method(), request.headers()) {
+        tracing::warn!("console: {refused}");
+        return respond(
+            StatusCode::FORBIDDEN,
+            "text/plain; charset=utf-8",
+            format!("{refused}\n"),
+        );
+    }
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    match (&method, path.as_str()) {
+        (&Method::GET, SCRIPT_PATH) => {
+            return respond(
+                StatusCode::OK,
+                "text/javascript; charset=utf-8",
+                SCRIPT.to_owned(),
+            );
+        }
+        (&Method::GET, STYLE_PATH) => {
+            return respond(StatusCode::OK, "text/css; charset=utf-8", STYLE.to_owned());
+        }
+        (&Method::GET, "/login") => {
+            let brought = cookie_value(request.headers(), LOGIN_COOKIE)
+                .filter(|nonce| shared.sessions.nonce_alive(nonce));
+            return login_page(shared, StatusCode::OK, None, brought);
+        }
+        (&Method::POST, "/login") => return login(shared, request).await,
+        _ => {}
+    }
+    let id = cookie_value(request.headers(), SESSION_COOKIE);
+    let Some((id, session)) = id.and_then(|id| shared.sessions.get(&id).map(|s| (id, s))) else {
+        return match (&method, path.as_str()) {
+            (&Method::GET, "/approvals/list") => respond(
+                StatusCode::UNAUTHORIZED,
+                "text/plain; charset=utf-8",
+                String::from("sign in first\n"),
+            ),
+            (&Method::GET, "/" | "/approvals" | "/audit") => redirect("/login"),
+            (&Method::GET, _) => respond(
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                String::from("no such page\n"),
+            ),
+            _ => respond(
+                StatusCode::FORBIDDEN,
+                "text/plain; charset=utf-8",
+                String::from("sign in first: this change comes with no session\n"),
+            ),
+        };
+    };
+    match (&method, path.as_str()) {
+        (&Method::GET, "/") => redirect("/approvals"),
+        (&Method::GET, "/approvals") => approvals_page(shared, &session, false).await,
+        (&Method::GET, "/approvals/list") => approvals_page(shared, &session, true).await,
+        (&Method::GET, "/audit") => audit_page(shared, &session, request.uri().query()).await,
+        (&Method::POST, "/approvals/answer" | "/logout") => {
+            let Some(fields) = form(request).await else {
+                return error_page(shared, &session, StatusCode::BAD_REQUEST, "the form could not be read (longer than the limit, or cut short)");
+            };
+            let csrf_ok = field(&fields, "csrf")
+                .is_some_and(|csrf| super::session::same(csrf.as_bytes(), session.csrf.as_bytes()));
+            if !csrf_ok {
+                tracing::warn!(
+                    "console: refused a change by `{}` without its session's CSRF token",
+                    text::escape(&session.user)
+                );
+                return error_page(
+                    shared,
+                    &session,
+                    StatusCode::FORBIDDEN,
+                    "this change does not carry the page's CSRF token: it did not come from a page of this console; reload the page and try again",
+                );
+            }
+            if path == "/logout" {
+                shared.sessions.end(&id);
+                let mut response = redirect("/login");
+                set_cookie(
+                    &mut response,
+                    cookie(SESSION_COOKIE, "", shared.guard.secure, Some(0)),
+                );
+                return response;
+            }
+            answer(shared, &id, &session, &fields).await
+        }
+        _ => error_page(
+            shared,
+            &session,
+            StatusCode::NOT_FOUND,
+            "no such page: the console has /approvals and /audit",
+        ),
+    }
+}
+
+/// The sign-in form, with the nonce `keep` when the browser brought a live one, else a new
+/// one.
+fn login_page(
+    shared: &Shared,
+    status: StatusCode,
+    error: Option<&str>,
+    keep: Option<String>,
+) -> Response<Body> {
+    let Some(nonce) = keep.or_else(|| shared.sessions.new_nonce()) else {
+        return respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            String::from("no randomness for a sign-in form\n"),
+        );
+    };
+    let mut response = shared.pages.render(
+        "login.html",
+        status,
+        context! { title => "Sign in", nonce => &nonce, error => error, user => None::<String>, flash => None::<String> },
+    );
+    set_cookie(
+        &mut response,
+        cookie(LOGIN_COOKIE, &nonce, shared.guard.secure, None),
+    );
+    response
+}
+
+async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    let brought = cookie_value(request.headers(), LOGIN_COOKIE);
+    let Some(fields) = form(request).await else {
+        return login_page(
+            shared,
+            StatusCode::BAD_REQUEST,
+            Some("the form could not be read"),
+            None,
+        );
+    };
+    // The form's nonce must be the one its cookie carries and one this console issued: a
+    // sign-in form posted from another site has neither (login CSRF).
+    let nonce = field(&fields, "nonce").unwrap_or_default();
+    let nonce_ok = brought.as_deref().is_some_and(|brought| {
+        super::session::same(brought.as_bytes(), nonce.as_bytes())
+    }) && shared.sessions.take_nonce(nonce);
+    if !nonce_ok {
+        tracing::warn!("console: refused a sign-in whose form this console did not give");
+        return login_page(
+            shared,
+            StatusCode::FORBIDDEN,
+            Some("this sign-in form is not one this console gave, or it expired: sign in again"),
+            None,
+        );
+    }
+    let Some(user) = shared
+        .sessions
+        .user_of(field(&fields, "token").unwrap_or_default())
+    else {
+        tracing::warn!("console: refused a sign-in with a token that is not one of `listen.tokens`");
+        return login_page(
+            shared,
+            StatusCode::UNAUTHORIZED,
+            Some("that token is not one of the config's `listen.tokens`"),
+            None,
+        );
+    };
+    let Some(id) = shared.sessions.start(user.clone()) else {
+        return login_page(
+            shared,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("no randomness for a session"),
+            None,
+        );
+    };
+    tracing::info!("console: `{}` signed in", text::escape(&user));
+    let mut response = redirect("/approvals");
+    set_cookie(
+        &mut response,
+        cookie(SESSION_COOKIE, &id, shared.guard.secure, None),
+    );
+    set_cookie(
+        &mut response,
+        cookie(LOGIN_COOKIE, "", shared.guard.secure, Some(0)),
+    );
+    response
+}
+
+fn error_page(
+    shared: &Shared,
+    session: &Session,
+    status: StatusCode,
+    error: &str,
+) -> Response<Body> {
+    shared.pages.render(
+        "error.html",
+        status,
+        context! {
+            title => status.canonical_reason().unwrap_or("Refused"),
+            error => error,
+            user => &session.user,
+            csrf => &session.csrf,
+            flash => None::<String>,
+        },
+    )
+}
+
+/// A held call as the page shows it: every string escaped.
+#[derive(Debug, Serialize)]
+struct HeldView {
+    call_id: String,
+    tool: String,
+    server: String,
+    upstream_tool: String,
+    effect: String,
+    reason: String,
+    principal: String,
+    session: String,
+    held_at: String,
+    arguments_sha256: String,
+    description_sha256: String,
+    input_schema_sha256: String,
+    arguments: String,
+    result: Option<String>,
+    waiting: bool,
+    problem: Option<String>,
+}
+
+impl HeldView {
+    fn of(entry: &PendingEntry) -> HeldView {
+        let r = &entry.request;
+        HeldView {
+            call_id: text::escape(&r.call_id),
+            tool: text::escape(&r.exposed_tool),
+            server: text::escape(&r.server),
+            upstream_tool: text::escape(&r.tool),
+            effect: text::escape(&r.effect),
+            reason: text::escape(&r.reason),
+            principal: text::escape(&r.principal),
+            session: text::escape(&r.session),
+            held_at: utc(r.time_ms),
+            arguments_sha256: text::escape(&r.arguments_sha256),
+            description_sha256: text::escape(&r.description_sha256),
+            input_schema_sha256: text::escape(&r.input_schema_sha256),
+            arguments: display_arguments(&r.arguments),
+            result: r.result.as_deref().map(display_result),
+            waiting: entry.waiting,
+            problem: entry.problem.as_deref().map(text::escape),
+        }
+    }
+}
+
+async fn approvals_page(shared: &Shared, session: &Session, fragment: bool) -> Response<Body> {
+    let state_dir = shared.state_dir.clone();
+    let listed = tokio::task::spawn_blocking(move || list_queue(&state_dir)).await;
+    let entries = match listed {
+        Ok(Ok(entries)) => entries,
+        Ok(Err(error)) => {
+            let message = format!(
+                "the approvals queue cannot be read: {}",
+                text::escape(&text::error_chain(&error))
+            );
+            return error_page(shared, session, StatusCode::INTERNAL_SERVER_ERROR, &message);
+        }
+        Err(_) => {
+            return error_page(
+                shared,
+                session,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the approvals queue could not be read",
+            );
+        }
+    };
+    let held: Vec<HeldView> = entries.iter().map(HeldView::of).collect();
+    // What the page's script compares to know the list changed: the calls and their states.
+    let ids = held
+        .iter()
+        .map(|h| format!("{}:{}:{}", h.call_id, h.waiting, h.problem.is_some()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let values = context! {
+        title => "Held calls",
+        held => held,
+        ids => ids,
+        user => &session.user,
+        csrf => &session.csrf,
+        flash => &session.flash,
+        interval_ms => u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000),
+    };
+    let name = if fragment { "held.html" } else { "approvals.html" };
+    shared.pages.render(name, StatusCode::OK, values)
+}
+
+async fn answer(
+    shared: &Shared,
+    id: &str,
+    session: &Session,
+    fields: &[(String, String)],
+) -> Response<Body> {
+    let call_id = field(fields, "call").unwrap_or_default().to_owned();
+    let approve = match field(fields, "verdict") {
+        Some("approve") => true,
+        Some("deny") => false,
+        _ => {
+            return error_page(
+                shared,
+                session,
+                StatusCode::BAD_REQUEST,
+                "the answer is neither approve nor deny",
+            );
+        }
+    };
+    let reason = field(fields, "reason")
+        .map(str::trim)
+        .filter(|reason| !reason.is_empty() && !approve)
+        .map(|reason| reason.chars().take(MAX_REASON_CHARS).collect::<String>())
+        .or_else(|| {
+            (!approve).then(|| {
+                format!(
+                    "denied in the console by `{}`",
+                    text::escape(&session.user)
+                )
+            })
+        });
+    let by = AnsweredBy::console_user(&session.user);
+    let state_dir = shared.state_dir.clone();
+    let call = call_id.clone();
+    let answered = tokio::task::spawn_blocking(move || {
+        crate::approval::answer_as(&state_dir, &call, approve, reason, by)
+    })
+    .await;
+    let shown = text::escape(&call_id);
+    let message = match answered {
+        Ok(Ok(by)) => {
+            tracing::info!(
+                "console: call `{shown}` {} by {by}",
+                if approve { "approved" } else { "denied" }
+            );
+            if approve {
+                format!("approved call `{shown}` (once, for its arguments) as {by}")
+            } else {
+                format!("denied call `{shown}` as {by}")
+            }
+        }
+        Ok(Err(error)) => {
+            let status = match error {
+                ApprovalError::AlreadyAnswered { .. }
+                | ApprovalError::NotPending { .. }
+                | ApprovalError::Abandoned { .. } => StatusCode::CONFLICT,
+                ApprovalError::InvalidCallId { .. } => StatusCode::BAD_REQUEST,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            let message = text::escape(&text::error_chain(&error));
+            return error_page(shared, session, status, &message);
+        }
+        Err(_) => {
+            return error_page(
+                shared,
+                session,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the answer could not be given",
+            );
+        }
+    };
+    shared.sessions.flash(id, message);
+    redirect("/approvals")
+}
+
+/// The chain's state as last checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChainState {
+    /// When, UTC.
+    pub checked_at: String,
+    /// What was found, when intact (records, and whether a head matched).
+    pub summary: String,
+    /// Where it breaks or how it differs from its head, escaped; `None` when intact.
+    pub problem: Option<String>,
+}
+
+impl ChainState {
+    pub(super) fn unchecked() -> ChainState {
+        ChainState {
+            checked_at: String::from("not yet"),
+            summary: String::from("not checked yet"),
+            problem: None,
+        }
+    }
+}
+
+/// Checks the audit log `audit_file` and, when the state folder keeps one, against its head.
+pub(super) fn check_chain(state_dir: &Path, audit_file: &Path) -> ChainState {
+    let checked_at = utc(crate::ids::now_ms());
+    let state = |summary: String, problem: Option<String>| ChainState {
+        checked_at: checked_at.clone(),
+        summary: text::escape(&summary),
+        problem: problem.map(|p| text::escape(&p)),
+    };
+    if !audit_file.exists() {
+        return state(String::from("no audit log yet"), None);
+    }
+    let head = StateDir::open(state_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|dir| read_head(&dir, audit_file).map_err(|e| e.to_string()));
+    let checked = match head {
+        Err(error) => return state(String::new(), Some(format!("its head cannot be read: {error}"))),
+        Ok((None, _)) => verify(audit_file).map(|report| (report, None, false)),
+        Ok((Some(head), _)) => {
+            verify_with_head(audit_file, &head).map(|(report, problem)| (report, problem, true))
+        }
+    };
+    match checked {
+        Err(error) => state(String::new(), Some(format!("the log cannot be read: {error}"))),
+        Ok((report, _, _)) if report.first_break.is_some() => {
+            let at = report
+                .first_break
+                .map(|brk| brk.to_string())
+                .unwrap_or_default();
+            state(
+                String::new(),
+                Some(format!(
+                    "chain broken at {at}, after {} intact records",
+                    report.records
+                )),
+            )
+        }
+        Ok((_, Some(problem), _)) => state(
+            String::new(),
+            Some(format!("the log does not match its head: {problem}")),
+        ),
+        Ok((report, None, with_head)) => state(
+            format!(
+                "{} records chained{}",
+                report.records,
+                if with_head {
+                    ", the last one matching the head kept in the state folder"
+                } else {
+                    " (no head kept yet)"
+                }
+            ),
+            None,
+        ),
+    }
+}
+
+/// An audit record as the page shows it: every string escaped.
+#[derive(Debug, Serialize)]
+struct RowView {
+    time: String,
+    seq: u64,
+    kind: String,
+    call_id: String,
+    call_link: Option<String>,
+    principal: String,
+    tool: String,
+    decision: &'static str,
+    reason: String,
+    detail: String,
+}
+
+/// The filters as given, shown back in the form.
+#[derive(Debug, Default, Serialize)]
+struct FilterView {
+    since: String,
+    until: String,
+    server: String,
+    tool: String,
+    principal: String,
+    decision: String,
+    call: String,
+}
+
+async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> Response<Body> {
+    let mut given = FilterView::default();
+    for (key, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        let value = value.trim().to_owned();
+        match key.as_ref() {
+            "since" => given.since = value,
+            "until" => given.until = value,
+            "server" => given.server = value,
+            "tool" => given.tool = value,
+            "principal" => given.principal = value,
+            "decision" => given.decision = value,
+            "call" => given.call = value,
+            _ => {}
+        }
+    }
+    let (filter, error) = match filter_of(&given) {
+        Ok(filter) => (filter, None),
+        Err(error) => (
+            Filter {
+                // Nothing matches a filter that could not be read: no record is shown as if
+                // it passed it.
+                since_ms: Some(u64::MAX),
+                ..Filter::default()
+            },
+            Some(text::escape(&error)),
+        ),
+    };
+    let audit_file = shared.audit_file.clone();
+    let shown = tokio::task::spawn_blocking(move || {
+        if audit_file.exists() {
+            crate::audit::read::show(&audit_file, &filter).map(Some)
+        } else {
+            Ok(None)
+        }
+    })
+    .await;
+    let (rows, matched, read, error) = match shown {
+        Ok(Ok(Some(shown))) => {
+            let matched = shown.records.len();
+            let rows: Vec<RowView> = shown
+                .records
+                .iter()
+                .rev()
+                .take(MAX_AUDIT_ROWS)
+                .map(|(record, raw)| row(record, raw))
+                .collect();
+            (rows, matched, shown.read, error)
+        }
+        Ok(Ok(None)) => (Vec::new(), 0, 0, error),
+        Ok(Err(e)) => (
+            Vec::new(),
+            0,
+            0,
+            Some(text::escape(&format!("the audit log cannot be read: {e}"))),
+        ),
+        Err(_) => (
+            Vec::new(),
+            0,
+            0,
+            Some(String::from("the audit log could not be read")),
+        ),
+    };
+    let chain = shared
+        .chain
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    shared.pages.render(
+        "audit.html",
+        StatusCode::OK,
+        context! {
+            title => "Audit",
+            chain => chain,
+            chain_interval_s => CHAIN_CHECK_INTERVAL.as_secs(),
+            f => given,
+            rows => rows,
+            matched => matched,
+            read => read,
+            error => error,
+            user => &session.user,
+            csrf => &session.csrf,
+            flash => &session.flash,
+        },
+    )
+}
+
+/// The filters of `toolward audit show` from the form's values.
+fn filter_of(given: &FilterView) -> Result<Filter, String> {
+    let now = crate::ids::now_ms();
+    let time = |t: &str| {
+        (!t.is_empty())
+            .then(|| parse_time(t, now).map_err(|e| e.to_string()))
+            .transpose()
+    };
+    let text_of = |t: &str| (!t.is_empty()).then(|| t.to_owned());
+    let decision = match given.decision.as_str() {
+        "" => None,
+        "allow" => Some(AuditDecision::Allow),
+        "deny" => Some(AuditDecision::Deny),
+        "hold" => Some(AuditDecision::Hold),
+        other => return Err(format!("decision `{other}`: expected allow, deny or hold")),
+    };
+    Ok(Filter {
+        since_ms: time(&given.since)?,
+        until_ms: time(&given.until)?,
+        server: text_of(&given.server),
+        tool: text_of(&given.tool),
+        principal: text_of(&given.principal),
+        decision,
+        call_id: text_of(&given.call),
+    })
+}
+
+fn row(record: &crate::audit::AuditRecord, raw: &serde_json::Value) -> RowView {
+    let e = &record.event;
+    let shown = |v: &Option<String>| text::escape(v.as_deref().unwrap_or("-"));
+    // JSON escapes control characters in strings; the rest of the hidden ones are escaped
+    // line by line (a pretty JSON string never spans lines).
+    let detail = serde_json::to_string_pretty(raw)
+        .unwrap_or_default()
+        .lines()
+        .map(text::escape)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let call_link = e
+        .call_id
+        .as_deref()
+        .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()))
+        .map(|id| format!("/audit?call={id}"));
+    RowView {
+        time: utc(record.time),
+        seq: record.seq,
+        kind: text::escape(&e.kind.to_string()),
+        call_id: shown(&e.call_id),
+        call_link,
+        principal: shown(&e.principal),
+        tool: shown(&e.tool),
+        decision: e.decision.map_or("-", |d| match d {
+            AuditDecision::Allow => "allow",
+            AuditDecision::Deny => "deny",
+            AuditDecision::Hold => "hold",
+        }),
+        reason: shown(&e.reason),
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_escapes_what_a_server_or_caller_wrote() {
+        let pages = Pages::new().unwrap();
+        let held = vec![HeldView {
+            call_id: String::from("01KCALL"),
+            tool: text::escape("fs__<script>alert(1)</script>"),
+            server: String::from("fs"),
+            upstream_tool: String::from("t"),
+            effect: String::from("destructive"),
+            reason: text::escape("\u{202e}evil\" onmouseover=\"x"),
+            principal: String::from("ci"),
+            session: String::from("s"),
+            held_at: String::from("now"),
+            arguments_sha256: String::from("a"),
+            description_sha256: String::from("d"),
+            input_schema_sha256: String::from("i"),
+            arguments: display_arguments(r#"{"path":"<img src=x onerror=alert(1)>"}"#),
+            result: None,
+            waiting: true,
+            problem: None,
+        }];
+        let response = pages.render(
+            "held.html",
+            StatusCode::OK,
+            context! { held => held, ids => "x", csrf => "c" },
+        );
+        let body = futures::executor::block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        let html = String::from_utf8(body.to_vec()).unwrap();
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(!html.contains("<img"), "{html}");
+        assert!(html.contains("&lt;script&gt;"), "{html}");
+        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"), "{html}");
+        // The bidirectional override is shown as its escape, not applied.
+        assert!(html.contains("\\u{202E}evil&quot; onmouseover=&quot;x"), "{html}");
+    }
+
+    #[test]
+    fn cookies_are_http_only_and_same_site_strict_and_secure_under_tls() {
+        let plain = cookie(SESSION_COOKIE, "id", false, None);
+        assert_eq!(plain, "toolward_console=id; Path=/; HttpOnly; SameSite=Strict");
+        assert!(cookie(SESSION_COOKIE, "id", true, None).ends_with("; Secure"));
+    }
+}

@@ -1,0 +1,798 @@
+//! The web console (`toolward::console`) over HTTP, as a browser would use it: sign-in with
+//! a named token, a held call shown escaped and answered through the queue as the signed-in
+//! user (the first answer of any channel winning), the audit with its filters and its
+//! chain's state, and the refusals that keep other sites out (Host, Origin, CSRF, no
+//! session) with the headers every response carries. The real browser's test is
+//! `tests/clients/test_console_browser.py`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use toolward::Toolward;
+use toolward::approval::{self, ApprovalRequest};
+use toolward::config::Config;
+use toolward::console::{
+    Console, ConsoleSettings, NotifyFormat, NotifySettings, NotifyTarget, serve_console,
+};
+
+use crate::support::{FAKE_SERVER, toolward_binary};
+
+const TOKEN: &str = "alice-token-0123456789abcdef0123456789";
+
+/// A folder with the fake server (one tool, `write`, `local-change`: held by the default
+/// policy), its rules, a config and its pins.
+struct Bench {
+    dir: tempfile::TempDir,
+}
+
+impl Bench {
+    async fn new() -> Bench {
+        let bench = Bench {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let listing = json!({"tools": [{
+            "name": "write",
+            "description": "writes a file <script>alert('description')</script>",
+            "inputSchema": {"type": "object", "properties": {
+                "path": {"type": "string"}, "content": {"type": "string"}}},
+        }]});
+        std::fs::write(bench.path().join("calls.jsonl"), "").unwrap();
+        let scenario = json!({
+            "pages": [listing.to_string()],
+            "calls_log": bench.path().join("calls.jsonl"),
+        });
+        std::fs::write(bench.path().join("s.json"), scenario.to_string()).unwrap();
+        let rules = json!({"servers": {"s": {"tools": {"write": {"effect": "local-change"}}}}});
+        std::fs::write(bench.path().join("rules.json"), rules.to_string()).unwrap();
+        let config = json!({
+            "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
+            "rules": {"file": "rules.json"},
+            "manifest": "manifest.json",
+            "state_dir": "state",
+            "audit": {"file": "state/audit.jsonl", "sync": "none"},
+            "limits": {"approval_timeout_ms": 30000, "call_timeout_ms": 10000},
+            "listen": {"tokens": {"alice": TOKEN}},
+        });
+        std::fs::write(bench.path().join("toolward.json"), config.to_string()).unwrap();
+        let config = bench.config();
+        let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
+            .await
+            .unwrap();
+        assert!(pinned.failures.is_empty(), "{:?}", pinned.failures);
+        pinned.manifest.write(&config.manifest).unwrap();
+        bench
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn state(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    fn config(&self) -> Config {
+        Config::from_path(&self.path().join("toolward.json")).unwrap()
+    }
+
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path().join("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    fn wait_for_pending(&self, known: &[&str]) -> ApprovalRequest {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(request) = approval::list_pending(&self.state())
+                .unwrap()
+                .into_iter()
+                .find(|r| !known.contains(&r.call_id.as_str()))
+            {
+                return request;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no approval request became pending");
+    }
+
+    async fn console(&self) -> Console {
+        self.console_notifying(NotifySettings::default()).await
+    }
+
+    async fn console_notifying(&self, notify: NotifySettings) -> Console {
+        let config = self.config();
+        serve_console(ConsoleSettings {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            allow_non_loopback: false,
+            state_dir: config.state_dir.clone(),
+            audit_file: config.audit.file.clone(),
+            users: config.listen.tokens.clone(),
+            public_origins: Vec::new(),
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 64,
+            notify,
+        })
+        .await
+        .unwrap()
+    }
+}
+
+/// An answer: status, headers, body.
+struct Got {
+    status: u16,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> String {
+        self.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The value of cookie `name` this answer sets.
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.headers.get_all("set-cookie").iter().find_map(|v| {
+            let v = v.to_str().unwrap();
+            let (pair, _) = v.split_once(';').unwrap_or((v, ""));
+            let (key, value) = pair.split_once('=')?;
+            (key == name).then(|| value.to_owned())
+        })
+    }
+}
+
+/// One request, on a connection of its own, with the headers given (`host` defaults to the
+/// console's own).
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Option<String>,
+) -> Got {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = hyper::Request::builder().method(method).uri(path);
+    if !headers.iter().any(|(name, _)| *name == "host") {
+        request = request.header("host", format!("127.0.0.1:{}", addr.port()));
+    }
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    if body.is_some() {
+        request = request.header("content-type", "application/x-www-form-urlencoded");
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(20),
+        sender.send_request(
+            request
+                .body(Full::new(Bytes::from(body.unwrap_or_default())))
+                .unwrap(),
+        ),
+    )
+    .await
+    .expect("no answer within 20 s")
+    .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Got {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+fn own_origin(addr: SocketAddr) -> String {
+    format!("http://127.0.0.1:{}", addr.port())
+}
+
+fn form(fields: &[(&str, &str)]) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in fields {
+        out.append_pair(k, v);
+    }
+    out.finish()
+}
+
+/// The `value` of the hidden input `name` in `html`.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no `{name}` in {html}"))
+        + marker.len();
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+/// Signs in as the token's user: the session cookie.
+async fn sign_in(addr: SocketAddr, token: &str) -> Got {
+    let page = send(addr, "GET", "/login", &[], None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let nonce = hidden(&page.body, "nonce");
+    let cookie = page.cookie("toolward_console_login").unwrap();
+    send(
+        addr,
+        "POST",
+        "/login",
+        &[
+            ("origin", own_origin(addr)),
+            ("cookie", format!("toolward_console_login={cookie}")),
+        ],
+        Some(form(&[("nonce", &nonce), ("token", token)])),
+    )
+    .await
+}
+
+struct Signed {
+    addr: SocketAddr,
+    cookie: String,
+}
+
+impl Signed {
+    async fn new(addr: SocketAddr) -> Signed {
+        let signed = sign_in(addr, TOKEN).await;
+        assert_eq!(signed.status, 303, "{}", signed.body);
+        let cookie = format!(
+            "toolward_console={}",
+            signed.cookie("toolward_console").unwrap()
+        );
+        Signed { addr, cookie }
+    }
+
+    async fn get(&self, path: &str) -> Got {
+        send(
+            self.addr,
+            "GET",
+            path,
+            &[("cookie", self.cookie.clone())],
+            None,
+        )
+        .await
+    }
+
+    async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Got {
+        send(
+            self.addr,
+            "POST",
+            path,
+            &[
+                ("cookie", self.cookie.clone()),
+                ("origin", own_origin(self.addr)),
+            ],
+            Some(form(fields)),
+        )
+        .await
+    }
+
+    async fn csrf(&self) -> String {
+        hidden(&self.get("/approvals").await.body, "csrf")
+    }
+}
+
+fn spawn_call(
+    toolward: &Arc<Toolward>,
+    arguments: Value,
+) -> tokio::task::JoinHandle<toolward::call::CallResult> {
+    let toolward = Arc::clone(toolward);
+    tokio::spawn(async move {
+        let approver = toolward.queue_approver();
+        toolward
+            .call("s__write", arguments.as_object().cloned(), approver)
+            .await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the_signed_in_user() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    let toolward = Arc::new(Toolward::start(bench.config()).await.unwrap());
+    let console = bench.console().await;
+    let user = Signed::new(console.addr).await;
+
+    // A caller's arguments and the hidden character in them are shown escaped, as text.
+    let call = spawn_call(
+        &toolward,
+        json!({"path": "<img src=x onerror=alert(1)>", "content": "\u{202E}hello"}),
+    );
+    let first = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    let page = user.get("/approvals").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(&first.call_id), "{}", page.body);
+    assert!(
+        page.body
+            .contains("path: &quot;&lt;img src=x onerror=alert(1)&gt;&quot;"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("content: &quot;\\u{202E}hello&quot;"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("<img") && !page.body.contains('\u{202E}'),
+        "{}",
+        page.body
+    );
+    let fragment = user.get("/approvals/list").await;
+    assert!(
+        fragment.body.contains(&first.call_id) && !fragment.body.contains("<html"),
+        "{}",
+        fragment.body
+    );
+
+    let csrf = user.csrf().await;
+    let approved = user
+        .post(
+            "/approvals/answer",
+            &[
+                ("csrf", &csrf),
+                ("call", &first.call_id),
+                ("verdict", "approve"),
+            ],
+        )
+        .await;
+    assert_eq!(approved.status, 303, "{}", approved.body);
+    let result = call.await.unwrap();
+    assert!(!result.is_error(), "{}", result.result);
+    assert_eq!(bench.received().len(), 1, "{:?}", bench.received());
+    let flash = user.get("/approvals").await.body;
+    assert!(
+        flash.contains("approved call") && flash.contains("console: `alice`"),
+        "{flash}"
+    );
+
+    // A deny, with its reason, reaches the caller; the server never sees the call.
+    let call = spawn_call(&toolward, json!({"path": "/tmp/x", "content": "no"}));
+    let second = tokio::task::block_in_place(|| bench.wait_for_pending(&[&first.call_id]));
+    let denied = user
+        .post(
+            "/approvals/answer",
+            &[
+                ("csrf", &csrf),
+                ("call", &second.call_id),
+                ("verdict", "deny"),
+                ("reason", "not today"),
+            ],
+        )
+        .await;
+    assert_eq!(denied.status, 303, "{}", denied.body);
+    let result = call.await.unwrap();
+    assert!(
+        result.is_error() && result.text().contains("not today"),
+        "{}",
+        result.text()
+    );
+    assert_eq!(bench.received().len(), 1);
+
+    // The first answer wins across channels: the queue's answer stands, the console's is
+    // refused naming the call.
+    let call = spawn_call(&toolward, json!({"path": "/tmp/y", "content": "race"}));
+    let third =
+        tokio::task::block_in_place(|| bench.wait_for_pending(&[&first.call_id, &second.call_id]));
+    approval::answer(
+        &bench.state(),
+        &third.call_id,
+        false,
+        Some(String::from("queue first")),
+    )
+    .unwrap();
+    let late = user
+        .post(
+            "/approvals/answer",
+            &[
+                ("csrf", &csrf),
+                ("call", &third.call_id),
+                ("verdict", "approve"),
+            ],
+        )
+        .await;
+    assert!(late.status == 409, "{} {}", late.status, late.body);
+    assert!(late.body.contains(&third.call_id), "{}", late.body);
+    let result = call.await.unwrap();
+    assert!(
+        result.is_error() && result.text().contains("queue first"),
+        "{}",
+        result.text()
+    );
+
+    let records = crate::support::audit_records(&bench.state().join("audit.jsonl"));
+    let answered: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "approval-answered")
+        .collect();
+    let by_console: Vec<&Value> = answered
+        .iter()
+        .copied()
+        .filter(|r| r["answered_by"]["channel"] == "console")
+        .collect();
+    assert_eq!(by_console.len(), 2, "{answered:#?}");
+    assert!(
+        by_console
+            .iter()
+            .all(|r| r["answered_by"]["answerer"] == "alice"),
+        "{by_console:#?}"
+    );
+    console.stop().await;
+    Arc::into_inner(toolward).unwrap().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_refuses_other_sites_hosts_and_changes_without_its_csrf_token() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(bench.state())
+        .unwrap();
+    let console = bench.console().await;
+    let addr = console.addr;
+
+    // Every answer carries the headers that keep it out of frames and inline script out.
+    let login = send(addr, "GET", "/login", &[], None).await;
+    assert_eq!(login.status, 200);
+    let csp = login.header("content-security-policy");
+    assert!(
+        csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(login.header("x-frame-options"), "DENY");
+    assert_eq!(login.header("x-content-type-options"), "nosniff");
+    assert!(
+        !login.body.contains("<script>"),
+        "inline script: {}",
+        login.body
+    );
+
+    // A wrong token signs nobody in; a right one gets a new HttpOnly, SameSite=Strict session.
+    assert_eq!(sign_in(addr, "not-the-token").await.status, 401);
+    let signed = sign_in(addr, TOKEN).await;
+    let set = signed.header("set-cookie");
+    assert!(
+        set.contains("toolward_console=")
+            && set.contains("HttpOnly")
+            && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let user = Signed::new(addr).await;
+    assert!(
+        !user
+            .cookie
+            .ends_with(&signed.cookie("toolward_console").unwrap()),
+        "two sign-ins, one session id"
+    );
+
+    // A sign-in form this console did not give (login CSRF) is refused.
+    let forged = send(
+        addr,
+        "POST",
+        "/login",
+        &[
+            ("origin", own_origin(addr)),
+            ("cookie", String::from("toolward_console_login=abc")),
+        ],
+        Some(form(&[("nonce", "abc"), ("token", TOKEN)])),
+    )
+    .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+
+    let csrf = user.csrf().await;
+    let answer = form(&[
+        ("csrf", &csrf),
+        ("call", "01KNOTHELD"),
+        ("verdict", "approve"),
+    ]);
+    // Another site's page posting with the user's cookie.
+    let cross = send(
+        addr,
+        "POST",
+        "/approvals/answer",
+        &[
+            ("cookie", user.cookie.clone()),
+            ("origin", String::from("http://evil.example")),
+        ],
+        Some(answer.clone()),
+    )
+    .await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
+    assert!(cross.body.contains("evil.example"), "{}", cross.body);
+    // No Origin at all.
+    let bare = send(
+        addr,
+        "POST",
+        "/approvals/answer",
+        &[("cookie", user.cookie.clone())],
+        Some(answer.clone()),
+    )
+    .await;
+    assert_eq!(bare.status, 403, "{}", bare.body);
+    // The right origin but no CSRF token.
+    let no_csrf = user
+        .post(
+            "/approvals/answer",
+            &[("call", "01KNOTHELD"), ("verdict", "approve")],
+        )
+        .await;
+    assert_eq!(no_csrf.status, 403, "{}", no_csrf.body);
+    assert!(no_csrf.body.contains("CSRF"), "{}", no_csrf.body);
+    // A CSRF token of another session.
+    let other = Signed::new(addr).await;
+    let other_csrf = other.csrf().await;
+    let wrong = user
+        .post(
+            "/approvals/answer",
+            &[
+                ("csrf", &other_csrf),
+                ("call", "01KNOTHELD"),
+                ("verdict", "approve"),
+            ],
+        )
+        .await;
+    assert_eq!(wrong.status, 403, "{}", wrong.body);
+    // With everything right, the answer reaches the queue, which knows no such call.
+    let right = user
+        .post(
+            "/approvals/answer",
+            &[
+                ("csrf", &csrf),
+                ("call", "01KNOTHELD"),
+                ("verdict", "approve"),
+            ],
+        )
+        .await;
+    assert_eq!(right.status, 409, "{}", right.body);
+    // No session: pages send to sign-in, changes are refused.
+    assert_eq!(send(addr, "GET", "/approvals", &[], None).await.status, 303);
+    let anonymous = send(
+        addr,
+        "POST",
+        "/approvals/answer",
+        &[("origin", own_origin(addr))],
+        Some(answer),
+    )
+    .await;
+    assert_eq!(anonymous.status, 403);
+    // DNS rebinding: a name that resolves here but is not the console's.
+    let rebound = send(
+        addr,
+        "GET",
+        "/approvals",
+        &[
+            ("host", format!("attacker.example:{}", addr.port())),
+            ("cookie", user.cookie.clone()),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    // Signing out ends the session.
+    let out = user.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status, 303);
+    assert_eq!(user.get("/approvals").await.status, 303);
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken_chain() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    let toolward = Arc::new(Toolward::start(bench.config()).await.unwrap());
+    let call = spawn_call(
+        &toolward,
+        json!({"path": "/tmp/a", "content": "</pre><b>x</b>"}),
+    );
+    let held = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    approval::answer(&bench.state(), &held.call_id, false, None).unwrap();
+    assert!(call.await.unwrap().is_error());
+    Arc::into_inner(toolward).unwrap().shutdown().await;
+
+    let console = bench.console().await;
+    let user = Signed::new(console.addr).await;
+    let page = user.get("/audit").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<b>intact</b>"), "{}", page.body);
+    assert!(
+        page.body.contains("approval-answered") && page.body.contains(&held.call_id),
+        "{}",
+        page.body
+    );
+    let records = crate::support::audit_records(&bench.state().join("audit.jsonl"));
+    let held_records = records.iter().filter(|r| r["decision"] == "hold").count();
+    assert!(held_records >= 1);
+    let holds = user.get("/audit?decision=hold").await.body;
+    let counts = format!(
+        "{held_records} shown of {held_records} matching records ({} read)",
+        records.len()
+    );
+    assert!(holds.contains(&counts), "{counts}: {holds}");
+    let none = user.get("/audit?server=nothere").await.body;
+    assert!(none.contains("0 shown of 0 matching"), "{none}");
+    let bad = user.get("/audit?since=yesterday-ish").await.body;
+    assert!(
+        bad.contains("is not a time") && bad.contains("0 shown"),
+        "{bad}"
+    );
+    console.stop().await;
+
+    // A record changed after it was written: the next check says where the chain breaks.
+    let log = bench.state().join("audit.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&log, text.replacen("\"s__write\"", "\"s__wrote\"", 1)).unwrap();
+    let console = bench.console().await;
+    let user = Signed::new(console.addr).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = user.get("/audit").await.body;
+        if page.contains("BROKEN") {
+            assert!(page.contains("chain broken at"), "{page}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no break shown: {page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    console.stop().await;
+}
+
+/// A webhook receiver on loopback: every request's signature header and body, as received.
+async fn receiver() -> (
+    SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(Instant, String, String)>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (sent, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let sent = sent.clone();
+                        async move {
+                            let signature = request
+                                .headers()
+                                .get("x-toolward-signature")
+                                .map(|v| v.to_str().unwrap().to_owned())
+                                .unwrap_or_default();
+                            let body = request.into_body().collect().await.unwrap().to_bytes();
+                            let _ = sent.send((
+                                Instant::now(),
+                                signature,
+                                String::from_utf8_lossy(&body).into_owned(),
+                            ));
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::new(),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
+    use hmac::{Hmac, KeyInit, Mac};
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    let toolward = Arc::new(Toolward::start(bench.config()).await.unwrap());
+    let (hook, mut received) = receiver().await;
+    let secret = b"a shared secret of the receiver".to_vec();
+    let console = bench
+        .console_notifying(NotifySettings {
+            targets: vec![
+                NotifyTarget {
+                    url: format!("http://{hook}/hook"),
+                    format: NotifyFormat::Webhook,
+                },
+                NotifyTarget {
+                    url: format!("http://{hook}/slack"),
+                    format: NotifyFormat::Slack,
+                },
+            ],
+            secret: Some(secret.clone()),
+            include_arguments: false,
+            allow_private: false,
+            link_base: String::from("https://console.example"),
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let call = spawn_call(
+        &toolward,
+        json!({"path": "/tmp/secret-plans", "content": "<!channel>"}),
+    );
+    let held = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    let mut webhook = None;
+    let mut slack = None;
+    while webhook.is_none() || slack.is_none() {
+        let (at, signature, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
+            .await
+            .expect("no notification within 5 s")
+            .unwrap();
+        let value: Value = serde_json::from_str(&body).unwrap();
+        if value.get("text").is_some() {
+            slack = Some((at, signature, value));
+        } else {
+            webhook = Some((at, signature, body, value));
+        }
+    }
+    let (at, signature, body, value) = webhook.unwrap();
+    // The hold's time is the pending entry's; the notification left within a second of it.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let arrived_ms = now_ms - at.elapsed().as_millis() as u64;
+    assert!(
+        arrived_ms.saturating_sub(held.time_ms) < 1000,
+        "arrived {} ms after the hold",
+        arrived_ms - held.time_ms
+    );
+    let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).unwrap();
+    mac.update(body.as_bytes());
+    assert_eq!(
+        signature,
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    );
+    assert_eq!(value["event"], "call-held");
+    assert_eq!(value["call_id"], held.call_id.as_str());
+    assert_eq!(value["tool"], "s__write");
+    assert_eq!(value["principal"], held.principal.as_str());
+    assert_eq!(
+        value["link"],
+        format!("https://console.example/approvals#call-{}", held.call_id)
+    );
+    assert!(
+        value.get("arguments").is_none() && !body.contains("secret-plans"),
+        "{body}"
+    );
+    let (_, _, message) = slack.unwrap();
+    let text = message["text"].as_str().unwrap();
+    assert!(
+        text.contains("s__write") && text.contains(&held.call_id),
+        "{text}"
+    );
+    assert!(
+        !text.contains("<!channel>") && !text.contains("secret-plans"),
+        "{text}"
+    );
+
+    approval::answer(&bench.state(), &held.call_id, false, None).unwrap();
+    call.await.unwrap();
+    // One notification per hold: nothing more arrives.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(600), received.recv())
+            .await
+            .is_err()
+    );
+    console.stop().await;
+    Arc::into_inner(toolward).unwrap().shutdown().await;
+}
