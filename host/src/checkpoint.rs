@@ -42,13 +42,17 @@
 use std::fmt;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use crate::audit::{self, AuditError, ChainBreak, head::head_name};
+use crate::audit::{self, AuditError, AuditLog, ChainBreak, head::head_name};
 use crate::merkle::{self, Hash, Tree};
 use crate::state_dir::{StateDir, StateError, check_private, replace_private_in};
 
@@ -179,6 +183,11 @@ pub enum CheckpointError {
     /// No randomness for a new key.
     #[error("no randomness for a new checkpoint key: {0}")]
     Random(String),
+    /// `audit.checkpoint` with a store whose chain toolward does not yet sign.
+    #[error(
+        "`audit.checkpoint` signs the state folder's audit log; with `store.postgres` no gateway signs checkpoints yet (`toolward audit verify --config --checkpoint` still checks the database's chain against one)"
+    )]
+    NotForPostgres,
 }
 
 /// A checkpoint's body: which log, how many records, and the tree's root.
@@ -815,6 +824,92 @@ pub fn check_log(read: &LogTree, checkpoint: Checkpoint) -> CheckReport {
         ));
     }
     report
+}
+
+/// Signs checkpoints of a gateway's log on a thread of its own: every interval when the log's
+/// head moved since the last one, and once more when stopped (after a sync, so the last
+/// records are covered). A checkpoint that cannot be signed is logged, never a refusal of
+/// calls: the log itself is intact or refuses records on its own.
+#[derive(Debug)]
+pub struct Checkpointer {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Starts signing checkpoints of `log` (its head and latest checkpoint in `state`) with
+    /// `signer` as `origin`, every `interval`.
+    #[must_use]
+    pub fn start(
+        log: Arc<AuditLog>,
+        state: Arc<StateDir>,
+        signer: NoteSigner,
+        origin: String,
+        interval: Duration,
+    ) -> Checkpointer {
+        let (stop, stopped) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("toolward-checkpoints".to_owned())
+            .spawn(move || {
+                let path = log.path().to_path_buf();
+                let mut signed: Option<u64> = None;
+                let sign = |signed: &mut Option<u64>| {
+                    let head = audit::read_head(&state, &path).ok().and_then(|(head, _)| head);
+                    if head.is_some() && head.map(|head| head.records) == *signed {
+                        return;
+                    }
+                    match sign_log(&path, &state, &signer, &origin) {
+                        Ok(done) => {
+                            tracing::info!(size = done.checkpoint.size, checkpoint = %done.path.display(), "signed an audit checkpoint");
+                            *signed = Some(done.checkpoint.size);
+                        }
+                        Err(error) => tracing::error!(%error, "no audit checkpoint signed"),
+                    }
+                };
+                loop {
+                    match stopped.recv_timeout(interval) {
+                        Err(RecvTimeoutError::Timeout) => sign(&mut signed),
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                            if let Err(error) = log.sync() {
+                                tracing::error!(%error, "no audit checkpoint at shutdown");
+                                return;
+                            }
+                            sign(&mut signed);
+                            return;
+                        }
+                    }
+                }
+            });
+        match thread {
+            Ok(thread) => Checkpointer {
+                stop: Some(stop),
+                thread: Some(thread),
+            },
+            Err(error) => {
+                tracing::error!(%error, "cannot start the thread that signs audit checkpoints");
+                Checkpointer {
+                    stop: None,
+                    thread: None,
+                }
+            }
+        }
+    }
+
+    /// Signs the last checkpoint (when the log grew since the one before) and stops.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 #[cfg(test)]
