@@ -148,9 +148,10 @@ pub use start::{StartFailure, Toolward};
 
 // The operator's configuration.
 pub use config::{
-    AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, IntrospectionConfig, Limits,
-    ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
-    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    AuditConfig, CaBundle, CheckpointConfig, Config, ConfigError, ConfineConfig,
+    IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant,
+    PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig,
+    TelemetryConfig,
 };
 
 // Pinning: the manifest of reviewed tools.
@@ -170,6 +171,11 @@ pub use audit::{
     AuditSync, ChainBreak, VerifyReport, verify, verify_with_head,
 };
 pub use state_dir::StateDir;
+
+// Signed checkpoints of the audit log (`audit.checkpoint`): why one cannot be signed or
+// verified.
+#[cfg(feature = "checkpoints")]
+pub use checkpoint::CheckpointError;
 
 // Policy components: the effects and annotations a decision sees, and the bounds on guests.
 pub use component::{Annotations, GuestLimits};

@@ -508,7 +508,7 @@ pub struct CheckpointConfig {
     /// `toolward audit keygen` writes it, mode `0600`. Withheld from confined servers.
     pub key: PathBuf,
     /// How often a gateway signs a checkpoint when the log grew, in milliseconds
-    /// (`audit.checkpoint.interval_ms`, default [`DEFAULT_CHECKPOINT_INTERVAL_MS`]); one is
+    /// (`audit.checkpoint.interval_ms`, default 600 000: `DEFAULT_CHECKPOINT_INTERVAL_MS`); one is
     /// also signed at shutdown.
     pub interval_ms: u64,
     /// The log's name on the checkpoint's first line (`audit.checkpoint.origin`, default the
