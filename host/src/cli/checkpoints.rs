@@ -191,6 +191,11 @@ pub(super) fn report_text(report: &CheckReport, file: &Path, key: &str) {
 /// log's first N records (default: every record up to the head), as JSON.
 pub(super) fn prove(config_path: &Path, seq: u64, size: Option<u64>) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
+    if !matches!(config.store, crate::config::StoreConfig::StateDir) {
+        return Err(usage(anyhow!(
+            "`audit prove` reads the state folder's audit log; with `store.postgres` it does not prove records yet"
+        )));
+    }
     let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
     let log: PathBuf = config.audit.file.clone();
     let upto = match size {
