@@ -20,6 +20,7 @@ use crate::store::StateDir;
 
 #[cfg(feature = "http-upstream")]
 mod auth;
+mod checkpoints;
 mod first_hour;
 
 use first_hour::{audit_replay, audit_show, audit_tail, client, init, pin_tool};
@@ -392,9 +393,55 @@ enum AuditCommand {
         /// The config whose `audit.file` to check, against the head kept in its `state_dir`.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// A checkpoint copied away earlier (the signed note `audit checkpoint` printed): the
+        /// log must still hold its records unchanged, shown by a consistency proof from its
+        /// tree to the log's (exit 1 otherwise). Needs `--public-key`.
+        #[arg(long, requires = "public_key", value_name = "FILE")]
+        checkpoint: Option<PathBuf>,
+        /// The verifier key of the checkpoint's signer (`NAME+ID+KEY`, as `audit keygen`
+        /// prints it), or a file holding it.
+        #[arg(long, requires = "checkpoint", value_name = "KEY")]
+        public_key: Option<String>,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Sign a checkpoint of the config's log now (`audit.checkpoint` names the key) and print
+    /// it: copy it somewhere the operator's account cannot write (a ticket, another host),
+    /// where `audit verify --checkpoint` can later check the log against it.
+    ///
+    /// Example: `toolward audit checkpoint --config toolward.json > checkpoint-$(date +%F).txt`
+    Checkpoint {
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// Print the latest checkpoint kept in the state folder instead of signing one.
+        #[arg(long)]
+        latest: bool,
+    },
+    /// Print the inclusion proof of record SEQ (RFC 6962) in the tree of the log's records,
+    /// as JSON: with the root of a checkpoint of that size, anyone can check that the record
+    /// is in the log it covers.
+    Prove {
+        /// The record's `seq`.
+        seq: u64,
+        /// The config file.
+        #[arg(long, short, default_value = "toolward.json")]
+        config: PathBuf,
+        /// The tree's size: a checkpoint's (default: every record up to the log's head).
+        #[arg(long)]
+        size: Option<u64>,
+    },
+    /// Make a checkpoint signer key: FILE (created 0600) for `audit.checkpoint.key`, and its
+    /// verifier key, printed and written to `FILE.pub`, for whoever checks checkpoints.
+    Keygen {
+        /// The key's name: the checkpoints' origin unless the config names one (a URL-like
+        /// name without a scheme, such as `example.com/toolward/laptop`).
+        #[arg(long)]
+        name: String,
+        /// Where to write the signer key.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Show the records of the config's log that match the filters, checking the chain as it
     /// reads (exit 1 at a break, saying where).
@@ -746,12 +793,34 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                 },
         } => store_migrate(&config, accept_drift).await,
         Command::Audit {
-            command: AuditCommand::Verify { file, config, json },
-        } => match (file, config) {
-            (Some(file), _) => audit_verify(&file, None, json),
-            (None, Some(config)) => audit_verify_config(&config, json).await,
-            (None, None) => Err(usage(anyhow!("give an audit log or `--config`"))),
-        },
+            command:
+                AuditCommand::Verify {
+                    file,
+                    config,
+                    checkpoint,
+                    public_key,
+                    json,
+                },
+        } => {
+            let anchor = match (&checkpoint, &public_key) {
+                (Some(checkpoint), Some(key)) => Some(checkpoints::anchor(checkpoint, key)?),
+                _ => None,
+            };
+            match (file, config) {
+                (Some(file), _) => audit_verify(&file, None, anchor, json),
+                (None, Some(config)) => audit_verify_config(&config, anchor, json).await,
+                (None, None) => Err(usage(anyhow!("give an audit log or `--config`"))),
+            }
+        }
+        Command::Audit {
+            command: AuditCommand::Checkpoint { config, latest },
+        } => checkpoints::sign(&config, latest),
+        Command::Audit {
+            command: AuditCommand::Prove { seq, config, size },
+        } => checkpoints::prove(&config, seq, size),
+        Command::Audit {
+            command: AuditCommand::Keygen { name, out },
+        } => checkpoints::keygen(&name, &out),
         Command::Audit {
             command: AuditCommand::Accept { config },
         } => audit_accept(&config),
@@ -1430,16 +1499,25 @@ fn suggested_rules(report: &load::LoadReport) -> String {
     serde_json::to_string_pretty(&serde_json::json!({ "servers": servers })).unwrap_or_default()
 }
 
-/// `audit verify FILE`, or with `head` (the head and its file) `audit verify --config`.
+/// `audit verify FILE`, or with `head` (the head and its file) `audit verify --config`; with
+/// `anchor` (a checkpoint, its signature verified, and the key's name), `--checkpoint`.
 fn audit_verify(
     file: &Path,
     head: Option<(crate::audit::AuditHead, PathBuf)>,
+    anchor: Option<(crate::checkpoint::Checkpoint, String)>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let (report, problem) = match &head {
         Some((head, _)) => crate::audit::verify_with_head(file, head).map_err(failure)?,
         None => (crate::audit::verify(file).map_err(failure)?, None),
     };
+    let anchored = match anchor {
+        Some((checkpoint, key)) => Some((checkpoints::check(file, checkpoint)?, key)),
+        None => None,
+    };
+    let anchor_broken = anchored
+        .as_ref()
+        .is_some_and(|(report, _)| report.problem.is_some());
     if json {
         let value = serde_json::json!({
             "file": file.display().to_string(),
@@ -1454,6 +1532,7 @@ fn audit_verify(
                 "checked": problem.is_some() || report.first_break.is_none() || head.records <= report.records,
                 "problem": problem.as_ref().map(ToString::to_string),
             })),
+            "checkpoint": anchored.as_ref().map(|(report, key)| checkpoints::report_json(report, key)),
         });
         println!("{value:#}");
     } else {
@@ -1479,17 +1558,26 @@ fn audit_verify(
                 ),
             }
         }
+        if let Some((report, key)) = &anchored {
+            checkpoints::report_text(report, file, key);
+        }
     }
-    Ok(if report.first_break.is_some() || problem.is_some() {
-        ExitCode::from(EXIT_FOUND)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if report.first_break.is_some() || problem.is_some() || anchor_broken {
+            ExitCode::from(EXIT_FOUND)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }
 
 /// `audit verify --config`: the config's log, against its head; with a PostgreSQL store,
 /// its records exported (one snapshot) to a private temporary file, against the head row.
-async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode, Failure> {
+async fn audit_verify_config(
+    config_path: &Path,
+    anchor: Option<(crate::checkpoint::Checkpoint, String)>,
+    json: bool,
+) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     if let crate::config::StoreConfig::Postgres { url, .. } = &config.store {
         let store = pg_store(url, config_path)?;
@@ -1509,6 +1597,7 @@ async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode,
             audit_verify(
                 &file,
                 Some((head, PathBuf::from(store.name().trim_matches('`')))),
+                anchor,
                 json,
             )
         }
@@ -1533,7 +1622,7 @@ async fn audit_verify_config(config_path: &Path, json: bool) -> Result<ExitCode,
         };
     }
     let (head, head_path) = crate::audit::read_head(&state, file).map_err(failure)?;
-    audit_verify(file, head.map(|head| (head, head_path)), json)
+    audit_verify(file, head.map(|head| (head, head_path)), anchor, json)
 }
 
 /// `audit export --config [--out FILE]`.

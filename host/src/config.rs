@@ -47,7 +47,8 @@ use crate::component::GuestLimits;
 pub(crate) use reader::type_name;
 use reader::Reader;
 pub use sections::{
-    AuditConfig, CaBundle, ConfineConfig, DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS,
+    AuditConfig, CaBundle, CheckpointConfig, ConfineConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
+    DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
     OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig,

@@ -441,7 +441,7 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
 /// What every confined server of `config` is denied: the state folder,
 /// the config file, the rules file and components, the policy component and settings, the
 /// manifest, the audit log and the files beside it whose names start with its name (a lock,
-/// a head), and the folder of the servers' homes (each server's own is allowed again by
+/// a head), the checkpoint signer key, and the folder of the servers' homes (each server's own is allowed again by
 /// [`plan`]).
 pub fn default_denied(config: &Config) -> Vec<PathBuf> {
     let mut deny = vec![config.state_dir.clone()];
@@ -453,6 +453,7 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
     deny.extend(config.policy.cedar.iter().cloned());
     deny.push(config.manifest.clone());
     deny.push(config.audit.file.clone());
+    deny.extend(config.audit.checkpoint.iter().map(|c| c.key.clone()));
     if let (Some(folder), Some(name)) = (config.audit.file.parent(), config.audit.file.file_name())
         && let Ok(entries) = std::fs::read_dir(folder)
     {

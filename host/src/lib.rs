@@ -16,12 +16,12 @@
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | 0 | text, ids, canonical | escaping for a terminal or log; ULIDs and the clock; exact JSON |
+//! | 0 | text, ids, canonical, merkle | escaping for a terminal or log; ULIDs and the clock; exact JSON; RFC 6962 Merkle trees and their proofs |
 //! | 1 | identity, schema | principals and answerers; `inputSchema` checks, narrowing, validators |
 //! | 2 | state_dir | the state folder |
 //! | 3 | database, component | the PostgreSQL connection; wasmtime hosting policy components |
 //! | 4 | audit, facts, labels, review | the audit chain and its store interface; fact counters; sessions' labels; a result as a review sees it, and redactions applied |
-//! | 5 | config, approval | the operator's config; held calls and answers |
+//! | 5 | config, approval, checkpoint | the operator's config; held calls and answers; signed checkpoints of the audit log |
 //! | 6 | confine, manifest, store, client_config, policy_test, telemetry, oauth | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP; signing in to HTTP servers (OAuth 2.1) |
 //! | 7 | transport | the MCP client to a server, started confined |
 //! | 8 | listing, registry | `tools/list`; the tools as the model sees them |
@@ -53,7 +53,8 @@
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
-//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `listen-oauth`, `postgres`, `cedar`, `console` | clap, toml_edit, jsonc-parser, tracing-subscriber |
+//! | `checkpoints` | signed checkpoints of the audit log, `audit.checkpoint` (`checkpoint`; the Merkle tree itself, `merkle`, is always built) | ed25519-dalek (`std`, `zeroize`, `fast`: no `rand_core`, keys are made from `getrandom` bytes) |
+//! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `listen-oauth`, `postgres`, `cedar`, `console`, `checkpoints` | clap, toml_edit, jsonc-parser, tracing-subscriber |
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 // Without `internals`, what only this workspace's tests reach (and the old paths kept for
@@ -85,6 +86,8 @@ modules!(
     canonical,
     #[cfg(feature = "cedar")]
     cedar,
+    #[cfg(feature = "checkpoints")]
+    checkpoint,
     #[cfg(feature = "cli")]
     client_config,
     component,
@@ -107,6 +110,7 @@ modules!(
     listing,
     load,
     manifest,
+    merkle,
     #[cfg(feature = "http-upstream")]
     oauth,
     pin,
@@ -148,9 +152,10 @@ pub use start::{StartFailure, Toolward};
 
 // The operator's configuration.
 pub use config::{
-    AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, IntrospectionConfig, Limits,
-    ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
-    ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
+    AuditConfig, CaBundle, CheckpointConfig, Config, ConfigError, ConfineConfig,
+    IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant,
+    PolicyConfig, RulesConfig, ServerConfig, ServerConfine, ServerTransport, StoreConfig,
+    TelemetryConfig,
 };
 
 // Pinning: the manifest of reviewed tools.
@@ -170,6 +175,11 @@ pub use audit::{
     AuditSync, ChainBreak, VerifyReport, verify, verify_with_head,
 };
 pub use state_dir::StateDir;
+
+// Signed checkpoints of the audit log (`audit.checkpoint`): why one cannot be signed or
+// verified.
+#[cfg(feature = "checkpoints")]
+pub use checkpoint::CheckpointError;
 
 // Policy components: the effects and annotations a decision sees, and the bounds on guests.
 pub use component::{Annotations, GuestLimits};

@@ -70,14 +70,18 @@ pub enum StartFailure {
     /// The fact counters in the state folder cannot be opened (`docs/facts.md`).
     #[error(transparent)]
     Facts(#[from] crate::facts::FactError),
+    /// The `audit.checkpoint` key cannot be read, or the store does not take checkpoints.
+    #[error(transparent)]
+    #[cfg(feature = "checkpoints")]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// The `telemetry` section's exporter cannot start.
     #[error(transparent)]
     #[cfg(feature = "otel")]
     Telemetry(#[from] crate::telemetry::TelemetryError),
     /// The config names what this build of the library leaves out: a Cargo feature of the
     /// `toolward` crate that is off (`store.postgres` needs `postgres`, `telemetry` needs
-    /// `otel`).
-    #[cfg(not(all(feature = "postgres", feature = "otel")))]
+    /// `otel`, `audit.checkpoint` needs `checkpoints`).
+    #[cfg(not(all(feature = "postgres", feature = "otel", feature = "checkpoints")))]
     #[error(
         "{what} needs the `{feature}` feature of the toolward crate, which this build leaves out"
     )]
@@ -118,6 +122,9 @@ pub struct Toolward {
     session: String,
     supervisors: std::sync::Mutex<Supervisors>,
     state: Arc<StateDir>,
+    /// Signs checkpoints of the state folder's log (`audit.checkpoint`).
+    #[cfg(feature = "checkpoints")]
+    checkpointer: std::sync::Mutex<Option<crate::checkpoint::Checkpointer>>,
 }
 
 impl Toolward {
@@ -142,6 +149,34 @@ impl Toolward {
                 feature: "otel",
             });
         }
+        #[cfg(not(feature = "checkpoints"))]
+        if config.audit.checkpoint.is_some() {
+            return Err(StartFailure::FeatureOff {
+                what: "`audit.checkpoint`",
+                feature: "checkpoints",
+            });
+        }
+        // The signer key is read before anything starts: a key that cannot be used stops
+        // the start, naming it.
+        #[cfg(feature = "checkpoints")]
+        let signer = match &config.audit.checkpoint {
+            None => None,
+            Some(_) if !matches!(config.store, StoreConfig::StateDir) => {
+                return Err(crate::checkpoint::CheckpointError::NotForPostgres.into());
+            }
+            Some(checkpoint) => {
+                let signer = crate::checkpoint::NoteSigner::read(&checkpoint.key)?;
+                let origin = checkpoint
+                    .origin
+                    .clone()
+                    .unwrap_or_else(|| signer.name().to_owned());
+                Some((
+                    signer,
+                    origin,
+                    std::time::Duration::from_millis(checkpoint.interval_ms),
+                ))
+            }
+        };
         #[cfg(not(feature = "postgres"))]
         let shared: Option<NoFleet> = match &config.store {
             StoreConfig::StateDir => None,
@@ -190,17 +225,30 @@ impl Toolward {
         // each under the file's lock. Opened before any server starts: a log made after a
         // server started would not be covered in its namespaces (only Landlock would withhold
         // it, and Landlock does not withhold a file's mode).
+        #[cfg(feature = "checkpoints")]
+        let mut checkpointer = None;
         let (audit, approvals, fleet) = match shared {
             Some(shared) => shared,
             None => {
                 if let Some(parent) = config.audit.file.parent() {
                     let _ = std::fs::create_dir_all(parent);
                 }
-                let audit: Arc<dyn AuditStore> = Arc::new(AuditLog::open_with_head(
+                let log = Arc::new(AuditLog::open_with_head(
                     &config.audit.file,
                     config.audit.sync,
                     &state,
                 )?);
+                #[cfg(feature = "checkpoints")]
+                if let Some((signer, origin, interval)) = signer {
+                    checkpointer = Some(crate::checkpoint::Checkpointer::start(
+                        Arc::clone(&log),
+                        Arc::clone(&state),
+                        signer,
+                        origin,
+                        interval,
+                    ));
+                }
+                let audit: Arc<dyn AuditStore> = log;
                 let approvals: Arc<dyn ApprovalStore> =
                     Arc::new(StateDirApprovals::new(config.state_dir.clone()));
                 (audit, approvals, None)
@@ -319,6 +367,8 @@ impl Toolward {
             call_path: Arc::new(call_path),
             report,
             state,
+            #[cfg(feature = "checkpoints")]
+            checkpointer: std::sync::Mutex::new(checkpointer),
         })
     }
 
@@ -416,14 +466,26 @@ impl Toolward {
     }
 
     /// Closes every server (each process group ended); no restart follows. Calls made after
-    /// it fail as calls to a server that is down. Takes `&self`, so a toolward shared behind
-    /// an `Arc` can be shut down by any holder.
+    /// it fail as calls to a server that is down. With `audit.checkpoint`, signs the last
+    /// checkpoint of the log. Takes `&self`, so a toolward shared behind an `Arc` can be shut
+    /// down by any holder.
     pub async fn shutdown(&self) {
         self.supervisors
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .stop();
         self.call_path.registry().close().await;
+        // The last checkpoint, covering every record so far (the thread syncs first).
+        #[cfg(feature = "checkpoints")]
+        let checkpointer = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        #[cfg(feature = "checkpoints")]
+        if let Some(mut checkpointer) = checkpointer {
+            let _ = tokio::task::spawn_blocking(move || checkpointer.stop()).await;
+        }
     }
 
     /// SHA-256 of the components, by role.

@@ -10,6 +10,7 @@
 mod approvals;
 mod call;
 mod cedar;
+mod checkpoint;
 mod component;
 mod console;
 mod first_hour;

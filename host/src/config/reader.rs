@@ -11,6 +11,9 @@ use crate::audit::AuditSync;
 use crate::component::GuestLimits;
 
 use super::expand::{expand, is_var_name};
+use super::sections::{
+    CheckpointConfig, DEFAULT_CHECKPOINT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
+};
 use super::{
     AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE,
     DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
@@ -86,7 +89,15 @@ pub(super) const OAUTH_KEYS: &[&str] = &[
 pub(super) const UNSUPPORTED_SERVER_KEYS: &[&str] = &["cwd", "envFile"];
 const RULES_KEYS: &[&str] = &["file", "component"];
 const POLICY_KEYS: &[&str] = &["component", "settings", "cedar"];
-pub(super) const AUDIT_KEYS: &[&str] = &["file", "sync", "record_arguments", "record_results"];
+pub(super) const AUDIT_KEYS: &[&str] = &[
+    "file",
+    "sync",
+    "record_arguments",
+    "record_results",
+    "checkpoint",
+];
+/// The keys of `audit.checkpoint`.
+pub(super) const CHECKPOINT_KEYS: &[&str] = &["key", "interval_ms", "origin"];
 /// Keys of `store` (see [`StoreConfig`]).
 pub(super) const STORE_KEYS: &[&str] = &["postgres", "oauth_key"];
 pub(super) const LISTEN_KEYS: &[&str] = &[
@@ -315,6 +326,7 @@ impl Reader<'_> {
                 sync: AuditSync::Always,
                 record_arguments: false,
                 record_results: false,
+                checkpoint: None,
             },
             Some(value) => self.audit(value, &root.key("audit"))?,
         };
@@ -1044,11 +1056,62 @@ impl Reader<'_> {
             None => false,
             Some(value) => as_bool(value, &path.key("record_results"))?,
         };
+        let checkpoint = match map.get("checkpoint") {
+            None => None,
+            Some(value) => Some(self.checkpoint(value, &path.key("checkpoint"))?),
+        };
         Ok(AuditConfig {
             file: self.path_or(map, path, "file", DEFAULT_AUDIT_FILE)?,
             sync,
             record_arguments,
             record_results,
+            checkpoint,
+        })
+    }
+
+    fn checkpoint(&self, value: &Value, path: &JsonPath) -> Result<CheckpointConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, CHECKPOINT_KEYS)?;
+        let key = match map.get("key") {
+            None => {
+                return Err(path
+                    .key("key")
+                    .invalid("missing: the signer key file (`toolward audit keygen` writes one)"));
+            }
+            Some(value) => self.path(value, &path.key("key"))?,
+        };
+        let interval_ms = match map.get("interval_ms") {
+            None => DEFAULT_CHECKPOINT_INTERVAL_MS,
+            Some(value) => {
+                let key_path = path.key("interval_ms");
+                let ms = value
+                    .as_u64()
+                    .ok_or_else(|| expected(&key_path, "an integer (milliseconds)", value))?;
+                if !(MIN_CHECKPOINT_INTERVAL_MS..=MAX_TIMEOUT_MS).contains(&ms) {
+                    return Err(key_path.invalid(format!(
+                        "{ms} ms is outside {MIN_CHECKPOINT_INTERVAL_MS} (one second) to {MAX_TIMEOUT_MS} (one day)"
+                    )));
+                }
+                ms
+            }
+        };
+        let origin = match map.get("origin") {
+            None => None,
+            Some(value) => {
+                let origin_path = path.key("origin");
+                let origin = non_empty_str(value, &origin_path)?;
+                if origin.chars().any(|c| c.is_whitespace() || c.is_control() || c == '+') {
+                    return Err(origin_path.invalid(
+                        "a log's name holds no spaces, control characters or `+`",
+                    ));
+                }
+                Some(origin.to_owned())
+            }
+        };
+        Ok(CheckpointConfig {
+            key,
+            interval_ms,
+            origin,
         })
     }
 

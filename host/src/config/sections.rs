@@ -486,6 +486,34 @@ pub struct AuditConfig {
     /// (`audit.record_results`, default `false`: results may hold secrets, which the
     /// review redacted from what the client got but not from this record).
     pub record_results: bool,
+    /// Signed checkpoints of the log (`audit.checkpoint`), when the operator keeps a key.
+    pub checkpoint: Option<CheckpointConfig>,
+}
+
+/// Default `audit.checkpoint.interval_ms`: 600 000 (ten minutes). Each checkpoint reads the
+/// log once; a checkpoint copied away every few minutes leaves little that a rewrite could
+/// hide.
+pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u64 = 600_000;
+
+/// Shortest `audit.checkpoint.interval_ms`: 1000 (one second). Each checkpoint reads the
+/// whole log.
+pub const MIN_CHECKPOINT_INTERVAL_MS: u64 = 1000;
+
+/// Signed checkpoints of the audit log (`audit.checkpoint`): the records as the leaves of a
+/// Merkle tree, its size and root signed with Ed25519 (`toolward audit checkpoint`,
+/// `toolward audit verify --checkpoint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// The signer key file (`audit.checkpoint.key`, required): a note signer key as
+    /// `toolward audit keygen` writes it, mode `0600`. Withheld from confined servers.
+    pub key: PathBuf,
+    /// How often a gateway signs a checkpoint when the log grew, in milliseconds
+    /// (`audit.checkpoint.interval_ms`, default 600 000: `DEFAULT_CHECKPOINT_INTERVAL_MS`); one is
+    /// also signed at shutdown.
+    pub interval_ms: u64,
+    /// The log's name on the checkpoint's first line (`audit.checkpoint.origin`, default the
+    /// key's name).
+    pub origin: Option<String>,
 }
 
 /// Listing and call limits. Every field has its unit in its name; every default is a

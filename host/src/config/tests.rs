@@ -519,13 +519,38 @@ fn server_name_with_other_characters_is_refused() {
 }
 
 #[test]
+fn an_audit_checkpoint_names_its_key_and_bounds_its_interval() {
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["audit"] = json!({ "checkpoint": { "key": "keys/checkpoint.key" } });
+    let checkpoint = load(value.clone()).unwrap().audit.checkpoint.unwrap();
+    assert_eq!(checkpoint.key, base().join("keys/checkpoint.key"));
+    assert_eq!(checkpoint.interval_ms, DEFAULT_CHECKPOINT_INTERVAL_MS);
+    assert_eq!(checkpoint.origin, None);
+    assert!(
+        crate::confine::default_denied(&load(value).unwrap())
+            .contains(&base().join("keys/checkpoint.key")),
+        "the signer key is withheld from servers"
+    );
+
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["audit"] = json!({ "checkpoint": { "interval_ms": 5000 } });
+    assert!(err_text(value).starts_with("audit.checkpoint.key: missing"));
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["audit"] = json!({ "checkpoint": { "key": "k", "interval_ms": 10 } });
+    assert!(err_text(value).starts_with("audit.checkpoint.interval_ms: 10 ms is outside 1000"));
+    let mut value = with_servers(json!({ "s": { "command": "s" } }));
+    value["audit"] = json!({ "checkpoint": { "key": "k", "origin": "two words" } });
+    assert!(err_text(value).contains("no spaces"));
+}
+
+#[test]
 fn unknown_key_names_its_path() {
     let mut value = with_servers(json!({ "s": { "command": "s" } }));
     value["audit"] = json!({ "synk": "none" });
     let text = err_text(value);
     assert!(
         text.starts_with(
-            "audit.synk: unknown key (expected one of `file`, `sync`, `record_arguments`, `record_results`)"
+            "audit.synk: unknown key (expected one of `file`, `sync`, `record_arguments`, `record_results`, `checkpoint`)"
         ),
         "{text}"
     );
@@ -862,6 +887,10 @@ fn json_schema_names_the_same_keys_as_the_reader() {
     assert_eq!(keys(&schema), sorted(TOP_KEYS));
     assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
     assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
+    assert_eq!(
+        keys(&schema["$defs"]["audit"]["properties"]["checkpoint"]),
+        sorted(super::reader::CHECKPOINT_KEYS)
+    );
     assert_eq!(keys(&schema["$defs"]["store"]), sorted(STORE_KEYS));
     assert_eq!(keys(&schema["properties"]["confine"]), sorted(CONFINE_KEYS));
     let server_confine = &schema["$defs"]["server"]["properties"]["confine"]["oneOf"];

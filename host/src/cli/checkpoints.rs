@@ -1,0 +1,229 @@
+//! `audit keygen`, `audit checkpoint`, `audit prove` and the checkpoint half of `audit
+//! verify --checkpoint`: the terminal side of [`crate::checkpoint`].
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::checkpoint::{self, CheckReport, Checkpoint, MAX_NOTE_BYTES, NoteSigner, NoteVerifier};
+
+use super::{EXIT_FOUND, Failure, failure, read_config, usage};
+
+/// `audit keygen --name NAME --out FILE`: a new signer key in FILE (created `0600`, never
+/// over an existing file), its verifier key in `FILE.pub` and on standard output.
+pub(super) fn keygen(name: &str, out: &Path) -> Result<ExitCode, Failure> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let signer = NoteSigner::generate(name).map_err(usage)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .map_err(|e| usage(anyhow!("cannot create `{}`: {e}", out.display())))?;
+    file.write_all(format!("{}\n", signer.to_text()).as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(failure)?;
+    let verifier = signer.verifier().to_string();
+    let mut public = out.as_os_str().to_owned();
+    public.push(".pub");
+    std::fs::write(&public, format!("{verifier}\n")).map_err(failure)?;
+    eprintln!(
+        "signer key in `{}` (keep it private: name it in `audit.checkpoint.key`); verifier key in `{}`:",
+        out.display(),
+        Path::new(&public).display()
+    );
+    println!("{verifier}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The config's log and the signer and origin of its `audit.checkpoint`.
+fn signer_of(
+    config: &crate::config::Config,
+    config_path: &Path,
+) -> Result<(NoteSigner, String), Failure> {
+    let Some(settings) = &config.audit.checkpoint else {
+        return Err(usage(anyhow!(
+            "`{}` has no `audit.checkpoint`: name a signer key there (`toolward audit keygen` makes one)",
+            config_path.display()
+        )));
+    };
+    if !matches!(config.store, crate::config::StoreConfig::StateDir) {
+        return Err(usage(checkpoint::CheckpointError::NotForPostgres));
+    }
+    let signer = NoteSigner::read(&settings.key).map_err(usage)?;
+    let origin = settings
+        .origin
+        .clone()
+        .unwrap_or_else(|| signer.name().to_owned());
+    Ok((signer, origin))
+}
+
+/// `audit checkpoint --config`: signs a checkpoint of the log now and prints it; with
+/// `--latest`, prints the latest kept without signing.
+pub(super) fn sign(config_path: &Path, latest: bool) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    if latest {
+        let (note, path) = checkpoint::read_latest(&state, &config.audit.file).map_err(failure)?;
+        let Some(note) = note else {
+            return Err(usage(anyhow!(
+                "no checkpoint of `{}` yet (`{}` does not exist): run `toolward audit checkpoint --config {}`",
+                config.audit.file.display(),
+                path.display(),
+                config_path.display()
+            )));
+        };
+        // Printed only once it opens with the config's own key: never unverified text.
+        let (signer, _) = signer_of(&config, config_path)?;
+        let what = format!("`{}`", path.display());
+        signer.verifier().open(&note, &what).map_err(failure)?;
+        print!("{}", String::from_utf8_lossy(&note));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (signer, origin) = signer_of(&config, config_path)?;
+    let signed =
+        checkpoint::sign_log(&config.audit.file, &state, &signer, &origin).map_err(|e| {
+            Failure {
+                code: EXIT_FOUND,
+                error: e.into(),
+            }
+        })?;
+    eprintln!(
+        "checkpoint of {} records of `{}`, kept in `{}`; verify it anywhere with the verifier key {}",
+        signed.checkpoint.size,
+        config.audit.file.display(),
+        signed.path.display(),
+        signer.verifier()
+    );
+    print!("{}", signed.note);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads the checkpoint in `file` and verifies its signature with `public_key`: a verifier
+/// key (`NAME+ID+KEY`), or a file holding one.
+///
+/// # Errors
+/// Exit 2 for a key or file that cannot be read; exit 1 for a checkpoint that does not open
+/// with the key.
+pub(super) fn anchor(file: &Path, public_key: &str) -> Result<(Checkpoint, String), Failure> {
+    let verifier = match NoteVerifier::parse(public_key, "`--public-key`") {
+        Ok(verifier) => verifier,
+        Err(_) if Path::new(public_key).is_file() => {
+            let mut text = String::new();
+            std::fs::File::open(public_key)
+                .and_then(|f| {
+                    f.take(checkpoint::MAX_KEY_FILE_BYTES)
+                        .read_to_string(&mut text)
+                })
+                .map_err(|e| usage(anyhow!("cannot read `{public_key}`: {e}")))?;
+            NoteVerifier::parse(text.trim(), &format!("`{public_key}`")).map_err(usage)?
+        }
+        Err(e) => return Err(usage(e)),
+    };
+    let mut note = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(MAX_NOTE_BYTES as u64 + 1).read_to_end(&mut note))
+        .map_err(|e| usage(anyhow!("cannot read `{}`: {e}", file.display())))?;
+    let what = format!("checkpoint `{}`", file.display());
+    let checkpoint = verifier.open(&note, &what).map_err(|e| Failure {
+        code: EXIT_FOUND,
+        error: e.into(),
+    })?;
+    Ok((checkpoint, verifier.name().to_owned()))
+}
+
+/// Checks the log at `file` against the verified `checkpoint`.
+pub(super) fn check(file: &Path, checkpoint: Checkpoint) -> Result<CheckReport, Failure> {
+    let read = checkpoint::read_tree(file, None).map_err(failure)?;
+    Ok(checkpoint::check_log(&read, checkpoint))
+}
+
+/// What `audit verify` prints of a [`CheckReport`], as JSON.
+pub(super) fn report_json(report: &CheckReport, key: &str) -> serde_json::Value {
+    serde_json::json!({
+        "origin": report.checkpoint.origin,
+        "key": key,
+        "size": report.checkpoint.size,
+        "root": BASE64.encode(report.checkpoint.root),
+        "log_records": report.records,
+        "log_root": BASE64.encode(report.root),
+        "consistent": report.problem.is_none(),
+        "consistency_proof": report.proof.as_ref().map(|proof| proof.iter().map(hex::encode).collect::<Vec<_>>()),
+        "problem": report.problem,
+    })
+}
+
+/// What `audit verify` prints of a [`CheckReport`], as text.
+pub(super) fn report_text(report: &CheckReport, file: &Path, key: &str) {
+    let c = &report.checkpoint;
+    let origin = crate::text::escape(&c.origin);
+    match &report.problem {
+        None => {
+            println!(
+                "checkpoint `{origin}` ({} records, root {}), signed by `{key}`: the log holds them unchanged; its tree of {} records has root {}",
+                c.size,
+                BASE64.encode(c.root),
+                report.records,
+                BASE64.encode(report.root)
+            );
+            if let Some(proof) = &report.proof {
+                println!("consistency proof ({} hashes):", proof.len());
+                for hash in proof {
+                    println!("  {}", hex::encode(hash));
+                }
+            }
+        }
+        Some(problem) => println!(
+            "checkpoint `{origin}` ({} records, root {}), signed by `{key}`: `{}` does not extend it: {problem}",
+            c.size,
+            BASE64.encode(c.root),
+            file.display()
+        ),
+    }
+}
+
+/// `audit prove SEQ --config [--size N]`: the inclusion proof of record SEQ in the tree of the
+/// log's first N records (default: every record up to the head), as JSON.
+pub(super) fn prove(config_path: &Path, seq: u64, size: Option<u64>) -> Result<ExitCode, Failure> {
+    let config = read_config(config_path)?;
+    if !matches!(config.store, crate::config::StoreConfig::StateDir) {
+        return Err(usage(anyhow!(
+            "`audit prove` reads the state folder's audit log; with `store.postgres` it does not prove records yet"
+        )));
+    }
+    let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    let log: PathBuf = config.audit.file.clone();
+    let upto = match size {
+        Some(size) => Some(size),
+        None => crate::audit::read_head(&state, &log)
+            .map_err(failure)?
+            .0
+            .map(|head| head.records),
+    };
+    let read = checkpoint::read_tree(&log, upto).map_err(failure)?;
+    let size = size.unwrap_or(read.tree.size());
+    let found = |e: crate::merkle::ProofError| Failure {
+        code: EXIT_FOUND,
+        error: anyhow!("audit log `{}`: {e}", log.display()),
+    };
+    let proof = read.tree.inclusion_proof(seq, size).map_err(found)?;
+    let root = read.tree.root(size).map_err(found)?;
+    let leaf = read
+        .tree
+        .leaf(seq)
+        .ok_or_else(|| found(crate::merkle::ProofError::NoLeaf { index: seq, size }))?;
+    let value = serde_json::json!({
+        "seq": seq,
+        "tree_size": size,
+        "leaf_hash": hex::encode(leaf),
+        "root": BASE64.encode(root),
+        "proof": proof.iter().map(hex::encode).collect::<Vec<_>>(),
+    });
+    println!("{value:#}");
+    Ok(ExitCode::SUCCESS)
+}
