@@ -1164,17 +1164,42 @@ async fn console_notify(
             .await
             .map_err(usage)?;
     }
+    let has_webhooks = targets
+        .iter()
+        .any(|target| matches!(target.format, NotifyFormat::Webhook));
     let secret = match secret_file {
+        None if has_webhooks => {
+            return Err(usage(anyhow!(
+                "`--notify-webhook` needs `--notify-secret-file`: a receiver can tell a post from toolward only by its signature"
+            )));
+        }
         None => None,
         Some(file) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(file)
+                    .with_context(|| format!("the notification secret `{}`", file.display()))
+                    .map_err(usage)?
+                    .permissions()
+                    .mode();
+                if mode & 0o077 != 0 {
+                    return Err(usage(anyhow!(
+                        "the notification secret `{}` can be read by others (mode {:o}): `chmod 600` it",
+                        file.display(),
+                        mode & 0o777
+                    )));
+                }
+            }
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("the notification secret `{}`", file.display()))
                 .map_err(usage)?;
             let secret = text.trim().as_bytes().to_vec();
-            if secret.is_empty() {
+            if secret.len() < 32 {
                 return Err(usage(anyhow!(
-                    "the notification secret `{}` is empty",
-                    file.display()
+                    "the notification secret `{}` is {} bytes; at least 32 are needed (`head -c 32 /dev/urandom | base64`)",
+                    file.display(),
+                    secret.len()
                 )));
             }
             Some(secret)

@@ -331,7 +331,10 @@ impl Copies {
             }
         }
         let build = |patterns: &[String]| {
+            // The NFA, never the DFA: building a DFA from one long redacted text with
+            // repeats in it (`AKIA ESC[0m` a thousand times) takes time quadratic in its length.
             aho_corasick::AhoCorasick::builder()
+                .kind(Some(aho_corasick::AhoCorasickKind::NoncontiguousNFA))
                 .match_kind(aho_corasick::MatchKind::LeftmostLongest)
                 .build(patterns)
                 .ok()

@@ -309,6 +309,7 @@ impl<'a> Decoder<'a> {
             let mut unescaped = std::mem::take(&mut self.unescaped);
             unescaped.json(text, start, end);
             self.review_reading(text, end, &unescaped, None, Encoding::Json);
+            self.split_in_reading(&unescaped);
             if holds_json_escape(&unescaped.bytes) {
                 let mut twice = Unescaped::default();
                 twice.json(&unescaped.bytes, 0, unescaped.bytes.len());
@@ -316,6 +317,32 @@ impl<'a> Decoder<'a> {
             }
             self.unescaped = unescaped;
             done = end.max(found.end);
+        }
+    }
+
+    /// Secrets that a decoded stretch holds broken by hidden characters its escapes decode to
+    /// (`ghp_…\u200b…`, a coloured token in a JSON log line, `\u001b[0m` inside it), each
+    /// over the bytes it was decoded from ([`crate::split_by_hidden`] on the decoding).
+    fn split_in_reading(&mut self, unescaped: &Unescaped) {
+        let Ok(decoded) = std::str::from_utf8(&unescaped.bytes) else {
+            return;
+        };
+        let runs = crate::hidden::review(decoded);
+        if runs.is_empty() {
+            return;
+        }
+        for finding in crate::split_by_hidden(self.secrets, &unescaped.bytes, &runs) {
+            let (start, end) = unescaped.original(finding.start, finding.end);
+            let rule = finding.kind.strip_prefix("secret:").unwrap_or_default();
+            // The rule ids are the table's; a finding's kind names one of them.
+            if let Some(rule) = secrets::rule_id(rule) {
+                self.out.push(EncodedHit {
+                    start,
+                    end,
+                    rule,
+                    encoding: Encoding::Json,
+                });
+            }
         }
     }
 

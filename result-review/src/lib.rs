@@ -525,7 +525,11 @@ fn token_byte(b: u8) -> bool {
 /// Secrets broken by hidden characters (`ghp_…` U+200B `…`, a token coloured in two halves):
 /// each stretch of token bytes with hidden runs inside is read without them, and each secret
 /// of that reading that spans a run is a finding over the whole stretch it was read from.
-fn split_by_hidden(secrets: &secrets::Secrets, bytes: &[u8], runs: &[hidden::Run]) -> Vec<Finding> {
+pub(crate) fn split_by_hidden(
+    secrets: &secrets::Secrets,
+    bytes: &[u8],
+    runs: &[hidden::Run],
+) -> Vec<Finding> {
     let mut found = Vec::new();
     let mut candidates = search::Candidates::default();
     let mut hits = Vec::new();

@@ -468,6 +468,22 @@ pub(crate) fn at_boundary(hay: &[u8], start: usize) -> bool {
     {
         return !u8::try_from(unit).is_ok_and(word);
     }
+    // Right after a terminal control sequence's parameters (`ESC [1` before `AKIA…`, whose
+    // `A` a terminal would take as the sequence's final byte, and a reader as the key's).
+    let params = before
+        .iter()
+        .rev()
+        .take(32)
+        .take_while(|&&b| b.is_ascii_digit() || b == b';')
+        .count();
+    let introducer = &before[..before.len() - params];
+    if params > 0
+        && (introducer.ends_with(b"\x1b[")
+            || introducer.ends_with("\u{9b}".as_bytes())
+            || introducer.ends_with(b"\\u001b["))
+    {
+        return true;
+    }
     if let [.., b'%', high, low] = before
         && let (Some(high), Some(low)) = (
             crate::encoded::hex_value(*high),
@@ -649,6 +665,15 @@ impl Secrets {
             }
         }
     }
+}
+
+/// The `&'static` rule id equal to `id` (a format's, `private-key` or `jwt`).
+pub(crate) fn rule_id(id: &str) -> Option<&'static str> {
+    RULES
+        .iter()
+        .map(|rule| rule.id)
+        .chain([PRIVATE_KEY, JWT])
+        .find(|known| *known == id)
 }
 
 /// The label of the private key begin line at `start` of `hay` (what is between `-----BEGIN`

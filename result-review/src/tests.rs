@@ -561,3 +561,40 @@ fn a_secret_broken_by_hidden_characters_is_found_over_them() {
         [secret(0, text.len(), "github-pat")]
     );
 }
+
+#[test]
+fn a_token_broken_by_escaped_hidden_characters_in_json_text_is_found() {
+    let reviewer = reviewer_of(&Review::ALL);
+    let token = format!("ghp_{}", fill(ALNUM_CHARS, 36, 25));
+    let (head, tail) = token.split_at(20);
+    for inside in ["\\u200b", "\\u001b[0m\\u001b[1;31m", "\\u2060"] {
+        // A JSON log line in a text block, as Docker writes coloured output.
+        let text = format!("{{\"log\":\"\\u001b[1;32m{head}{inside}{tail}\\u001b[0m\\n\"}}");
+        let start = text.find(head).unwrap();
+        let end = start + head.len() + inside.len() + tail.len();
+        let found = reviewer.review(&text);
+        assert!(
+            found
+                .iter()
+                .any(|f| f.start <= start && end <= f.end && f.kind.contains("secret:github-pat")),
+            "{inside}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn a_key_right_after_a_control_sequences_parameters_is_found() {
+    let reviewer = reviewer_of(&Review::ALL);
+    let key = "AKIAQWERTYUIOPASDFGH";
+    for before in ["\u{1b}[1", "\u{1b}[1;32", "\u{9b}1"] {
+        let text = format!("x {before}{key} y");
+        let found = reviewer.review(&text);
+        let start = text.find(key).unwrap();
+        assert!(
+            found.iter().any(|f| f.start <= start
+                && start + key.len() <= f.end
+                && f.kind.contains("secret:aws-access-key-id")),
+            "{before:?}: {found:?}"
+        );
+    }
+}

@@ -796,3 +796,52 @@ async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
     console.stop().await;
     Arc::into_inner(toolward).unwrap().shutdown().await;
 }
+
+/// A webhook target needs a signing secret, of 32 bytes at least, in a file only its owner
+/// reads: a receiver tells toolward's posts from anyone's by the signature alone.
+#[test]
+fn a_webhook_without_a_strong_private_secret_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(bin) = crate::support::toolward_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolward.json");
+    std::fs::write(&config, r#"{"servers": {}}"#).unwrap();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .args(["console", "--config"])
+            .arg(&config)
+            .args(["--notify-webhook", "https://127.0.0.1:9/toolward"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`--notify-webhook` needs `--notify-secret-file`"),
+        "{stderr}"
+    );
+
+    let short = dir.path().join("short");
+    std::fs::write(&short, "a").unwrap();
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, stderr) = run(&["--notify-secret-file", short.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("at least 32 are needed"), "{stderr}");
+
+    let shared = dir.path().join("shared");
+    std::fs::write(&shared, "x".repeat(40)).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, stderr) = run(&["--notify-secret-file", shared.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("can be read by others (mode 644)"),
+        "{stderr}"
+    );
+}

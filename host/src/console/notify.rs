@@ -179,11 +179,14 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// Slack's markup escaped: `&`, `<`, `>` (its control sequences `<...>` and entities).
+/// Slack's markup escaped: `&`, `<`, `>` (its control sequences `<...>` and entities), and
+/// each backtick made a look-alike (U+02CB), so a caller's text cannot close the code block it
+/// is shown in and write markup after it.
 fn slack_escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+        .replace('`', "\u{2cb}")
 }
 
 /// The body posted for `entry` in `format`.

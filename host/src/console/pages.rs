@@ -26,6 +26,8 @@ use crate::state_dir::StateDir;
 use crate::text;
 
 const SCRIPT: &str = include_str!("static/console.js");
+/// How long a form body may take to arrive.
+const FORM_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const STYLE: &str = include_str!("static/console.css");
 const STYLE_PATH: &str = "/static/console.css";
 
@@ -121,27 +123,51 @@ fn cookie(name: &str, value: &str, secure: bool, max_age: Option<u64>) -> String
     text
 }
 
-/// The value of the cookie `name` in the request's `Cookie` headers.
+/// The value of the cookie `name` in the request's `Cookie` headers; `None` when there is
+/// none, or more than one: a browser sends every cookie of the host whatever its port, so a
+/// page on another port of the same host can plant one with a narrower path, and which of
+/// two is the console's own cannot be told.
 fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
-    headers
+    let mut values = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
-        .find_map(|pair| {
+        .filter_map(|pair| {
             let (key, value) = pair.trim().split_once('=')?;
             (key == name).then(|| value.to_owned())
+        });
+    let first = values.next()?;
+    values.next().is_none().then_some(first)
+}
+
+/// `Set-Cookie` values that remove cookies named `name` that another page of the same host
+/// planted on one of the console's paths (see [`cookie_value`]).
+fn planted_cleared(name: &str, secure: bool) -> Vec<String> {
+    ["/login", "/logout", "/approvals", "/approvals/list", "/approvals/answer", "/audit"]
+        .iter()
+        .map(|path| {
+            let mut text = format!("{name}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0");
+            if secure {
+                text.push_str("; Secure");
+            }
+            text
         })
+        .collect()
 }
 
 /// The fields of a form body (`application/x-www-form-urlencoded`), at most
 /// [`MAX_FORM_BYTES`]; `None` when it is longer or cannot be read.
 async fn form(request: Request<Incoming>) -> Option<Vec<(String, String)>> {
-    let body = Limited::new(request.into_body(), MAX_FORM_BYTES)
-        .collect()
-        .await
-        .ok()?
-        .to_bytes();
+    // A body sent a byte at a time would hold a connection for as long as the sender likes.
+    let body = tokio::time::timeout(
+        FORM_READ_TIMEOUT,
+        Limited::new(request.into_body(), MAX_FORM_BYTES).collect(),
+    )
+    .await
+    .ok()?
+    .ok()?
+    .to_bytes();
     Some(
         form_urlencoded::parse(&body)
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -339,6 +365,12 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         &mut response,
         cookie(LOGIN_COOKIE, "", shared.guard.secure, Some(0)),
     );
+    // After the session's own cookie: those planted on the console's paths, removed.
+    for name in [SESSION_COOKIE, LOGIN_COOKIE] {
+        for value in planted_cleared(name, shared.guard.secure) {
+            set_cookie(&mut response, value);
+        }
+    }
     response
 }
 
@@ -812,6 +844,18 @@ mod tests {
         assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"), "{html}");
         // The bidirectional override is shown as its escape, not applied.
         assert!(html.contains("\\u{202E}evil&quot; onmouseover=&quot;x"), "{html}");
+    }
+
+    #[test]
+    fn a_cookie_named_twice_is_no_cookie() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(header::COOKIE, "a=1; toolward_console=ours".parse().unwrap());
+        assert_eq!(cookie_value(&headers, SESSION_COOKIE).as_deref(), Some("ours"));
+        headers.append(header::COOKIE, "toolward_console=planted".parse().unwrap());
+        assert_eq!(cookie_value(&headers, SESSION_COOKIE), None);
+        assert!(planted_cleared(SESSION_COOKIE, false)
+            .iter()
+            .any(|c| c.starts_with("toolward_console=; Path=/approvals;") && c.ends_with("Max-Age=0")));
     }
 
     #[test]

@@ -154,3 +154,21 @@ fn thousands_of_distinct_redactions_copy_over_in_one_pass_each() {
     // Not a timing assertion: the figure is printed for the note (`-- --nocapture`).
     eprintln!("5,000 distinct redactions copied over in {:?}", started.elapsed());
 }
+
+#[test]
+fn one_long_redacted_text_with_repeats_copies_over_in_linear_time() {
+    // `AKIA ESC[0m` repeated, redacted whole: its copies are looked for in the other blocks.
+    let long = "AKIA\u{1b}[0m".repeat(20_000);
+    let mut content = vec![
+        json!({"type": "text", "text": long.clone()}),
+        json!({"type": "text", "text": format!("again: {long}")}),
+    ];
+    let mut structured = None;
+    let view = ResultView::of(&content, None, false, 0);
+    let spans = [Span { block: 0, start: 0, end: long.len(), kind: "secret:aws-access-key-id".to_owned() }];
+    let started = std::time::Instant::now();
+    let done = redact(&view, &spans, &mut content, &mut structured);
+    assert_eq!(done.map(|d| d.copies), Ok(1));
+    assert_eq!(content[1]["text"], "again: [redacted secret:aws-access-key-id]");
+    eprintln!("a 200 KB redacted text copied over in {:?}", started.elapsed());
+}
