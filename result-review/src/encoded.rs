@@ -331,18 +331,14 @@ impl<'a> Decoder<'a> {
         if runs.is_empty() {
             return;
         }
-        for finding in crate::split_by_hidden(self.secrets, &unescaped.bytes, &runs) {
-            let (start, end) = unescaped.original(finding.start, finding.end);
-            let rule = finding.kind.strip_prefix("secret:").unwrap_or_default();
-            // The rule ids are the table's; a finding's kind names one of them.
-            if let Some(rule) = secrets::rule_id(rule) {
-                self.out.push(EncodedHit {
-                    start,
-                    end,
-                    rule,
-                    encoding: Encoding::Json,
-                });
-            }
+        for hit in crate::split_by_hidden(self.secrets, &unescaped.bytes, &runs) {
+            let (start, end) = unescaped.original(hit.start, hit.end);
+            self.out.push(EncodedHit {
+                start,
+                end,
+                rule: hit.rule,
+                encoding: Encoding::Json,
+            });
         }
     }
 
@@ -377,15 +373,17 @@ impl<'a> Decoder<'a> {
                 && end < text.len()
             {
                 let label = secrets::private_key_label(&unescaped.bytes, hit.start);
-                let block = unescaped.bytes.get(hit.start..hit.end).unwrap_or_default();
-                // Unless the stretch ends with the block's end line.
-                let closed = block.ends_with(b"-----")
-                    && block
-                        .windows(8)
-                        .skip(10 + label.len())
-                        .any(|w| w.eq_ignore_ascii_case(b"-----END"));
+                // Unless the stretch holds the block's end line.
+                let begin_end = hit.start + 10 + label.len() + 5;
+                let closed = self
+                    .secrets
+                    .private_key_block_end(&unescaped.bytes, begin_end, label)
+                    .is_some();
                 if !closed {
-                    hit_end = self.secrets.private_key_block_end(text, end, label);
+                    hit_end = self
+                        .secrets
+                        .private_key_block_end(text, end, label)
+                        .unwrap_or(text.len());
                 }
             }
             self.out.push(EncodedHit {

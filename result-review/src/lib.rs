@@ -502,7 +502,15 @@ impl Reviewer {
             if let Some((secrets, _)) = &self.secrets
                 && !runs.is_empty()
             {
-                findings.extend(split_by_hidden(secrets, text.as_bytes(), &runs));
+                findings.extend(
+                    split_by_hidden(secrets, text.as_bytes(), &runs)
+                        .into_iter()
+                        .map(|hit| Finding {
+                            start: hit.start,
+                            end: hit.end,
+                            kind: ["secret:", hit.rule].concat(),
+                        }),
+                );
             }
             if self.hidden {
                 findings.extend(runs.into_iter().map(|run| Finding {
@@ -524,12 +532,12 @@ fn token_byte(b: u8) -> bool {
 
 /// Secrets broken by hidden characters (`ghp_…` U+200B `…`, a token coloured in two halves):
 /// each stretch of token bytes with hidden runs inside is read without them, and each secret
-/// of that reading that spans a run is a finding over the whole stretch it was read from.
+/// of that reading that spans a run is a hit over the whole stretch it was read from.
 pub(crate) fn split_by_hidden(
     secrets: &secrets::Secrets,
     bytes: &[u8],
     runs: &[hidden::Run],
-) -> Vec<Finding> {
+) -> Vec<secrets::Hit> {
     let mut found = Vec::new();
     let mut candidates = search::Candidates::default();
     let mut hits = Vec::new();
@@ -577,10 +585,10 @@ pub(crate) fn split_by_hidden(
         for hit in &hits {
             if reading.any_escaped(hit.start, hit.end) {
                 let (start, end) = reading.original(hit.start, hit.end);
-                found.push(Finding {
+                found.push(secrets::Hit {
                     start,
                     end,
-                    kind: ["secret:", hit.rule].concat(),
+                    rule: hit.rule,
                 });
             }
         }

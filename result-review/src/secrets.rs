@@ -609,7 +609,9 @@ impl Secrets {
                     let label = hay
                         .get(start + 10..end.saturating_sub(5))
                         .unwrap_or_default();
-                    let end = self.private_key_block_end(hay, end, label);
+                    let end = self
+                        .private_key_block_end(hay, end, label)
+                        .unwrap_or(hay.len());
                     hits.push(Hit {
                         start,
                         end,
@@ -623,8 +625,13 @@ impl Secrets {
     }
 
     /// The end of the private key block whose begin line ends at `from` with `label`: right
-    /// after the first end line with the same label, or the end of `hay` if there is none.
-    pub(crate) fn private_key_block_end(&self, hay: &[u8], from: usize, label: &[u8]) -> usize {
+    /// after the first end line with the same label; `None` if there is none.
+    pub(crate) fn private_key_block_end(
+        &self,
+        hay: &[u8],
+        from: usize,
+        label: &[u8],
+    ) -> Option<usize> {
         let mut private_key_end = self.private_key_end.cursor(hay, None);
         let mut at = from;
         while let Some(found) = private_key_end.find_at(at) {
@@ -632,11 +639,11 @@ impl Secrets {
                 .get(found.start + 8..found.end.saturating_sub(5))
                 .unwrap_or_default();
             if same_label(end_label, label) {
-                return found.end;
+                return Some(found.end);
             }
             at = found.end;
         }
-        hay.len()
+        None
     }
 
     /// The JWTs: each candidate run found by [`JWT_HEADER`], checked in linear time.
@@ -665,15 +672,6 @@ impl Secrets {
             }
         }
     }
-}
-
-/// The `&'static` rule id equal to `id` (a format's, `private-key` or `jwt`).
-pub(crate) fn rule_id(id: &str) -> Option<&'static str> {
-    RULES
-        .iter()
-        .map(|rule| rule.id)
-        .chain([PRIVATE_KEY, JWT])
-        .find(|known| *known == id)
 }
 
 /// The label of the private key begin line at `start` of `hay` (what is between `-----BEGIN`
