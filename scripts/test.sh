@@ -11,9 +11,23 @@ export TOOLWARD_REAL_SERVERS="$PWD/tests/real-servers/.installed"
 # The PostgreSQL store's tests (tests/all/store_contract.rs, tests/all/fleet.rs) use
 # TOOLWARD_TEST_DATABASE_URL; without one, a throwaway server is started when PostgreSQL's
 # binaries are installed (`.ci/run` installs Debian's `postgresql`).
+stop_services=()
+stop_all() {
+  for service in "${stop_services[@]}"; do
+    bash "scripts/$service.sh" stop || true
+  done
+}
+trap stop_all EXIT
 if [ -z "${TOOLWARD_TEST_DATABASE_URL:-}" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   eval "$(bash scripts/postgres.sh start)"
-  trap 'bash scripts/postgres.sh stop' EXIT
+  stop_services+=(postgres)
+fi
+# The OCI registry tests (tests/all/oci.rs) push to and pull from TOOLWARD_TEST_REGISTRY;
+# without one, a throwaway registry is started when Debian's `docker-registry` is installed
+# (`.ci/run` installs it).
+if [ -z "${TOOLWARD_TEST_REGISTRY:-}" ] && [ -x /usr/bin/docker-registry ]; then
+  eval "$(bash scripts/registry.sh start)"
+  stop_services+=(registry)
 fi
 # The binary first: the CLI tests (tests/all/policy_kit.rs) and the client tests run it.
 # Built in one invocation with the tests, so its dependencies are built once with the
