@@ -4,6 +4,8 @@
 # port, without authentication.
 #
 #   eval "$(bash scripts/registry.sh start)"   # exports TOOLWARD_TEST_REGISTRY=127.0.0.1:PORT
+#                                              # and TOOLWARD_TEST_REGISTRY_DIR (its storage,
+#                                              # which tests alter to play a hostile registry)
 #   bash scripts/registry.sh stop              # stops it and removes the folder
 #   bash scripts/registry.sh ready             # waits (30 s at most) until it answers /v2/
 #
@@ -62,6 +64,7 @@ case "${1:-}" in
   start)
     if [ -f "$dir/port" ] && running; then
       echo "export TOOLWARD_TEST_REGISTRY='127.0.0.1:$(cat "$dir/port")'"
+      echo "export TOOLWARD_TEST_REGISTRY_DIR='$dir'"
       exit 0
     fi
     rm -rf "$dir"
@@ -93,6 +96,7 @@ EOF
     echo $! >"$dir/pid"
     wait_ready
     echo "export TOOLWARD_TEST_REGISTRY='127.0.0.1:$port'"
+    echo "export TOOLWARD_TEST_REGISTRY_DIR='$dir'"
     ;;
   stop)
     if running; then

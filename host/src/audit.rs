@@ -458,6 +458,14 @@ pub struct ComponentHashes {
     /// The component that exports `policy` (decides calls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_sha256: Option<String>,
+    /// For a rules component from an OCI registry: the name in `oci.keys` of the key its
+    /// cosign signature verified with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules_signer: Option<String>,
+    /// For a policy component from an OCI registry: the name in `oci.keys` of the key its
+    /// cosign signature verified with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_signer: Option<String>,
 }
 
 /// One event, as the caller describes it: a [`kind`](AuditKind) and whichever fields apply.
@@ -1747,6 +1755,7 @@ mod tests {
         log.set_components(ComponentHashes {
             rules_sha256: Some("1".repeat(64)),
             policy_sha256: Some("2".repeat(64)),
+            ..ComponentHashes::default()
         });
         let batch = vec![event(AuditKind::Load, "l0"), event(AuditKind::Load, "l1")];
         assert_eq!(log.append_batch(batch).unwrap(), Some(1));

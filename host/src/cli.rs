@@ -22,6 +22,7 @@ use crate::store::StateDir;
 mod auth;
 mod checkpoints;
 mod first_hour;
+mod registries;
 
 use first_hour::{audit_replay, audit_show, audit_tail, client, init, pin_tool};
 
@@ -563,6 +564,42 @@ enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Publish a component to an OCI registry as a Wasm artifact and print the reference to
+    /// pin (`oci://REGISTRY/REPOSITORY@sha256:…`). Credentials: `TOOLWARD_REGISTRY_USERNAME`
+    /// and `TOOLWARD_REGISTRY_PASSWORD`, or the static `auths` of `~/.docker/config.json`.
+    Push {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Where: `oci://REGISTRY/REPOSITORY[:TAG]`.
+        reference: String,
+    },
+    /// Resolve a reference (a tag) to the digest to pin in `policy.component` or
+    /// `rules.component`, and print it; with `--config`, also pull the component into that
+    /// config's state folder and verify its signature with `oci.keys` (exit 1 when refused).
+    Pull {
+        /// `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:…`.
+        reference: String,
+        /// A config whose state folder to pull into and whose `oci.keys` to verify with.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Sign a component in a registry, by digest, with cosign's keyed scheme (the
+    /// `sha256-<hex>.sig` tag; `cosign verify --key` reads it).
+    Sign {
+        /// `oci://REGISTRY/REPOSITORY@sha256:…`.
+        reference: String,
+        /// The signing key: PEM `PRIVATE KEY` (PKCS#8) or `EC PRIVATE KEY` of an ECDSA P-256
+        /// key (`toolward policy keygen` makes one).
+        #[arg(long)]
+        key: PathBuf,
+    },
+    /// Make an ECDSA P-256 signing key (FILE, mode 0600) and its public key (FILE.pub, also
+    /// printed) for `policy sign` and `oci.keys`.
+    Keygen {
+        /// Where to write the signing key (never over an existing file).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Check the config's policy against the tools the servers register: for Cedar
     /// policies (`policy.cedar`), type-check them against `docs/toolward.cedarschema` with
     /// each tool's `inputSchema` as the type of its arguments, naming the policy, its line
@@ -850,6 +887,18 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
         Command::Policy {
             command: PolicyCommand::Validate { config },
         } => policy_validate(&config).await,
+        Command::Policy {
+            command: PolicyCommand::Push { file, reference },
+        } => registries::push(&file, &reference).await,
+        Command::Policy {
+            command: PolicyCommand::Pull { reference, config },
+        } => registries::pull(&reference, config.as_deref()).await,
+        Command::Policy {
+            command: PolicyCommand::Sign { reference, key },
+        } => registries::sign(&reference, &key).await,
+        Command::Policy {
+            command: PolicyCommand::Keygen { out },
+        } => registries::keygen(&out),
         Command::Confine { .. } => Err(usage(anyhow!(
             "`{}` runs before the runtime starts",
             crate::confine::LAUNCHER_SUBCOMMAND

@@ -20,6 +20,10 @@
 //!   (`${NAME:-default}` is an error). A variable that is not set is an error naming the
 //!   server, key and variable. `$${` is a literal `${`; any other `$` is taken literally. No
 //!   other field is expanded: `command`, `args` and `url` are passed as written.
+//! - `rules.component` and `policy.component` name a file, or a component in an OCI registry
+//!   pinned by digest: `oci://REGISTRY/REPOSITORY@sha256:HEX` ([`ComponentSource::Oci`]; a
+//!   tag alone is refused, `toolward policy pull` resolves one). Such a component must be
+//!   signed with a key of `oci.keys`, which then must name at least one.
 //! - Relative paths (`rules.file`, `rules.component`, `policy.component`, `policy.settings`,
 //!   `manifest`, `audit.file`, `state_dir`, `servers_dir`, `confine.deny`,
 //!   `confine.launcher`) resolve against the folder of the config file (the `base_dir` given
@@ -30,6 +34,7 @@
 //!   found a number`.
 
 mod expand;
+mod oci_reference;
 pub mod operator_file;
 mod reader;
 pub mod rewrite;
@@ -46,11 +51,12 @@ use crate::component::GuestLimits;
 
 pub(crate) use reader::type_name;
 use reader::Reader;
+pub use oci_reference::{OCI_SCHEME, OciReference, is_sha256_digest};
 pub use sections::{
-    AuditConfig, CaBundle, CheckpointConfig, ConfineConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
+    AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
-    OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;
@@ -263,6 +269,8 @@ pub struct Config {
     pub rules: RulesConfig,
     /// The policy that decides calls.
     pub policy: PolicyConfig,
+    /// The keys that components from OCI registries are verified with (`oci`).
+    pub oci: OciConfig,
     /// The pinned manifest (`manifest`, default `DEFAULT_MANIFEST`).
     pub manifest: PathBuf,
     /// The audit log.

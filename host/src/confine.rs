@@ -447,8 +447,13 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
     let mut deny = vec![config.state_dir.clone()];
     deny.extend(config.file.iter().cloned());
     deny.push(config.rules.file.clone());
-    deny.extend(config.rules.component.iter().cloned());
-    deny.extend(config.policy.component.iter().cloned());
+    deny.extend(
+        [&config.rules.component, &config.policy.component]
+            .into_iter()
+            .flatten()
+            .filter_map(|source| source.file().map(Path::to_path_buf)),
+    );
+    deny.extend(config.oci.keys.values().cloned());
     deny.extend(config.policy.settings.iter().cloned());
     deny.extend(config.policy.cedar.iter().cloned());
     deny.push(config.manifest.clone());

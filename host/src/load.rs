@@ -31,7 +31,7 @@ use crate::component::{
     Classification, ComponentCache, ComponentError, ComponentHost, Effect, GuestLimits,
     LoadedComponent, Policy, Rules, ToolView, built_in_for,
 };
-use crate::config::Config;
+use crate::config::{ComponentSource, Config};
 use crate::config::operator_file::{
     self, MAX_COMPONENT_BYTES, MAX_RULES_BYTES, MAX_SETTINGS_BYTES, OperatorFileError,
 };
@@ -1064,6 +1064,15 @@ pub enum StartError {
     /// A component failed to load.
     #[error(transparent)]
     Component(#[from] crate::component::ComponentError),
+    /// A component from an OCI registry cannot be pulled, or its bytes or signature are
+    /// refused (the message names the reference and the digest).
+    #[cfg(feature = "oci")]
+    #[error(transparent)]
+    Oci(#[from] crate::oci::OciError),
+    /// A component from an OCI registry, in a build without the `oci` feature.
+    #[cfg(not(feature = "oci"))]
+    #[error("components from OCI registries need the `oci` feature of the toolward crate, which this build leaves out")]
+    OciFeatureOff,
     /// The config names what this build of the library leaves out: a Cargo feature of the
     /// `toolward` crate that is off (`policy.cedar` needs `cedar`).
     #[cfg(not(feature = "cedar"))]
@@ -1107,6 +1116,9 @@ pub struct Components {
     pub policy: Arc<Policy>,
     /// SHA-256 of each component by role (`rules`, `policy`).
     pub digests: BTreeMap<String, String>,
+    /// For each component from an OCI registry, by role: the name in `oci.keys` of the key
+    /// its signature verified with.
+    pub signers: BTreeMap<String, String>,
     /// The scopes whose facts the policy reads (`docs/facts.md`): from the rules' `limits`
     /// for the built-in default component, from the `facts@0.2.0` export of a component
     /// that has one (the Cedar component), every scope otherwise.
@@ -1151,23 +1163,35 @@ pub fn prepare_components(
     let rules_text = String::from_utf8_lossy(&rules_bytes).into_owned();
     // The built-in component for these rules: its reviewing variant when they name reviews.
     let built_in = built_in_for(&rules_text);
-    let load_component =
-        |path: &Option<PathBuf>, what: &'static str| -> Result<LoadedComponent, StartError> {
-            match path {
-                Some(path) => {
-                    let bytes = operator_file::read(path, what, MAX_COMPONENT_BYTES)?;
-                    Ok(host.load(&bytes, &path.display().to_string())?)
-                }
-                None => Ok(host.load(built_in, "built-in")?),
+    // Who signed each component from a registry, by role (`rules`, `policy`).
+    let mut signers = BTreeMap::new();
+    let mut load_component = |source: &Option<ComponentSource>,
+                              what: &'static str,
+                              role: &str|
+     -> Result<LoadedComponent, StartError> {
+        match source {
+            Some(ComponentSource::File(path)) => {
+                let bytes = operator_file::read(path, what, MAX_COMPONENT_BYTES)?;
+                Ok(host.load(&bytes, &path.display().to_string())?)
             }
-        };
-    let rules_component = load_component(&config.rules.component, "rules component")?;
+            Some(ComponentSource::Oci(reference)) => {
+                let (bytes, signer) = fetch_oci(config, reference, state)?;
+                signers.insert(role.to_owned(), signer);
+                Ok(host.load(&bytes, &reference.to_string())?)
+            }
+            None => Ok(host.load(built_in, "built-in")?),
+        }
+    };
+    let rules_component = load_component(&config.rules.component, "rules component", "rules")?;
     let policy_component = if config.policy.cedar.is_some() {
         built_in_cedar(&host)?
     } else if config.policy.component == config.rules.component {
+        if let Some(signer) = signers.get("rules").cloned() {
+            signers.insert("policy".to_owned(), signer);
+        }
         rules_component.clone()
     } else {
-        load_component(&config.policy.component, "policy component")?
+        load_component(&config.policy.component, "policy component", "policy")?
     };
     let policy_text = match config
         .policy
@@ -1243,6 +1267,30 @@ pub fn prepare_components(
         rules,
         policy: Arc::new(policy),
         digests,
+        signers,
         fact_scopes,
     })
+}
+
+/// The component `reference` pins, from the state folder's cache or pulled, with its
+/// signature verified with `oci.keys`: its bytes and the name of the key that signed it.
+#[cfg(feature = "oci")]
+fn fetch_oci(
+    config: &Config,
+    reference: &crate::config::OciReference,
+    state: &StateDir,
+) -> Result<(Vec<u8>, String), StartError> {
+    let keys = crate::oci::TrustedKeys::read(&config.oci.keys)?;
+    let verified = crate::oci::fetch_verified(reference, state, &keys)?;
+    Ok((verified.wasm, verified.signer))
+}
+
+/// Without the `oci` feature the config reader already refuses `oci://`; refused here too.
+#[cfg(not(feature = "oci"))]
+fn fetch_oci(
+    _config: &Config,
+    _reference: &crate::config::OciReference,
+    _state: &StateDir,
+) -> Result<(Vec<u8>, String), StartError> {
+    Err(StartError::OciFeatureOff)
 }

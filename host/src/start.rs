@@ -286,6 +286,8 @@ impl Toolward {
         let hashes = ComponentHashes {
             rules_sha256: components.digests.get("rules").cloned(),
             policy_sha256: components.digests.get("policy").cloned(),
+            rules_signer: components.signers.get("rules").cloned(),
+            policy_signer: components.signers.get("policy").cloned(),
         };
         audit.set_components(hashes.clone());
         audit.append(AuditEvent {

@@ -155,6 +155,7 @@ impl Fixture {
         let components = ComponentHashes {
             rules_sha256: None,
             policy_sha256: Some(policy.sha256().to_owned()),
+            ..ComponentHashes::default()
         };
         CallPath::new(
             Arc::clone(&self.registry),

@@ -23,6 +23,7 @@ mod js_policy;
 mod listen;
 mod load;
 mod oauth;
+mod oci;
 mod pin;
 mod policy_kit;
 mod protocol;

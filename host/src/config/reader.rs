@@ -15,13 +15,14 @@ use super::sections::{
     CheckpointConfig, DEFAULT_CHECKPOINT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
 };
 use super::{
-    AuditConfig, CaBundle, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE,
+    AuditConfig, CaBundle, ComponentSource, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE,
     DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
     DEFAULT_PRINCIPAL_CLAIM, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
     DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, IntrospectionConfig, Limits, ListenConfig,
     ListenOAuthConfig, MAX_CA_FILE_BYTES, MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS,
-    MIN_TOKEN_CHARS, OAUTH_ALGORITHMS, OAuthConfig, OAuthGrant, PolicyConfig, RulesConfig,
+    MIN_TOKEN_CHARS, OAUTH_ALGORITHMS, OAuthConfig, OAuthGrant, OCI_SCHEME, OciConfig,
+    OciReference, PolicyConfig, RulesConfig,
     ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 
@@ -44,7 +45,10 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "servers_dir",
     "store",
     "telemetry",
+    "oci",
 ];
+/// Keys of `oci` (see [`OciConfig`]).
+const OCI_KEYS: &[&str] = &["keys"];
 /// Keys of `telemetry` (see [`TelemetryConfig`]).
 const TELEMETRY_KEYS: &[&str] = &["endpoint", "service_name", "export_interval_ms", "headers"];
 /// Keys of `guest`, each a field of [`GuestLimits`].
@@ -318,6 +322,19 @@ impl Reader<'_> {
             None => PolicyConfig::default(),
             Some(value) => self.policy(value, &root.key("policy"))?,
         };
+        let oci = match map.get("oci") {
+            None => OciConfig::default(),
+            Some(value) => self.oci(value, &root.key("oci"))?,
+        };
+        for (section, component) in [("rules", &rules.component), ("policy", &policy.component)] {
+            if let Some(ComponentSource::Oci(reference)) = component
+                && oci.keys.is_empty()
+            {
+                return Err(root.key("oci").key("keys").invalid(format!(
+                    "`{section}.component` is `{reference}`, whose signature is verified with a key named here, and none is: add the publisher's public key (`\"oci\": {{\"keys\": {{\"NAME\": \"cosign.pub\"}}}}`)"
+                )));
+            }
+        }
         let manifest = self.path_or(map, &root, "manifest", DEFAULT_MANIFEST)?;
         let state_dir = self.path_or(map, &root, "state_dir", DEFAULT_STATE_DIR)?;
         let audit = match map.get("audit") {
@@ -390,6 +407,7 @@ impl Reader<'_> {
             ignored_keys: self.ignored,
             rules,
             policy,
+            oci,
             manifest,
             audit,
             state_dir,
@@ -648,8 +666,61 @@ impl Reader<'_> {
         };
         Ok(RulesConfig {
             file: self.path(file, &path.key("file"))?,
-            component: self.optional_path(map, path, "component")?,
+            component: self.component_source(map, path)?,
         })
+    }
+
+    /// `component` of `rules` or `policy`: a path, or `oci://…@sha256:…`.
+    fn component_source(
+        &self,
+        map: &Map<String, Value>,
+        parent: &JsonPath,
+    ) -> Result<Option<ComponentSource>, ConfigError> {
+        let Some(value) = map.get("component") else {
+            return Ok(None);
+        };
+        let path = parent.key("component");
+        let text = non_empty_str(value, &path)?;
+        if !text.starts_with(OCI_SCHEME) {
+            return self.path(value, &path).map(|p| Some(ComponentSource::File(p)));
+        }
+        if !cfg!(feature = "oci") {
+            return Err(path.invalid(format!(
+                "`{}` is in an OCI registry, and this build of toolward has no `oci` feature (components from registries)",
+                crate::text::escape(text)
+            )));
+        }
+        let reference = OciReference::parse(text).map_err(|reason| {
+            path.invalid(format!(
+                "`{}` is not an OCI reference: {reason}",
+                crate::text::escape(text)
+            ))
+        })?;
+        if reference.digest.is_none() {
+            return Err(path.invalid(format!(
+                "`{reference}` names a tag, which the registry can move to other bytes: pin the digest that `toolward policy pull {reference}` prints (`oci://…@sha256:…`)"
+            )));
+        }
+        Ok(Some(ComponentSource::Oci(reference)))
+    }
+
+    fn oci(&self, value: &Value, path: &JsonPath) -> Result<OciConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, OCI_KEYS)?;
+        let mut keys = BTreeMap::new();
+        if let Some(value) = map.get("keys") {
+            let keys_path = path.key("keys");
+            for (name, file) in as_object(value, &keys_path)? {
+                let key_path = keys_path.key(name);
+                if name.is_empty() || name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                    return Err(key_path.invalid(
+                        "a key's name is recorded in the audit: no empty name, spaces or control characters",
+                    ));
+                }
+                keys.insert(name.clone(), self.path(file, &key_path)?);
+            }
+        }
+        Ok(OciConfig { keys })
     }
 
     fn policy(&self, value: &Value, path: &JsonPath) -> Result<PolicyConfig, ConfigError> {
@@ -662,7 +733,7 @@ impl Reader<'_> {
             ));
         }
         Ok(PolicyConfig {
-            component: self.optional_path(map, path, "component")?,
+            component: self.component_source(map, path)?,
             settings: self.optional_path(map, path, "settings")?,
             cedar,
         })

@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::audit::AuditSync;
+
+use super::oci_reference::OciReference;
 
 use super::{
     DEFAULT_APPROVAL_TIMEOUT_MS, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_HEADER_READ_TIMEOUT_MS,
@@ -425,14 +427,57 @@ pub struct RulesConfig {
     /// The operator's rules file (`rules.file`), given to the rules component's `configure`.
     pub file: PathBuf,
     /// A rules component (`rules.component`); `None` is the default component.
-    pub component: Option<PathBuf>,
+    pub component: Option<ComponentSource>,
+}
+
+/// Where a rules or policy component comes from (`rules.component`, `policy.component`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComponentSource {
+    /// A `.wasm` file, its path resolved against the config's folder.
+    File(PathBuf),
+    /// `oci://REGISTRY/REPOSITORY@sha256:HEX`: the component published at that manifest
+    /// digest (a reference by tag alone is refused when the config is read), pulled into the
+    /// state folder and loaded only with a signature that verifies with a key of `oci.keys`
+    /// (`docs/registries.md`).
+    Oci(OciReference),
+}
+
+impl ComponentSource {
+    /// The file, for a component read from one.
+    #[must_use]
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Self::File(path) => Some(path),
+            Self::Oci(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for ComponentSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Oci(reference) => write!(f, "{reference}"),
+        }
+    }
+}
+
+/// `oci`: what components from OCI registries are trusted with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OciConfig {
+    /// The public keys a component's cosign signature may verify with, by name (`oci.keys`:
+    /// `{"release-2026": "keys/cosign.pub"}`, PEM `PUBLIC KEY` files of ECDSA P-256 keys,
+    /// relative to the config's folder). Several are accepted at once, so a key is rotated by
+    /// adding the new one before removing the old. The name of the key that verified is
+    /// recorded in the audit.
+    pub keys: BTreeMap<String, PathBuf>,
 }
 
 /// `policy`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyConfig {
     /// A policy component (`policy.component`); `None` is the default component.
-    pub component: Option<PathBuf>,
+    pub component: Option<ComponentSource>,
     /// A settings file given to the policy's `configure` (`policy.settings`); `None` gives
     /// it empty settings.
     pub settings: Option<PathBuf>,

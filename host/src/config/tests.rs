@@ -376,8 +376,14 @@ fn relative_paths_resolve_against_config_folder() {
     let config = Config::from_path(&file).unwrap();
     assert_eq!(config.base_dir, sub);
     assert_eq!(config.rules.file, sub.join("rules.json"));
-    assert_eq!(config.rules.component, Some(sub.join("wasm/rules.wasm")));
-    assert_eq!(config.policy.component, Some(sub.join("../policy.wasm")));
+    assert_eq!(
+        config.rules.component,
+        Some(ComponentSource::File(sub.join("wasm/rules.wasm")))
+    );
+    assert_eq!(
+        config.policy.component,
+        Some(ComponentSource::File(sub.join("../policy.wasm")))
+    );
     assert_eq!(config.policy.settings, Some(sub.join("settings.json")));
     assert_eq!(config.audit.file, sub.join("logs/audit.jsonl"));
     assert_eq!(config.manifest, sub.join(DEFAULT_MANIFEST));
@@ -1323,4 +1329,47 @@ fn a_client_id_metadata_url_must_be_an_https_url_with_a_path() {
             "{url}: {error}"
         );
     }
+}
+
+#[test]
+#[cfg(feature = "oci")]
+fn an_oci_component_is_read_pinned_by_digest_and_needs_a_key() {
+    let digest = format!("sha256:{}", "0a".repeat(32));
+    let reference = format!("oci://127.0.0.1:5000/policies/deny@{digest}");
+    let value = json!({
+        "mcpServers": {"fs": {"command": "node"}},
+        "rules": {"file": "rules.json"},
+        "policy": {"component": reference},
+        "oci": {"keys": {"release": "keys/cosign.pub"}},
+    });
+    let config = Config::from_value_with_env(value, &base(), &no_env).unwrap();
+    let Some(ComponentSource::Oci(pinned)) = &config.policy.component else {
+        panic!("{:?}", config.policy.component);
+    };
+    assert_eq!(pinned.to_string(), reference);
+    assert_eq!(pinned.digest.as_deref(), Some(digest.as_str()));
+    assert_eq!(
+        config.oci.keys["release"],
+        PathBuf::from("/etc/toolward/keys/cosign.pub")
+    );
+    let without_keys = err_text(json!({
+        "mcpServers": {"fs": {"command": "node"}},
+        "rules": {"file": "rules.json"},
+        "policy": {"component": reference},
+    }));
+    assert!(without_keys.starts_with("oci.keys: `policy.component` is `oci://"), "{without_keys}");
+}
+
+#[test]
+#[cfg(feature = "oci")]
+fn a_component_by_tag_alone_is_refused_naming_it_and_policy_pull() {
+    let message = err_text(json!({
+        "mcpServers": {"fs": {"command": "node"}},
+        "rules": {"file": "rules.json", "component": "oci://ghcr.io/org/rules:v1"},
+        "oci": {"keys": {"release": "cosign.pub"}},
+    }));
+    assert_eq!(
+        message,
+        "rules.component: `oci://ghcr.io/org/rules:v1` names a tag, which the registry can move to other bytes: pin the digest that `toolward policy pull oci://ghcr.io/org/rules:v1` prints (`oci://…@sha256:…`)"
+    );
 }

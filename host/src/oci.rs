@@ -1,0 +1,1298 @@
+//! Rules and policy components from OCI registries (`oci://…@sha256:…` in `rules.component`
+//! and `policy.component`), with cosign's keyed signatures (`docs/registries.md`).
+//!
+//! # The artifact
+//!
+//! A component is published in the layout the CNCF Wasm working group describes for Wasm
+//! OCI artifacts: an OCI image manifest whose config has the media type
+//! [`WASM_CONFIG_MEDIA_TYPE`] and whose one layer, of media type [`WASM_LAYER_MEDIA_TYPE`],
+//! is the component's bytes. A config pins the manifest's digest; the manifest names the
+//! layer's digest, so the bytes follow from the pin. Anything else under the digest (an image
+//! index, a manifest list, two layers, another media type) is refused, never resolved.
+//!
+//! # Signatures
+//!
+//! cosign's keyed scheme, as `cosign sign --key` writes it and `cosign verify --key` reads it:
+//! beside the component, the tag `sha256-<hex>.sig` holds a manifest whose layers (media type
+//! [`SIMPLE_SIGNING_MEDIA_TYPE`]) are "simple signing" payloads naming the manifest digest,
+//! each with the annotation [`SIGNATURE_ANNOTATION`]: the base64 of an ECDSA P-256 signature
+//! (ASN.1 DER) over the payload's bytes with SHA-256. A component loads only when one of those
+//! signatures verifies with a key of `oci.keys` and its payload names the pinned digest; the
+//! key's name is recorded in the audit. The tag scheme rather than the OCI referrers API
+//! because Debian's registry (distribution 2.8) has no referrers API.
+//!
+//! # The cache
+//!
+//! Pulled blobs are kept in the state folder by digest, `<state_dir>/oci/blobs/sha256/<hex>`
+//! (the component's manifest, its layer, its signature manifest and payloads), and
+//! `<state_dir>/oci/signatures/<hex>` names the signature manifest of the manifest `<hex>`.
+//! Every load reads them again and checks each blob's SHA-256 against the digest it is kept
+//! under and the signature against the config's keys of that moment; what is missing is
+//! pulled. A key taken out of `oci.keys` refuses the next load of what only it signed.
+//!
+//! # Where ambient authority is used
+//!
+//! The network (the registry named by the reference, plain HTTP only when it is on loopback),
+//! the environment and `~/.docker/config.json` for credentials (static `auths` entries only:
+//! no credential helper is run), and the key files the config or the command line names.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use cap_std::fs::Dir;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use p256::ecdsa::signature::{Signer as _, Verifier as _};
+use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+
+use crate::config::OciReference;
+use crate::config::operator_file::{self, MAX_COMPONENT_BYTES};
+use crate::state_dir::{StateDir, StateError, open_private_in, replace_private_in};
+
+/// The media type of a Wasm artifact's config (CNCF Wasm OCI artifact layout).
+pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+/// The media type of a Wasm artifact's one layer: the component's bytes.
+pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The OCI image manifest's media type, the only kind of manifest pulled.
+pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The media type of an OCI image config (what cosign's signature manifests carry).
+pub const OCI_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+/// The media type of cosign's signature payloads.
+pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+/// The annotation of a payload layer holding its signature (base64 of ASN.1 DER).
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+/// The `critical.type` of a cosign payload.
+pub const COSIGN_SIGNATURE_TYPE: &str = "cosign container image signature";
+/// The cache's folder in the state folder: `oci`.
+pub const CACHE_FOLDER: &str = "oci";
+/// Largest manifest kept or parsed, in bytes: 64 KiB. A component's manifest is under 1 KiB;
+/// a signature manifest grows by about 1 KiB per signature.
+pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+/// Largest signature payload read, in bytes: 16 KiB. cosign's are about 250 bytes, more with
+/// annotations.
+pub const MAX_PAYLOAD_BYTES: u64 = 16 * 1024;
+/// Most signatures checked on one component: 32. Each is one ECDSA verification per key.
+pub const MAX_SIGNATURES: usize = 32;
+/// Longest wait for a registry to connect, and for each read from it: 30 s.
+pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest `~/.docker/config.json` read, in bytes: 1 MiB.
+pub const MAX_DOCKER_CONFIG_BYTES: u64 = 1024 * 1024;
+/// The variables registry credentials are read from first (both or neither).
+pub const USERNAME_VAR: &str = "TOOLWARD_REGISTRY_USERNAME";
+/// See [`USERNAME_VAR`].
+pub const PASSWORD_VAR: &str = "TOOLWARD_REGISTRY_PASSWORD";
+
+/// Why a component from a registry is not loaded, pushed, pulled or signed. Every message
+/// about a component names its reference; those about its bytes or signature name the digest.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// A reference that is not one, or not of the kind the command needs.
+    #[error("`{reference}`: {reason}")]
+    Reference {
+        /// The reference as given.
+        reference: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The registry refused or failed a request.
+    #[error("registry for `{reference}`: {source}")]
+    Registry {
+        /// The reference.
+        reference: String,
+        /// The client's error (oci-client's, boxed: its type is not part of toolward's API).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// What the registry holds under the reference is not a Wasm component artifact.
+    #[error("`{reference}` (`{digest}`) is not a Wasm component artifact: {reason}")]
+    NotWasm {
+        /// The reference.
+        reference: String,
+        /// The manifest's digest.
+        digest: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Bytes whose SHA-256 is not the digest they were asked for or are kept under.
+    #[error("`{reference}`: {what} has digest `{actual}`, not `{expected}`")]
+    DigestMismatch {
+        /// The reference.
+        reference: String,
+        /// What (`the manifest`, `the layer`).
+        what: &'static str,
+        /// The digest asked for.
+        expected: String,
+        /// The digest of the bytes received.
+        actual: String,
+    },
+    /// More bytes than a limit allows.
+    #[error("`{reference}`: {what} is larger than the limit of {limit} bytes ({bytes} bytes)")]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// What (`the manifest`, `the layer`).
+        what: &'static str,
+        /// Its size, or what was read before stopping.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// No signature is published for the digest.
+    #[error(
+        "`{reference}` (`{digest}`) is not signed: the registry has no `{tag}` tag; sign it with `toolward policy sign {reference} --key KEY.pem` or pin a signed digest"
+    )]
+    Unsigned {
+        /// The reference.
+        reference: String,
+        /// The manifest's digest.
+        digest: String,
+        /// The signature tag looked for.
+        tag: String,
+    },
+    /// Signatures are published, and none verifies with a key of `oci.keys`.
+    #[error("`{reference}` (`{digest}`): no valid signature: {reason}")]
+    BadSignature {
+        /// The reference.
+        reference: String,
+        /// The manifest's digest.
+        digest: String,
+        /// Why each signature was not accepted.
+        reason: String,
+    },
+    /// A key file cannot be read or is not a P-256 key in PEM.
+    #[error("key `{path}`: {reason}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The credentials in the environment or the Docker config cannot be used.
+    #[error("registry credentials for `{registry}`: {reason}")]
+    Credentials {
+        /// The registry.
+        registry: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The cache in the state folder cannot be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The pull could not be run (no thread or runtime for it).
+    #[error("cannot pull `{reference}`: {reason}")]
+    Runtime {
+        /// The reference.
+        reference: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The public keys a component's signature may verify with (`oci.keys`), by name.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedKeys {
+    keys: Vec<(String, VerifyingKey)>,
+}
+
+impl TrustedKeys {
+    /// Reads each key file of `keys` (PEM `PUBLIC KEY`, ECDSA P-256, as `cosign
+    /// generate-key-pair` writes `cosign.pub`).
+    ///
+    /// # Errors
+    /// [`OciError::Key`] naming the file.
+    pub fn read(keys: &BTreeMap<String, PathBuf>) -> Result<Self, OciError> {
+        use p256::pkcs8::DecodePublicKey as _;
+        let mut read = Vec::new();
+        for (name, path) in keys {
+            let text = read_key_text(path, "public key")?;
+            let key = VerifyingKey::from_public_key_pem(&text).map_err(|e| OciError::Key {
+                path: path.clone(),
+                reason: format!(
+                    "not a PEM `PUBLIC KEY` of an ECDSA P-256 key (cosign's `cosign.pub`): {e}"
+                ),
+            })?;
+            read.push((name.clone(), key));
+        }
+        Ok(Self { keys: read })
+    }
+
+    fn names(&self) -> String {
+        self.keys
+            .iter()
+            .map(|(name, _)| format!("`{}`", crate::text::escape(name)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn read_key_text(path: &Path, what: &'static str) -> Result<String, OciError> {
+    let bytes = operator_file::read(path, what, 64 * 1024).map_err(|e| OciError::Key {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    String::from_utf8(bytes).map_err(|_| OciError::Key {
+        path: path.to_owned(),
+        reason: "not UTF-8 text".to_owned(),
+    })
+}
+
+/// Reads a signing key: PEM `PRIVATE KEY` (PKCS#8) or `EC PRIVATE KEY` (SEC1) of a P-256 key.
+/// cosign's own `cosign.key` is encrypted in a format of its own; `cosign import-key-pair`
+/// reads these PEM files, so the same key signs with both.
+///
+/// # Errors
+/// [`OciError::Key`] naming the file.
+pub fn read_signing_key(path: &Path) -> Result<SigningKey, OciError> {
+    use p256::pkcs8::DecodePrivateKey as _;
+    let text = read_key_text(path, "signing key")?;
+    if let Ok(key) = SigningKey::from_pkcs8_pem(&text) {
+        return Ok(key);
+    }
+    p256::SecretKey::from_sec1_pem(&text)
+        .map(SigningKey::from)
+        .map_err(|_| OciError::Key {
+            path: path.to_owned(),
+            reason: "not a PEM `PRIVATE KEY` (PKCS#8) or `EC PRIVATE KEY` of an ECDSA P-256 key"
+                .to_owned(),
+        })
+}
+
+/// A new signing key from the operating system's random source, as PKCS#8 PEM, and its public
+/// key as PEM `PUBLIC KEY` (cosign's `cosign.pub` format).
+///
+/// # Errors
+/// [`OciError::Key`] when there is no randomness or the key cannot be encoded.
+pub fn generate_key(path: &Path) -> Result<(String, String), OciError> {
+    use p256::pkcs8::{EncodePrivateKey as _, EncodePublicKey as _, LineEnding};
+    let fail = |reason: String| OciError::Key {
+        path: path.to_owned(),
+        reason,
+    };
+    // A random 32-byte string is a valid scalar but for odds of about 2^-32; draw again then.
+    let key = loop {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| fail(e.to_string()))?;
+        if let Ok(key) = SigningKey::from_slice(&bytes) {
+            break key;
+        }
+    };
+    let private = key
+        .to_pkcs8_pem(LineEnding::LF)
+        .map_err(|e| fail(e.to_string()))?;
+    let public = key
+        .verifying_key()
+        .to_public_key_pem(LineEnding::LF)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok((private.to_string(), public))
+}
+
+/// A component pulled and verified: its bytes, and who signed it.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The component (the artifact's layer).
+    pub wasm: Vec<u8>,
+    /// The name in `oci.keys` of the key its signature verified with.
+    pub signer: String,
+}
+
+/// The `sha256:<hex>` of `bytes`.
+#[must_use]
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// cosign's signature tag for `digest`: `sha256-<hex>.sig`.
+#[must_use]
+pub fn signature_tag(digest: &str) -> String {
+    format!("{}.sig", digest.replacen(':', "-", 1))
+}
+
+/// cosign's simple-signing payload for the manifest `digest` of `reference`'s repository,
+/// byte for byte as cosign writes it.
+#[must_use]
+pub fn signature_payload(reference: &OciReference, digest: &str) -> String {
+    serde_json::json!({
+        "critical": {
+            "identity": {"docker-reference": reference.repository_name()},
+            "image": {"docker-manifest-digest": digest},
+            "type": COSIGN_SIGNATURE_TYPE,
+        },
+        "optional": null,
+    })
+    .to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifests as toolward reads them: only the fields it checks.
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest {
+    schema_version: u32,
+    media_type: Option<String>,
+    config: Descriptor,
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor {
+    media_type: String,
+    digest: String,
+    size: u64,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Payload {
+    critical: Critical,
+}
+
+#[derive(Debug, Deserialize)]
+struct Critical {
+    image: PayloadImage,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct PayloadImage {
+    #[serde(rename = "docker-manifest-digest")]
+    digest: String,
+}
+
+/// Parses an OCI image manifest (not an index, not a Docker manifest list).
+fn parse_manifest(bytes: &[u8]) -> Result<Manifest, String> {
+    let manifest: Manifest = serde_json::from_slice(bytes)
+        .map_err(|e| format!("the manifest is not an OCI image manifest ({e})"))?;
+    if manifest.schema_version != 2 {
+        return Err(format!(
+            "`schemaVersion` is {}, not 2",
+            manifest.schema_version
+        ));
+    }
+    match manifest.media_type.as_deref() {
+        Some(OCI_MANIFEST_MEDIA_TYPE) => {}
+        Some(other) => {
+            return Err(format!(
+                "the manifest's media type is `{}`, not `{OCI_MANIFEST_MEDIA_TYPE}` (an index or manifest list is not followed)",
+                crate::text::escape(other)
+            ));
+        }
+        None => {
+            return Err(format!(
+                "the manifest has no `mediaType` (`{OCI_MANIFEST_MEDIA_TYPE}` expected)"
+            ));
+        }
+    }
+    for descriptor in std::iter::once(&manifest.config).chain(&manifest.layers) {
+        if !crate::config::is_sha256_digest(&descriptor.digest) {
+            return Err(format!(
+                "a descriptor's digest `{}` is not `sha256:` and 64 lowercase hex digits",
+                crate::text::escape(&descriptor.digest)
+            ));
+        }
+    }
+    Ok(manifest)
+}
+
+/// The one `application/wasm` layer of a component's manifest.
+fn component_layer(manifest: &Manifest) -> Result<&Descriptor, String> {
+    if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
+        return Err(format!(
+            "the config's media type is `{}`, not `{WASM_CONFIG_MEDIA_TYPE}`",
+            crate::text::escape(&manifest.config.media_type)
+        ));
+    }
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(format!(
+            "{} layers, where a component has one",
+            manifest.layers.len()
+        ));
+    };
+    if layer.media_type != WASM_LAYER_MEDIA_TYPE {
+        return Err(format!(
+            "the layer's media type is `{}`, not `{WASM_LAYER_MEDIA_TYPE}`",
+            crate::text::escape(&layer.media_type)
+        ));
+    }
+    if layer.size > MAX_COMPONENT_BYTES {
+        return Err(format!(
+            "the layer is {} bytes, over the limit of {MAX_COMPONENT_BYTES} bytes for a component",
+            layer.size
+        ));
+    }
+    Ok(layer)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cache in the state folder.
+
+/// The cache of pulled blobs in the state folder (see the module documentation).
+#[derive(Debug)]
+pub struct OciCache {
+    blobs: Dir,
+    blobs_path: PathBuf,
+    signatures: Dir,
+    signatures_path: PathBuf,
+}
+
+/// What the cache holds for a reference.
+enum Cached {
+    /// Verified.
+    Verified(Verified),
+    /// Something is not there yet (pull it).
+    Missing,
+}
+
+impl OciCache {
+    /// Opens (creating) `<state_dir>/oci/blobs/sha256` and `<state_dir>/oci/signatures`.
+    ///
+    /// # Errors
+    /// [`OciError::State`] naming the folder.
+    pub fn open(state: &StateDir) -> Result<Self, OciError> {
+        let blobs_name = Path::new(CACHE_FOLDER).join("blobs").join("sha256");
+        let signatures_name = Path::new(CACHE_FOLDER).join("signatures");
+        Ok(Self {
+            blobs: state.subdir(&blobs_name)?,
+            blobs_path: state.path().join(blobs_name),
+            signatures: state.subdir(&signatures_name)?,
+            signatures_path: state.path().join(signatures_name),
+        })
+    }
+
+    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<(), OciError> {
+        let hex = hex_of(digest);
+        replace_private_in(&self.blobs, hex, bytes, &self.blobs_path.join(hex))?;
+        Ok(())
+    }
+
+    /// The blob `digest`, at most `limit` bytes, its SHA-256 checked; `None` when not kept.
+    fn blob(
+        &self,
+        reference: &OciReference,
+        what: &'static str,
+        digest: &str,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, OciError> {
+        let hex = hex_of(digest);
+        let file = match open_private_in(&self.blobs, Path::new(hex), &self.blobs_path.join(hex))
+        {
+            Ok(file) => file,
+            Err(e) if e.not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut bytes = Vec::new();
+        file.take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| StateError::Io {
+                path: self.blobs_path.join(hex),
+                source,
+            })?;
+        if bytes.len() as u64 > limit {
+            return Err(OciError::TooLarge {
+                reference: reference.to_string(),
+                what,
+                bytes: bytes.len() as u64,
+                limit,
+            });
+        }
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            // Changed in the state folder since it was pulled: pulled again.
+            tracing::warn!(reference = %reference, what, expected = digest, actual = %actual, "a cached blob does not match its digest; pulling it again");
+            return Ok(None);
+        }
+        Ok(Some(bytes))
+    }
+
+    fn signature_manifest_digest(&self, digest: &str) -> Result<Option<String>, OciError> {
+        let hex = hex_of(digest);
+        let full = self.signatures_path.join(hex);
+        let file = match open_private_in(&self.signatures, Path::new(hex), &full) {
+            Ok(file) => file,
+            Err(e) if e.not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut text = String::new();
+        file.take(128)
+            .read_to_string(&mut text)
+            .map_err(|source| StateError::Io { path: full, source })?;
+        let text = text.trim().to_owned();
+        Ok(crate::config::is_sha256_digest(&text).then_some(text))
+    }
+
+    fn put_signature_manifest_digest(&self, digest: &str, sig: &str) -> Result<(), OciError> {
+        let hex = hex_of(digest);
+        replace_private_in(
+            &self.signatures,
+            hex,
+            sig.as_bytes(),
+            &self.signatures_path.join(hex),
+        )?;
+        Ok(())
+    }
+
+    /// The component `reference` pins, from the cache, its blobs checked and its signature
+    /// verified with `keys`.
+    fn load(&self, reference: &OciReference, keys: &TrustedKeys) -> Result<Cached, OciError> {
+        let digest = pinned_digest(reference)?;
+        let Some(manifest_bytes) = self.blob(reference, "the manifest", digest, MAX_MANIFEST_BYTES)?
+        else {
+            return Ok(Cached::Missing);
+        };
+        let not_wasm = |reason| OciError::NotWasm {
+            reference: reference.to_string(),
+            digest: digest.to_owned(),
+            reason,
+        };
+        let manifest = parse_manifest(&manifest_bytes).map_err(not_wasm)?;
+        let layer = component_layer(&manifest).map_err(not_wasm)?;
+        let Some(wasm) = self.blob(reference, "the layer", &layer.digest, layer.size)? else {
+            return Ok(Cached::Missing);
+        };
+        if wasm.len() as u64 != layer.size {
+            return Ok(Cached::Missing);
+        }
+        let Some(sig_digest) = self.signature_manifest_digest(digest)? else {
+            return Ok(Cached::Missing);
+        };
+        let Some(sig_bytes) =
+            self.blob(reference, "the signature manifest", &sig_digest, MAX_MANIFEST_BYTES)?
+        else {
+            return Ok(Cached::Missing);
+        };
+        let sig_manifest = parse_manifest(&sig_bytes).map_err(|reason| OciError::BadSignature {
+            reference: reference.to_string(),
+            digest: digest.to_owned(),
+            reason: format!("its signature manifest: {reason}"),
+        })?;
+        let mut payloads = Vec::new();
+        for layer in sig_manifest.layers.iter().take(MAX_SIGNATURES) {
+            if layer.media_type != SIMPLE_SIGNING_MEDIA_TYPE || layer.size > MAX_PAYLOAD_BYTES {
+                continue;
+            }
+            let Some(payload) = self.blob(reference, "a signature payload", &layer.digest, MAX_PAYLOAD_BYTES)?
+            else {
+                return Ok(Cached::Missing);
+            };
+            payloads.push((layer.clone(), payload));
+        }
+        let signer = verify_signatures(reference, digest, &payloads, keys)?;
+        Ok(Cached::Verified(Verified { wasm, signer }))
+    }
+}
+
+fn hex_of(digest: &str) -> &str {
+    digest.strip_prefix("sha256:").unwrap_or(digest)
+}
+
+fn pinned_digest(reference: &OciReference) -> Result<&str, OciError> {
+    reference.digest.as_deref().ok_or_else(|| OciError::Reference {
+        reference: reference.to_string(),
+        reason: format!(
+            "names a tag, which the registry can move to other bytes: pin the digest that `toolward policy pull {reference}` prints"
+        ),
+    })
+}
+
+/// The name of the first key of `keys` that one of `payloads`' signatures verifies with, for
+/// a payload naming `digest`.
+fn verify_signatures(
+    reference: &OciReference,
+    digest: &str,
+    payloads: &[(Descriptor, Vec<u8>)],
+    keys: &TrustedKeys,
+) -> Result<String, OciError> {
+    let bad = |reason: String| OciError::BadSignature {
+        reference: reference.to_string(),
+        digest: digest.to_owned(),
+        reason,
+    };
+    if keys.keys.is_empty() {
+        return Err(bad("`oci.keys` names no key to verify with".to_owned()));
+    }
+    if payloads.is_empty() {
+        return Err(bad(format!(
+            "the signature manifest holds no `{SIMPLE_SIGNING_MEDIA_TYPE}` layer"
+        )));
+    }
+    let mut reasons = Vec::new();
+    for (index, (layer, payload)) in payloads.iter().enumerate() {
+        let n = index + 1;
+        let Some(encoded) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+            reasons.push(format!("signature {n} has no `{SIGNATURE_ANNOTATION}` annotation"));
+            continue;
+        };
+        let Ok(der) = BASE64.decode(encoded.trim()) else {
+            reasons.push(format!("signature {n} is not base64"));
+            continue;
+        };
+        let Ok(signature) = Signature::from_der(&der) else {
+            reasons.push(format!("signature {n} is not an ECDSA signature in ASN.1 DER"));
+            continue;
+        };
+        let Some((name, _)) = keys
+            .keys
+            .iter()
+            .find(|(_, key)| key.verify(payload, &signature).is_ok())
+        else {
+            reasons.push(format!(
+                "signature {n} verifies with no key of `oci.keys` ({})",
+                keys.names()
+            ));
+            continue;
+        };
+        // Only a verified payload is read: what it says is the signer's claim.
+        match serde_json::from_slice::<Payload>(payload) {
+            Ok(p) if p.critical.kind == COSIGN_SIGNATURE_TYPE && p.critical.image.digest == digest => {
+                return Ok(name.clone());
+            }
+            Ok(p) if p.critical.kind != COSIGN_SIGNATURE_TYPE => reasons.push(format!(
+                "signature {n} (key `{}`) is of type `{}`, not `{COSIGN_SIGNATURE_TYPE}`",
+                crate::text::escape(name),
+                crate::text::escape(&p.critical.kind)
+            )),
+            Ok(p) => reasons.push(format!(
+                "signature {n} (key `{}`) is for `{}`, another digest",
+                crate::text::escape(name),
+                crate::text::escape(&p.critical.image.digest)
+            )),
+            Err(e) => reasons.push(format!(
+                "signature {n} (key `{}`) signs a payload that is not cosign's ({e})",
+                crate::text::escape(name)
+            )),
+        }
+    }
+    Err(bad(reasons.join("; ")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry.
+
+/// Whether `registry` (`host[:port]`) is this machine: the only registries reached over plain
+/// HTTP.
+#[must_use]
+pub fn is_loopback(registry: &str) -> bool {
+    let host = match registry.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => host,
+        _ => registry,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A client of one registry, with its credentials.
+pub struct RegistryClient {
+    client: Client,
+    auth: RegistryAuth,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient").finish_non_exhaustive()
+    }
+}
+
+impl RegistryClient {
+    /// A client of `registry`: HTTPS (rustls, the bundled Mozilla roots), plain HTTP only to a
+    /// loopback registry; image indexes are never resolved to a platform's manifest; credentials
+    /// from [`credentials`].
+    ///
+    /// # Errors
+    /// [`OciError::Credentials`].
+    pub fn new(registry: &str) -> Result<Self, OciError> {
+        let protocol = if is_loopback(registry) {
+            ClientProtocol::HttpsExcept(vec![registry.to_owned()])
+        } else {
+            ClientProtocol::Https
+        };
+        let config = ClientConfig {
+            protocol,
+            platform_resolver: None,
+            read_timeout: Some(REGISTRY_TIMEOUT),
+            connect_timeout: Some(REGISTRY_TIMEOUT),
+            ..ClientConfig::default()
+        };
+        Ok(Self {
+            client: Client::new(config),
+            auth: credentials(registry)?,
+        })
+    }
+
+    fn registry_error(reference: &OciReference, source: OciDistributionError) -> OciError {
+        OciError::Registry {
+            reference: reference.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The raw manifest at `reference` (its digest if pinned, else its tag) and its digest
+    /// (SHA-256 of the bytes received, equal to the pin when there is one).
+    async fn manifest(&self, reference: &OciReference) -> Result<Option<(Vec<u8>, String)>, OciError> {
+        let target = to_client_reference(reference);
+        let accepted = [OCI_MANIFEST_MEDIA_TYPE];
+        match self
+            .client
+            .pull_manifest_raw(&target, &self.auth, &accepted)
+            .await
+        {
+            Ok((bytes, _)) => {
+                if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+                    return Err(OciError::TooLarge {
+                        reference: reference.to_string(),
+                        what: "the manifest",
+                        bytes: bytes.len() as u64,
+                        limit: MAX_MANIFEST_BYTES,
+                    });
+                }
+                let actual = sha256_digest(&bytes);
+                if let Some(expected) = &reference.digest
+                    && *expected != actual
+                {
+                    return Err(OciError::DigestMismatch {
+                        reference: reference.to_string(),
+                        what: "the manifest",
+                        expected: expected.clone(),
+                        actual,
+                    });
+                }
+                Ok(Some((bytes, actual)))
+            }
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(OciDistributionError::DigestError(e)) => Err(OciError::Reference {
+                reference: reference.to_string(),
+                reason: format!("the registry served a manifest of another digest ({e})"),
+            }),
+            Err(e) => Err(Self::registry_error(reference, e)),
+        }
+    }
+
+    /// The blob `descriptor` of `reference`'s repository, at most `limit` bytes, its digest
+    /// checked.
+    async fn blob(
+        &self,
+        reference: &OciReference,
+        what: &'static str,
+        descriptor: &Descriptor,
+        limit: u64,
+    ) -> Result<Vec<u8>, OciError> {
+        use futures::StreamExt as _;
+        let target = to_client_reference(reference);
+        let too_large = |bytes| OciError::TooLarge {
+            reference: reference.to_string(),
+            what,
+            bytes,
+            limit,
+        };
+        if descriptor.size > limit {
+            return Err(too_large(descriptor.size));
+        }
+        let mut stream = self
+            .client
+            .pull_blob_stream(&target, descriptor.digest.as_str())
+            .await
+            .map_err(|e| Self::registry_error(reference, e))?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                // The client's own digest check ends the stream with an error after the last
+                // byte: report it as the mismatch it is, with both digests.
+                Err(e) => {
+                    let actual = sha256_digest(&bytes);
+                    if bytes.len() as u64 == descriptor.size && actual != descriptor.digest {
+                        return Err(OciError::DigestMismatch {
+                            reference: reference.to_string(),
+                            what,
+                            expected: descriptor.digest.clone(),
+                            actual,
+                        });
+                    }
+                    return Err(Self::registry_error(
+                        reference,
+                        OciDistributionError::IoError(e),
+                    ));
+                }
+            };
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() as u64 > limit.min(descriptor.size) {
+                return Err(too_large(bytes.len() as u64));
+            }
+        }
+        let actual = sha256_digest(&bytes);
+        if actual != descriptor.digest {
+            return Err(OciError::DigestMismatch {
+                reference: reference.to_string(),
+                what,
+                expected: descriptor.digest.clone(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Resolves `reference` (a tag, or a digest checked) to its manifest digest, checking that
+    /// it is a Wasm component artifact.
+    ///
+    /// # Errors
+    /// [`OciError::Reference`] when nothing is there, [`OciError::NotWasm`], and registry
+    /// errors.
+    pub async fn resolve(&self, reference: &OciReference) -> Result<String, OciError> {
+        let Some((bytes, digest)) = self.manifest(reference).await? else {
+            return Err(OciError::Reference {
+                reference: reference.to_string(),
+                reason: "the registry has no manifest there".to_owned(),
+            });
+        };
+        let manifest = parse_manifest(&bytes).and_then(|m| component_layer(&m).map(|_| ()));
+        manifest.map_err(|reason| OciError::NotWasm {
+            reference: reference.to_string(),
+            digest: digest.clone(),
+            reason,
+        })?;
+        Ok(digest)
+    }
+
+    /// Pulls what the pinned `reference` needs into `cache`: its manifest, its layer, its
+    /// signature manifest and payloads (each checked against its digest).
+    ///
+    /// # Errors
+    /// [`OciError::Unsigned`] when no signature tag exists, [`OciError::NotWasm`],
+    /// [`OciError::DigestMismatch`], [`OciError::TooLarge`] and registry errors.
+    pub async fn pull_into(
+        &self,
+        reference: &OciReference,
+        cache: &OciCache,
+    ) -> Result<(), OciError> {
+        let digest = pinned_digest(reference)?.to_owned();
+        let Some((bytes, _)) = self.manifest(reference).await? else {
+            return Err(OciError::Reference {
+                reference: reference.to_string(),
+                reason: "the registry has no manifest with this digest".to_owned(),
+            });
+        };
+        let not_wasm = |reason| OciError::NotWasm {
+            reference: reference.to_string(),
+            digest: digest.clone(),
+            reason,
+        };
+        let manifest = parse_manifest(&bytes).map_err(not_wasm)?;
+        let layer = component_layer(&manifest).map_err(not_wasm)?.clone();
+        let wasm = self
+            .blob(reference, "the layer", &layer, MAX_COMPONENT_BYTES)
+            .await?;
+        let tag = signature_tag(&digest);
+        let sig_reference = OciReference {
+            tag: Some(tag.clone()),
+            digest: None,
+            ..reference.clone()
+        };
+        let Some((sig_bytes, sig_digest)) = self.manifest(&sig_reference).await? else {
+            return Err(OciError::Unsigned {
+                reference: reference.to_string(),
+                digest,
+                tag,
+            });
+        };
+        let sig_manifest = parse_manifest(&sig_bytes).map_err(|reason| OciError::BadSignature {
+            reference: reference.to_string(),
+            digest: digest.clone(),
+            reason: format!("its signature manifest `{tag}`: {reason}"),
+        })?;
+        let mut payloads = Vec::new();
+        for layer in sig_manifest.layers.iter().take(MAX_SIGNATURES) {
+            if layer.media_type != SIMPLE_SIGNING_MEDIA_TYPE {
+                continue;
+            }
+            let payload = self
+                .blob(reference, "a signature payload", layer, MAX_PAYLOAD_BYTES)
+                .await?;
+            payloads.push((layer.digest.clone(), payload));
+        }
+        cache.put_blob(&digest, &bytes)?;
+        cache.put_blob(&layer.digest, &wasm)?;
+        for (payload_digest, payload) in &payloads {
+            cache.put_blob(payload_digest, payload)?;
+        }
+        cache.put_blob(&sig_digest, &sig_bytes)?;
+        cache.put_signature_manifest_digest(&digest, &sig_digest)?;
+        Ok(())
+    }
+
+    async fn push_blob(&self, reference: &OciReference, bytes: &[u8]) -> Result<String, OciError> {
+        let digest = sha256_digest(bytes);
+        let target = to_client_reference(reference);
+        self.client
+            .push_blob(&target, bytes, &digest)
+            .await
+            .map_err(|e| Self::registry_error(reference, e))?;
+        Ok(digest)
+    }
+
+    async fn push_manifest(
+        &self,
+        reference: &OciReference,
+        bytes: Vec<u8>,
+    ) -> Result<(), OciError> {
+        let target = to_client_reference(reference);
+        self.client
+            .push_manifest_raw(
+                &target,
+                bytes,
+                http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE),
+            )
+            .await
+            .map_err(|e| Self::registry_error(reference, e))?;
+        Ok(())
+    }
+
+    /// Publishes `wasm` at `reference` (its tag, or by digest alone) as a Wasm OCI artifact;
+    /// the manifest digest. The same bytes always give the same digest (no time in the config).
+    ///
+    /// # Errors
+    /// [`OciError::NotWasm`] when `wasm` is not a component; registry errors.
+    pub async fn push(&self, reference: &OciReference, wasm: &[u8]) -> Result<String, OciError> {
+        const COMPONENT_PREAMBLE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+        if !wasm.starts_with(&COMPONENT_PREAMBLE) {
+            return Err(OciError::NotWasm {
+                reference: reference.to_string(),
+                digest: sha256_digest(wasm),
+                reason: "the file is not a WebAssembly component (no component preamble)"
+                    .to_owned(),
+            });
+        }
+        let layer_digest = self.push_blob(reference, wasm).await?;
+        let config = serde_json::json!({
+            "architecture": "wasm",
+            "os": "wasip2",
+            "layerDigests": [layer_digest],
+        })
+        .to_string();
+        let config_digest = self.push_blob(reference, config.as_bytes()).await?;
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+            "artifactType": WASM_CONFIG_MEDIA_TYPE,
+            "config": {
+                "mediaType": WASM_CONFIG_MEDIA_TYPE,
+                "digest": config_digest,
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": WASM_LAYER_MEDIA_TYPE,
+                "digest": layer_digest,
+                "size": wasm.len(),
+            }],
+        })
+        .to_string()
+        .into_bytes();
+        let digest = sha256_digest(&manifest);
+        let target = match &reference.tag {
+            Some(_) => OciReference {
+                digest: None,
+                ..reference.clone()
+            },
+            None => reference.pinned(&digest),
+        };
+        self.push_manifest(&target, manifest).await?;
+        Ok(digest)
+    }
+
+    /// Signs the component `reference` pins with `key`, cosign's way: a simple-signing payload
+    /// layer with its signature annotated, added to the manifest at `sha256-<hex>.sig` (the
+    /// signatures already there are kept). The signature tag.
+    ///
+    /// # Errors
+    /// [`OciError::Reference`] for a reference without a digest or with nothing there;
+    /// [`OciError::NotWasm`]; registry errors.
+    pub async fn sign(&self, reference: &OciReference, key: &SigningKey) -> Result<String, OciError> {
+        let digest = pinned_digest(reference)?.to_owned();
+        self.resolve(reference).await?;
+        let payload = signature_payload(reference, &digest);
+        let signature: Signature = key.sign(payload.as_bytes());
+        let annotation = BASE64.encode(signature.to_der().as_bytes());
+        let tag = signature_tag(&digest);
+        let sig_reference = OciReference {
+            tag: Some(tag.clone()),
+            digest: None,
+            ..reference.clone()
+        };
+        let mut layers: Vec<serde_json::Value> = Vec::new();
+        if let Some((bytes, _)) = self.manifest(&sig_reference).await?
+            && let Ok(serde_json::Value::Object(existing)) =
+                serde_json::from_slice::<serde_json::Value>(&bytes)
+            && let Some(serde_json::Value::Array(existing)) = existing.get("layers")
+        {
+            layers.extend(existing.iter().take(MAX_SIGNATURES - 1).cloned());
+        }
+        let payload_digest = self.push_blob(reference, payload.as_bytes()).await?;
+        layers.retain(|layer| {
+            layer.get("annotations").and_then(|a| a.get(SIGNATURE_ANNOTATION))
+                != Some(&serde_json::Value::String(annotation.clone()))
+        });
+        layers.push(serde_json::json!({
+            "mediaType": SIMPLE_SIGNING_MEDIA_TYPE,
+            "digest": payload_digest,
+            "size": payload.len(),
+            "annotations": {SIGNATURE_ANNOTATION: annotation},
+        }));
+        let diff_ids: Vec<_> = layers.iter().filter_map(|l| l.get("digest").cloned()).collect();
+        let config = serde_json::json!({
+            "architecture": "",
+            "config": {},
+            "created": "0001-01-01T00:00:00Z",
+            "history": [{"created": "0001-01-01T00:00:00Z"}],
+            "os": "",
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        })
+        .to_string();
+        let config_digest = self.push_blob(reference, config.as_bytes()).await?;
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+            "config": {
+                "mediaType": OCI_CONFIG_MEDIA_TYPE,
+                "digest": config_digest,
+                "size": config.len(),
+            },
+            "layers": layers,
+        })
+        .to_string()
+        .into_bytes();
+        self.push_manifest(&sig_reference, manifest).await?;
+        Ok(tag)
+    }
+}
+
+fn to_client_reference(reference: &OciReference) -> Reference {
+    match (&reference.digest, &reference.tag) {
+        (Some(digest), _) => Reference::with_digest(
+            reference.registry.clone(),
+            reference.repository.clone(),
+            digest.clone(),
+        ),
+        (None, Some(tag)) => Reference::with_tag(
+            reference.registry.clone(),
+            reference.repository.clone(),
+            tag.clone(),
+        ),
+        (None, None) => Reference::with_tag(
+            reference.registry.clone(),
+            reference.repository.clone(),
+            "latest".to_owned(),
+        ),
+    }
+}
+
+fn is_not_found(error: &OciDistributionError) -> bool {
+    match error {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                OciErrorCode::ManifestUnknown | OciErrorCode::NotFound | OciErrorCode::NameUnknown
+            )
+        }),
+        _ => false,
+    }
+}
+
+/// The credentials for `registry`: `TOOLWARD_REGISTRY_USERNAME` and `_PASSWORD` when both are
+/// set, else the static `auths` entry of the Docker config file (`$DOCKER_CONFIG/config.json`,
+/// else `~/.docker/config.json`), else none. Credential helpers (`credsStore`, `credHelpers`)
+/// are never run: a helper is a program the config file names.
+///
+/// # Errors
+/// [`OciError::Credentials`] for one variable without the other, or an entry that cannot be
+/// decoded.
+pub fn credentials(registry: &str) -> Result<RegistryAuth, OciError> {
+    let fail = |reason: String| OciError::Credentials {
+        registry: registry.to_owned(),
+        reason,
+    };
+    match (std::env::var(USERNAME_VAR), std::env::var(PASSWORD_VAR)) {
+        (Ok(user), Ok(password)) => return Ok(RegistryAuth::Basic(user, password)),
+        (Ok(_), Err(_)) | (Err(_), Ok(_)) => {
+            return Err(fail(format!(
+                "set both `{USERNAME_VAR}` and `{PASSWORD_VAR}`, or neither"
+            )));
+        }
+        (Err(_), Err(_)) => {}
+    }
+    let file = match std::env::var_os("DOCKER_CONFIG") {
+        Some(dir) => PathBuf::from(dir).join("config.json"),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".docker").join("config.json"),
+            None => return Ok(RegistryAuth::Anonymous),
+        },
+    };
+    let bytes = match operator_file::read(&file, "Docker config", MAX_DOCKER_CONFIG_BYTES) {
+        Ok(bytes) => bytes,
+        Err(operator_file::OperatorFileError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(RegistryAuth::Anonymous);
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let config: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| fail(format!("`{}` is not JSON: {e}", file.display())))?;
+    let Some(auths) = config.get("auths").and_then(serde_json::Value::as_object) else {
+        return Ok(RegistryAuth::Anonymous);
+    };
+    let entry = auths.iter().find_map(|(key, entry)| {
+        let host = key
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        let host = host.split('/').next().unwrap_or(host);
+        (host == registry).then_some(entry)
+    });
+    let Some(entry) = entry else {
+        return Ok(RegistryAuth::Anonymous);
+    };
+    if let Some(encoded) = entry.get("auth").and_then(serde_json::Value::as_str)
+        && !encoded.is_empty()
+    {
+        let decoded = BASE64
+            .decode(encoded.trim())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| fail(format!("the `auth` of `{}` is not base64 of `user:password`", file.display())))?;
+        let Some((user, password)) = decoded.split_once(':') else {
+            return Err(fail(format!(
+                "the `auth` of `{}` is not `user:password`",
+                file.display()
+            )));
+        };
+        return Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned()));
+    }
+    match (
+        entry.get("username").and_then(serde_json::Value::as_str),
+        entry.get("password").and_then(serde_json::Value::as_str),
+    ) {
+        (Some(user), Some(password)) => Ok(RegistryAuth::Basic(user.to_owned(), password.to_owned())),
+        _ => Ok(RegistryAuth::Anonymous),
+    }
+}
+
+/// The component `reference` pins, verified: from the cache in `state`, pulling what is
+/// missing from the registry first. Synchronous, for the load: the pull runs on a thread of
+/// its own with a runtime of its own, so it may be called from inside an async runtime.
+///
+/// # Errors
+/// Every [`OciError`]: each names the reference, and the digest where the bytes or the
+/// signature are at fault.
+pub fn fetch_verified(
+    reference: &OciReference,
+    state: &StateDir,
+    keys: &TrustedKeys,
+) -> Result<Verified, OciError> {
+    let cache = OciCache::open(state)?;
+    if let Cached::Verified(verified) = cache.load(reference, keys)? {
+        return Ok(verified);
+    }
+    pull_blocking(reference, &cache)?;
+    match cache.load(reference, keys)? {
+        Cached::Verified(verified) => Ok(verified),
+        Cached::Missing => Err(OciError::Reference {
+            reference: reference.to_string(),
+            reason: "pulled, and still not complete in the state folder's cache".to_owned(),
+        }),
+    }
+}
+
+/// Pulls into `cache` on a thread of its own (see [`fetch_verified`]).
+fn pull_blocking(reference: &OciReference, cache: &OciCache) -> Result<(), OciError> {
+    let runtime_error = |reason: String| OciError::Runtime {
+        reference: reference.to_string(),
+        reason,
+    };
+    std::thread::scope(|scope| {
+        let pulled = scope.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| runtime_error(e.to_string()))?;
+            runtime.block_on(async {
+                let client = RegistryClient::new(&reference.registry)?;
+                client.pull_into(reference, cache).await
+            })
+        });
+        pulled
+            .join()
+            .unwrap_or_else(|_| Err(runtime_error("the pull's thread panicked".to_owned())))
+    })
+}
+
+/// Pulls `reference` into `state`'s cache and verifies it with `keys` (`toolward policy pull
+/// --config`).
+///
+/// # Errors
+/// As [`fetch_verified`].
+pub async fn pull_verified(
+    reference: &OciReference,
+    state: &StateDir,
+    keys: &TrustedKeys,
+) -> Result<String, OciError> {
+    let cache = OciCache::open(state)?;
+    let client = RegistryClient::new(&reference.registry)?;
+    client.pull_into(reference, &cache).await?;
+    match cache.load(reference, keys)? {
+        Cached::Verified(verified) => Ok(verified.signer),
+        Cached::Missing => Err(OciError::Reference {
+            reference: reference.to_string(),
+            reason: "pulled, and still not complete in the state folder's cache".to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_payload_is_cosigns_byte_for_byte() {
+        let reference = OciReference::parse("oci://127.0.0.1:5000/p/deny").unwrap();
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        assert_eq!(
+            signature_payload(&reference, &digest),
+            format!(
+                r#"{{"critical":{{"identity":{{"docker-reference":"127.0.0.1:5000/p/deny"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
+            )
+        );
+        assert_eq!(signature_tag(&digest), format!("sha256-{}.sig", "ab".repeat(32)));
+    }
+
+    #[test]
+    fn only_loopback_registries_are_plain_http() {
+        for host in ["127.0.0.1:5000", "localhost:5000", "[::1]:5000", "127.8.0.1", "localhost"] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in ["ghcr.io", "10.0.0.1:5000", "localhost.example:5000", "[2001:db8::1]:5000"] {
+            assert!(!is_loopback(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_list_or_index_is_not_a_component() {
+        let index = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+        assert!(parse_manifest(index).is_err());
+        let list = br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json","manifests":[]}"#;
+        assert!(parse_manifest(list).is_err());
+    }
+}
