@@ -14,8 +14,8 @@ use serde::Serialize;
 use super::guard::{Guard, secure_headers};
 use super::session::{Session, Sessions};
 use super::{
-    CHAIN_CHECK_INTERVAL, ConsoleError, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_FORM_BYTES,
-    MAX_REASON_CHARS, POLL_INTERVAL, SCRIPT_PATH, SESSION_COOKIE,
+    CHAIN_CHECK_INTERVAL, ConsoleError, KEY_HEADER, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_DETAIL_BYTES,
+    MAX_FORM_BYTES, MAX_REASON_CHARS, POLL_INTERVAL, SCRIPT_PATH, SESSION_COOKIE, SHOWN_HEADER,
 };
 use crate::approval::{
     AnsweredBy, ApprovalError, PendingEntry, display_arguments, display_result, list_queue,
@@ -60,6 +60,8 @@ impl Pages {
             ("held.html", include_str!("templates/held.html")),
             ("audit.html", include_str!("templates/audit.html")),
             ("error.html", include_str!("templates/error.html")),
+            ("shell.html", include_str!("templates/shell.html")),
+            ("signed-in.html", include_str!("templates/signed-in.html")),
         ] {
             env.add_template(name, source)
                 .map_err(|error| ConsoleError::Templates(error.to_string()))?;
@@ -220,19 +222,12 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         _ => {}
     }
     let id = cookie_value(request.headers(), SESSION_COOKIE);
-    let Some((id, session)) = id.and_then(|id| shared.sessions.get(&id).map(|s| (id, s))) else {
+    let Some((id, mut session)) = id.and_then(|id| shared.sessions.get(&id).map(|s| (id, s)))
+    else {
         return match (&method, path.as_str()) {
-            (&Method::GET, "/approvals/list") => respond(
-                StatusCode::UNAUTHORIZED,
-                "text/plain; charset=utf-8",
-                String::from("sign in first\n"),
-            ),
+            (&Method::GET, "/approvals/list") => unauthorized("sign in first"),
             (&Method::GET, "/" | "/approvals" | "/audit") => redirect("/login"),
-            (&Method::GET, _) => respond(
-                StatusCode::NOT_FOUND,
-                "text/plain; charset=utf-8",
-                String::from("no such page\n"),
-            ),
+            (&Method::GET, _) => not_found(),
             _ => respond(
                 StatusCode::FORBIDDEN,
                 "text/plain; charset=utf-8",
@@ -240,38 +235,60 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             ),
         };
     };
+    // The cookie names a session; its key says the request comes from a page of it (the
+    // module's contract, 5).
+    let key = request.headers().get(KEY_HEADER);
+    let keyed = key.is_some_and(|key| super::session::same(key.as_bytes(), session.key.as_bytes()));
+    if !keyed {
+        return match (&method, path.as_str(), key) {
+            (&Method::GET, "/", _) => redirect("/approvals"),
+            // A page opened by its address: the shell, whose script asks again with the key.
+            (&Method::GET, "/approvals" | "/audit", None) => shell(shared),
+            (&Method::GET, "/approvals/list" | "/approvals" | "/audit", _) => {
+                unauthorized("this browser does not hold the session's key: sign in again")
+            }
+            (&Method::GET, _, _) => not_found(),
+            _ => {
+                tracing::warn!(
+                    "console: refused a change for `{}` without its session's key",
+                    text::escape(&session.user)
+                );
+                respond(
+                    StatusCode::FORBIDDEN,
+                    "text/plain; charset=utf-8",
+                    String::from(
+                        "this change does not carry the session's key: it did not come from a page of this console; sign in again\n",
+                    ),
+                )
+            }
+        };
+    }
+    session.flash = shared.sessions.take_flash(&id);
     match (&method, path.as_str()) {
         (&Method::GET, "/") => redirect("/approvals"),
-        (&Method::GET, "/approvals") => approvals_page(shared, &session, false).await,
-        (&Method::GET, "/approvals/list") => approvals_page(shared, &session, true).await,
+        (&Method::GET, "/approvals") => approvals_page(shared, &session, None).await,
+        (&Method::GET, "/approvals/list") => {
+            let shown = request
+                .headers()
+                .get(SHOWN_HEADER)
+                .map(|shown| String::from_utf8_lossy(shown.as_bytes()).into_owned());
+            approvals_page(shared, &session, Some(shown)).await
+        }
         (&Method::GET, "/audit") => audit_page(shared, &session, request.uri().query()).await,
-        (&Method::POST, "/approvals/answer" | "/logout") => {
+        (&Method::POST, "/logout") => {
+            shared.sessions.end(&id);
+            tracing::info!("console: `{}` signed out", text::escape(&session.user));
+            let mut response = redirect("/login");
+            set_cookie(
+                &mut response,
+                cookie(SESSION_COOKIE, "", shared.guard.secure, Some(0)),
+            );
+            response
+        }
+        (&Method::POST, "/approvals/answer") => {
             let Some(fields) = form(request).await else {
                 return error_page(shared, &session, StatusCode::BAD_REQUEST, "the form could not be read (longer than the limit, or cut short)");
             };
-            let csrf_ok = field(&fields, "csrf")
-                .is_some_and(|csrf| super::session::same(csrf.as_bytes(), session.csrf.as_bytes()));
-            if !csrf_ok {
-                tracing::warn!(
-                    "console: refused a change by `{}` without its session's CSRF token",
-                    text::escape(&session.user)
-                );
-                return error_page(
-                    shared,
-                    &session,
-                    StatusCode::FORBIDDEN,
-                    "this change does not carry the page's CSRF token: it did not come from a page of this console; reload the page and try again",
-                );
-            }
-            if path == "/logout" {
-                shared.sessions.end(&id);
-                let mut response = redirect("/login");
-                set_cookie(
-                    &mut response,
-                    cookie(SESSION_COOKIE, "", shared.guard.secure, Some(0)),
-                );
-                return response;
-            }
             answer(shared, &id, &session, &fields).await
         }
         _ => error_page(
@@ -281,6 +298,32 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             "no such page: the console has /approvals and /audit",
         ),
     }
+}
+
+fn unauthorized(why: &str) -> Response<Body> {
+    respond(
+        StatusCode::UNAUTHORIZED,
+        "text/plain; charset=utf-8",
+        format!("{why}\n"),
+    )
+}
+
+fn not_found() -> Response<Body> {
+    respond(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        String::from("no such page\n"),
+    )
+}
+
+/// A page opened by its address, with the cookie but not the key: nothing of the session,
+/// only the script that asks for the page again with the key it holds.
+fn shell(shared: &Shared) -> Response<Body> {
+    shared.pages.render(
+        "shell.html",
+        StatusCode::OK,
+        context! { title => "Loading", user => None::<String>, flash => None::<String> },
+    )
 }
 
 /// The sign-in form, with the nonce `keep` when the browser brought a live one, else a new
@@ -356,7 +399,16 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         );
     };
     tracing::info!("console: `{}` signed in", text::escape(&user));
-    let mut response = redirect("/approvals");
+    let Some(key) = shared.sessions.get(&id).map(|session| session.key) else {
+        return login_page(shared, StatusCode::SERVICE_UNAVAILABLE, Some("the session ended at once"), None);
+    };
+    // The one answer that carries the session's key: the page's script keeps it and goes on
+    // to the held calls.
+    let mut response = shared.pages.render(
+        "signed-in.html",
+        StatusCode::OK,
+        context! { title => "Signed in", key => &key, name => &user, user => None::<String>, flash => None::<String> },
+    );
     set_cookie(
         &mut response,
         cookie(SESSION_COOKIE, &id, shared.guard.secure, None),
@@ -387,7 +439,6 @@ fn error_page(
             title => status.canonical_reason().unwrap_or("Refused"),
             error => error,
             user => &session.user,
-            csrf => &session.csrf,
             flash => None::<String>,
         },
     )
@@ -438,7 +489,14 @@ impl HeldView {
     }
 }
 
-async fn approvals_page(shared: &Shared, session: &Session, fragment: bool) -> Response<Body> {
+/// The held calls: the whole page, or (`shown` given) the list alone for the page's script,
+/// which sends the calls it shows; when they are still the held calls, 204 and nothing
+/// rendered.
+async fn approvals_page(
+    shared: &Shared,
+    session: &Session,
+    shown: Option<Option<String>>,
+) -> Response<Body> {
     let state_dir = shared.state_dir.clone();
     let listed = tokio::task::spawn_blocking(move || list_queue(&state_dir)).await;
     let entries = match listed {
@@ -466,16 +524,22 @@ async fn approvals_page(shared: &Shared, session: &Session, fragment: bool) -> R
         .map(|h| format!("{}:{}:{}", h.call_id, h.waiting, h.problem.is_some()))
         .collect::<Vec<_>>()
         .join(" ");
+    if let Some(Some(shown)) = &shown
+        && *shown == ids
+    {
+        let mut unchanged = respond(StatusCode::NO_CONTENT, "text/plain; charset=utf-8", String::new());
+        unchanged.headers_mut().remove(header::CONTENT_TYPE);
+        return unchanged;
+    }
     let values = context! {
         title => "Held calls",
         held => held,
         ids => ids,
         user => &session.user,
-        csrf => &session.csrf,
         flash => &session.flash,
         interval_ms => u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000),
     };
-    let name = if fragment { "held.html" } else { "approvals.html" };
+    let name = if shown.is_some() { "held.html" } else { "approvals.html" };
     shared.pages.render(name, StatusCode::OK, values)
 }
 
@@ -501,7 +565,8 @@ async fn answer(
     let reason = field(fields, "reason")
         .map(str::trim)
         .filter(|reason| !reason.is_empty() && !approve)
-        .map(|reason| reason.chars().take(MAX_REASON_CHARS).collect::<String>())
+        // A console user's text reaches the client in the refusal: shown as text there too.
+        .map(|reason| text::escape(&reason.chars().take(MAX_REASON_CHARS).collect::<String>()))
         .or_else(|| {
             (!approve).then(|| {
                 format!(
@@ -737,7 +802,6 @@ async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> 
             read => read,
             error => error,
             user => &session.user,
-            csrf => &session.csrf,
             flash => &session.flash,
         },
     )
@@ -770,6 +834,19 @@ fn filter_of(given: &FilterView) -> Result<Filter, String> {
     })
 }
 
+/// `detail` cut to [`MAX_DETAIL_BYTES`] on a character boundary, saying what was left out.
+fn cut_detail(mut detail: String, seq: u64) -> String {
+    if detail.len() <= MAX_DETAIL_BYTES {
+        return detail;
+    }
+    let more = detail.len() - detail.floor_char_boundary(MAX_DETAIL_BYTES);
+    detail.truncate(detail.floor_char_boundary(MAX_DETAIL_BYTES));
+    detail.push_str(&format!(
+        "\n… {more} bytes more: `toolward audit show` prints record {seq} whole"
+    ));
+    detail
+}
+
 fn row(record: &crate::audit::AuditRecord, raw: &serde_json::Value) -> RowView {
     let e = &record.event;
     let shown = |v: &Option<String>| text::escape(v.as_deref().unwrap_or("-"));
@@ -781,6 +858,7 @@ fn row(record: &crate::audit::AuditRecord, raw: &serde_json::Value) -> RowView {
         .map(text::escape)
         .collect::<Vec<_>>()
         .join("\n");
+    let detail = cut_detail(detail, record.seq);
     let call_link = e
         .call_id
         .as_deref()
@@ -832,7 +910,7 @@ mod tests {
         let response = pages.render(
             "held.html",
             StatusCode::OK,
-            context! { held => held, ids => "x", csrf => "c" },
+            context! { held => held, ids => "x" },
         );
         let body = futures::executor::block_on(response.into_body().collect())
             .unwrap()
@@ -844,6 +922,20 @@ mod tests {
         assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"), "{html}");
         // The bidirectional override is shown as its escape, not applied.
         assert!(html.contains("\\u{202E}evil&quot; onmouseover=&quot;x"), "{html}");
+    }
+
+    #[test]
+    fn a_record_detail_is_cut_on_a_character_boundary_saying_how_much_more() {
+        let short = String::from("{\"seq\": 1}");
+        assert_eq!(cut_detail(short.clone(), 1), short);
+        let long = "é".repeat(MAX_DETAIL_BYTES);
+        let cut = cut_detail(long, 7);
+        let (kept, note) = cut.split_once('\n').unwrap();
+        assert_eq!(kept.len(), MAX_DETAIL_BYTES);
+        assert_eq!(
+            note,
+            format!("… {MAX_DETAIL_BYTES} bytes more: `toolward audit show` prints record 7 whole")
+        );
     }
 
     #[test]

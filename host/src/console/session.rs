@@ -1,5 +1,5 @@
 //! Who is signed in: the users (token names) and their tokens' digests, the sessions and
-//! their CSRF tokens, the sign-in forms' nonces. In memory: a restart signs everyone out.
+//! their keys, the sign-in forms' nonces. In memory: a restart signs everyone out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -14,8 +14,13 @@ use super::{LOGIN_NONCE_TTL, MAX_LOGIN_NONCES, MAX_SESSIONS, SESSION_TTL};
 pub(super) struct Session {
     /// The user: the name of the token they signed in with.
     pub(super) user: String,
-    /// The token every `POST` of this session must carry.
-    pub(super) csrf: String,
+    /// The session's key: every request of the session carries it in [`KEY_HEADER`], besides
+    /// the cookie. It reaches the browser once, in the answer to the sign-in, and the page's
+    /// script keeps it in the origin's own storage; a cookie alone, which the browser also
+    /// sends to every other port of the host, neither reads a page nor answers a call.
+    ///
+    /// [`KEY_HEADER`]: super::KEY_HEADER
+    pub(super) key: String,
     /// When it was made.
     made: Instant,
     /// A message for the next page (what the last answer did).
@@ -36,7 +41,7 @@ pub(super) struct Sessions {
     tables: Mutex<Tables>,
 }
 
-/// 32 random bytes as hex: a session id, a CSRF token, a nonce. `None` when the system has
+/// 32 random bytes as hex: a session id, a session key, a nonce. `None` when the system has
 /// no randomness to give (then nobody signs in).
 pub(super) fn random_token() -> Option<String> {
     let mut bytes = [0u8; 32];
@@ -118,7 +123,7 @@ impl Sessions {
     /// A new session for `user`, with a new id (never one the browser brought): its id.
     pub(super) fn start(&self, user: String) -> Option<String> {
         let id = random_token()?;
-        let csrf = random_token()?;
+        let key = random_token()?;
         let mut tables = self.tables();
         tables
             .sessions
@@ -136,7 +141,7 @@ impl Sessions {
             id.clone(),
             Session {
                 user,
-                csrf,
+                key,
                 made: Instant::now(),
                 flash: None,
             },
@@ -144,17 +149,20 @@ impl Sessions {
         Some(id)
     }
 
-    /// The live session of id `id`, taking its flash message.
+    /// The live session of id `id`.
     pub(super) fn get(&self, id: &str) -> Option<Session> {
         let mut tables = self.tables();
-        let session = tables.sessions.get_mut(id)?;
+        let session = tables.sessions.get(id)?;
         if session.made.elapsed() >= SESSION_TTL {
             tables.sessions.remove(id);
             return None;
         }
-        let shown = session.clone();
-        session.flash = None;
-        Some(shown)
+        Some(session.clone())
+    }
+
+    /// Takes the message the session's next page shows.
+    pub(super) fn take_flash(&self, id: &str) -> Option<String> {
+        self.tables().sessions.get_mut(id)?.flash.take()
     }
 
     /// Sets the message the session's next page shows.
@@ -204,13 +212,14 @@ mod tests {
     }
 
     #[test]
-    fn each_sign_in_gets_a_new_session_id_and_csrf_token() {
+    fn each_sign_in_gets_a_new_session_id_and_key() {
         let s = sessions();
         let first = s.start(String::from("alice")).unwrap();
         let second = s.start(String::from("alice")).unwrap();
         assert_ne!(first, second);
         let (a, b) = (s.get(&first).unwrap(), s.get(&second).unwrap());
-        assert_ne!(a.csrf, b.csrf);
+        assert_ne!(a.key, b.key);
+        assert_ne!(a.key, first);
         s.end(&first);
         assert!(s.get(&first).is_none());
         assert!(s.get(&second).is_some());
