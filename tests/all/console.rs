@@ -677,7 +677,8 @@ async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken
     console.stop().await;
 }
 
-/// A webhook receiver on loopback: every request's signature header and body, as received.
+/// A webhook receiver on loopback: every request's timestamp and signature headers (as
+/// `<timestamp> <signature>`) and body, as received.
 async fn receiver() -> (
     SocketAddr,
     tokio::sync::mpsc::UnboundedReceiver<(Instant, String, String)>,
@@ -694,11 +695,18 @@ async fn receiver() -> (
                     move |request: hyper::Request<hyper::body::Incoming>| {
                         let sent = sent.clone();
                         async move {
-                            let signature = request
-                                .headers()
-                                .get("x-toolward-signature")
-                                .map(|v| v.to_str().unwrap().to_owned())
-                                .unwrap_or_default();
+                            let header = |name: &str| {
+                                request
+                                    .headers()
+                                    .get(name)
+                                    .map(|v| v.to_str().unwrap().to_owned())
+                                    .unwrap_or_default()
+                            };
+                            let signature = format!(
+                                "{} {}",
+                                header("x-toolward-timestamp"),
+                                header("x-toolward-signature")
+                            );
                             let body = request.into_body().collect().await.unwrap().to_bytes();
                             let _ = sent.send((
                                 Instant::now(),
@@ -779,8 +787,15 @@ async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
         "arrived {} ms after the hold",
         arrived_ms - held.time_ms
     );
+    // Signed: HMAC-SHA256 of `<timestamp>.<body>`, the timestamp the second it was sent.
+    let (timestamp, signature) = signature.split_once(' ').unwrap();
+    let sent_s: u64 = timestamp.parse().unwrap();
+    assert!(
+        sent_s.abs_diff(arrived_ms / 1000) <= 1,
+        "{sent_s} vs {arrived_ms}"
+    );
     let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).unwrap();
-    mac.update(body.as_bytes());
+    mac.update(format!("{timestamp}.{body}").as_bytes());
     assert_eq!(
         signature,
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
