@@ -76,18 +76,15 @@ mod pages;
 mod session;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use http::Request;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::http_server::{AcceptLimits, accept_loop};
 
 pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
 pub use pages::ChainState;
@@ -291,11 +288,18 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         notify,
         stop.child_token(),
     ));
+    let accept = AcceptLimits {
+        max_connections: settings.max_connections,
+        header_read_timeout: settings.header_read_timeout,
+        setting: "listen.max_connections",
+    };
     let task = tokio::spawn(accept_loop(
         listener,
-        shared,
-        settings.header_read_timeout,
-        settings.max_connections,
+        accept,
+        move |request| {
+            let shared = Arc::clone(&shared);
+            async move { pages::handle(&shared, request).await }
+        },
         stop.clone(),
     ));
     Ok(Console { addr, stop, task })
@@ -326,66 +330,5 @@ async fn check_chain_forever(
             tracing::warn!("the audit chain: {problem}");
         }
         *kept = checked;
-    }
-}
-
-/// Accepts connections while fewer than `max_connections` are open, each served with the
-/// header read timeout, until `stop`.
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<pages::Shared>,
-    header_read_timeout: Duration,
-    max_connections: usize,
-    stop: CancellationToken,
-) {
-    let slots = Arc::new(Semaphore::new(max_connections.clamp(1, Semaphore::MAX_PERMITS)));
-    loop {
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => return,
-            },
-            () = stop.cancelled() => return,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::debug!("accepting a console connection failed: {error}");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
-                        () = stop.cancelled() => return,
-                    }
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
-        let shared = Arc::clone(&shared);
-        let connection_stop = stop.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(pages::handle(&shared, request).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout);
-            let connection = builder.serve_connection(TokioIo::new(stream), handler);
-            tokio::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!("console connection from {peer} ended: {error}");
-                    }
-                }
-                () = connection_stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
     }
 }
