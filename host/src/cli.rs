@@ -32,6 +32,11 @@ const EXIT_USAGE: u8 = 2;
 /// Exit code: a runtime failure.
 const EXIT_FAILURE: u8 = 3;
 
+/// How long the command's end waits for work left on the async runtime's blocking pool
+/// (1 s): an audit write of a call the end cancelled (an `fdatasync`, milliseconds), and
+/// nothing more, except a read of a terminal, which never ends and is left behind.
+const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Puts the tools of third-party MCP servers behind an operator's policy.
 ///
 /// Exit codes: 0 success; 1 something was refused (check), a chain is broken (audit
@@ -641,7 +646,13 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let outcome = runtime.block_on(run(cli.command));
+    // Dropping the runtime would wait for every read and write on its blocking pool, and a
+    // read of a terminal (`serve`'s standard input when it is one) cannot be cancelled: a
+    // SIGTERM would end the command and leave the process waiting for a line that never
+    // comes. What else can be left there ends within the grace.
+    runtime.shutdown_timeout(BLOCKING_GRACE);
+    match outcome {
         Ok(code) => code,
         Err(Failure { code, error }) => {
             eprintln!("toolward: {error:#}");
