@@ -106,14 +106,19 @@ pub const LOGIN_COOKIE: &str = "toolward_console_login";
 /// How long a session lasts after sign-in: 12 hours, a working day; then sign in again.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// Most sessions kept at once: 1024; past it the oldest is ended. Sessions are in memory only.
-pub const MAX_SESSIONS: usize = 1024;
+/// Most sessions one user keeps at once: 16; past it that user's oldest is ended, so signing
+/// in many times ends nobody else's session. Sessions are in memory only.
+pub const MAX_SESSIONS_PER_USER: usize = 16;
 
-/// How long a sign-in form stays valid: 10 minutes.
+/// How long a sign-in form stays valid: 10 minutes. A form's nonce is the console's MAC of
+/// when it was made, so no table of them can be flooded out.
 pub const LOGIN_NONCE_TTL: Duration = Duration::from_secs(600);
 
-/// Most sign-in forms outstanding at once: 1024; past it the oldest is forgotten.
-pub const MAX_LOGIN_NONCES: usize = 1024;
+
+/// Largest request head read, in bytes: 1 MiB. A browser sends the console every cookie of
+/// its host, whatever the port, and a page on another port can set up to about 180 of 4 KB
+/// each; past hyper's default (about 400 KB) every page of the console would be refused.
+pub const MAX_HEAD_BYTES: usize = 1024 * 1024;
 
 /// Largest form body read, in bytes: 16 KiB, far more than a token, a CSRF token and a
 /// deny reason.
@@ -292,6 +297,7 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         max_connections: settings.max_connections,
         header_read_timeout: settings.header_read_timeout,
         setting: "listen.max_connections",
+        max_head_bytes: Some(MAX_HEAD_BYTES),
     };
     let task = tokio::spawn(accept_loop(
         listener,

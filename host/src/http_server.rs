@@ -32,6 +32,8 @@ pub(crate) struct AcceptLimits {
     /// The setting that raises `max_connections`, named in the warnings
     /// (`listen.max_connections`).
     pub(crate) setting: &'static str,
+    /// Largest request head read, in bytes; `None`: hyper's default (about 400 KB).
+    pub(crate) max_head_bytes: Option<usize>,
 }
 
 /// Waits between failed `accept`s, doubling from [`ACCEPT_BACKOFF_FIRST`] to
@@ -158,6 +160,9 @@ pub(crate) async fn accept_loop<H, F, B>(
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout);
+            if let Some(bytes) = limits.max_head_bytes {
+                builder.max_buf_size(bytes);
+            }
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             tokio::select! {

@@ -922,6 +922,7 @@ pub async fn serve_http(
         max_connections: limits.max_connections,
         header_read_timeout: limits.header_read_timeout,
         setting: "listen.max_connections",
+        max_head_bytes: None,
     };
     let task = tokio::spawn(accept_loop(
         listener,

@@ -125,12 +125,13 @@ fn cookie(name: &str, value: &str, secure: bool, max_age: Option<u64>) -> String
     text
 }
 
-/// The value of the cookie `name` in the request's `Cookie` headers; `None` when there is
-/// none, or more than one: a browser sends every cookie of the host whatever its port, so a
-/// page on another port of the same host can plant one with a narrower path, and which of
-/// two is the console's own cannot be told.
-fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
-    let mut values = headers
+/// The values of the cookies named `name` in the request's `Cookie` headers, at most
+/// [`MAX_COOKIE_VALUES`]. A browser sends every cookie of the host whatever its port, so a
+/// page on another port of the same host can plant one of the same name with a narrower
+/// path: which one is the console's own is told by what it names (a session whose key the
+/// request carries, a nonce this console made), never by its place.
+fn cookie_values(headers: &http::HeaderMap, name: &str) -> Vec<String> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
@@ -138,10 +139,13 @@ fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
         .filter_map(|pair| {
             let (key, value) = pair.trim().split_once('=')?;
             (key == name).then(|| value.to_owned())
-        });
-    let first = values.next()?;
-    values.next().is_none().then_some(first)
+        })
+        .take(MAX_COOKIE_VALUES)
+        .collect()
 }
+
+/// Most cookies of one name looked at: 16.
+const MAX_COOKIE_VALUES: usize = 16;
 
 /// `Set-Cookie` values that remove cookies named `name` that another page of the same host
 /// planted on one of the console's paths (see [`cookie_value`]).
@@ -214,55 +218,48 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             return respond(StatusCode::OK, "text/css; charset=utf-8", STYLE.to_owned());
         }
         (&Method::GET, "/login") => {
-            let brought = cookie_value(request.headers(), LOGIN_COOKIE)
-                .filter(|nonce| shared.sessions.nonce_alive(nonce));
+            let brought = cookie_values(request.headers(), LOGIN_COOKIE)
+                .into_iter()
+                .find(|nonce| shared.sessions.nonce_alive(nonce));
             return login_page(shared, StatusCode::OK, None, brought);
         }
         (&Method::POST, "/login") => return login(shared, request).await,
         _ => {}
     }
-    let id = cookie_value(request.headers(), SESSION_COOKIE);
-    let Some((id, mut session)) = id.and_then(|id| shared.sessions.get(&id).map(|s| (id, s)))
-    else {
-        return match (&method, path.as_str()) {
-            (&Method::GET, "/approvals/list") => unauthorized("sign in first"),
-            (&Method::GET, "/" | "/approvals" | "/audit") => redirect("/login"),
-            (&Method::GET, _) => not_found(),
-            _ => respond(
-                StatusCode::FORBIDDEN,
-                "text/plain; charset=utf-8",
-                String::from("sign in first: this change comes with no session\n"),
-            ),
-        };
-    };
-    // The cookie names a session; its key says the request comes from a page of it (the
-    // module's contract, 5).
+    // A session is its cookie and its key together (the module's contract, 5): the cookie
+    // whose session has the key the request carries.
     let key = request.headers().get(KEY_HEADER);
-    let keyed = key.is_some_and(|key| super::session::same(key.as_bytes(), session.key.as_bytes()));
-    if !keyed {
+    let found = key.and_then(|key| {
+        cookie_values(request.headers(), SESSION_COOKIE)
+            .into_iter()
+            .find_map(|id| {
+                let session = shared.sessions.get(&id)?;
+                super::session::same(key.as_bytes(), session.key.as_bytes())
+                    .then_some((id, session))
+            })
+    });
+    let Some((id, mut session)) = found else {
         return match (&method, path.as_str(), key) {
             (&Method::GET, "/", _) => redirect("/approvals"),
-            // A page opened by its address: the shell, whose script asks again with the key.
+            // A page opened by its address: the shell, whose script asks again with the key
+            // it holds, or goes to sign in.
             (&Method::GET, "/approvals" | "/audit", None) => shell(shared),
-            (&Method::GET, "/approvals/list" | "/approvals" | "/audit", _) => {
-                unauthorized("this browser does not hold the session's key: sign in again")
-            }
+            (&Method::GET, "/approvals/list" | "/approvals" | "/audit", _) => unauthorized(
+                "sign in first: no session of this console has this browser's key and cookie",
+            ),
             (&Method::GET, _, _) => not_found(),
             _ => {
-                tracing::warn!(
-                    "console: refused a change for `{}` without its session's key",
-                    text::escape(&session.user)
-                );
+                tracing::warn!("console: refused a change without a session's key and cookie");
                 respond(
                     StatusCode::FORBIDDEN,
                     "text/plain; charset=utf-8",
                     String::from(
-                        "this change does not carry the session's key: it did not come from a page of this console; sign in again\n",
+                        "sign in first: this change does not carry a session's key and cookie, so it did not come from a signed-in page of this console\n",
                     ),
                 )
             }
         };
-    }
+    };
     session.flash = shared.sessions.take_flash(&id);
     match (&method, path.as_str()) {
         (&Method::GET, "/") => redirect("/approvals"),
@@ -354,7 +351,7 @@ fn login_page(
 }
 
 async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
-    let brought = cookie_value(request.headers(), LOGIN_COOKIE);
+    let brought = cookie_values(request.headers(), LOGIN_COOKIE);
     let Some(fields) = form(request).await else {
         return login_page(
             shared,
@@ -366,9 +363,10 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     // The form's nonce must be the one its cookie carries and one this console issued: a
     // sign-in form posted from another site has neither (login CSRF).
     let nonce = field(&fields, "nonce").unwrap_or_default();
-    let nonce_ok = brought.as_deref().is_some_and(|brought| {
-        super::session::same(brought.as_bytes(), nonce.as_bytes())
-    }) && shared.sessions.take_nonce(nonce);
+    let nonce_ok = brought
+        .iter()
+        .any(|brought| super::session::same(brought.as_bytes(), nonce.as_bytes()))
+        && shared.sessions.nonce_alive(nonce);
     if !nonce_ok {
         tracing::warn!("console: refused a sign-in whose form this console did not give");
         return login_page(
@@ -939,12 +937,11 @@ mod tests {
     }
 
     #[test]
-    fn a_cookie_named_twice_is_no_cookie() {
+    fn every_cookie_of_a_name_is_read_so_a_planted_one_hides_nothing() {
         let mut headers = http::HeaderMap::new();
-        headers.insert(header::COOKIE, "a=1; toolward_console=ours".parse().unwrap());
-        assert_eq!(cookie_value(&headers, SESSION_COOKIE).as_deref(), Some("ours"));
-        headers.append(header::COOKIE, "toolward_console=planted".parse().unwrap());
-        assert_eq!(cookie_value(&headers, SESSION_COOKIE), None);
+        headers.insert(header::COOKIE, "a=1; toolward_console=planted".parse().unwrap());
+        headers.append(header::COOKIE, "toolward_console=ours".parse().unwrap());
+        assert_eq!(cookie_values(&headers, SESSION_COOKIE), ["planted", "ours"]);
         assert!(planted_cleared(SESSION_COOKIE, false)
             .iter()
             .any(|c| c.starts_with("toolward_console=; Path=/approvals;") && c.ends_with("Max-Age=0")));

@@ -82,6 +82,22 @@
       });
   }
 
+  // The answer buttons of a list that just changed take no click for SETTLE_MS: a call
+  // that leaves the list moves the next one's buttons under a pointer aimed at its own, and
+  // a click meant for one would answer another (an outside attack timed it so).
+  var SETTLE_MS = 1000;
+  function settle(list) {
+    var buttons = list.querySelectorAll("form.answer button");
+    for (var i = 0; i < buttons.length; i += 1) {
+      buttons[i].disabled = true;
+    }
+    window.setTimeout(function () {
+      for (var j = 0; j < buttons.length; j += 1) {
+        buttons[j].disabled = false;
+      }
+    }, SETTLE_MS);
+  }
+
   function poll(box, mine) {
     var url = box.getAttribute("data-poll");
     var every = parseInt(box.getAttribute("data-interval-ms"), 10) || 1000;
@@ -108,7 +124,9 @@
           var next = new DOMParser().parseFromString(html, "text/html").getElementById("held-list");
           var list = document.getElementById("held-list");
           if (next && list) {
-            list.replaceWith(document.importNode(next, true));
+            var shown = document.importNode(next, true);
+            settle(shown);
+            list.replaceWith(shown);
           }
         })
         .catch(function () {})
