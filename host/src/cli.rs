@@ -1,4 +1,6 @@
 //! Command-line interface of the `toolward` binary.
+// Output goes through `out!`, `outln!`, `err!` and `errln!` (see below).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -18,6 +20,43 @@ use crate::load;
 use crate::manifest::Manifest;
 use crate::store::StateDir;
 
+// What the commands print goes through these, never `print!` or `eprint!` (denied above):
+// those panic when the write fails, and it fails as soon as the reader of a pipe is gone
+// (`toolward audit show | head -1`). SIGPIPE stays ignored, as Rust sets it, so a gateway
+// (`serve`, `console`) whose client or server went away gets an error to handle, and only
+// the printing commands stop.
+
+/// `print!` to standard output, as a `Result<(), Failure>` (see [`write_stdout`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*), false)
+    };
+}
+
+/// `println!` to standard output, as a `Result<(), Failure>` (see [`write_stdout`]).
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*), true)
+    };
+}
+
+/// `eprint!` that cannot panic (see [`write_stderr`]).
+macro_rules! err {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stderr(format_args!($($arg)*), false)
+    };
+}
+
+/// `eprintln!` that cannot panic (see [`write_stderr`]).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stderr(format_args!($($arg)*), true)
+    };
+}
+
 #[cfg(feature = "http-upstream")]
 mod auth;
 mod checkpoints;
@@ -32,12 +71,20 @@ const EXIT_FOUND: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 /// Exit code: a runtime failure.
 const EXIT_FAILURE: u8 = 3;
+/// Exit code: standard output's reader went away (`EPIPE`) and the command stopped: 141,
+/// 128 + SIGPIPE, the status a shell shows for `cat` or `ls` in `… | head -1`.
+const EXIT_READER_GONE: u8 = 141;
+
+/// How long the command's end waits for work left on the async runtime's blocking pool
+/// (1 s): an audit write of a call the end cancelled (an `fdatasync`, milliseconds), and
+/// nothing more, except a read of a terminal, which never ends and is left behind.
+const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Puts the tools of third-party MCP servers behind an operator's policy.
 ///
 /// Exit codes: 0 success; 1 something was refused (check), a chain is broken (audit
 /// verify) or a call returned a tool error (call); 2 usage or config error; 3 runtime
-/// failure.
+/// failure; 141 standard output's reader went away (`… | head -1`).
 #[derive(Debug, Parser)]
 #[command(name = "toolward", version, about, long_about = None)]
 struct Cli {
@@ -674,17 +721,74 @@ pub fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("toolward: cannot start the async runtime: {e}");
+            errln!("toolward: cannot start the async runtime: {e}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let outcome = runtime.block_on(run(cli.command));
+    // Dropping the runtime would wait for every read and write on its blocking pool, and a
+    // read of a terminal (`serve`'s standard input when it is one) cannot be cancelled: a
+    // SIGTERM would end the command and leave the process waiting for a line that never
+    // comes. What else can be left there ends within the grace.
+    runtime.shutdown_timeout(BLOCKING_GRACE);
+    match outcome {
         Ok(code) => code,
+        // Said by nobody, as by a process SIGPIPE ended: whoever reads the rest has gone.
+        Err(Failure {
+            code: EXIT_READER_GONE,
+            ..
+        }) => ExitCode::from(EXIT_READER_GONE),
         Err(Failure { code, error }) => {
-            eprintln!("toolward: {error:#}");
+            errln!("toolward: {error:#}");
             ExitCode::from(code)
         }
     }
+}
+
+/// Writes `text` (and a newline when `newline`) to standard output in one locked write.
+///
+/// # Errors
+/// A [`Failure`] of [`EXIT_READER_GONE`] when the reader went away (`EPIPE`), which ends the
+/// command without a message; of [`EXIT_FAILURE`] when the write failed otherwise (a full
+/// disk under `> file`).
+fn write_stdout(text: std::fmt::Arguments<'_>, newline: bool) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_fmt(text)
+        .and_then(|()| {
+            if newline {
+                stdout.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .map_err(stdout_failure)
+}
+
+/// The failure of a write to standard output: quiet when its reader went away.
+fn stdout_failure(error: std::io::Error) -> Failure {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure {
+            code: EXIT_READER_GONE,
+            error: anyhow!("standard output's reader went away"),
+        }
+    } else {
+        failure(anyhow!("cannot write to standard output: {error}"))
+    }
+}
+
+/// Writes `text` (and a newline when `newline`) to standard error, and goes on whether or
+/// not that worked: standard error is where a failure would be told, so a failure to write
+/// there has nowhere to go, and a gateway (`serve`, `console`) must not stop for it.
+fn write_stderr(text: std::fmt::Arguments<'_>, newline: bool) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_fmt(text).and_then(|()| {
+        if newline {
+            stderr.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
 }
 
 /// An error with the exit code it means.
@@ -938,17 +1042,17 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     let diff = outcome.diff.to_string();
     if existing.is_some() && outcome.failures.is_empty() {
         if outcome.diff.is_empty() {
-            println!("no change against `{}`", config.manifest.display());
+            outln!("no change against `{}`", config.manifest.display())?;
         } else {
-            println!("{diff}");
+            outln!("{diff}")?;
         }
     }
     for error in outcome.failures.values() {
-        eprintln!("toolward: not pinned: {}", crate::text::error_chain(error));
+        errln!("toolward: not pinned: {}", crate::text::error_chain(error));
     }
     for (server, tools) in &outcome.refused {
         for (tool, why) in tools {
-            eprintln!("toolward: refused tool `{tool}` of server `{server}`: {why}");
+            errln!("toolward: refused tool `{tool}` of server `{server}`: {why}");
         }
     }
     if dry_run {
@@ -964,15 +1068,15 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
         .sum();
     let servers = outcome.manifest.servers.len();
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    println!(
+    outln!(
         "pinned {} of {} into `{}`: review it before `toolward serve`",
         plural(tools, "tool"),
         plural(servers, "server"),
         config.manifest.display()
-    );
+    )?;
     if !outcome.failures.is_empty() {
         let failed: Vec<&str> = outcome.failures.keys().map(String::as_str).collect();
-        eprintln!(
+        errln!(
             "toolward: {} servers were not pinned ({}); fix them and run `toolward pin --server NAME`",
             failed.len(),
             failed.join(", ")
@@ -981,7 +1085,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     }
     if !outcome.refused.is_empty() {
         let refused: usize = outcome.refused.values().map(BTreeMap::len).sum();
-        eprintln!(
+        errln!(
             "toolward: {} refused and not pinned (recorded under `refused` in the manifest, and reported by `toolward check`); the other tools are pinned",
             plural(refused, "tool")
         );
@@ -995,20 +1099,20 @@ async fn check(config_path: &Path, json: bool, suggest_rules: bool) -> Result<Ex
         report, problems, ..
     } = load_and_validate(config_path).await?;
     if suggest_rules {
-        println!("{}", suggested_rules(&report));
+        outln!("{}", suggested_rules(&report))?;
     } else if json {
         let text = serde_json::to_string_pretty(&report).map_err(failure)?;
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        print!("{}", report.render());
-        print!("{}", first_hour::accept_commands(&report, config_path));
+        out!("{}", report.render())?;
+        out!("{}", first_hour::accept_commands(&report, config_path))?;
     }
     // On stderr with `--json`, so stdout stays the report's JSON.
     for problem in &problems {
         if json {
-            eprintln!("toolward: policy: {problem}");
+            errln!("toolward: policy: {problem}");
         } else {
-            println!("policy: {problem}");
+            outln!("policy: {problem}")?;
         }
     }
     Ok(if report.refused_anything() || !problems.is_empty() {
@@ -1064,17 +1168,17 @@ async fn policy_validate(config_path: &Path) -> Result<ExitCode, Failure> {
         ..
     } = load_and_validate(config_path).await?;
     if !validates {
-        println!("the policy component does not validate its settings: nothing to check");
+        outln!("the policy component does not validate its settings: nothing to check")?;
         return Ok(ExitCode::SUCCESS);
     }
     for problem in &problems {
-        println!("policy: {problem}");
+        outln!("policy: {problem}")?;
     }
     if problems.is_empty() {
-        println!("the policies type-check for all {tools} registered tools");
+        outln!("the policies type-check for all {tools} registered tools")?;
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("{} problems", problems.len());
+        outln!("{} problems", problems.len())?;
         Ok(ExitCode::from(EXIT_FOUND))
     }
 }
@@ -1160,25 +1264,27 @@ async fn serve_http(
         }
     };
     let registered = toolward.tools().count();
-    eprintln!(
+    errln!(
         "toolward serves {registered} tools at {} (streamable HTTP)",
         listening.url()
     );
     match (token_file, &config.listen.oauth) {
-        (Some(file), _) => eprintln!(
+        (Some(file), _) => errln!(
             "bearer token: in {} (send `Authorization: Bearer $(cat {})`)",
             file.display(),
             file.display()
         ),
-        (None, Some(oauth)) if config.listen.tokens.is_empty() => eprintln!(
+        (None, Some(oauth)) if config.listen.tokens.is_empty() => errln!(
             "bearer tokens: access tokens of issuer {} for {}",
-            oauth.issuer, oauth.resource
+            oauth.issuer,
+            oauth.resource
         ),
-        (None, Some(oauth)) => eprintln!(
+        (None, Some(oauth)) => errln!(
             "bearer tokens: the names in `listen.tokens` of the config, and access tokens of issuer {} for {}",
-            oauth.issuer, oauth.resource
+            oauth.issuer,
+            oauth.resource
         ),
-        (None, None) => eprintln!("bearer tokens: the names in `listen.tokens` of the config"),
+        (None, None) => errln!("bearer tokens: the names in `listen.tokens` of the config"),
     }
     shutdown_signal().await;
     tracing::info!("signal received: closing the servers");
@@ -1300,14 +1406,14 @@ async fn console(
             | crate::console::ConsoleError::Templates(_) => failure(error),
             other => usage(other),
         })?;
-    eprintln!("toolward console at {}", console.url());
+    errln!("toolward console at {}", console.url());
     match token_file {
-        Some(file) => eprintln!(
+        Some(file) => errln!(
             "sign in with the token in {} (its user is `{}`)",
             file.display(),
             crate::text::escape(&config.principal)
         ),
-        None => eprintln!("sign in with a token of `listen.tokens`: its name is the user"),
+        None => errln!("sign in with a token of `listen.tokens`: its name is the user"),
     }
     shutdown_signal().await;
     console.stop().await;
@@ -1359,7 +1465,7 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
     let result = toolward.call(tool, arguments, approver).await;
     toolward.shutdown().await;
     if json {
-        println!("{:#}", result.result);
+        outln!("{:#}", result.result)?;
     } else {
         // Results come from a server nobody here wrote: escape what could drive the terminal,
         // keeping the result's lines as lines.
@@ -1367,9 +1473,9 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
             .collect::<Vec<_>>()
             .join("\n");
         if result.is_error() {
-            println!("tool error: {text}");
+            outln!("tool error: {text}")?;
         } else {
-            println!("{text}");
+            outln!("{text}")?;
         }
     }
     Ok(if result.is_error() {
@@ -1382,8 +1488,8 @@ async fn call(config_path: &Path, tool: &str, args: &str, json: bool) -> Result<
 /// Shows a held call on stderr and reads `y` or `n` from stdin; anything else, or no
 /// terminal, is a deny.
 async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
-    eprintln!("{}", crate::approval::display_request(request));
-    eprint!("approve this call once? [y/N] ");
+    errln!("{}", crate::approval::display_request(request));
+    err!("approve this call once? [y/N] ");
     let answer = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map(|_| line)
@@ -1391,11 +1497,11 @@ async fn ask_on_terminal(request: &ApprovalRequest) -> ApprovalAnswer {
     .await;
     match answer {
         Ok(Ok(line)) if line.trim().eq_ignore_ascii_case("y") => {
-            eprintln!("approved");
+            errln!("approved");
             ApprovalAnswer::Approved
         }
         _ => {
-            eprintln!("denied");
+            errln!("denied");
             ApprovalAnswer::Denied("denied on the terminal".to_owned())
         }
     }
@@ -1446,46 +1552,46 @@ async fn store_migrate(config_path: &Path, accept_drift: bool) -> Result<ExitCod
     let migration = store.migrate(&pool).await.map_err(failure)?;
     let name = &migration.store;
     match migration.from {
-        None => println!(
+        None => outln!(
             "PostgreSQL store {name}: created the schema, version {}",
             migration.to
-        ),
-        Some(from) if from < migration.to => println!(
+        )?,
+        Some(from) if from < migration.to => outln!(
             "PostgreSQL store {name}: migrated the schema from version {from} to {}",
             migration.to
-        ),
-        Some(_) => println!(
+        )?,
+        Some(_) => outln!(
             "PostgreSQL store {name}: schema version {} already; nothing to create",
             migration.to
-        ),
+        )?,
     }
     if migration.key_made {
-        println!("made the fleet's `requestState` key (`toolward_keys`)");
+        outln!("made the fleet's `requestState` key (`toolward_keys`)")?;
     }
     if !migration.granted.is_empty() {
-        println!(
+        outln!(
             "granted the rights of docs/fleet.md to {}",
             quoted(&migration.granted)
-        );
+        )?;
     }
     for role in &migration.missing {
-        println!(
+        outln!(
             "role `{role}` does not exist: granted it nothing (create it as docs/fleet.md shows, then run `migrate` again)"
-        );
+        )?;
     }
     for drift in &migration.drift {
-        println!("drift: {drift}");
+        outln!("drift: {drift}")?;
     }
-    println!("schema version {}", migration.to);
+    outln!("schema version {}", migration.to)?;
     if migration.drift.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
     let count = migration.drift.len();
     if accept_drift {
-        println!("accepted {count} findings of drift (`--accept-drift`)");
+        outln!("accepted {count} findings of drift (`--accept-drift`)")?;
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
+    errln!(
         "toolward: PostgreSQL store {name}: its tables hold {count} things beyond docs/fleet.md's roles (the `drift:` lines): run each line's SQL as the owner, or run `migrate` again with `--accept-drift` to keep them"
     );
     Ok(ExitCode::from(EXIT_FOUND))
@@ -1521,30 +1627,30 @@ async fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<Exit
                     })
                     .collect();
                 let text = serde_json::to_string_pretty(&entries).map_err(failure)?;
-                println!("{text}");
+                outln!("{text}")?;
             } else if entries.is_empty() {
-                println!("no held calls");
+                outln!("no held calls")?;
             } else {
                 for entry in &entries {
-                    println!("{}", crate::approval::display_request(&entry.request));
+                    outln!("{}", crate::approval::display_request(&entry.request))?;
                     if let Some(problem) = &entry.problem {
-                        println!("  REFUSED:   {problem}: this entry cannot be answered");
+                        outln!("  REFUSED:   {problem}: this entry cannot be answered")?;
                     } else if !entry.waiting {
-                        println!(
+                        outln!(
                             "  ABANDONED: the process that held it ended; the next start removes it"
-                        );
+                        )?;
                     }
-                    println!();
+                    outln!()?;
                 }
             }
         }
         ApprovalsCommand::Approve { id } => {
             let by = store.answer(&id, true, None).await.map_err(usage)?;
-            println!("approved call `{id}` (once, for its arguments) as {by}");
+            outln!("approved call `{id}` (once, for its arguments) as {by}")?;
         }
         ApprovalsCommand::Deny { id, reason } => {
             let by = store.answer(&id, false, reason).await.map_err(usage)?;
-            println!("denied call `{id}` as {by}");
+            outln!("denied call `{id}` as {by}")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -1608,32 +1714,32 @@ fn audit_verify(
             })),
             "checkpoint": anchored.as_ref().map(|(report, key)| checkpoints::report_json(report, key)),
         });
-        println!("{value:#}");
+        outln!("{value:#}")?;
     } else {
         match &report.first_break {
-            None => println!(
+            None => outln!(
                 "`{}`: {} records, chain intact, last hash {}",
                 file.display(),
                 report.records,
                 report.last_hash
-            ),
-            Some(b) => println!("`{}`: chain broken: {b}", file.display()),
+            )?,
+            Some(b) => outln!("`{}`: chain broken: {b}", file.display())?,
         }
         if let Some((head, path)) = &head {
             match &problem {
-                None if report.first_break.is_some() && head.records > report.records => println!(
+                None if report.first_break.is_some() && head.records > report.records => outln!(
                     "head `{}` ({head}): not checked: the chain breaks before its record",
                     path.display()
-                ),
-                None => println!("head `{}` ({head}): matches", path.display()),
-                Some(problem) => println!(
+                )?,
+                None => outln!("head `{}` ({head}): matches", path.display())?,
+                Some(problem) => outln!(
                     "head `{}` ({head}): does not match: {problem}",
                     path.display()
-                ),
+                )?,
             }
         }
         if let Some((report, key)) = &anchored {
-            checkpoints::report_text(report, file, key);
+            checkpoints::report_text(report, file, key)?;
         }
     }
     Ok(
@@ -1685,11 +1791,11 @@ async fn audit_verify_config(
         let (head, _) = crate::audit::read_head(&state, file).map_err(failure)?;
         return match head {
             Some(head) if head.records > 0 => {
-                println!(
+                outln!(
                     "`{}`: missing; its head ({head}) names {} records",
                     file.display(),
                     head.records
-                );
+                )?;
                 Ok(ExitCode::from(EXIT_FOUND))
             }
             _ => Err(usage(anyhow!("no audit log at `{}`", file.display()))),
@@ -1709,6 +1815,11 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),
     };
+    // Into standard output, a reader that went away stops the export quietly.
+    let failed = |error: std::io::Error| match out {
+        Some(_) => failure(error),
+        None => stdout_failure(error),
+    };
     let head = match &config.store {
         crate::config::StoreConfig::Postgres { url, .. } => {
             let store = pg_store(url, config_path)?;
@@ -1725,10 +1836,10 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
                 }
             })
             .map_err(usage)?;
-            written.map_err(failure)?;
+            written.map_err(&failed)?;
             if let Some(brk) = &report.first_break {
-                sink.flush().map_err(failure)?;
-                eprintln!(
+                sink.flush().map_err(&failed)?;
+                errln!(
                     "toolward: audit log `{}`: chain broken at {brk}; exported the {} records before it",
                     config.audit.file.display(),
                     report.records
@@ -1741,8 +1852,8 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
             }
         }
     };
-    sink.flush().map_err(failure)?;
-    eprintln!("exported {} records, last hash {}", head.records, head.hash);
+    sink.flush().map_err(&failed)?;
+    errln!("exported {} records, last hash {}", head.records, head.hash);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1759,11 +1870,11 @@ async fn audit_import(config_path: &Path, file: &Path) -> Result<ExitCode, Failu
     let head = crate::store::postgres::audit::import(&store, file)
         .await
         .map_err(failure)?;
-    println!(
+    outln!(
         "imported `{}` into PostgreSQL store {}: head {head}",
         file.display(),
         store.name()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1777,17 +1888,17 @@ fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
     let head = log.head();
     drop(log);
     match problem {
-        None => println!(
+        None => outln!(
             "`{}` matches its head: nothing to accept",
             config.audit.file.display()
-        ),
-        Some(problem) => println!(
+        )?,
+        Some(problem) => outln!(
             "`{}`: accepted as it is ({problem}); a `recovered` record says so",
             config.audit.file.display()
-        ),
+        )?,
     }
     if let Some(head) = head {
-        println!("head: {head}");
+        outln!("head: {head}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1796,7 +1907,7 @@ fn audit_accept(config_path: &Path) -> Result<ExitCode, Failure> {
 /// elsewhere; `call`, one call from a terminal, does not repeat it (`audit verify` prints it).
 fn print_audit_head(toolward: &crate::Toolward) {
     if let Some(head) = toolward.audit_head() {
-        eprintln!("toolward: {}: head {head}", toolward.audit_store());
+        errln!("toolward: {}: head {head}", toolward.audit_store());
     }
 }
 
@@ -1836,12 +1947,12 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
         Ok(l) => l,
         Err(e) => {
             if json {
-                println!(
+                outln!(
                     "{:#}",
                     serde_json::json!({"component": component, "sha256": sha256, "refused": e.to_string()})
-                );
+                )?;
             } else {
-                println!("component `{component}`\n  sha256   {sha256}\n  REFUSED  {e}");
+                outln!("component `{component}`\n  sha256   {sha256}\n  REFUSED  {e}")?;
             }
             return Ok(ExitCode::from(EXIT_FOUND));
         }
@@ -1883,7 +1994,7 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
         }
     };
     if json {
-        println!(
+        outln!(
             "{:#}",
             serde_json::json!({
                 "component": component,
@@ -1898,14 +2009,14 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
                     .collect::<Vec<_>>(),
                 "cached": cached,
             })
-        );
+        )?;
     } else {
-        println!("component `{component}`");
-        println!("  sha256   {}", loaded.sha256());
-        println!("  size     {} bytes", loaded.size_bytes());
-        println!("  worlds   {}", worlds.join(", "));
-        println!("  exports  {}", loaded.exports().join(", "));
-        println!("  cached   {cached}");
+        outln!("component `{component}`")?;
+        outln!("  sha256   {}", loaded.sha256())?;
+        outln!("  size     {} bytes", loaded.size_bytes())?;
+        outln!("  worlds   {}", worlds.join(", "))?;
+        outln!("  exports  {}", loaded.exports().join(", "))?;
+        outln!("  cached   {cached}")?;
         let grants = wasi_grants(&loaded);
         let own: Vec<&str> = loaded
             .imports()
@@ -1913,19 +2024,19 @@ fn policy_inspect(component: &str, json: bool, config: Option<&Path>) -> Result<
             .map(String::as_str)
             .filter(|import| !crate::component::wasi::is_provided(import))
             .collect();
-        println!(
+        outln!(
             "  imports  {}",
             if own.is_empty() {
                 "(none)".to_owned()
             } else {
                 own.join(", ")
             }
-        );
+        )?;
         if !grants.is_empty() {
             let width = grants.iter().map(|(i, _)| i.len()).max().unwrap_or(0);
-            println!("  wasi     (WASI 0.2, granting nothing; what each import gets)");
+            outln!("  wasi     (WASI 0.2, granting nothing; what each import gets)")?;
             for (import, gets) in &grants {
-                println!("    {import:width$}  {gets}");
+                outln!("    {import:width$}  {gets}")?;
             }
         }
     }
@@ -1990,9 +2101,9 @@ fn policy_test(
     let report = crate::policy_test::run_cases(&host, &loaded, &cases);
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(failure)?;
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        print!("{}", report.render());
+        out!("{}", report.render())?;
     }
     Ok(if report.all_passed() {
         ExitCode::SUCCESS

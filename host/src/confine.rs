@@ -479,7 +479,56 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
         rustix::process::getuid().as_raw()
     )));
     deny.extend(multiplexer_sockets());
+    if let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
+        let config_home = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from);
+        deny.extend(browser_profiles(Path::new(&home), config_home.as_deref()));
+    }
     deny
+}
+
+/// The profile folders of the usual browsers under `home` (with `config_home`, the
+/// `XDG_CONFIG_HOME` when set, in place of `~/.config`) that exist. A browser keeps its
+/// cookies and its sites' local storage there as files: a server that reads them holds the
+/// web console's session key and cookie, and answers its own held calls (found by an outside
+/// attack: Chromium wrote the key to disk within seconds of the sign-in). Only those that
+/// exist, as for the multiplexers: a withheld path's folders take no new entries from servers.
+fn browser_profiles(home: &Path, config_home: Option<&Path>) -> Vec<PathBuf> {
+    let config = config_home.map_or_else(|| home.join(".config"), Path::to_path_buf);
+    let mut folders: Vec<PathBuf> = [
+        "chromium",
+        "google-chrome",
+        "google-chrome-beta",
+        "google-chrome-unstable",
+        "BraveSoftware",
+        "microsoft-edge",
+        "microsoft-edge-beta",
+        "microsoft-edge-dev",
+        "vivaldi",
+        "opera",
+        "epiphany",
+    ]
+    .iter()
+    .map(|name| config.join(name))
+    .collect();
+    folders.extend(
+        [
+            ".mozilla",
+            ".librewolf",
+            ".waterfox",
+            "snap/chromium",
+            "snap/firefox",
+            ".var/app/org.chromium.Chromium",
+            ".var/app/com.google.Chrome",
+            ".var/app/org.mozilla.firefox",
+            ".var/app/com.brave.Browser",
+        ]
+        .iter()
+        .map(|name| home.join(name)),
+    );
+    folders.retain(|folder| folder.symlink_metadata().is_ok());
+    folders
 }
 
 /// The folders of the operator's terminal multiplexers' sockets that exist: tmux's

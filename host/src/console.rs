@@ -20,7 +20,7 @@
 //!    `approval-answered` record.
 //! 3. **The audit.** `/audit` shows the log's records that pass the filters of
 //!    `toolward audit show` (since, until, server, tool, principal, decision, call), the
-//!    newest [`MAX_AUDIT_ROWS`] first, each with its whole record; and the chain's state
+//!    newest [`MAX_AUDIT_ROWS`] first, each with its record (its first [`MAX_DETAIL_BYTES`]); and the chain's state
 //!    against its head, checked when the console starts and again every
 //!    [`CHAIN_CHECK_INTERVAL`] (a break is logged when it is first seen, so it is noticed
 //!    while nobody looks).
@@ -30,10 +30,20 @@
 //!    a new session id (a session cookie from before is never taken over: no fixation); the
 //!    session cookie is `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when the
 //!    console is reached over https (`public_origins`). A session lasts [`SESSION_TTL`].
-//! 5. **Browser safety.** Every request's `Host` must name the console (its bound address
+//! 5. **A cookie alone is not a session.** Browsers send a host's cookies to every port of
+//!    it, so a page the user opens on another port of 127.0.0.1 (a port a hostile server
+//!    bound) receives the session cookie. Each session therefore also has a key, given once,
+//!    in the answer to the sign-in, which the page's script keeps in the console origin's
+//!    own storage (`localStorage`, kept apart by port) and sends in [`KEY_HEADER`] with
+//!    every request. Without the key a page is an empty shell the script fills by asking
+//!    again with it; with a wrong key, or on a change or the live list without one, the
+//!    answer is 401 or 403 and shows nothing. The key is also what a change needs against
+//!    cross-site requests: a page of another origin can neither read it nor send the header
+//!    without the console allowing it (it never does).
+//! 6. **Browser safety.** Every request's `Host` must name the console (its bound address
 //!    with the loopback names, or a configured public origin) and an `Origin`, when sent,
 //!    must be the console's own, else 403 (DNS rebinding, cross-site requests). A `POST`
-//!    must carry an allowed `Origin` and the session's CSRF token (sign-in: the login form's
+//!    must carry an allowed `Origin` and the session's key (sign-in: the login form's
 //!    nonce, also in a cookie). Every response has a Content-Security-Policy without inline
 //!    script (`default-src 'self'`, `frame-ancestors 'none'`), `X-Frame-Options: DENY`,
 //!    `X-Content-Type-Options: nosniff`, `Referrer-Policy: same-origin` and
@@ -41,7 +51,7 @@
 //!    string a server, a client or a policy wrote is escaped with [`text::escape`] first: a
 //!    tool's description or an argument is attacker input.
 //!
-//! 6. **Notifications** ([`notify`]): each call newly held is posted, within
+//! 7. **Notifications** ([`notify`]): each call newly held is posted, within
 //!    [`NOTIFY_POLL_INTERVAL`] of its hold, to every target: a JSON webhook signed with
 //!    HMAC-SHA256, or a Slack-compatible message with its markup escaped; https only (http to
 //!    a loopback IP for a local receiver), private addresses refused unless allowed.
@@ -66,18 +76,15 @@ mod pages;
 mod session;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use http::Request;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+
+use crate::http_server::{AcceptLimits, accept_loop};
 
 pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
 pub use pages::ChainState;
@@ -85,20 +92,33 @@ pub use pages::ChainState;
 /// The console's session cookie.
 pub const SESSION_COOKIE: &str = "toolward_console";
 
+/// The header that carries the session's key with every request of a signed-in page (see
+/// the module's contract, 5).
+pub const KEY_HEADER: &str = "x-toolward-key";
+
+/// The header the approvals page's script sends with the calls it shows; when they are
+/// still the held calls, the answer is 204 and nothing is rendered.
+pub const SHOWN_HEADER: &str = "x-toolward-shown";
+
 /// The cookie that carries the sign-in form's nonce until the form is sent.
 pub const LOGIN_COOKIE: &str = "toolward_console_login";
 
 /// How long a session lasts after sign-in: 12 hours, a working day; then sign in again.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// Most sessions kept at once: 1024; past it the oldest is ended. Sessions are in memory only.
-pub const MAX_SESSIONS: usize = 1024;
+/// Most sessions one user keeps at once: 16; past it that user's oldest is ended, so signing
+/// in many times ends nobody else's session. Sessions are in memory only.
+pub const MAX_SESSIONS_PER_USER: usize = 16;
 
-/// How long a sign-in form stays valid: 10 minutes.
+/// How long a sign-in form stays valid: 10 minutes. A form's nonce is the console's MAC of
+/// when it was made, so no table of them can be flooded out.
 pub const LOGIN_NONCE_TTL: Duration = Duration::from_secs(600);
 
-/// Most sign-in forms outstanding at once: 1024; past it the oldest is forgotten.
-pub const MAX_LOGIN_NONCES: usize = 1024;
+
+/// Largest request head read, in bytes: 1 MiB. A browser sends the console every cookie of
+/// its host, whatever the port, and a page on another port can set up to about 180 of 4 KB
+/// each; past hyper's default (about 400 KB) every page of the console would be refused.
+pub const MAX_HEAD_BYTES: usize = 1024 * 1024;
 
 /// Largest form body read, in bytes: 16 KiB, far more than a token, a CSRF token and a
 /// deny reason.
@@ -106,6 +126,11 @@ pub const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// Most audit records one page shows, the newest first: 500.
 pub const MAX_AUDIT_ROWS: usize = 500;
+
+/// Most bytes of one record's detail a page shows: 8 KiB; past it the page says how many more
+/// there are and the command that shows the whole record. So 500 rows render at most about
+/// 4 MB however large the calls' arguments were.
+pub const MAX_DETAIL_BYTES: usize = 8 * 1024;
 
 /// How often the chain is checked against its head while the console runs: 30 seconds.
 pub const CHAIN_CHECK_INTERVAL: Duration = Duration::from_secs(30);
@@ -268,11 +293,19 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         notify,
         stop.child_token(),
     ));
+    let accept = AcceptLimits {
+        max_connections: settings.max_connections,
+        header_read_timeout: settings.header_read_timeout,
+        setting: "listen.max_connections",
+        max_head_bytes: Some(MAX_HEAD_BYTES),
+    };
     let task = tokio::spawn(accept_loop(
         listener,
-        shared,
-        settings.header_read_timeout,
-        settings.max_connections,
+        accept,
+        move |request| {
+            let shared = Arc::clone(&shared);
+            async move { pages::handle(&shared, request).await }
+        },
         stop.clone(),
     ));
     Ok(Console { addr, stop, task })
@@ -303,66 +336,5 @@ async fn check_chain_forever(
             tracing::warn!("the audit chain: {problem}");
         }
         *kept = checked;
-    }
-}
-
-/// Accepts connections while fewer than `max_connections` are open, each served with the
-/// header read timeout, until `stop`.
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<pages::Shared>,
-    header_read_timeout: Duration,
-    max_connections: usize,
-    stop: CancellationToken,
-) {
-    let slots = Arc::new(Semaphore::new(max_connections.clamp(1, Semaphore::MAX_PERMITS)));
-    loop {
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => return,
-            },
-            () = stop.cancelled() => return,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::debug!("accepting a console connection failed: {error}");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
-                        () = stop.cancelled() => return,
-                    }
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
-        let shared = Arc::clone(&shared);
-        let connection_stop = stop.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(pages::handle(&shared, request).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout);
-            let connection = builder.serve_connection(TokioIo::new(stream), handler);
-            tokio::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!("console connection from {peer} ended: {error}");
-                    }
-                }
-                () = connection_stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
     }
 }

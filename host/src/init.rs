@@ -488,13 +488,16 @@ pub fn ask(candidates: Vec<Candidate>) -> std::io::Result<Vec<Candidate>> {
     let mut lines = stdin.lock().lines();
     for candidate in candidates {
         let entry = describe(&candidate.entry);
-        eprint!(
+        // Not `eprint!`, which panics when standard error is gone.
+        let mut stderr = std::io::stderr();
+        write!(
+            stderr,
             "import `{}` from {} ({})? [y/N] ",
             crate::text::escape(&candidate.name),
             candidate.client.id,
             crate::text::escape(&entry)
-        );
-        std::io::stderr().flush()?;
+        )?;
+        stderr.flush()?;
         let answer = lines.next().transpose()?.unwrap_or_default();
         if answer.trim().eq_ignore_ascii_case("y") {
             chosen.push(candidate);

@@ -16,7 +16,7 @@
 //!
 //! | floor | modules | what they are |
 //! |---|---|---|
-//! | 0 | text, ids, canonical, merkle | escaping for a terminal or log; ULIDs and the clock; exact JSON; RFC 6962 Merkle trees and their proofs |
+//! | 0 | text, ids, canonical, merkle, http_server | escaping for a terminal or log; ULIDs and the clock; exact JSON; RFC 6962 Merkle trees and their proofs; the accept loop of the HTTP servers |
 //! | 1 | identity, schema | principals and answerers; `inputSchema` checks, narrowing, validators |
 //! | 2 | state_dir | the state folder |
 //! | 3 | database, component | the PostgreSQL connection; wasmtime hosting policy components |
@@ -101,6 +101,8 @@ modules!(
     facts,
     #[cfg(feature = "gateway")]
     gateway,
+    #[cfg(feature = "listen")]
+    http_server,
     identity,
     ids,
     #[cfg(feature = "cli")]

@@ -64,14 +64,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
@@ -83,13 +82,13 @@ use rmcp::transport::streamable_http_server::{
 };
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::call::CallPath;
 use crate::config::{ListenConfig, ListenOAuthConfig};
 use crate::gateway::{Gateway, GatewaySettings};
+use crate::http_server::{AcceptLimits, accept_loop};
 use crate::state_dir::StateDir;
 
 /// The file in the state folder that holds the generated token: `listen-token`.
@@ -102,13 +101,7 @@ pub const ENDPOINT_PATH: &str = "/mcp";
 /// "Transports", session management).
 pub const SESSION_HEADER: &str = "mcp-session-id";
 
-/// First wait after a failed `accept`: 10 ms. Out of descriptors, `accept` fails at once
-/// for as long as the condition lasts; retrying without a wait spins a core.
-pub const ACCEPT_BACKOFF_FIRST: Duration = Duration::from_millis(10);
-
-/// Longest wait between two `accept` attempts while they fail: 1 s. The wait doubles from
-/// [`ACCEPT_BACKOFF_FIRST`]; a connection that frees a descriptor is taken within this.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub use crate::http_server::{ACCEPT_BACKOFF_FIRST, ACCEPT_BACKOFF_MAX};
 
 /// Time added to the longest a call can take (approval timeout plus call timeout) for the
 /// shortest idle timeout a session gets: 5 s, for the policy decision (fuel-bounded), the
@@ -748,56 +741,6 @@ impl SessionManager for BoundSessions {
     }
 }
 
-/// Waits between failed `accept`s, doubling from [`ACCEPT_BACKOFF_FIRST`] to
-/// [`ACCEPT_BACKOFF_MAX`]; warns once when a run of failures starts and once when it ends.
-#[derive(Debug, Default)]
-struct AcceptBackoff {
-    failures: u64,
-    since: Option<Instant>,
-    wait: Duration,
-}
-
-impl AcceptBackoff {
-    /// How long to wait after `error` before the next `accept`.
-    fn failed(&mut self, error: &std::io::Error, limits: &ListenLimits) -> Duration {
-        if self.failures == 0 {
-            let out_of_descriptors = matches!(
-                error.raw_os_error(),
-                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-            );
-            let hint = if out_of_descriptors {
-                format!(
-                    ": out of file descriptors or memory; lower `listen.max_connections` (now {}) or raise the process's descriptor limit (`ulimit -n`)",
-                    limits.max_connections
-                )
-            } else {
-                String::new()
-            };
-            tracing::warn!(
-                "accepting a connection failed: {error}{hint}; retrying with waits of up to {} ms, quietly until it succeeds",
-                ACCEPT_BACKOFF_MAX.as_millis()
-            );
-            self.since = Some(Instant::now());
-            self.wait = ACCEPT_BACKOFF_FIRST;
-        }
-        self.failures = self.failures.saturating_add(1);
-        let wait = self.wait;
-        self.wait = (self.wait * 2).min(ACCEPT_BACKOFF_MAX);
-        wait
-    }
-
-    fn succeeded(&mut self) {
-        if self.failures > 0 {
-            let millis = self.since.map_or(0, |since| since.elapsed().as_millis());
-            tracing::warn!(
-                "accepting connections again, after {} failed attempts over {millis} ms",
-                self.failures
-            );
-            *self = AcceptBackoff::default();
-        }
-    }
-}
-
 /// What every connection's requests share.
 struct Shared {
     service: StreamableHttpService<Gateway, BoundSessions>,
@@ -975,85 +918,17 @@ pub async fn serve_http(
         guard,
         limits,
     });
-    let task = tokio::spawn(accept_loop(listener, shared, stop.clone()));
-    Ok(Listening { addr, stop, task })
-}
-
-/// Accepts connections while fewer than `max_connections` are open, and serves each with
-/// the header read timeout, until `stop`.
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
-    let limits = shared.limits;
-    let slots = Arc::new(Semaphore::new(
-        limits.max_connections.min(Semaphore::MAX_PERMITS),
+    let accept = AcceptLimits {
+        max_connections: limits.max_connections,
+        header_read_timeout: limits.header_read_timeout,
+        setting: "listen.max_connections",
+        max_head_bytes: None,
+    };
+    let task = tokio::spawn(accept_loop(
+        listener,
+        accept,
+        move |request| handle(Arc::clone(&shared), request),
+        stop.clone(),
     ));
-    let mut backoff = AcceptBackoff::default();
-    let mut full = false;
-    loop {
-        let slot = match Arc::clone(&slots).try_acquire_owned() {
-            Ok(slot) => {
-                full = false;
-                slot
-            }
-            Err(_) => {
-                if !full {
-                    tracing::warn!(
-                        "{} connections are open, the limit (`listen.max_connections`): new connections wait until one closes",
-                        limits.max_connections
-                    );
-                    full = true;
-                }
-                tokio::select! {
-                    slot = Arc::clone(&slots).acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        Err(_) => return,
-                    },
-                    () = stop.cancelled() => return,
-                }
-            }
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => {
-                    backoff.succeeded();
-                    accepted
-                }
-                Err(error) => {
-                    let wait = backoff.failed(&error, &limits);
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = stop.cancelled() => return,
-                    }
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
-        let shared = Arc::clone(&shared);
-        let connection_stop = stop.clone();
-        tokio::spawn(async move {
-            // Held until the connection ends: one slot under `max_connections`.
-            let _slot = slot;
-            let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(handle(shared, request).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
-            let connection = builder.serve_connection(TokioIo::new(stream), handler);
-            tokio::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!("connection from {peer} ended: {error}");
-                    }
-                }
-                () = connection_stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
-    }
+    Ok(Listening { addr, stop, task })
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -331,7 +331,8 @@ async fn a_forged_answer_does_not_approve_the_call_is_audited_and_the_real_answe
 /// `toolward serve` on a config, spoken to over its stdin and stdout.
 struct Serve {
     child: Child,
-    stdin: ChildStdin,
+    /// Its standard input's other end: a pipe, or the master side of its terminal.
+    stdin: Box<dyn Write + Send>,
     answers: mpsc::Receiver<Value>,
 }
 
@@ -347,7 +348,38 @@ impl Serve {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let stdin = child.stdin.take().unwrap();
+        let stdin = Box::new(child.stdin.take().unwrap());
+        Serve::initialize(child, stdin)
+    }
+
+    /// As [`Serve::start`], with standard input a terminal (a new pseudo-terminal's slave
+    /// side, as when serve runs by hand or under a terminal multiplexer), which toolward
+    /// reads on a blocking thread; the test writes to its master side.
+    fn start_on_terminal(bench: &Bench, config: &str) -> Serve {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        let master =
+            openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let slave_path = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(slave_path.to_str().unwrap())
+            .unwrap();
+        let child = Command::new(toolward_binary().unwrap())
+            .args(["serve", "--config"])
+            .arg(bench.path().join(config))
+            .stdin(Stdio::from(slave))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Serve::initialize(child, Box::new(std::fs::File::from(master)))
+    }
+
+    fn initialize(mut child: Child, stdin: Box<dyn Write + Send>) -> Serve {
         let stdout = child.stdout.take().unwrap();
         let (sender, answers) = mpsc::channel();
         std::thread::spawn(move || {
@@ -490,4 +522,90 @@ async fn pending_entries_of_live_processes_survive_every_start_and_only_an_aband
             .starts_with("abandoned")
     );
     first.close();
+}
+
+/// A held call whose client went away (its stdin closed) does not keep `toolward serve` from
+/// a SIGTERM: it ends within seconds, long before the approval timeout, the held call is
+/// recorded as ended before an answer, its pending entry is gone, and the chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_ends_at_sigterm_while_a_held_call_of_a_departed_client_waits() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new(600_000).await;
+    let mut serve = Serve::start(&bench, "toolward.json");
+    serve.call(1, "held");
+    let held = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    let Serve { child, stdin, .. } = serve;
+    drop(stdin);
+    ends_at_sigterm_with_the_held_call_on_record(&bench, child, &held);
+}
+
+/// The same when standard input is a terminal that says nothing more (its client, a person
+/// or a multiplexer, went away without closing it): the read waiting on the terminal cannot
+/// be cancelled, and must not keep the process from ending at SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_a_terminal_ends_at_sigterm_while_a_held_call_waits() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new(600_000).await;
+    let mut serve = Serve::start_on_terminal(&bench, "toolward.json");
+    serve.call(1, "held");
+    let held = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    let Serve { child, stdin, .. } = serve;
+    ends_at_sigterm_with_the_held_call_on_record(&bench, child, &held);
+    drop(stdin);
+}
+
+/// Sends `child` (a `toolward serve` holding `held`) SIGTERM and asserts that it ends within
+/// 5 s, successfully, with the held call recorded as cancelled, its pending entry gone,
+/// nothing forwarded, and the audit chain intact (`toolward audit verify`).
+fn ends_at_sigterm_with_the_held_call_on_record(
+    bench: &Bench,
+    mut child: Child,
+    held: &ApprovalRequest,
+) {
+    let bin = toolward_binary().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sent = Instant::now();
+    let ended = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if sent.elapsed() > Duration::from_secs(5) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("`toolward serve` was still running 5 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(ended.success(), "{ended}");
+    assert!(!bench.pending_file(&held.call_id).exists());
+    assert!(bench.received().is_empty(), "{:?}", bench.received());
+    let records = bench.audit("audit.jsonl");
+    let last = records
+        .iter()
+        .rev()
+        .find(|r| r["call_id"] == held.call_id.as_str())
+        .unwrap();
+    assert_eq!(last["kind"], "refusal", "{last:#}");
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled before it finished"),
+        "{last:#}"
+    );
+    let verify = Command::new(bin)
+        .args(["audit", "verify", "--config"])
+        .arg(bench.path().join("toolward.json"))
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        text(&verify.stdout),
+        text(&verify.stderr)
+    );
 }

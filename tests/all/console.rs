@@ -223,7 +223,17 @@ fn hidden(html: &str, name: &str) -> String {
     html[at..].split('"').next().unwrap().to_owned()
 }
 
-/// Signs in as the token's user: the session cookie.
+/// The `data-key` the sign-in's page hands its script: the session's key.
+fn handed_key(html: &str) -> String {
+    let marker = "data-key=\"";
+    let at = html
+        .find(marker)
+        .unwrap_or_else(|| panic!("no key handed over in {html}"))
+        + marker.len();
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+/// Signs in as the token's user: the answer, with the session cookie and key.
 async fn sign_in(addr: SocketAddr, token: &str) -> Got {
     let page = send(addr, "GET", "/login", &[], None).await;
     assert_eq!(page.status, 200, "{}", page.body);
@@ -242,49 +252,48 @@ async fn sign_in(addr: SocketAddr, token: &str) -> Got {
     .await
 }
 
+/// A signed-in browser tab: the session cookie, and the key its script keeps.
 struct Signed {
     addr: SocketAddr,
     cookie: String,
+    key: String,
 }
 
 impl Signed {
     async fn new(addr: SocketAddr) -> Signed {
         let signed = sign_in(addr, TOKEN).await;
-        assert_eq!(signed.status, 303, "{}", signed.body);
+        assert_eq!(signed.status, 200, "{}", signed.body);
         let cookie = format!(
             "toolward_console={}",
             signed.cookie("toolward_console").unwrap()
         );
-        Signed { addr, cookie }
+        let key = handed_key(&signed.body);
+        Signed { addr, cookie, key }
     }
 
     async fn get(&self, path: &str) -> Got {
-        send(
-            self.addr,
-            "GET",
-            path,
-            &[("cookie", self.cookie.clone())],
-            None,
-        )
-        .await
+        self.get_as(path, Some(&self.key)).await
+    }
+
+    /// A `GET` with the cookie and the key given (none: the cookie alone).
+    async fn get_as(&self, path: &str, key: Option<&str>) -> Got {
+        let mut headers = vec![("cookie", self.cookie.clone())];
+        headers.extend(key.map(|key| ("x-toolward-key", key.to_owned())));
+        send(self.addr, "GET", path, &headers, None).await
     }
 
     async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Got {
-        send(
-            self.addr,
-            "POST",
-            path,
-            &[
-                ("cookie", self.cookie.clone()),
-                ("origin", own_origin(self.addr)),
-            ],
-            Some(form(fields)),
-        )
-        .await
+        self.post_as(path, fields, Some(&self.key)).await
     }
 
-    async fn csrf(&self) -> String {
-        hidden(&self.get("/approvals").await.body, "csrf")
+    /// A `POST` from the console's origin with the cookie and the key given.
+    async fn post_as(&self, path: &str, fields: &[(&str, &str)], key: Option<&str>) -> Got {
+        let mut headers = vec![
+            ("cookie", self.cookie.clone()),
+            ("origin", own_origin(self.addr)),
+        ];
+        headers.extend(key.map(|key| ("x-toolward-key", key.to_owned())));
+        send(self.addr, "POST", path, &headers, Some(form(fields))).await
     }
 }
 
@@ -341,15 +350,54 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
         fragment.body
     );
 
-    let csrf = user.csrf().await;
+    // The list asked for again with the calls it shows: unchanged, nothing rendered.
+    let shown = format!("{}:true:false", first.call_id);
+    let unchanged = send(
+        console.addr,
+        "GET",
+        "/approvals/list",
+        &[
+            ("cookie", user.cookie.clone()),
+            ("x-toolward-key", user.key.clone()),
+            ("x-toolward-shown", shown),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(unchanged.status, 204, "{}", unchanged.body);
+
+    // The cookie alone, which the browser also sends to a page on any other port of this
+    // host, shows nothing of the session and answers nothing (an outside attack, 6 December
+    // 2026, stole it so and approved its own held call).
+    for path in ["/approvals", "/audit"] {
+        let shell = user.get_as(path, None).await;
+        assert_eq!(shell.status, 200, "{}", shell.body);
+        assert!(shell.body.contains("id=\"shell\""), "{}", shell.body);
+        assert!(
+            !shell.body.contains(&first.call_id) && !shell.body.contains("alice"),
+            "{}",
+            shell.body
+        );
+        let wrong = user.get_as(path, Some("not-the-key")).await;
+        assert_eq!(wrong.status, 401, "{}", wrong.body);
+    }
+    let list = user.get_as("/approvals/list", None).await;
+    assert_eq!(list.status, 401, "{}", list.body);
+    assert!(!list.body.contains(&first.call_id), "{}", list.body);
+    let stolen = user
+        .post_as(
+            "/approvals/answer",
+            &[("call", &first.call_id), ("verdict", "approve")],
+            None,
+        )
+        .await;
+    assert_eq!(stolen.status, 403, "{}", stolen.body);
+    assert!(bench.received().is_empty(), "{:?}", bench.received());
+
     let approved = user
         .post(
             "/approvals/answer",
-            &[
-                ("csrf", &csrf),
-                ("call", &first.call_id),
-                ("verdict", "approve"),
-            ],
+            &[("call", &first.call_id), ("verdict", "approve")],
         )
         .await;
     assert_eq!(approved.status, 303, "{}", approved.body);
@@ -369,7 +417,6 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
         .post(
             "/approvals/answer",
             &[
-                ("csrf", &csrf),
                 ("call", &second.call_id),
                 ("verdict", "deny"),
                 ("reason", "not today"),
@@ -400,11 +447,7 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
     let late = user
         .post(
             "/approvals/answer",
-            &[
-                ("csrf", &csrf),
-                ("call", &third.call_id),
-                ("verdict", "approve"),
-            ],
+            &[("call", &third.call_id), ("verdict", "approve")],
         )
         .await;
     assert!(late.status == 409, "{} {}", late.status, late.body);
@@ -438,7 +481,7 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_refuses_other_sites_hosts_and_changes_without_its_csrf_token() {
+async fn the_console_refuses_other_sites_hosts_and_changes_without_its_session_key() {
     let Some(_) = toolward_binary() else { return };
     let bench = Bench::new().await;
     std::fs::DirBuilder::new()
@@ -497,19 +540,16 @@ async fn the_console_refuses_other_sites_hosts_and_changes_without_its_csrf_toke
     .await;
     assert_eq!(forged.status, 403, "{}", forged.body);
 
-    let csrf = user.csrf().await;
-    let answer = form(&[
-        ("csrf", &csrf),
-        ("call", "01KNOTHELD"),
-        ("verdict", "approve"),
-    ]);
-    // Another site's page posting with the user's cookie.
+    let answer = form(&[("call", "01KNOTHELD"), ("verdict", "approve")]);
+    let fields = [("call", "01KNOTHELD"), ("verdict", "approve")];
+    // Another site's page posting with the user's cookie and key.
     let cross = send(
         addr,
         "POST",
         "/approvals/answer",
         &[
             ("cookie", user.cookie.clone()),
+            ("x-toolward-key", user.key.clone()),
             ("origin", String::from("http://evil.example")),
         ],
         Some(answer.clone()),
@@ -522,48 +562,53 @@ async fn the_console_refuses_other_sites_hosts_and_changes_without_its_csrf_toke
         addr,
         "POST",
         "/approvals/answer",
-        &[("cookie", user.cookie.clone())],
+        &[
+            ("cookie", user.cookie.clone()),
+            ("x-toolward-key", user.key.clone()),
+        ],
         Some(answer.clone()),
     )
     .await;
     assert_eq!(bare.status, 403, "{}", bare.body);
-    // The right origin but no CSRF token.
-    let no_csrf = user
-        .post(
-            "/approvals/answer",
-            &[("call", "01KNOTHELD"), ("verdict", "approve")],
-        )
-        .await;
-    assert_eq!(no_csrf.status, 403, "{}", no_csrf.body);
-    assert!(no_csrf.body.contains("CSRF"), "{}", no_csrf.body);
-    // A CSRF token of another session.
+    // The right origin and cookie but no key: what a page on another port of this host
+    // holds, since the browser sends it the cookie (an outside attack, 6 December 2026).
+    let no_key = user.post_as("/approvals/answer", &fields, None).await;
+    assert_eq!(no_key.status, 403, "{}", no_key.body);
+    assert!(no_key.body.contains("session's key"), "{}", no_key.body);
+    // The key of another session.
     let other = Signed::new(addr).await;
-    let other_csrf = other.csrf().await;
     let wrong = user
-        .post(
-            "/approvals/answer",
-            &[
-                ("csrf", &other_csrf),
-                ("call", "01KNOTHELD"),
-                ("verdict", "approve"),
-            ],
-        )
+        .post_as("/approvals/answer", &fields, Some(&other.key))
         .await;
     assert_eq!(wrong.status, 403, "{}", wrong.body);
     // With everything right, the answer reaches the queue, which knows no such call.
-    let right = user
-        .post(
-            "/approvals/answer",
-            &[
-                ("csrf", &csrf),
-                ("call", "01KNOTHELD"),
-                ("verdict", "approve"),
-            ],
-        )
-        .await;
+    let right = user.post("/approvals/answer", &fields).await;
     assert_eq!(right.status, 409, "{}", right.body);
-    // No session: pages send to sign-in, changes are refused.
-    assert_eq!(send(addr, "GET", "/approvals", &[], None).await.status, 303);
+    // A cookie of the same name planted by a page on another port of this host hides
+    // nothing: the console's own is the one whose session has the key (an outside attack
+    // planted one on `/approvals/` and signed the operator out every second).
+    let planted = send(
+        addr,
+        "GET",
+        "/approvals/list",
+        &[
+            ("cookie", String::from("toolward_console=planted")),
+            ("cookie", user.cookie.clone()),
+            ("x-toolward-key", user.key.clone()),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(planted.status, 200, "{}", planted.body);
+    // No session: a page is the empty shell (its script goes to sign in), the list and
+    // changes are refused.
+    let shell = send(addr, "GET", "/approvals", &[], None).await;
+    assert_eq!(shell.status, 200);
+    assert!(shell.body.contains("id=\"shell\""), "{}", shell.body);
+    assert_eq!(
+        send(addr, "GET", "/approvals/list", &[], None).await.status,
+        401
+    );
     let anonymous = send(
         addr,
         "POST",
@@ -587,9 +632,10 @@ async fn the_console_refuses_other_sites_hosts_and_changes_without_its_csrf_toke
     .await;
     assert_eq!(rebound.status, 403, "{}", rebound.body);
     // Signing out ends the session.
-    let out = user.post("/logout", &[("csrf", &csrf)]).await;
+    let out = user.post("/logout", &[]).await;
     assert_eq!(out.status, 303);
-    assert_eq!(user.get("/approvals").await.status, 303);
+    assert_eq!(user.get("/approvals").await.status, 401);
+    assert_eq!(other.get("/approvals").await.status, 200);
     console.stop().await;
 }
 
@@ -654,7 +700,8 @@ async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken
     console.stop().await;
 }
 
-/// A webhook receiver on loopback: every request's signature header and body, as received.
+/// A webhook receiver on loopback: every request's timestamp and signature headers (as
+/// `<timestamp> <signature>`) and body, as received.
 async fn receiver() -> (
     SocketAddr,
     tokio::sync::mpsc::UnboundedReceiver<(Instant, String, String)>,
@@ -671,11 +718,18 @@ async fn receiver() -> (
                     move |request: hyper::Request<hyper::body::Incoming>| {
                         let sent = sent.clone();
                         async move {
-                            let signature = request
-                                .headers()
-                                .get("x-toolward-signature")
-                                .map(|v| v.to_str().unwrap().to_owned())
-                                .unwrap_or_default();
+                            let header = |name: &str| {
+                                request
+                                    .headers()
+                                    .get(name)
+                                    .map(|v| v.to_str().unwrap().to_owned())
+                                    .unwrap_or_default()
+                            };
+                            let signature = format!(
+                                "{} {}",
+                                header("x-toolward-timestamp"),
+                                header("x-toolward-signature")
+                            );
                             let body = request.into_body().collect().await.unwrap().to_bytes();
                             let _ = sent.send((
                                 Instant::now(),
@@ -756,8 +810,15 @@ async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
         "arrived {} ms after the hold",
         arrived_ms - held.time_ms
     );
+    // Signed: HMAC-SHA256 of `<timestamp>.<body>`, the timestamp the second it was sent.
+    let (timestamp, signature) = signature.split_once(' ').unwrap();
+    let sent_s: u64 = timestamp.parse().unwrap();
+    assert!(
+        sent_s.abs_diff(arrived_ms / 1000) <= 1,
+        "{sent_s} vs {arrived_ms}"
+    );
     let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&secret).unwrap();
-    mac.update(body.as_bytes());
+    mac.update(format!("{timestamp}.{body}").as_bytes());
     assert_eq!(
         signature,
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))

@@ -11,6 +11,7 @@ mod approvals;
 mod call;
 mod cedar;
 mod checkpoint;
+mod cli_output;
 mod component;
 mod console;
 mod first_hour;

@@ -9,8 +9,11 @@ nothing). On a temp copy of examples/mcp with a named token:
    without a reload; the browser approves it and the client's call completes (the file is
    written);
 3. a second held call: a page of another origin posts an approval to the console with the
-   user's cookies (cross-site request forgery), which is refused and approves nothing; the
-   browser then denies the call with a reason, which the client receives;
+   user's cookies (cross-site request forgery), which is refused and approves nothing; that
+   page's server, on another port of 127.0.0.1, receives the console's session cookie (a
+   browser sends a host's cookies to every port) and uses it, which shows nothing of the
+   session and answers nothing; the browser then denies the call with a reason, which the
+   client receives;
 4. the console's pages ran no inline script and no framing is allowed.
 
 Run with the venv install.sh makes for it:
@@ -30,6 +33,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -97,8 +102,10 @@ class Attacker(http.server.BaseHTTPRequestHandler):
 
     target = ""
     call_id = ""
+    cookies: list[str] = []
 
     def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        Attacker.cookies.append(self.headers.get("Cookie") or "")
         page = f"""<!doctype html><html><body>
 <form id="f" method="post" action="{self.target}/approvals/answer">
 <input name="call" value="{self.call_id}"><input name="verdict" value="approve">
@@ -113,6 +120,26 @@ class Attacker(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:  # quiet
         pass
+
+
+def fetch(url: str, cookie: str, origin: str, body: str | None = None) -> tuple[int, str]:
+    """What a program holding a stolen cookie gets: it sets any header a browser would."""
+    request = urllib.request.Request(url, data=body.encode() if body is not None else None,
+                                     method="POST" if body is not None else "GET")
+    request.add_header("Cookie", cookie)
+    request.add_header("Origin", origin)
+    if body is not None:
+        request.add_header("Content-Type", "application/x-www-form-urlencoded")
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003
+            return None
+
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=10) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
 
 
 def browser() -> webdriver.Chrome:
@@ -160,7 +187,9 @@ def scenario(report: Report) -> None:
             report.check("sign-in leads to the approvals page", False,
                          driver.find_element(By.TAG_NAME, "body").text[:500])
             raise
-        user = driver.find_element(By.ID, "user").text
+        # The page arrives as a shell its script fills, asking again with the session's key.
+        user = WebDriverWait(driver, 10).until(
+            EC.presence_of_element_located((By.ID, "user"))).text
         report.check("sign-in with the named token: the user is the token's name",
                      user == "operator", f"user {user!r}")
         cookies = {c["name"]: c for c in driver.get_cookies()}
@@ -189,7 +218,11 @@ def scenario(report: Report) -> None:
         arguments = article.find_element(By.CSS_SELECTOR, "pre.arguments").text
         report.check("its arguments are shown as `toolward approvals list` shows them",
                      "approved.txt" in arguments and "content:" in arguments, arguments)
-        article.find_element(By.CSS_SELECTOR, "button.approve").click()
+        approve = article.find_element(By.CSS_SELECTOR, "button.approve")
+        report.check("a list that just changed takes no click at once (no click lands on a "
+                     "call that moved under the pointer)", not approve.is_enabled())
+        WebDriverWait(driver, 5, poll_frequency=0.05).until(lambda d: approve.is_enabled())
+        approve.click()
         WebDriverWait(driver, 10).until(EC.presence_of_element_located((By.ID, "flash")))
         flash = driver.find_element(By.ID, "flash").text
         report.check("the console says the call was approved by the signed-in user",
@@ -214,6 +247,21 @@ def scenario(report: Report) -> None:
                      "is not this console's" in refused, refused[:300])
         report.check("the forged approval approved nothing: the call still waits",
                      second.poll() is None and not (ex.sandbox / "denied.txt").exists())
+        stolen = next((c for c in Attacker.cookies if "toolward_console=" in c), "")
+        report.check("the browser sent the console's cookie to the other port (why a cookie "
+                     "alone must not be a session)", bool(stolen), str(Attacker.cookies))
+        if stolen:
+            for path, expected in (("/approvals", 200), ("/audit", 200), ("/approvals/list", 401)):
+                status, body = fetch(url + path, stolen, url)
+                report.check(f"the stolen cookie alone: GET {path} is {expected} and shows "
+                             "no call and no user",
+                             status == expected and second_id not in body and "operator" not in body,
+                             f"{status} {body[:200]}")
+            status, body = fetch(url + "/approvals/answer", stolen, url,
+                                 f"call={second_id}&verdict=approve")
+            report.check("the stolen cookie alone approves nothing (403): the call still waits",
+                         status == 403 and second.poll() is None
+                         and not (ex.sandbox / "denied.txt").exists(), f"{status} {body[:200]}")
 
         # 3. Deny with a reason.
         driver.get(url + "/approvals")
@@ -229,7 +277,8 @@ def scenario(report: Report) -> None:
 
         # 4. The audit page shows the answers, and the chain intact.
         driver.get(url + "/audit?decision=hold")
-        chain = driver.find_element(By.ID, "chain-state").text
+        chain = WebDriverWait(driver, 10).until(
+            EC.presence_of_element_located((By.ID, "chain-state"))).text
         report.check("the audit page shows the chain intact", chain.startswith("intact"), chain)
         records = driver.find_element(By.ID, "records").text
         report.check("the audit page lists the held calls",

@@ -25,10 +25,12 @@
 //! `{"text_bytes": N, "is_error": false}` answers one text block of N bytes;
 //! `{"line_bytes": N}` prints one line of N bytes that is not JSON-RPC (past the frame
 //! limit when N is); `{"garbage": true}` prints a line that is not JSON;
-//! `{"wrong_id": true}` answers with another id, then nothing; `{"blocks": N}` answers N
-//! content blocks of one byte each; `{"non_utf8": true}` answers a text holding bytes that
-//! are not UTF-8; `{"close_stdout": true}` closes standard output and keeps running. Before
-//! any answer, `{"notify": N}` sends N `notifications/message` of `notify_bytes` bytes each
+//! `{"wrong_id": true}` answers with another id, then nothing; `{"lone_surrogate": true}`
+//! answers a text of one lone surrogate escape (`"\ud800"`) and `{"nesting": N}` a
+//! `structuredContent` of N nested arrays, both well-formed JSON a decoder may refuse;
+//! `{"blocks": N}` answers N content blocks of one byte each; `{"non_utf8": true}` answers a
+//! text holding bytes that are not UTF-8; `{"close_stdout": true}` closes standard output
+//! and keeps running. Before any answer, `{"notify": N}` sends N `notifications/message` of `notify_bytes` bytes each
 //! (default 100; `notify_text` sends that text instead, `notify_level` sets the level,
 //! default `debug`, and `notify_logger` a logger), and `{"list_changed": N}` (or `true`, once) sends N
 //! `notifications/tools/list_changed`.
@@ -319,6 +321,25 @@ fn main() {
                 }
                 if action["garbage"].as_bool() == Some(true) {
                     let _ = writeln!(stdout, "this is not JSON");
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if action["lone_surrogate"].as_bool() == Some(true) {
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":{id_text},"result":{{"content":[{{"type":"text","text":"\ud800"}}]}}}}"#
+                    );
+                    let _ = stdout.flush();
+                    continue;
+                }
+                if let Some(depth) = action["nesting"].as_u64() {
+                    let depth = depth as usize;
+                    let _ = writeln!(
+                        stdout,
+                        r#"{{"jsonrpc":"2.0","id":{id_text},"result":{{"content":[],"structuredContent":{{"deep":{}{}}}}}}}"#,
+                        "[".repeat(depth),
+                        "]".repeat(depth)
+                    );
                     let _ = stdout.flush();
                     continue;
                 }

@@ -169,30 +169,23 @@ async fn login(
                 wait,
             } => {
                 // Escaped by `login`: the authorization server wrote them.
-                println!(
-                    "To sign in to server `{name}`{}, open this URL on any device:",
-                    as_principal(principal)
+                let complete = verification_uri_complete
+                    .map(|complete| format!("(or open {complete}, which carries the code)\n"))
+                    .unwrap_or_default();
+                // The sign-in goes on when nobody reads this (`login` has no way to stop).
+                let _ = out!(
+                    "To sign in to server `{name}`{}, open this URL on any device:\n{verification_uri}\nand enter the code `{user_code}`\n{complete}waiting for the sign-in (at most {} s)\n",
+                    as_principal(principal),
+                    wait.as_secs()
                 );
-                println!("{verification_uri}");
-                println!("and enter the code `{user_code}`");
-                if let Some(complete) = verification_uri_complete {
-                    println!("(or open {complete}, which carries the code)");
-                }
-                println!("waiting for the sign-in (at most {} s)", wait.as_secs());
-                let _ = std::io::Write::flush(&mut std::io::stdout());
                 return;
             }
         };
-        println!(
-            "To sign in to server `{name}`{}, open this URL in a browser:",
-            as_principal(principal)
-        );
-        println!("{url}");
-        println!(
-            "waiting for the browser to come back to {redirect} (at most {} s)",
+        let _ = out!(
+            "To sign in to server `{name}`{}, open this URL in a browser:\n{url}\nwaiting for the browser to come back to {redirect} (at most {} s)\n",
+            as_principal(principal),
             timeout.as_secs()
         );
-        let _ = std::io::Write::flush(&mut std::io::stdout());
         if let Some(browser) = &browser {
             // `$BROWSER` is one program; the URL is its only argument, never through a shell.
             match std::process::Command::new(browser)
@@ -207,7 +200,7 @@ async fn login(
                     std::thread::spawn(move || child.wait());
                 }
                 Err(error) => {
-                    eprintln!("toolward: could not start `$BROWSER` (`{browser}`): {error}")
+                    errln!("toolward: could not start `$BROWSER` (`{browser}`): {error}")
                 }
             }
         }
@@ -216,7 +209,7 @@ async fn login(
         && let ServerTransport::Http { oauth, .. } = &server.transport
         && !oauth.per_principal
     {
-        eprintln!(
+        errln!(
             "toolward: note: server `{name}` has no `oauth.per_principal`: every call uses the operator's grant (`toolward auth login {name}`), and this one is kept for when it has"
         );
     }
@@ -225,19 +218,19 @@ async fn login(
         .map_err(failure)?
     {
         LoginOutcome::NotNeeded(status) => {
-            println!(
+            outln!(
                 "server `{name}` answered without asking for sign-in (HTTP status {status}): nothing to do"
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         LoginOutcome::SignedIn(grant) => {
-            println!(
+            outln!(
                 "signed in to server `{name}`{} at `{}`{}; the grant is kept, encrypted, in {}",
                 as_principal(principal),
                 escape(&grant.issuer),
                 scopes_text(&grant.scopes),
                 store.place(name, principal)
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -298,11 +291,11 @@ async fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitC
     if json {
         let text = serde_json::to_string_pretty(&rows).map_err(failure)?;
         // The issuer and the scopes are the authorization server's words.
-        println!("{}", escape_json(&text));
+        outln!("{}", escape_json(&text))?;
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        println!("no grants: `toolward auth login SERVER` signs in to a server that asks for it");
+        outln!("no grants: `toolward auth login SERVER` signs in to a server that asks for it")?;
     }
     for row in &rows {
         let name = row["server"].as_str().unwrap_or_default();
@@ -314,7 +307,7 @@ async fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitC
             None => String::new(),
         };
         if let Some(error) = row["error"].as_str() {
-            println!("{name}{whose}: unusable: {error}");
+            outln!("{name}{whose}: unusable: {error}")?;
             continue;
         }
         let scopes: Vec<String> = row["scopes"]
@@ -325,7 +318,7 @@ async fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitC
                     .collect()
             })
             .unwrap_or_default();
-        println!(
+        outln!(
             "{name}{whose}: {} at `{}`{}, {}{}{}",
             row["grant"].as_str().unwrap_or_default(),
             escape(row["issuer"].as_str().unwrap_or_default()),
@@ -341,7 +334,7 @@ async fn status(config: &Config, store: &GrantStore, json: bool) -> Result<ExitC
             } else {
                 " (not in the config)"
             },
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -363,22 +356,22 @@ async fn logout(
         .await
         .map_err(failure)?;
     if !outcome.removed {
-        println!("server `{name}` has no grant{whose}: nothing to do");
+        outln!("server `{name}` has no grant{whose}: nothing to do")?;
         return Ok(ExitCode::SUCCESS);
     }
     match outcome.revoked {
         None => {
-            println!(
+            outln!(
                 "deleted server `{name}`'s grant{whose} (its authorization server offers no revocation: the tokens stay valid there until they expire)"
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Ok(())) => {
-            println!("revoked the tokens of server `{name}`'s grant{whose} and deleted it");
+            outln!("revoked the tokens of server `{name}`'s grant{whose} and deleted it")?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Err(error)) => {
-            eprintln!(
+            errln!(
                 "toolward: deleted server `{name}`'s grant{whose}, but revoking its tokens failed: {}",
                 crate::text::error_chain(&error)
             );

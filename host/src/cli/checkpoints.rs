@@ -32,12 +32,12 @@ pub(super) fn keygen(name: &str, out: &Path) -> Result<ExitCode, Failure> {
     let mut public = out.as_os_str().to_owned();
     public.push(".pub");
     std::fs::write(&public, format!("{verifier}\n")).map_err(failure)?;
-    eprintln!(
+    errln!(
         "signer key in `{}` (keep it private: name it in `audit.checkpoint.key`); verifier key in `{}`:",
         out.display(),
         Path::new(&public).display()
     );
-    println!("{verifier}");
+    outln!("{verifier}")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,7 +82,7 @@ pub(super) fn sign(config_path: &Path, latest: bool) -> Result<ExitCode, Failure
         let (signer, _) = signer_of(&config, config_path)?;
         let what = format!("`{}`", path.display());
         signer.verifier().open(&note, &what).map_err(failure)?;
-        print!("{}", String::from_utf8_lossy(&note));
+        out!("{}", String::from_utf8_lossy(&note))?;
         return Ok(ExitCode::SUCCESS);
     }
     let (signer, origin) = signer_of(&config, config_path)?;
@@ -93,14 +93,14 @@ pub(super) fn sign(config_path: &Path, latest: bool) -> Result<ExitCode, Failure
                 error: e.into(),
             }
         })?;
-    eprintln!(
+    errln!(
         "checkpoint of {} records of `{}`, kept in `{}`; verify it anywhere with the verifier key {}",
         signed.checkpoint.size,
         config.audit.file.display(),
         signed.path.display(),
         signer.verifier()
     );
-    print!("{}", signed.note);
+    out!("{}", signed.note)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -159,32 +159,33 @@ pub(super) fn report_json(report: &CheckReport, key: &str) -> serde_json::Value 
 }
 
 /// What `audit verify` prints of a [`CheckReport`], as text.
-pub(super) fn report_text(report: &CheckReport, file: &Path, key: &str) {
+pub(super) fn report_text(report: &CheckReport, file: &Path, key: &str) -> Result<(), Failure> {
     let c = &report.checkpoint;
     let origin = crate::text::escape(&c.origin);
     match &report.problem {
         None => {
-            println!(
+            outln!(
                 "checkpoint `{origin}` ({} records, root {}), signed by `{key}`: the log holds them unchanged; its tree of {} records has root {}",
                 c.size,
                 BASE64.encode(c.root),
                 report.records,
                 BASE64.encode(report.root)
-            );
+            )?;
             if let Some(proof) = &report.proof {
-                println!("consistency proof ({} hashes):", proof.len());
+                outln!("consistency proof ({} hashes):", proof.len())?;
                 for hash in proof {
-                    println!("  {}", hex::encode(hash));
+                    outln!("  {}", hex::encode(hash))?;
                 }
             }
         }
-        Some(problem) => println!(
+        Some(problem) => outln!(
             "checkpoint `{origin}` ({} records, root {}), signed by `{key}`: `{}` does not extend it: {problem}",
             c.size,
             BASE64.encode(c.root),
             file.display()
-        ),
+        )?,
     }
+    Ok(())
 }
 
 /// `audit prove SEQ --config [--size N]`: the inclusion proof of record SEQ in the tree of the
@@ -224,6 +225,6 @@ pub(super) fn prove(config_path: &Path, seq: u64, size: Option<u64>) -> Result<E
         "root": BASE64.encode(root),
         "proof": proof.iter().map(hex::encode).collect::<Vec<_>>(),
     });
-    println!("{value:#}");
+    outln!("{value:#}")?;
     Ok(ExitCode::SUCCESS)
 }

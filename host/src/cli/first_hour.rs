@@ -72,7 +72,7 @@ pub(super) async fn init(
     }
     let project = std::env::current_dir().map_err(failure)?;
     let survey = crate::init::survey(&home()?, &project, clients, servers).map_err(usage)?;
-    print!("{}", survey.render());
+    out!("{}", survey.render())?;
     if list {
         return Ok(ExitCode::SUCCESS);
     }
@@ -98,10 +98,10 @@ pub(super) async fn init(
     let report = crate::init::write(dir, &chosen).await.map_err(usage)?;
     for (client, names) in crate::init::by_client(&report) {
         let names: Vec<String> = names.iter().map(|n| crate::text::escape(n)).collect();
-        println!("imported from {client}: {}", names.join(", "));
+        outln!("imported from {client}: {}", names.join(", "))?;
     }
     if !report.variables.is_empty() {
-        println!(
+        outln!(
             "secrets stay in the client's config: `{}` refers to {} (moved into the toolward entry by `client connect`)",
             report.config.display(),
             report
@@ -110,10 +110,10 @@ pub(super) async fn init(
                 .map(|v| format!("${{{v}}}"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )?;
     }
     for renamed in &report.renamed {
-        println!(
+        outln!(
             "server `{}`'s {} `{}` is `${{{}}}`, not `${{{}}}`: that name is another secret's, and each secret has its own",
             crate::text::escape(&renamed.server),
             if renamed.place == "headers" {
@@ -124,41 +124,41 @@ pub(super) async fn init(
             crate::text::escape(&renamed.key),
             renamed.variable,
             renamed.wanted
-        );
+        )?;
     }
     for place in &report.secret_looking {
-        eprintln!(
+        errln!(
             "toolward: warning: {place} looks like it holds a secret; it is copied into `{}` (0600) as it is: move it into the server's `env` and refer to it as `${{VAR}}`",
             report.config.display()
         );
     }
     for failure in &report.failures {
-        eprintln!("toolward: not pinned: {failure}");
+        errln!("toolward: not pinned: {failure}");
     }
     let config = report.config.display();
     for server in &report.needs_sign_in {
-        println!(
+        outln!(
             "server `{}` needs sign-in (it answered `401`): not pinned yet; run `toolward auth login {server} --config {config}`, then `toolward pin --config {config}`, and `toolward check --config {config} --suggest-rules` lists its tools to classify",
             crate::text::escape(server)
-        );
+        )?;
     }
-    println!(
+    outln!(
         "wrote `{config}`, `{}` ({} tools pinned) and `{}` (every tool unclassified)",
         report.manifest.display(),
         report.tools,
         report.rules.display()
-    );
-    println!(
+    )?;
+    outln!(
         "audit arguments are recorded (`audit.record_arguments`) so `toolward audit replay` can re-decide calls; set it to false to keep them out of the log"
-    );
-    println!("next:");
-    println!(
+    )?;
+    outln!("next:")?;
+    outln!(
         "  1. classify each tool in `{}`: replace \"unclassified\" with read-only | local-change | remote-change | destructive",
         report.rules.display()
-    );
-    println!("  2. toolward check --config {config}");
+    )?;
+    outln!("  2. toolward check --config {config}")?;
     let first = report.servers.first().map_or("CLIENT", |(_, c)| *c);
-    println!("  3. toolward client connect {first} --config {config}");
+    outln!("  3. toolward client connect {first} --config {config}")?;
     Ok(if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -221,35 +221,35 @@ pub(super) fn client(config_path: &Path, command: ClientCommand) -> Result<ExitC
             };
             match client_config::connect(spec, &path, &toolward, foreign).map_err(usage)? {
                 Outcome::Changed(replaced) => {
-                    println!(
+                    outln!(
                         "`{}` now starts toolward in place of: {}",
                         path.display(),
                         replaced.join(", ")
-                    );
-                    println!(
+                    )?;
+                    outln!(
                         "its tools are now named `server__tool` (`{}__…`): per-tool allow-lists the client keeps must use the new names; restart {} to pick it up",
                         replaced.first().map_or("server", String::as_str),
                         spec.name
-                    );
-                    println!(
+                    )?;
+                    outln!(
                         "undo with: toolward client disconnect {id} --config {}",
                         config_path.display()
-                    );
+                    )?;
                 }
-                _ => println!(
+                _ => outln!(
                     "`{}` already starts toolward: nothing changed",
                     path.display()
-                ),
+                )?,
             }
         }
         ClientCommand::Disconnect { .. } => {
             match client_config::disconnect(spec, &config.state_dir, foreign).map_err(usage)? {
-                Outcome::Restored => println!("restored `{id}`'s config as it was before connect"),
-                Outcome::Undone(names) => println!(
+                Outcome::Restored => outln!("restored `{id}`'s config as it was before connect")?,
+                Outcome::Undone(names) => outln!(
                     "`{id}`'s config changed since connect: removed the toolward entry and put back {}; the rest is as the client left it",
                     names.join(", ")
-                ),
-                _ => println!("nothing to undo"),
+                )?,
+                _ => outln!("nothing to undo")?,
             }
         }
     }
@@ -313,10 +313,10 @@ pub(super) async fn pin_tool(
         crate::pin::tool::repin_tool(&existing, &outcome.manifest, server, tool).map_err(usage)?;
     let diff = crate::manifest::diff(&existing, &updated);
     if diff.is_empty() {
-        println!("tool `{tool}` of server `{server}` matches its pin: nothing to accept");
+        outln!("tool `{tool}` of server `{server}` matches its pin: nothing to accept")?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{diff}");
+    outln!("{diff}")?;
     if dry_run {
         return Ok(ExitCode::SUCCESS);
     }
@@ -326,19 +326,19 @@ pub(super) async fn pin_tool(
                 "no terminal to ask on: pass `--yes` to accept this change"
             )));
         }
-        eprint!("accept this change of `{server}/{tool}`? [y/N] ");
+        err!("accept this change of `{server}/{tool}`? [y/N] ");
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map_err(failure)?;
         if !line.trim().eq_ignore_ascii_case("y") {
-            println!("not accepted; the pins are unchanged");
+            outln!("not accepted; the pins are unchanged")?;
             return Ok(ExitCode::from(EXIT_FOUND));
         }
     }
     write_manifest(&updated, &config.manifest)?;
-    println!(
+    outln!(
         "re-pinned `{server}/{tool}` in `{}`; every other pin is unchanged",
         config.manifest.display()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -409,7 +409,7 @@ fn report_head_mismatch(config: &crate::config::Config, config_path: &Path) -> b
     match head_mismatch(config) {
         None => false,
         Some(problem) => {
-            eprintln!(
+            errln!(
                 "toolward: `{}` {problem}; what is shown may be cut short or rewritten (`toolward audit verify --config {}`)",
                 config.audit.file.display(),
                 config_path.display()
@@ -419,11 +419,15 @@ fn report_head_mismatch(config: &crate::config::Config, config_path: &Path) -> b
     }
 }
 
-fn print_record(record: &crate::audit::AuditRecord, raw: &Value, json: bool) {
+fn print_record(
+    record: &crate::audit::AuditRecord,
+    raw: &Value,
+    json: bool,
+) -> Result<(), Failure> {
     if json {
-        println!("{}", crate::text::escape_json(&raw.to_string()));
+        outln!("{}", crate::text::escape_json(&raw.to_string()))
     } else {
-        println!("{}", audit_read::render_row(record));
+        outln!("{}", audit_read::render_row(record))
     }
 }
 
@@ -456,7 +460,7 @@ fn report_pg_problem(
         }
         (None, None) => return false,
     };
-    eprintln!(
+    errln!(
         "toolward: {store}: {problem} (`toolward audit verify --config {}`)",
         config_path.display()
     );
@@ -473,15 +477,15 @@ async fn audit_show_pg(
 ) -> Result<ExitCode, Failure> {
     let read = reader.read_new().await.map_err(failure)?;
     if !json {
-        println!("{}", audit_read::TABLE_HEADER);
+        outln!("{}", audit_read::TABLE_HEADER)?;
     }
     let mut shown = 0usize;
     for (record, raw) in read.records.iter().filter(|(r, _)| filter.matches(r)) {
-        print_record(record, raw, json);
+        print_record(record, raw, json)?;
         shown += 1;
     }
     if !json {
-        println!("{shown} of {} records match", read.records.len());
+        outln!("{shown} of {} records match", read.records.len())?;
     }
     let store = format!("PostgreSQL store {}", reader.store_name());
     Ok(if report_pg_problem(&read, &store, config_path) {
@@ -503,11 +507,11 @@ async fn audit_tail_pg(
     let store = format!("PostgreSQL store {}", reader.store_name());
     let read = reader.read_new().await.map_err(failure)?;
     if !json {
-        println!("{}", audit_read::TABLE_HEADER);
+        outln!("{}", audit_read::TABLE_HEADER)?;
     }
     let problem = report_pg_problem(&read, &store, config_path);
     for (record, raw) in audit_read::last_matching(read.records, filter, lines) {
-        print_record(&record, &raw, json);
+        print_record(&record, &raw, json)?;
     }
     if !follow || read.first_break.is_some() {
         return Ok(if problem {
@@ -520,7 +524,7 @@ async fn audit_tail_pg(
         tokio::time::sleep(std::time::Duration::from_millis(audit_read::FOLLOW_POLL_MS)).await;
         let read = reader.read_new().await.map_err(failure)?;
         for (record, raw) in read.records.iter().filter(|(r, _)| filter.matches(r)) {
-            print_record(record, raw, json);
+            print_record(record, raw, json)?;
         }
         if read.first_break.is_some() {
             report_pg_problem(&read, &store, config_path);
@@ -542,19 +546,19 @@ pub(super) async fn audit_show(
     }
     let shown = audit_read::show(&config.audit.file, &filter).map_err(failure)?;
     if !json {
-        println!("{}", audit_read::TABLE_HEADER);
+        outln!("{}", audit_read::TABLE_HEADER)?;
     }
     for (record, raw) in &shown.records {
-        print_record(record, raw, json);
+        print_record(record, raw, json)?;
     }
     if !json {
-        println!("{} of {} records match", shown.records.len(), shown.read);
+        outln!("{} of {} records match", shown.records.len(), shown.read)?;
     }
     match &shown.first_break {
         None if report_head_mismatch(&config, config_path) => Ok(ExitCode::from(EXIT_FOUND)),
         None => Ok(ExitCode::SUCCESS),
         Some(brk) => {
-            eprintln!(
+            errln!(
                 "toolward: `{}`: chain broken at {brk}; nothing past it is shown (`toolward audit verify --config {}`)",
                 config.audit.file.display(),
                 config_path.display()
@@ -581,7 +585,7 @@ pub(super) async fn audit_tail(
     let path = &config.audit.file;
     let mut follower = audit_read::Follower::new(path);
     let broken = |e: audit_read::ReadError| {
-        eprintln!("toolward: `{}`: {e}", path.display());
+        errln!("toolward: `{}`: {e}", path.display());
         Ok(ExitCode::from(EXIT_FOUND))
     };
     let first = match follower.poll() {
@@ -590,10 +594,10 @@ pub(super) async fn audit_tail(
         Err(e) => return broken(e),
     };
     if !json {
-        println!("{}", audit_read::TABLE_HEADER);
+        outln!("{}", audit_read::TABLE_HEADER)?;
     }
     for (record, raw) in audit_read::last_matching(first, &filter, lines) {
-        print_record(&record, &raw, json);
+        print_record(&record, &raw, json)?;
     }
     // A log cut after a record, or rewritten at its end, is still a chain: only the head
     // tells. Checked once, on what was there at the start.
@@ -610,7 +614,7 @@ pub(super) async fn audit_tail(
         match follower.poll() {
             Ok(records) => {
                 for (record, raw) in records.iter().filter(|(r, _)| filter.matches(r)) {
-                    print_record(record, raw, json);
+                    print_record(record, raw, json)?;
                 }
             }
             Err(e @ audit_read::ReadError::Audit(_)) => return Err(failure(e)),
@@ -672,15 +676,15 @@ pub(super) fn audit_replay(
     let mismatch = report_head_mismatch(&config, config_path);
     if json {
         let text = serde_json::to_string_pretty(&report).map_err(failure)?;
-        println!("{text}");
+        outln!("{text}")?;
     } else {
-        println!(
+        outln!(
             "replaying `{}` under `{policy}` (sha256 {}) with settings `{}`",
             config.audit.file.display(),
             loaded.sha256(),
             settings_path.display()
-        );
-        print!("{}", report.render());
+        )?;
+        out!("{}", report.render())?;
     }
     Ok(if report.first_break.is_some() || mismatch {
         ExitCode::from(EXIT_FOUND)

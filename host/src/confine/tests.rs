@@ -380,3 +380,25 @@ fn the_launcher_entry_reads_back_what_launcher_args_writes() {
     assert!(parse_launcher_args([OsString::from("--deny")]).is_err());
     assert!(parse_launcher_args([OsString::from("--unknown")]).is_err());
 }
+
+#[test]
+fn the_browsers_profiles_that_exist_are_withheld_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    std::fs::create_dir_all(home.join(".config/chromium/Default/Local Storage")).unwrap();
+    std::fs::create_dir_all(home.join(".mozilla/firefox")).unwrap();
+    std::fs::create_dir_all(home.join(".config/some-editor")).unwrap();
+    let found = browser_profiles(home, None);
+    assert_eq!(
+        found,
+        [home.join(".config/chromium"), home.join(".mozilla")],
+        "{found:?}"
+    );
+    // `XDG_CONFIG_HOME` in place of `~/.config`.
+    let xdg = home.join("xdg");
+    std::fs::create_dir_all(xdg.join("google-chrome")).unwrap();
+    assert_eq!(
+        browser_profiles(home, Some(&xdg)),
+        [xdg.join("google-chrome"), home.join(".mozilla")]
+    );
+}

@@ -14,7 +14,8 @@ pub(super) const CSP: &str = "default-src 'self'; script-src 'self'; style-src '
 /// Which hosts and origins are the console's.
 #[derive(Debug)]
 pub(super) struct Guard {
-    /// `Host` values accepted, lowercase (`127.0.0.1:8443`, `localhost:8443`, ...).
+    /// `Host` values accepted, lowercase: the bound address (`127.0.0.1:8443`) and the public
+    /// origins' hosts.
     hosts: Vec<String>,
     /// `Origin` values accepted, lowercase.
     origins: Vec<String>,
@@ -52,16 +53,11 @@ impl std::fmt::Display for Refused {
 impl Guard {
     /// The guard of a console bound to `addr` and reached also at `public_origins`.
     pub(super) fn new(addr: SocketAddr, public_origins: &[String]) -> Result<Guard, ConsoleError> {
-        let port = addr.port();
+        // Only the address bound, as written: not `localhost`, which a browser may send to
+        // `[::1]` while the console holds `127.0.0.1`, nor the other loopback address, where
+        // another program (a hostile server) can bind the same port and pass requests
+        // through, keeping what they carry (an outside attack, 6 December 2026).
         let mut hosts = vec![format!("{}", addr).to_ascii_lowercase()];
-        if addr.ip().is_loopback() {
-            for name in ["127.0.0.1", "localhost", "[::1]"] {
-                let host = format!("{name}:{port}");
-                if !hosts.contains(&host) {
-                    hosts.push(host);
-                }
-            }
-        }
         let mut origins: Vec<String> = hosts.iter().map(|host| format!("http://{host}")).collect();
         let mut secure = false;
         for origin in public_origins {
@@ -164,7 +160,13 @@ mod tests {
     fn a_request_for_another_host_is_refused() {
         let g = guard();
         assert!(g.check(&Method::GET, &headers(&[("host", "127.0.0.1:8443")])).is_ok());
-        assert!(g.check(&Method::GET, &headers(&[("host", "localhost:8443")])).is_ok());
+        // Only the address bound: `localhost` and the other loopback address may reach
+        // another program on the same port.
+        for other in ["localhost:8443", "[::1]:8443", "127.0.0.2:8443", "127.0.0.1:8444"] {
+            let mut map = HeaderMap::new();
+            map.insert("host", HeaderValue::from_str(other).unwrap());
+            assert!(matches!(g.check(&Method::GET, &map), Err(Refused::Host(_))), "{other}");
+        }
         assert!(matches!(
             g.check(&Method::GET, &headers(&[("host", "attacker.example:8443")])),
             Err(Refused::Host(_))

@@ -1,6 +1,6 @@
 //! Notifications of held calls: the console watches the queue and, for each call newly held,
 //! posts to every configured target a JSON webhook (signed with HMAC-SHA256 in
-//! [`SIGNATURE_HEADER`]) or a Slack-compatible incoming-webhook message, each with the tool,
+//! [`SIGNATURE_HEADER`], with the time it was sent, [`TIMESTAMP_HEADER`]) or a Slack-compatible incoming-webhook message, each with the tool,
 //! the principal and a link to the console. Arguments only when the operator turns them on.
 //!
 //! Targets are `https`, or `http` to a loopback address written as an IP (a receiver on the
@@ -23,8 +23,14 @@ use crate::approval::{PendingEntry, list_queue};
 use crate::text;
 
 /// The header carrying a webhook body's signature: `X-Toolward-Signature: sha256=<hex>`,
-/// the HMAC-SHA256 of the exact body bytes under the configured secret.
+/// the HMAC-SHA256 under the configured secret of the timestamp (as sent in
+/// [`TIMESTAMP_HEADER`]), a `.`, and the exact body bytes.
 pub const SIGNATURE_HEADER: &str = "x-toolward-signature";
+
+/// The header carrying when a webhook was sent, in seconds since the Unix epoch. It is signed
+/// with the body, so a receiver refuses a post older than a few minutes (and one whose
+/// `call_id` it already took): a captured post cannot be replayed later.
+pub const TIMESTAMP_HEADER: &str = "x-toolward-timestamp";
 
 /// How often the queue is looked at for newly held calls: 200 ms, so a notification leaves
 /// well within a second of the hold.
@@ -99,25 +105,51 @@ pub struct TargetRefused {
     pub reason: String,
 }
 
-/// Whether `ip` is an address a notification must not reach without `allow_private`.
+/// Whether `ip` is an address a notification must not reach without `allow_private`: every
+/// special-purpose range of the IANA registries that is not the global internet (private,
+/// shared, loopback, link-local, documentation, benchmarking, multicast, reserved), and the
+/// IPv6 forms that carry an IPv4 address (mapped, compatible, NAT64, 6to4) by the address
+/// they carry; Teredo and local-use NAT64, whose target cannot be told, are refused.
 pub fn is_private(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_private()
                 || v4.is_loopback()
                 || v4.is_link_local()
                 || v4.is_unspecified()
                 || v4.is_broadcast()
+                || v4.is_multicast()
+                || (a == 192 && b == 0 && c == 2)
+                || (a == 198 && b == 51 && c == 100)
+                || (a == 203 && b == 0 && c == 113)
+                || a == 0
+                || a >= 240
                 || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 0)
+                || (a == 192 && b == 88 && c == 99)
+                || (a == 198 && (18..20).contains(&b))
         }
         IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
+            let s = v6.segments();
+            let embedded = |hi: u16, lo: u16| {
+                let [a, b] = hi.to_be_bytes();
+                let [c, d] = lo.to_be_bytes();
+                is_private(IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d)))
+            };
             v6.is_loopback()
                 || v6.is_unspecified()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || v6.to_ipv4_mapped().is_some_and(|v4| is_private(IpAddr::V4(v4)))
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                // Documentation, discard, Teredo and the other IETF assignments of 2001::/23.
+                || (s[0] == 0x2001 && (s[1] == 0x0db8 || s[1] < 0x0200))
+                || (s[0] == 0x0100 && s[1..4] == [0, 0, 0])
+                || (s[0] == 0x0064 && s[1] == 0xff9b && s[2] == 1)
+                || (s[0] == 0x0064 && s[1] == 0xff9b && s[2..6] == [0; 4] && embedded(s[6], s[7]))
+                || (s[0] == 0x2002 && embedded(s[1], s[2]))
+                || (s[0..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0) && embedded(s[6], s[7]))
         }
     }
 }
@@ -169,12 +201,16 @@ pub async fn check_target(url: &str, allow_private: bool) -> Result<(String, Soc
     Ok((host, addr))
 }
 
-/// The signature header's value for `body` under `secret`: `sha256=<hex>`.
-pub fn signature(secret: &[u8], body: &[u8]) -> String {
+/// The signature header's value for `body` sent at `timestamp` (seconds since the epoch, as
+/// in [`TIMESTAMP_HEADER`]) under `secret`: `sha256=<hex>` of HMAC-SHA256 over
+/// `<timestamp>.<body>`.
+pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
     // HMAC takes a key of any length: this never fails.
     let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
         return String::new();
     };
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
@@ -260,7 +296,10 @@ async fn post(entry: &PendingEntry, target: &NotifyTarget, settings: &NotifySett
         .post(&target.url)
         .header(reqwest::header::CONTENT_TYPE, "application/json");
     if let Some(secret) = &settings.secret {
-        request = request.header(SIGNATURE_HEADER, signature(secret, body.as_bytes()));
+        let timestamp = crate::ids::now_ms() / 1000;
+        request = request
+            .header(TIMESTAMP_HEADER, timestamp.to_string())
+            .header(SIGNATURE_HEADER, signature(secret, timestamp, body.as_bytes()));
     }
     match request.body(body).send().await {
         Ok(response) if response.status().is_success() => {}
@@ -327,11 +366,37 @@ mod tests {
     }
 
     #[test]
-    fn the_signature_is_hmac_sha256_of_the_body() {
-        // RFC 4231 test case 2.
+    fn special_purpose_ranges_and_ipv6_forms_of_private_ipv4_are_private() {
+        let private = |ip: &str| is_private(ip.parse().unwrap());
+        for ip in [
+            "10.0.0.1", "100.64.0.1", "127.0.0.1", "169.254.169.254", "172.16.0.1",
+            "192.168.1.1", "0.1.2.3", "192.0.0.8", "192.0.2.1", "192.88.99.1", "198.18.0.1",
+            "198.51.100.1", "203.0.113.1", "224.0.0.1", "240.0.0.1", "255.255.255.255",
+            "::1", "::", "fd00::1", "fe80::1", "fec0::1", "ff02::1", "2001:db8::1",
+            "2001::1", "100::1", "64:ff9b:1::1",
+            // Mapped, compatible, NAT64 and 6to4 forms of 169.254.169.254 and 10.0.0.1.
+            "::ffff:169.254.169.254", "::169.254.169.254", "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1", "2002:0a00:0001::",
+        ] {
+            assert!(private(ip), "{ip} passed as public");
+        }
+        for ip in ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111", "64:ff9b::5db8:d822", "2002:5db8:d822::1"] {
+            assert!(!private(ip), "{ip} refused as private");
+        }
+    }
+
+    #[test]
+    fn the_signature_is_hmac_sha256_of_the_timestamp_and_the_body() {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(b"Jefe").unwrap();
+        mac.update(b"1767225600.{}");
         assert_eq!(
-            signature(b"Jefe", b"what do ya want for nothing?"),
-            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+            signature(b"Jefe", 1_767_225_600, b"{}"),
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        );
+        assert_ne!(
+            signature(b"Jefe", 1_767_225_600, b"{}"),
+            signature(b"Jefe", 1_767_225_601, b"{}"),
+            "a replay with a new timestamp needs a new signature"
         );
     }
 

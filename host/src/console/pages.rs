@@ -14,8 +14,8 @@ use serde::Serialize;
 use super::guard::{Guard, secure_headers};
 use super::session::{Session, Sessions};
 use super::{
-    CHAIN_CHECK_INTERVAL, ConsoleError, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_FORM_BYTES,
-    MAX_REASON_CHARS, POLL_INTERVAL, SCRIPT_PATH, SESSION_COOKIE,
+    CHAIN_CHECK_INTERVAL, ConsoleError, KEY_HEADER, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_DETAIL_BYTES,
+    MAX_FORM_BYTES, MAX_REASON_CHARS, POLL_INTERVAL, SCRIPT_PATH, SESSION_COOKIE, SHOWN_HEADER,
 };
 use crate::approval::{
     AnsweredBy, ApprovalError, PendingEntry, display_arguments, display_result, list_queue,
@@ -60,6 +60,8 @@ impl Pages {
             ("held.html", include_str!("templates/held.html")),
             ("audit.html", include_str!("templates/audit.html")),
             ("error.html", include_str!("templates/error.html")),
+            ("shell.html", include_str!("templates/shell.html")),
+            ("signed-in.html", include_str!("templates/signed-in.html")),
         ] {
             env.add_template(name, source)
                 .map_err(|error| ConsoleError::Templates(error.to_string()))?;
@@ -123,12 +125,13 @@ fn cookie(name: &str, value: &str, secure: bool, max_age: Option<u64>) -> String
     text
 }
 
-/// The value of the cookie `name` in the request's `Cookie` headers; `None` when there is
-/// none, or more than one: a browser sends every cookie of the host whatever its port, so a
-/// page on another port of the same host can plant one with a narrower path, and which of
-/// two is the console's own cannot be told.
-fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
-    let mut values = headers
+/// The values of the cookies named `name` in the request's `Cookie` headers, at most
+/// [`MAX_COOKIE_VALUES`]. A browser sends every cookie of the host whatever its port, so a
+/// page on another port of the same host can plant one of the same name with a narrower
+/// path: which one is the console's own is told by what it names (a session whose key the
+/// request carries, a nonce this console made), never by its place.
+fn cookie_values(headers: &http::HeaderMap, name: &str) -> Vec<String> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
@@ -136,10 +139,13 @@ fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
         .filter_map(|pair| {
             let (key, value) = pair.trim().split_once('=')?;
             (key == name).then(|| value.to_owned())
-        });
-    let first = values.next()?;
-    values.next().is_none().then_some(first)
+        })
+        .take(MAX_COOKIE_VALUES)
+        .collect()
 }
+
+/// Most cookies of one name looked at: 16.
+const MAX_COOKIE_VALUES: usize = 16;
 
 /// `Set-Cookie` values that remove cookies named `name` that another page of the same host
 /// planted on one of the console's paths (see [`cookie_value`]).
@@ -212,66 +218,74 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             return respond(StatusCode::OK, "text/css; charset=utf-8", STYLE.to_owned());
         }
         (&Method::GET, "/login") => {
-            let brought = cookie_value(request.headers(), LOGIN_COOKIE)
-                .filter(|nonce| shared.sessions.nonce_alive(nonce));
+            let brought = cookie_values(request.headers(), LOGIN_COOKIE)
+                .into_iter()
+                .find(|nonce| shared.sessions.nonce_alive(nonce));
             return login_page(shared, StatusCode::OK, None, brought);
         }
         (&Method::POST, "/login") => return login(shared, request).await,
         _ => {}
     }
-    let id = cookie_value(request.headers(), SESSION_COOKIE);
-    let Some((id, session)) = id.and_then(|id| shared.sessions.get(&id).map(|s| (id, s))) else {
-        return match (&method, path.as_str()) {
-            (&Method::GET, "/approvals/list") => respond(
-                StatusCode::UNAUTHORIZED,
-                "text/plain; charset=utf-8",
-                String::from("sign in first\n"),
+    // A session is its cookie and its key together (the module's contract, 5): the cookie
+    // whose session has the key the request carries.
+    let key = request.headers().get(KEY_HEADER);
+    let found = key.and_then(|key| {
+        cookie_values(request.headers(), SESSION_COOKIE)
+            .into_iter()
+            .find_map(|id| {
+                let session = shared.sessions.get(&id)?;
+                super::session::same(key.as_bytes(), session.key.as_bytes())
+                    .then_some((id, session))
+            })
+    });
+    let Some((id, mut session)) = found else {
+        return match (&method, path.as_str(), key) {
+            (&Method::GET, "/", _) => redirect("/approvals"),
+            // A page opened by its address: the shell, whose script asks again with the key
+            // it holds, or goes to sign in.
+            (&Method::GET, "/approvals" | "/audit", None) => shell(shared),
+            (&Method::GET, "/approvals/list" | "/approvals" | "/audit", _) => unauthorized(
+                "sign in first: no session of this console has this browser's key and cookie",
             ),
-            (&Method::GET, "/" | "/approvals" | "/audit") => redirect("/login"),
-            (&Method::GET, _) => respond(
-                StatusCode::NOT_FOUND,
-                "text/plain; charset=utf-8",
-                String::from("no such page\n"),
-            ),
-            _ => respond(
-                StatusCode::FORBIDDEN,
-                "text/plain; charset=utf-8",
-                String::from("sign in first: this change comes with no session\n"),
-            ),
+            (&Method::GET, _, _) => not_found(),
+            _ => {
+                tracing::warn!("console: refused a change without a session's key and cookie");
+                respond(
+                    StatusCode::FORBIDDEN,
+                    "text/plain; charset=utf-8",
+                    String::from(
+                        "sign in first: this change does not carry a session's key and cookie, so it did not come from a signed-in page of this console\n",
+                    ),
+                )
+            }
         };
     };
+    session.flash = shared.sessions.take_flash(&id);
     match (&method, path.as_str()) {
         (&Method::GET, "/") => redirect("/approvals"),
-        (&Method::GET, "/approvals") => approvals_page(shared, &session, false).await,
-        (&Method::GET, "/approvals/list") => approvals_page(shared, &session, true).await,
+        (&Method::GET, "/approvals") => approvals_page(shared, &session, None).await,
+        (&Method::GET, "/approvals/list") => {
+            let shown = request
+                .headers()
+                .get(SHOWN_HEADER)
+                .map(|shown| String::from_utf8_lossy(shown.as_bytes()).into_owned());
+            approvals_page(shared, &session, Some(shown)).await
+        }
         (&Method::GET, "/audit") => audit_page(shared, &session, request.uri().query()).await,
-        (&Method::POST, "/approvals/answer" | "/logout") => {
+        (&Method::POST, "/logout") => {
+            shared.sessions.end(&id);
+            tracing::info!("console: `{}` signed out", text::escape(&session.user));
+            let mut response = redirect("/login");
+            set_cookie(
+                &mut response,
+                cookie(SESSION_COOKIE, "", shared.guard.secure, Some(0)),
+            );
+            response
+        }
+        (&Method::POST, "/approvals/answer") => {
             let Some(fields) = form(request).await else {
                 return error_page(shared, &session, StatusCode::BAD_REQUEST, "the form could not be read (longer than the limit, or cut short)");
             };
-            let csrf_ok = field(&fields, "csrf")
-                .is_some_and(|csrf| super::session::same(csrf.as_bytes(), session.csrf.as_bytes()));
-            if !csrf_ok {
-                tracing::warn!(
-                    "console: refused a change by `{}` without its session's CSRF token",
-                    text::escape(&session.user)
-                );
-                return error_page(
-                    shared,
-                    &session,
-                    StatusCode::FORBIDDEN,
-                    "this change does not carry the page's CSRF token: it did not come from a page of this console; reload the page and try again",
-                );
-            }
-            if path == "/logout" {
-                shared.sessions.end(&id);
-                let mut response = redirect("/login");
-                set_cookie(
-                    &mut response,
-                    cookie(SESSION_COOKIE, "", shared.guard.secure, Some(0)),
-                );
-                return response;
-            }
             answer(shared, &id, &session, &fields).await
         }
         _ => error_page(
@@ -281,6 +295,32 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             "no such page: the console has /approvals and /audit",
         ),
     }
+}
+
+fn unauthorized(why: &str) -> Response<Body> {
+    respond(
+        StatusCode::UNAUTHORIZED,
+        "text/plain; charset=utf-8",
+        format!("{why}\n"),
+    )
+}
+
+fn not_found() -> Response<Body> {
+    respond(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        String::from("no such page\n"),
+    )
+}
+
+/// A page opened by its address, with the cookie but not the key: nothing of the session,
+/// only the script that asks for the page again with the key it holds.
+fn shell(shared: &Shared) -> Response<Body> {
+    shared.pages.render(
+        "shell.html",
+        StatusCode::OK,
+        context! { title => "Loading", user => None::<String>, flash => None::<String> },
+    )
 }
 
 /// The sign-in form, with the nonce `keep` when the browser brought a live one, else a new
@@ -311,7 +351,7 @@ fn login_page(
 }
 
 async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
-    let brought = cookie_value(request.headers(), LOGIN_COOKIE);
+    let brought = cookie_values(request.headers(), LOGIN_COOKIE);
     let Some(fields) = form(request).await else {
         return login_page(
             shared,
@@ -323,9 +363,10 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     // The form's nonce must be the one its cookie carries and one this console issued: a
     // sign-in form posted from another site has neither (login CSRF).
     let nonce = field(&fields, "nonce").unwrap_or_default();
-    let nonce_ok = brought.as_deref().is_some_and(|brought| {
-        super::session::same(brought.as_bytes(), nonce.as_bytes())
-    }) && shared.sessions.take_nonce(nonce);
+    let nonce_ok = brought
+        .iter()
+        .any(|brought| super::session::same(brought.as_bytes(), nonce.as_bytes()))
+        && shared.sessions.nonce_alive(nonce);
     if !nonce_ok {
         tracing::warn!("console: refused a sign-in whose form this console did not give");
         return login_page(
@@ -356,7 +397,16 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         );
     };
     tracing::info!("console: `{}` signed in", text::escape(&user));
-    let mut response = redirect("/approvals");
+    let Some(key) = shared.sessions.get(&id).map(|session| session.key) else {
+        return login_page(shared, StatusCode::SERVICE_UNAVAILABLE, Some("the session ended at once"), None);
+    };
+    // The one answer that carries the session's key: the page's script keeps it and goes on
+    // to the held calls.
+    let mut response = shared.pages.render(
+        "signed-in.html",
+        StatusCode::OK,
+        context! { title => "Signed in", key => &key, name => &user, user => None::<String>, flash => None::<String> },
+    );
     set_cookie(
         &mut response,
         cookie(SESSION_COOKIE, &id, shared.guard.secure, None),
@@ -387,7 +437,6 @@ fn error_page(
             title => status.canonical_reason().unwrap_or("Refused"),
             error => error,
             user => &session.user,
-            csrf => &session.csrf,
             flash => None::<String>,
         },
     )
@@ -438,7 +487,14 @@ impl HeldView {
     }
 }
 
-async fn approvals_page(shared: &Shared, session: &Session, fragment: bool) -> Response<Body> {
+/// The held calls: the whole page, or (`shown` given) the list alone for the page's script,
+/// which sends the calls it shows; when they are still the held calls, 204 and nothing
+/// rendered.
+async fn approvals_page(
+    shared: &Shared,
+    session: &Session,
+    shown: Option<Option<String>>,
+) -> Response<Body> {
     let state_dir = shared.state_dir.clone();
     let listed = tokio::task::spawn_blocking(move || list_queue(&state_dir)).await;
     let entries = match listed {
@@ -466,16 +522,22 @@ async fn approvals_page(shared: &Shared, session: &Session, fragment: bool) -> R
         .map(|h| format!("{}:{}:{}", h.call_id, h.waiting, h.problem.is_some()))
         .collect::<Vec<_>>()
         .join(" ");
+    if let Some(Some(shown)) = &shown
+        && *shown == ids
+    {
+        let mut unchanged = respond(StatusCode::NO_CONTENT, "text/plain; charset=utf-8", String::new());
+        unchanged.headers_mut().remove(header::CONTENT_TYPE);
+        return unchanged;
+    }
     let values = context! {
         title => "Held calls",
         held => held,
         ids => ids,
         user => &session.user,
-        csrf => &session.csrf,
         flash => &session.flash,
         interval_ms => u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000),
     };
-    let name = if fragment { "held.html" } else { "approvals.html" };
+    let name = if shown.is_some() { "held.html" } else { "approvals.html" };
     shared.pages.render(name, StatusCode::OK, values)
 }
 
@@ -501,7 +563,8 @@ async fn answer(
     let reason = field(fields, "reason")
         .map(str::trim)
         .filter(|reason| !reason.is_empty() && !approve)
-        .map(|reason| reason.chars().take(MAX_REASON_CHARS).collect::<String>())
+        // A console user's text reaches the client in the refusal: shown as text there too.
+        .map(|reason| text::escape(&reason.chars().take(MAX_REASON_CHARS).collect::<String>()))
         .or_else(|| {
             (!approve).then(|| {
                 format!(
@@ -737,7 +800,6 @@ async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> 
             read => read,
             error => error,
             user => &session.user,
-            csrf => &session.csrf,
             flash => &session.flash,
         },
     )
@@ -770,6 +832,19 @@ fn filter_of(given: &FilterView) -> Result<Filter, String> {
     })
 }
 
+/// `detail` cut to [`MAX_DETAIL_BYTES`] on a character boundary, saying what was left out.
+fn cut_detail(mut detail: String, seq: u64) -> String {
+    if detail.len() <= MAX_DETAIL_BYTES {
+        return detail;
+    }
+    let more = detail.len() - detail.floor_char_boundary(MAX_DETAIL_BYTES);
+    detail.truncate(detail.floor_char_boundary(MAX_DETAIL_BYTES));
+    detail.push_str(&format!(
+        "\n… {more} bytes more: `toolward audit show` prints record {seq} whole"
+    ));
+    detail
+}
+
 fn row(record: &crate::audit::AuditRecord, raw: &serde_json::Value) -> RowView {
     let e = &record.event;
     let shown = |v: &Option<String>| text::escape(v.as_deref().unwrap_or("-"));
@@ -781,6 +856,7 @@ fn row(record: &crate::audit::AuditRecord, raw: &serde_json::Value) -> RowView {
         .map(text::escape)
         .collect::<Vec<_>>()
         .join("\n");
+    let detail = cut_detail(detail, record.seq);
     let call_link = e
         .call_id
         .as_deref()
@@ -832,7 +908,7 @@ mod tests {
         let response = pages.render(
             "held.html",
             StatusCode::OK,
-            context! { held => held, ids => "x", csrf => "c" },
+            context! { held => held, ids => "x" },
         );
         let body = futures::executor::block_on(response.into_body().collect())
             .unwrap()
@@ -847,12 +923,25 @@ mod tests {
     }
 
     #[test]
-    fn a_cookie_named_twice_is_no_cookie() {
+    fn a_record_detail_is_cut_on_a_character_boundary_saying_how_much_more() {
+        let short = String::from("{\"seq\": 1}");
+        assert_eq!(cut_detail(short.clone(), 1), short);
+        let long = "é".repeat(MAX_DETAIL_BYTES);
+        let cut = cut_detail(long, 7);
+        let (kept, note) = cut.split_once('\n').unwrap();
+        assert_eq!(kept.len(), MAX_DETAIL_BYTES);
+        assert_eq!(
+            note,
+            format!("… {MAX_DETAIL_BYTES} bytes more: `toolward audit show` prints record 7 whole")
+        );
+    }
+
+    #[test]
+    fn every_cookie_of_a_name_is_read_so_a_planted_one_hides_nothing() {
         let mut headers = http::HeaderMap::new();
-        headers.insert(header::COOKIE, "a=1; toolward_console=ours".parse().unwrap());
-        assert_eq!(cookie_value(&headers, SESSION_COOKIE).as_deref(), Some("ours"));
-        headers.append(header::COOKIE, "toolward_console=planted".parse().unwrap());
-        assert_eq!(cookie_value(&headers, SESSION_COOKIE), None);
+        headers.insert(header::COOKIE, "a=1; toolward_console=planted".parse().unwrap());
+        headers.append(header::COOKIE, "toolward_console=ours".parse().unwrap());
+        assert_eq!(cookie_values(&headers, SESSION_COOKIE), ["planted", "ours"]);
         assert!(planted_cleared(SESSION_COOKIE, false)
             .iter()
             .any(|c| c.starts_with("toolward_console=; Path=/approvals;") && c.ends_with("Max-Age=0")));

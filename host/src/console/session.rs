@@ -1,5 +1,5 @@
 //! Who is signed in: the users (token names) and their tokens' digests, the sessions and
-//! their CSRF tokens, the sign-in forms' nonces. In memory: a restart signs everyone out.
+//! their keys, the sign-in forms' nonces. In memory: a restart signs everyone out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -7,15 +7,22 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::{LOGIN_NONCE_TTL, MAX_LOGIN_NONCES, MAX_SESSIONS, SESSION_TTL};
+use hmac::{Hmac, KeyInit, Mac};
+
+use super::{LOGIN_NONCE_TTL, MAX_SESSIONS_PER_USER, SESSION_TTL};
 
 /// A signed-in user's session.
 #[derive(Debug, Clone)]
 pub(super) struct Session {
     /// The user: the name of the token they signed in with.
     pub(super) user: String,
-    /// The token every `POST` of this session must carry.
-    pub(super) csrf: String,
+    /// The session's key: every request of the session carries it in [`KEY_HEADER`], besides
+    /// the cookie. It reaches the browser once, in the answer to the sign-in, and the page's
+    /// script keeps it in the origin's own storage; a cookie alone, which the browser also
+    /// sends to every other port of the host, neither reads a page nor answers a call.
+    ///
+    /// [`KEY_HEADER`]: super::KEY_HEADER
+    pub(super) key: String,
     /// When it was made.
     made: Instant,
     /// A message for the next page (what the last answer did).
@@ -25,7 +32,6 @@ pub(super) struct Session {
 #[derive(Debug, Default)]
 struct Tables {
     sessions: HashMap<String, Session>,
-    nonces: HashMap<String, Instant>,
 }
 
 /// The users and the live sessions.
@@ -33,11 +39,14 @@ struct Tables {
 pub(super) struct Sessions {
     /// SHA-256 of each token, with its user.
     users: Vec<([u8; 32], String)>,
+    /// The key of the sign-in forms' nonces' MACs, made at start; `None` without randomness
+    /// (then nobody signs in).
+    nonce_key: Option<[u8; 32]>,
     tables: Mutex<Tables>,
 }
 
-/// 32 random bytes as hex: a session id, a CSRF token, a nonce. `None` when the system has
-/// no randomness to give (then nobody signs in).
+/// 32 random bytes as hex: a session id, a session key, a nonce's random part. `None` when
+/// the system has no randomness to give (then nobody signs in).
 pub(super) fn random_token() -> Option<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).ok()?;
@@ -53,11 +62,13 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
 impl Sessions {
     /// Users from token by name.
     pub(super) fn new(users: &BTreeMap<String, String>) -> Sessions {
+        let mut nonce_key = [0u8; 32];
         Sessions {
             users: users
                 .iter()
                 .map(|(name, token)| (Sha256::digest(token.as_bytes()).into(), name.clone()))
                 .collect(),
+            nonce_key: getrandom::fill(&mut nonce_key).is_ok().then_some(nonce_key),
             tables: Mutex::new(Tables::default()),
         }
     }
@@ -79,54 +90,62 @@ impl Sessions {
         found
     }
 
-    /// A new sign-in form's nonce.
+    /// The MAC of a nonce's random part and time.
+    fn nonce_mac(&self, random: &str, made_ms: u64) -> Option<String> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.nonce_key?).ok()?;
+        mac.update(random.as_bytes());
+        mac.update(b".");
+        mac.update(made_ms.to_string().as_bytes());
+        Some(hex::encode(mac.finalize().into_bytes()))
+    }
+
+    /// A new sign-in form's nonce: `<random>.<made, ms>.<MAC of both>`. Nothing is kept, so
+    /// no number of forms asked for pushes out another's (an outside attack flooded a table
+    /// of them so that nobody could sign in).
     pub(super) fn new_nonce(&self) -> Option<String> {
-        let nonce = random_token()?;
-        let mut tables = self.tables();
-        tables.nonces.retain(|_, made| made.elapsed() < LOGIN_NONCE_TTL);
-        if tables.nonces.len() >= MAX_LOGIN_NONCES
-            && let Some(oldest) = tables
-                .nonces
-                .iter()
-                .min_by_key(|(_, made)| **made)
-                .map(|(nonce, _)| nonce.clone())
-        {
-            tables.nonces.remove(&oldest);
-        }
-        tables.nonces.insert(nonce.clone(), Instant::now());
-        Some(nonce)
+        let random = random_token()?;
+        let made_ms = crate::ids::now_ms();
+        let mac = self.nonce_mac(&random, made_ms)?;
+        Some(format!("{random}.{made_ms}.{mac}"))
     }
 
-    /// Whether `nonce` was issued and is still valid (not taking it): a second look at the
-    /// sign-in form keeps the first form's nonce, so two tabs, or a browser fetching the page
-    /// twice, do not undo each other.
+    /// Whether `nonce` is one this console made in the last [`LOGIN_NONCE_TTL`]. A second look
+    /// at the sign-in form keeps the first form's nonce, so two tabs, or a browser fetching
+    /// the page twice, do not undo each other.
     pub(super) fn nonce_alive(&self, nonce: &str) -> bool {
-        self.tables()
-            .nonces
-            .get(nonce)
-            .is_some_and(|made| made.elapsed() < LOGIN_NONCE_TTL)
-    }
-
-    /// Takes the nonce `nonce`: whether it was issued, and is still valid. Used once.
-    pub(super) fn take_nonce(&self, nonce: &str) -> bool {
-        self.tables()
-            .nonces
-            .remove(nonce)
-            .is_some_and(|made| made.elapsed() < LOGIN_NONCE_TTL)
+        let mut parts = nonce.splitn(3, '.');
+        let (Some(random), Some(made), Some(mac)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        let Ok(made_ms) = made.parse::<u64>() else {
+            return false;
+        };
+        let ttl_ms = u64::try_from(LOGIN_NONCE_TTL.as_millis()).unwrap_or(u64::MAX);
+        let age_ms = crate::ids::now_ms().saturating_sub(made_ms);
+        self.nonce_mac(random, made_ms)
+            .is_some_and(|expected| same(mac.as_bytes(), expected.as_bytes()))
+            && age_ms < ttl_ms
     }
 
     /// A new session for `user`, with a new id (never one the browser brought): its id.
     pub(super) fn start(&self, user: String) -> Option<String> {
         let id = random_token()?;
-        let csrf = random_token()?;
+        let key = random_token()?;
         let mut tables = self.tables();
         tables
             .sessions
             .retain(|_, session| session.made.elapsed() < SESSION_TTL);
-        if tables.sessions.len() >= MAX_SESSIONS
+        let users = tables
+            .sessions
+            .values()
+            .filter(|session| session.user == user)
+            .count();
+        if users >= MAX_SESSIONS_PER_USER
             && let Some(oldest) = tables
                 .sessions
                 .iter()
+                .filter(|(_, session)| session.user == user)
                 .min_by_key(|(_, session)| session.made)
                 .map(|(id, _)| id.clone())
         {
@@ -136,7 +155,7 @@ impl Sessions {
             id.clone(),
             Session {
                 user,
-                csrf,
+                key,
                 made: Instant::now(),
                 flash: None,
             },
@@ -144,17 +163,20 @@ impl Sessions {
         Some(id)
     }
 
-    /// The live session of id `id`, taking its flash message.
+    /// The live session of id `id`.
     pub(super) fn get(&self, id: &str) -> Option<Session> {
         let mut tables = self.tables();
-        let session = tables.sessions.get_mut(id)?;
+        let session = tables.sessions.get(id)?;
         if session.made.elapsed() >= SESSION_TTL {
             tables.sessions.remove(id);
             return None;
         }
-        let shown = session.clone();
-        session.flash = None;
-        Some(shown)
+        Some(session.clone())
+    }
+
+    /// Takes the message the session's next page shows.
+    pub(super) fn take_flash(&self, id: &str) -> Option<String> {
+        self.tables().sessions.get_mut(id)?.flash.take()
     }
 
     /// Sets the message the session's next page shows.
@@ -193,24 +215,59 @@ mod tests {
     }
 
     #[test]
-    fn a_nonce_is_good_once_and_only_when_issued() {
+    fn a_nonce_is_good_only_when_this_console_made_it_lately() {
         let s = sessions();
         let nonce = s.new_nonce().unwrap();
-        assert!(!s.take_nonce("made-up"));
         assert!(s.nonce_alive(&nonce));
-        assert!(s.take_nonce(&nonce));
-        assert!(!s.nonce_alive(&nonce));
-        assert!(!s.take_nonce(&nonce));
+        assert!(!s.nonce_alive("made-up"));
+        assert!(!s.nonce_alive(""));
+        // Another console's, or this one's with its time moved: the MAC differs.
+        assert!(!sessions().nonce_alive(&nonce));
+        let (random, rest) = nonce.split_once('.').unwrap();
+        let (made, mac) = rest.split_once('.').unwrap();
+        let later = made.parse::<u64>().unwrap() + 1;
+        assert!(!s.nonce_alive(&format!("{random}.{later}.{mac}")));
+        // An old one, even with its MAC right.
+        let old = crate::ids::now_ms() - u64::try_from(LOGIN_NONCE_TTL.as_millis()).unwrap() - 1;
+        let stale = format!("{random}.{old}.{}", s.nonce_mac(random, old).unwrap());
+        assert!(!s.nonce_alive(&stale));
+        // However many are made, the first stays good: there is nothing to flood out.
+        for _ in 0..5000 {
+            s.new_nonce().unwrap();
+        }
+        assert!(s.nonce_alive(&nonce));
     }
 
     #[test]
-    fn each_sign_in_gets_a_new_session_id_and_csrf_token() {
+    fn many_sign_ins_of_one_user_end_only_that_users_oldest_sessions() {
+        let s = Sessions::new(&BTreeMap::from([
+            (
+                String::from("alice"),
+                String::from("a-token-of-at-least-32-characters-long"),
+            ),
+            (
+                String::from("mallory"),
+                String::from("another-token-of-at-least-32-characters"),
+            ),
+        ]));
+        let alice = s.start(String::from("alice")).unwrap();
+        let first = s.start(String::from("mallory")).unwrap();
+        for _ in 0..2000 {
+            s.start(String::from("mallory")).unwrap();
+        }
+        assert!(s.get(&alice).is_some(), "another user's sign-ins ended alice's session");
+        assert!(s.get(&first).is_none());
+    }
+
+    #[test]
+    fn each_sign_in_gets_a_new_session_id_and_key() {
         let s = sessions();
         let first = s.start(String::from("alice")).unwrap();
         let second = s.start(String::from("alice")).unwrap();
         assert_ne!(first, second);
         let (a, b) = (s.get(&first).unwrap(), s.get(&second).unwrap());
-        assert_ne!(a.csrf, b.csrf);
+        assert_ne!(a.key, b.key);
+        assert_ne!(a.key, first);
         s.end(&first);
         assert!(s.get(&first).is_none());
         assert!(s.get(&second).is_some());

@@ -147,6 +147,18 @@ pub enum TransportError {
         /// The version it answered (untrusted).
         version: String,
     },
+    /// The server answered with well-formed JSON that toolward cannot decode (a lone
+    /// surrogate escape, nesting past the decoder's limit): that answer alone was refused,
+    /// and the connection goes on.
+    #[error("server `{server}` answered `{method}` with JSON toolward cannot read: {detail}")]
+    UnreadableResponse {
+        /// The server's name in the configuration.
+        server: String,
+        /// The JSON-RPC method.
+        method: String,
+        /// What it cannot read, and where (never the server's text).
+        detail: String,
+    },
     /// The server's answer has the wrong shape.
     #[error("server `{server}` answered `{method}` with a malformed result: {detail}")]
     MalformedResponse {

@@ -181,6 +181,85 @@ pub(super) fn array_items(text: &[u8]) -> Result<Vec<&[u8]>, SpanError> {
     }
 }
 
+/// The deepest serde_json decodes: a value inside 127 arrays or objects. It refuses the
+/// 128th level ("recursion limit exceeded"), which bounds its stack.
+pub(super) const DECODER_MAX_DEPTH: usize = 127;
+
+/// What the decoder refuses in a well-formed JSON text (RFC 8259 allows both).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Undecodable {
+    /// A `\uXXXX` escape of one half of a UTF-16 surrogate pair without its other half:
+    /// it stands for no character, so the string is no Unicode text.
+    #[error("a lone surrogate escape `{escape}` at column {column}, which stands for no character")]
+    LoneSurrogate {
+        /// The escape, `\u` and four hexadecimal digits as written.
+        escape: String,
+        /// Where it starts, from 1 (bytes).
+        column: usize,
+    },
+    /// Arrays and objects nested past [`DECODER_MAX_DEPTH`].
+    #[error(
+        "arrays and objects nested deeper than {DECODER_MAX_DEPTH} levels (level {}, at column {column})",
+        DECODER_MAX_DEPTH + 1
+    )]
+    TooDeep {
+        /// Where the first array or object past the limit opens, from 1 (bytes).
+        column: usize,
+    },
+}
+
+/// The first thing in the well-formed JSON text `text` that the decoder refuses, or `None`.
+/// The scan keeps no recursion.
+pub(super) fn undecodable(text: &[u8]) -> Option<Undecodable> {
+    let hex = |at: usize| -> Option<u16> {
+        let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
+        u16::from_str_radix(digits, 16).ok()
+    };
+    let is_high = |unit: u16| (0xD800..0xDC00).contains(&unit);
+    let is_low = |unit: u16| (0xDC00..0xE000).contains(&unit);
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut i = 0;
+    while let Some(&byte) = text.get(i) {
+        match (in_string, byte) {
+            (false, b'"') | (true, b'"') => in_string = !in_string,
+            (false, b'[' | b'{') => {
+                depth += 1;
+                if depth > DECODER_MAX_DEPTH {
+                    return Some(Undecodable::TooDeep { column: i + 1 });
+                }
+            }
+            (false, b']' | b'}') => depth = depth.saturating_sub(1),
+            (true, b'\\') if text.get(i + 1) == Some(&b'u') => {
+                let unit = hex(i + 2)?;
+                let paired = is_high(unit)
+                    && text.get(i + 6..i + 8) == Some(&b"\\u"[..])
+                    && hex(i + 8).is_some_and(is_low);
+                if paired {
+                    i += 12;
+                    continue;
+                }
+                if is_high(unit) || is_low(unit) {
+                    let escape = String::from_utf8_lossy(text.get(i..i + 6)?).into_owned();
+                    return Some(Undecodable::LoneSurrogate {
+                        escape,
+                        column: i + 1,
+                    });
+                }
+                i += 6;
+                continue;
+            }
+            (true, b'\\') => {
+                i += 2;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Whether the quoted JSON string `key` (quotes included) denotes `name`.
 fn key_is(key: &[u8], name: &str) -> Result<bool, SpanError> {
     if key.contains(&b'\\') {
@@ -323,6 +402,41 @@ mod tests {
         assert_eq!(array_items(b"[1,]"), Err(SpanError::Malformed));
         assert_eq!(array_items(b"[1] x"), Err(SpanError::Malformed));
         assert_eq!(array_items(b"{}"), Err(SpanError::Malformed));
+    }
+
+    #[test]
+    fn lone_surrogates_are_found_and_pairs_pass() {
+        let found = undecodable(br#"{"a":"ok \u00e9 \ud83d\ude00","b":["\\ud800","x\ud800"]}"#);
+        assert_eq!(
+            found,
+            Some(Undecodable::LoneSurrogate {
+                escape: String::from("\\ud800"),
+                column: 48
+            })
+        );
+        assert!(matches!(
+            undecodable(br#"["\uDC00\ud800"]"#),
+            Some(Undecodable::LoneSurrogate { column: 3, .. })
+        ));
+        assert_eq!(undecodable(br#"{"a":"\ud83d\ude00 \\ud800"}"#), None);
+    }
+
+    /// The limit is serde_json's: one level less decodes, the limit's level does not, and
+    /// the scan names where the first level past it opens.
+    #[test]
+    fn nesting_past_the_decoders_limit_is_found_where_it_opens() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let deepest = nested(DECODER_MAX_DEPTH);
+        assert!(serde_json::from_str::<serde_json::Value>(&deepest).is_ok());
+        assert_eq!(undecodable(deepest.as_bytes()), None);
+        let past = format!(r#"{{"s":"[[[[","a":{}}}"#, nested(DECODER_MAX_DEPTH));
+        assert!(serde_json::from_str::<serde_json::Value>(&past).is_err());
+        assert_eq!(
+            undecodable(past.as_bytes()),
+            Some(Undecodable::TooDeep {
+                column: 16 + DECODER_MAX_DEPTH
+            })
+        );
     }
 
     #[tokio::test]

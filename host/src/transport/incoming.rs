@@ -60,22 +60,29 @@ pub(super) fn handle_line(shared: &Shared, line: &[u8]) -> Result<(), FailureRea
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
-    let message: Value = serde_json::from_slice(line).map_err(|error| {
-        // The line's start goes to the operator's log only, escaped: the reason reaches the
-        // client (the tool error of every call until a restart) and the audit log, and a
-        // line the result reviews never saw must not carry the server's text there.
-        let start =
-            String::from_utf8_lossy(line.get(..MAX_QUOTED_BYTES).unwrap_or(line)).into_owned();
-        tracing::warn!(
-            server = %crate::text::escape(&shared.server),
-            "server `{}` sent a line that is not JSON ({error}); it starts with `{}`",
-            crate::text::escape(&shared.server),
-            quote(&start)
-        );
-        not_json_rpc(format!(
-            "{error} (the line's start is in toolward's log)"
-        ))
-    })?;
+    let message: Value = match serde_json::from_slice(line) {
+        Ok(message) => message,
+        Err(error) if is_well_formed(line) => {
+            refuse_undecodable(shared, line, &error);
+            return Ok(());
+        }
+        Err(error) => {
+            // The line's start goes to the operator's log only, escaped: the reason reaches
+            // the client (the tool error of every call until a restart) and the audit log,
+            // and a line the result reviews never saw must not carry the server's text there.
+            let start = String::from_utf8_lossy(line.get(..MAX_QUOTED_BYTES).unwrap_or(line))
+                .into_owned();
+            tracing::warn!(
+                server = %crate::text::escape(&shared.server),
+                "server `{}` sent a line that is not JSON ({error}); it starts with `{}`",
+                crate::text::escape(&shared.server),
+                quote(&start)
+            );
+            return Err(not_json_rpc(format!(
+                "{error} (the line's start is in toolward's log)"
+            )));
+        }
+    };
     let Value::Object(mut message) = message else {
         return Err(not_json_rpc(if message.is_array() {
             "a batch, which MCP no longer has"
@@ -102,6 +109,58 @@ pub(super) fn handle_line(shared: &Shared, line: &[u8]) -> Result<(), FailureRea
             "neither a request, a notification nor a response",
         )),
     }
+}
+
+/// Whether `line` is well-formed JSON (RFC 8259: UTF-8, the grammar), whether or not it can
+/// be decoded: serde_json skips a value without decoding its strings or keeping a stack.
+fn is_well_formed(line: &[u8]) -> bool {
+    std::str::from_utf8(line)
+        .is_ok_and(|text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok())
+}
+
+/// Refuses one well-formed message that cannot be decoded (see [`framing::undecodable`]):
+/// the request it answers, when its `id` can be read, fails now naming why; the connection
+/// goes on, since the next line starts a new message all the same. Nothing of the line is
+/// quoted: a result the reviews never saw stays out of the log.
+fn refuse_undecodable(shared: &Shared, line: &[u8], error: &serde_json::Error) {
+    let why = match framing::undecodable(line) {
+        Some(found) => found.to_string(),
+        // serde_json's message names what and where, never the text; quoted all the same.
+        None => quote(&error.to_string()),
+    };
+    let server = crate::text::escape(&shared.server);
+    // Only a response answers a request: the id of the server's own request or
+    // notification is no request of toolward's.
+    let is_response = matches!(framing::top_level_member(line, "method"), Ok(None));
+    let id = framing::top_level_member(line, "id")
+        .ok()
+        .flatten()
+        .filter(|_| is_response)
+        .and_then(|bytes| serde_json::from_slice::<u64>(bytes).ok());
+    let Some(id) = id else {
+        tracing::warn!(
+            server = %server,
+            "server `{server}` sent a message toolward cannot read ({why}) without a response `id` toolward can read: it was dropped, and a request it may answer ends at its timeout"
+        );
+        return;
+    };
+    let Some(pending) = lock(&shared.pending).remove(&id) else {
+        tracing::warn!(
+            server = %server,
+            "server `{server}` answered request {id} with JSON toolward cannot read ({why}); no request waits for it (cancelled or timed out): dropped"
+        );
+        return;
+    };
+    tracing::warn!(
+        server = %server,
+        "server `{server}` answered request {id} (`{}`) with JSON toolward cannot read ({why}): that answer is refused, the server goes on",
+        pending.method
+    );
+    let _ = pending.reply.send(Err(TransportError::UnreadableResponse {
+        server: shared.server.clone(),
+        method: pending.method.to_owned(),
+        detail: why,
+    }));
 }
 
 /// Refuses a request from the server: toolward offers servers nothing (no roots, sampling or

@@ -150,6 +150,47 @@ async fn a_line_that_is_not_json_fails_the_server_and_the_gateway_goes_on() {
     toolward.shutdown().await;
 }
 
+/// Well-formed JSON that toolward's decoder refuses (a lone surrogate escape, arrays nested
+/// past its recursion limit) costs that one answer: its call fails at once, naming the tool,
+/// the server and why, and the server's later calls go on over the same connection.
+#[tokio::test]
+async fn an_answer_toolward_cannot_decode_fails_only_its_call_and_the_server_goes_on() {
+    let (_bench, toolward) = bad_server(
+        "undecodable",
+        &["lone", "deep", "t"],
+        json!({"lone": {"lone_surrogate": true}, "deep": {"nesting": 200}}),
+        json!({}),
+    )
+    .await;
+    for (tool, why) in [
+        ("lone", r"a lone surrogate escape `\ud800` at column "),
+        (
+            "deep",
+            "arrays and objects nested deeper than 127 levels (level 128, at column ",
+        ),
+    ] {
+        let began = std::time::Instant::now();
+        let failed = assert_call_fails(
+            &toolward,
+            &format!("bad__{tool}"),
+            &[
+                &format!("the call of tool `bad__{tool}` on server `bad` failed: server `bad` answered `tools/call` with JSON toolward cannot read: {why}"),
+            ],
+        )
+        .await;
+        // Matched by its id, not left to the call timeout (5000 ms).
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(4),
+            "{tool}: {:?}",
+            began.elapsed()
+        );
+        assert!(!failed.text().contains("[[["), "{}", failed.text());
+        assert_echoes(&toolward, "bad__t").await;
+    }
+    the_other_server_still_works(&toolward).await;
+    toolward.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_reply_with_the_wrong_id_does_not_answer_the_call() {
     let (_bench, toolward) = bad_server(

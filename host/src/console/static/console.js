@@ -1,41 +1,179 @@
-// toolward console: the approvals page asks for the held calls again every
-// `data-interval-ms` and puts the new list in place when the calls changed. The list is
-// HTML the server rendered and escaped; nothing here builds markup from data.
+// toolward console: every signed-in page is asked for with the session's key, which only
+// this origin's storage holds (a browser sends the cookie to every port of the host, so the
+// cookie alone opens nothing). The page the sign-in answers with hands the key over; a page
+// opened by its address comes as an empty shell that this script fills by asking again with
+// the key; forms that change something are sent with it; the approvals page asks for the
+// held calls again every `data-interval-ms`. What is shown is HTML the server rendered and
+// escaped; nothing here builds markup from data.
 "use strict";
-document.addEventListener("DOMContentLoaded", function () {
-  var box = document.getElementById("held");
-  if (!box) {
-    return;
+(function () {
+  var STORE = "toolward-console-key";
+  var KEY_HEADER = "X-Toolward-Key";
+  var SHOWN_HEADER = "X-Toolward-Shown";
+  // Each page shown starts one poll; a poll of an earlier page stops.
+  var generation = 0;
+
+  function key() {
+    try {
+      return window.localStorage.getItem(STORE);
+    } catch (e) {
+      return null;
+    }
   }
-  var url = box.getAttribute("data-poll");
-  var every = parseInt(box.getAttribute("data-interval-ms"), 10) || 1000;
-  function calls() {
-    var list = document.getElementById("held-list");
-    return list ? list.getAttribute("data-calls") : null;
+
+  function keep(value) {
+    try {
+      if (value === null) {
+        window.localStorage.removeItem(STORE);
+      } else {
+        window.localStorage.setItem(STORE, value);
+      }
+    } catch (e) {}
   }
-  function poll() {
-    fetch(url, { credentials: "same-origin", cache: "no-store" })
+
+  function toLogin() {
+    window.location.assign("/login");
+  }
+
+  function headers(extra) {
+    var h = extra || {};
+    h[KEY_HEADER] = key();
+    return h;
+  }
+
+  // Puts a page the server rendered in place of this one.
+  function show(html, url) {
+    var next = new DOMParser().parseFromString(html, "text/html");
+    document.title = next.title;
+    document.body.replaceWith(document.importNode(next.body, true));
+    if (url && url !== window.location.href) {
+      window.history.replaceState(null, "", url);
+    }
+    started();
+  }
+
+  // Asks for a page with the key and shows it.
+  function load(url, init) {
+    if (!key()) {
+      toLogin();
+      return;
+    }
+    init = init || {};
+    init.credentials = "same-origin";
+    init.cache = "no-store";
+    init.headers = headers(init.headers);
+    fetch(url, init)
       .then(function (response) {
         if (response.status === 401) {
-          window.location.assign("/login");
+          keep(null);
+          toLogin();
           return null;
         }
-        return response.ok ? response.text() : null;
+        return response.text().then(function (html) {
+          if (response.headers.get("content-type").indexOf("text/html") === 0) {
+            show(html, response.url);
+          } else {
+            document.body.textContent = html;
+          }
+        });
       })
-      .then(function (html) {
-        if (html === null) {
-          return;
-        }
-        var next = new DOMParser().parseFromString(html, "text/html").getElementById("held-list");
-        var list = document.getElementById("held-list");
-        if (next && list && next.getAttribute("data-calls") !== calls()) {
-          list.replaceWith(document.importNode(next, true));
-        }
-      })
-      .catch(function () {})
-      .then(function () {
-        window.setTimeout(poll, every);
+      .catch(function () {
+        document.body.textContent = "The console cannot be reached.";
       });
   }
-  window.setTimeout(poll, every);
-});
+
+  // The answer buttons of a list that just changed take no click for SETTLE_MS: a call
+  // that leaves the list moves the next one's buttons under a pointer aimed at its own, and
+  // a click meant for one would answer another (an outside attack timed it so).
+  var SETTLE_MS = 1000;
+  function settle(list) {
+    var buttons = list.querySelectorAll("form.answer button");
+    for (var i = 0; i < buttons.length; i += 1) {
+      buttons[i].disabled = true;
+    }
+    window.setTimeout(function () {
+      for (var j = 0; j < buttons.length; j += 1) {
+        buttons[j].disabled = false;
+      }
+    }, SETTLE_MS);
+  }
+
+  function poll(box, mine) {
+    var url = box.getAttribute("data-poll");
+    var every = parseInt(box.getAttribute("data-interval-ms"), 10) || 1000;
+    function once() {
+      if (mine !== generation) {
+        return;
+      }
+      var list = document.getElementById("held-list");
+      var extra = {};
+      extra[SHOWN_HEADER] = list ? list.getAttribute("data-calls") : "";
+      fetch(url, { credentials: "same-origin", cache: "no-store", headers: headers(extra) })
+        .then(function (response) {
+          if (response.status === 401) {
+            keep(null);
+            toLogin();
+            return null;
+          }
+          return response.status === 200 ? response.text() : null;
+        })
+        .then(function (html) {
+          if (html === null || mine !== generation) {
+            return;
+          }
+          var next = new DOMParser().parseFromString(html, "text/html").getElementById("held-list");
+          var list = document.getElementById("held-list");
+          if (next && list) {
+            var shown = document.importNode(next, true);
+            settle(shown);
+            list.replaceWith(shown);
+          }
+        })
+        .catch(function () {})
+        .then(function () {
+          window.setTimeout(once, every);
+        });
+    }
+    window.setTimeout(once, every);
+  }
+
+  // What a page needs once it is shown.
+  function started() {
+    generation += 1;
+    var handed = document.getElementById("signed-in");
+    if (handed) {
+      keep(handed.getAttribute("data-key"));
+      window.location.replace(handed.getAttribute("data-next"));
+      return;
+    }
+    if (document.getElementById("shell")) {
+      load(window.location.href);
+      return;
+    }
+    var box = document.getElementById("held");
+    if (box) {
+      poll(box, generation);
+    }
+  }
+
+  // A change (every POST but the sign-in) goes with the key.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.method.toLowerCase() !== "post" || form.getAttribute("action") === "/login") {
+      return;
+    }
+    event.preventDefault();
+    var body = new URLSearchParams(new FormData(form, event.submitter));
+    var signingOut = form.getAttribute("action") === "/logout";
+    load(form.action, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: body,
+    });
+    if (signingOut) {
+      keep(null);
+    }
+  });
+
+  document.addEventListener("DOMContentLoaded", started);
+})();
