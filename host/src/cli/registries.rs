@@ -46,12 +46,12 @@ pub(super) async fn push(file: &Path, target: &str) -> Result<ExitCode, Failure>
     let wasm = operator_file::read(file, "component", MAX_COMPONENT_BYTES).map_err(usage)?;
     let client = RegistryClient::new(&target.registry).map_err(usage)?;
     let digest = client.push(&target, &wasm).await.map_err(refused)?;
-    eprintln!(
+    errln!(
         "pushed `{}` ({} bytes) to `{target}`; pin it, and sign it with `toolward policy sign`:",
         file.display(),
         wasm.len()
     );
-    println!("{}", target.pinned(&digest));
+    outln!("{}", target.pinned(&digest))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -71,17 +71,17 @@ pub(super) async fn pull(source: &str, config: Option<&Path>) -> Result<ExitCode
             let signer = oci::pull_verified(&pinned, &state, &keys)
                 .await
                 .map_err(refused)?;
-            eprintln!(
+            errln!(
                 "pulled into `{}`; signed with the key `{}` of `oci.keys`; pin:",
                 state.path().display(),
                 crate::text::escape(&signer)
             );
         }
-        None => eprintln!(
+        None => errln!(
             "a Wasm component (signature not checked: give `--config` to pull it and verify it with `oci.keys`); pin:"
         ),
     }
-    println!("{pinned}");
+    outln!("{pinned}")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -96,8 +96,8 @@ pub(super) async fn sign(target: &str, key: &Path) -> Result<ExitCode, Failure> 
     let key = oci::read_signing_key(key).map_err(usage)?;
     let client = RegistryClient::new(&target.registry).map_err(usage)?;
     let tag = client.sign(&target, &key).await.map_err(refused)?;
-    eprintln!("signed; the signature is at the tag `{tag}` beside it:");
-    println!("{target}");
+    errln!("signed; the signature is at the tag `{tag}` beside it:");
+    outln!("{target}")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -120,11 +120,11 @@ pub(super) fn keygen(out: &Path) -> Result<ExitCode, Failure> {
     let mut public_path = out.as_os_str().to_owned();
     public_path.push(".pub");
     std::fs::write(&public_path, &public).map_err(failure)?;
-    eprintln!(
+    errln!(
         "signing key in `{}` (keep it private); public key in `{}` (name it in `oci.keys`):",
         out.display(),
         Path::new(&public_path).display()
     );
-    print!("{public}");
+    out!("{public}")?;
     Ok(ExitCode::SUCCESS)
 }
