@@ -203,6 +203,16 @@ pub enum ConsoleError {
         /// The system's error.
         source: std::io::Error,
     },
+    /// The same port of the other loopback address is another program's.
+    #[error(
+        "`{addr}` is taken by another program: a browser may send `localhost` there, where that program would see the token typed in; stop it, or start the console on another port"
+    )]
+    OtherLoopbackTaken {
+        /// The other loopback address and the port.
+        addr: SocketAddr,
+        /// The system's error.
+        source: std::io::Error,
+    },
     /// Nobody could sign in.
     #[error(
         "the console has no user: name tokens in `listen.tokens` of the config (each token's name is a user)"
@@ -266,6 +276,7 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         addr: settings.addr,
         source,
     })?;
+    let twin = hold_other_loopback(addr).await?;
     let guard = guard::Guard::new(addr, &settings.public_origins)?;
     let pages = pages::Pages::new()?;
     let chain = Arc::new(Mutex::new(ChainState::unchecked()));
@@ -299,16 +310,45 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         setting: "listen.max_connections",
         max_head_bytes: Some(MAX_HEAD_BYTES),
     };
-    let task = tokio::spawn(accept_loop(
-        listener,
-        accept,
-        move |request| {
-            let shared = Arc::clone(&shared);
-            async move { pages::handle(&shared, request).await }
-        },
-        stop.clone(),
-    ));
+    let handle = move |request| {
+        let shared = Arc::clone(&shared);
+        async move { pages::handle(&shared, request).await }
+    };
+    if let Some(twin) = twin {
+        // Served too, so the port is held; its `Host` is not the console's, so a browser
+        // that went there (`localhost`) is told to open the address the console printed.
+        tokio::spawn(accept_loop(twin, accept, handle.clone(), stop.clone()));
+    }
+    let task = tokio::spawn(accept_loop(listener, accept, handle, stop.clone()));
     Ok(Console { addr, stop, task })
+}
+
+/// The other loopback address's same port, held while the console runs: a browser may send
+/// `localhost` to `[::1]` while the console is on `127.0.0.1`, and a program (a hostile server)
+/// bound there would pass its requests through and keep the token typed in (an outside attack
+/// did). Taken by another program: the console does not start. No IPv6 (or IPv4) loopback on
+/// the machine: nothing to hold.
+async fn hold_other_loopback(addr: SocketAddr) -> Result<Option<TcpListener>, ConsoleError> {
+    let other: std::net::IpAddr = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4 == std::net::Ipv4Addr::LOCALHOST => {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        }
+        std::net::IpAddr::V6(v6) if v6 == std::net::Ipv6Addr::LOCALHOST => {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        }
+        _ => return Ok(None),
+    };
+    let twin = SocketAddr::new(other, addr.port());
+    match TcpListener::bind(twin).await {
+        Ok(listener) => Ok(Some(listener)),
+        Err(source) if source.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(ConsoleError::OtherLoopbackTaken { addr: twin, source })
+        }
+        Err(error) => {
+            tracing::debug!("console: `{twin}` not held: {error}");
+            Ok(None)
+        }
+    }
 }
 
 /// Checks the chain against its head now and every [`CHAIN_CHECK_INTERVAL`], keeping the

@@ -111,9 +111,19 @@ impl Bench {
     }
 
     async fn console_notifying(&self, notify: NotifySettings) -> Console {
+        self.console_at("127.0.0.1:0".parse().unwrap(), notify)
+            .await
+            .unwrap()
+    }
+
+    async fn console_at(
+        &self,
+        addr: SocketAddr,
+        notify: NotifySettings,
+    ) -> Result<Console, toolward::console::ConsoleError> {
         let config = self.config();
         serve_console(ConsoleSettings {
-            addr: "127.0.0.1:0".parse().unwrap(),
+            addr,
             allow_non_loopback: false,
             state_dir: config.state_dir.clone(),
             audit_file: config.audit.file.clone(),
@@ -124,7 +134,6 @@ impl Bench {
             notify,
         })
         .await
-        .unwrap()
     }
 }
 
@@ -904,5 +913,48 @@ fn a_webhook_without_a_strong_private_secret_is_refused_at_start() {
     assert!(
         stderr.contains("can be read by others (mode 644)"),
         "{stderr}"
+    );
+}
+
+/// On 127.0.0.1, the console also holds `[::1]` on its port, where a browser may send
+/// `localhost` (an outside attack bound it and passed the requests through, keeping the
+/// token); there it refuses every page, and taken by another program it does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_holds_the_other_loopback_address_of_its_port() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback on this machine");
+        return;
+    }
+    let bench = Bench::new().await;
+    let console = bench.console().await;
+    let port = console.addr.port();
+    let twin = SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), port);
+    assert!(
+        std::net::TcpListener::bind(twin).is_err(),
+        "`{twin}` is free while the console runs"
+    );
+    let there = send(
+        twin,
+        "GET",
+        "/login",
+        &[("host", format!("localhost:{port}"))],
+        None,
+    )
+    .await;
+    assert_eq!(there.status, 403, "{}", there.body);
+    console.stop().await;
+
+    let squatter = std::net::TcpListener::bind("[::1]:0").unwrap();
+    let taken = squatter.local_addr().unwrap().port();
+    let refused = bench
+        .console_at(
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), taken),
+            NotifySettings::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("is taken by another program"),
+        "{refused}"
     );
 }

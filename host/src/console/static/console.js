@@ -82,18 +82,37 @@
       });
   }
 
-  // The answer buttons of a list that just changed take no click for SETTLE_MS: a call
+  // Where each call was in the list: its index by call id.
+  function places(list) {
+    var at = {};
+    var shown = list.querySelectorAll("article.held");
+    for (var i = 0; i < shown.length; i += 1) {
+      at[shown[i].getAttribute("data-call")] = i;
+    }
+    return at;
+  }
+
+  // The answer buttons of a call that is new or moved take no click for SETTLE_MS: a call
   // that leaves the list moves the next one's buttons under a pointer aimed at its own, and
-  // a click meant for one would answer another (an outside attack timed it so).
+  // a click meant for one would answer another (an outside attack timed it so). Only those:
+  // a client that holds and cancels calls without end (a second attack) pauses its own
+  // calls' buttons, not those of a call that stays where it was.
   var SETTLE_MS = 1000;
-  function settle(list) {
-    var buttons = list.querySelectorAll("form.answer button");
-    for (var i = 0; i < buttons.length; i += 1) {
-      buttons[i].disabled = true;
+  function settle(list, before) {
+    var paused = [];
+    var shown = list.querySelectorAll("article.held");
+    for (var i = 0; i < shown.length; i += 1) {
+      if (before[shown[i].getAttribute("data-call")] !== i) {
+        var buttons = shown[i].querySelectorAll("form.answer button");
+        for (var b = 0; b < buttons.length; b += 1) {
+          buttons[b].disabled = true;
+          paused.push(buttons[b]);
+        }
+      }
     }
     window.setTimeout(function () {
-      for (var j = 0; j < buttons.length; j += 1) {
-        buttons[j].disabled = false;
+      for (var j = 0; j < paused.length; j += 1) {
+        paused[j].disabled = false;
       }
     }, SETTLE_MS);
   }
@@ -125,7 +144,7 @@
           var list = document.getElementById("held-list");
           if (next && list) {
             var shown = document.importNode(next, true);
-            settle(shown);
+            settle(shown, places(list));
             list.replaceWith(shown);
           }
         })
