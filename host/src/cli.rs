@@ -777,6 +777,28 @@ fn stdout_failure(error: std::io::Error) -> Failure {
     }
 }
 
+/// Writes a new key pair: `private` to `out` (created `0600`, never over an existing file,
+/// synced) and `public` to `out` with `.pub` appended; that path. `audit keygen` and
+/// `policy keygen`.
+fn write_key_pair(out: &Path, private: &str, public: &str) -> Result<PathBuf, Failure> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .map_err(|e| usage(anyhow!("cannot create `{}`: {e}", out.display())))?;
+    file.write_all(private.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(failure)?;
+    let mut public_path = out.as_os_str().to_owned();
+    public_path.push(".pub");
+    let public_path = PathBuf::from(public_path);
+    std::fs::write(&public_path, public).map_err(failure)?;
+    Ok(public_path)
+}
+
 /// Writes `text` (and a newline when `newline`) to standard error, and goes on whether or
 /// not that worked: standard error is where a failure would be told, so a failure to write
 /// there has nowhere to go, and a gateway (`serve`, `console`) must not stop for it.

@@ -16,26 +16,17 @@ use super::{EXIT_FOUND, Failure, failure, read_config, usage};
 /// `audit keygen --name NAME --out FILE`: a new signer key in FILE (created `0600`, never
 /// over an existing file), its verifier key in `FILE.pub` and on standard output.
 pub(super) fn keygen(name: &str, out: &Path) -> Result<ExitCode, Failure> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let signer = NoteSigner::generate(name).map_err(usage)?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(out)
-        .map_err(|e| usage(anyhow!("cannot create `{}`: {e}", out.display())))?;
-    file.write_all(format!("{}\n", signer.to_text()).as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(failure)?;
     let verifier = signer.verifier().to_string();
-    let mut public = out.as_os_str().to_owned();
-    public.push(".pub");
-    std::fs::write(&public, format!("{verifier}\n")).map_err(failure)?;
+    let public = super::write_key_pair(
+        out,
+        &format!("{}\n", signer.to_text()),
+        &format!("{verifier}\n"),
+    )?;
     errln!(
         "signer key in `{}` (keep it private: name it in `audit.checkpoint.key`); verifier key in `{}`:",
         out.display(),
-        Path::new(&public).display()
+        public.display()
     );
     outln!("{verifier}")?;
     Ok(ExitCode::SUCCESS)

@@ -105,25 +105,12 @@ pub(super) async fn sign(target: &str, key: &Path) -> Result<ExitCode, Failure> 
 /// `0600`, never over an existing file) and its public key in `FILE.pub` and on standard
 /// output (PEM `PUBLIC KEY`, what `oci.keys` names and `cosign verify --key` reads).
 pub(super) fn keygen(out: &Path) -> Result<ExitCode, Failure> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let (private, public) = oci::generate_key(out).map_err(failure)?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(out)
-        .map_err(|e| usage(anyhow!("cannot create `{}`: {e}", out.display())))?;
-    file.write_all(private.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(failure)?;
-    let mut public_path = out.as_os_str().to_owned();
-    public_path.push(".pub");
-    std::fs::write(&public_path, &public).map_err(failure)?;
+    let public_path = super::write_key_pair(out, &private, &public)?;
     errln!(
         "signing key in `{}` (keep it private); public key in `{}` (name it in `oci.keys`):",
         out.display(),
-        Path::new(&public_path).display()
+        public_path.display()
     );
     out!("{public}")?;
     Ok(ExitCode::SUCCESS)
