@@ -138,6 +138,15 @@ pub enum ApprovalError {
         /// The call id.
         call_id: String,
     },
+    /// The config's approvers do not let this answerer answer this call.
+    #[error("call `{call_id}` cannot be answered here: {reason}")]
+    NotAnApprover {
+        /// The call id.
+        call_id: String,
+        /// Why (from [`Approvers::may_answer`](crate::identity::Approvers::may_answer)),
+        /// escaped.
+        reason: String,
+    },
     /// The pending entry is there, but the process that held the call ended.
     #[error(
         "call `{call_id}` is not waiting any more: the process that held it ended, so it was never forwarded; the next start records it as abandoned and removes it"
@@ -269,6 +278,16 @@ pub trait Approver: Send + Sync {
     fn answers_later(&self) -> bool {
         false
     }
+
+    /// Who will answer `request`, when that is known before asking (the principal, through
+    /// elicitation; the terminal's user); `None` when it is known only from the answer (the
+    /// queue, answered by whoever reaches it). With approvers named, a call whose answerer
+    /// may not answer it is asked through the queue instead
+    /// ([`Approvers`](crate::identity::Approvers)).
+    fn answerer(&self, request: &ApprovalRequest) -> Option<AnsweredBy> {
+        let _ = request;
+        None
+    }
 }
 
 /// Refuses every held call: the approver when no person can be asked.
@@ -355,6 +374,10 @@ where
 
     fn channel(&self) -> Channel {
         self.by.channel
+    }
+
+    fn answerer(&self, _request: &ApprovalRequest) -> Option<AnsweredBy> {
+        Some(self.by.clone())
     }
 }
 

@@ -52,6 +52,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::identity::{Approvers, HeldCall};
 use crate::ids::{new_ulid, now_ms};
 
 use serde_json::{Map, Value as Json, json};
@@ -115,6 +116,9 @@ pub struct CallSettings {
     /// Per server, the call timeout and result cap its own `limits` set where they differ
     /// from the two above (`mcpServers.NAME.limits`); a server not here has those.
     pub servers: BTreeMap<String, ServerCallLimits>,
+    /// Who may answer held calls (`approvers`): an approval by anyone else does not count,
+    /// and a call whose client would answer its own is asked through the queue instead.
+    pub approvers: Approvers,
 }
 
 /// A server's own call timeout and result cap ([`CallSettings::servers`]).
@@ -137,6 +141,7 @@ impl Default for CallSettings {
             record_results: false,
             held_progress_interval: HELD_PROGRESS_INTERVAL,
             servers: BTreeMap::new(),
+            approvers: Approvers::default(),
         }
     }
 }
@@ -164,6 +169,7 @@ impl CallSettings {
             record_results: config.audit.record_results,
             held_progress_interval: HELD_PROGRESS_INTERVAL,
             servers,
+            approvers: config.approvers.clone(),
         }
     }
 
@@ -1298,15 +1304,64 @@ impl Run<'_> {
         }
     }
 
-    /// Asks the approver, bounded by the approval timeout, sending progress meanwhile.
+    /// Asks the approver, bounded by the approval timeout, sending progress meanwhile. With
+    /// approvers named, a client that would answer its own call (elicitation, the calling
+    /// terminal) is passed over for the queue, and an approval by someone the rules do not
+    /// name for the call is a deny saying so.
     async fn ask(&self, request: ApprovalRequest, tool: &RegisteredTool) -> Answer {
+        let settings = &self.path.settings;
+        let approvers = &settings.approvers;
+        let holder_uid = Some(crate::identity::euid());
+        fn held(request: &ApprovalRequest, holder_uid: Option<u32>) -> HeldCall<'_> {
+            HeldCall {
+                server: &request.server,
+                effect: &request.effect,
+                principal: &request.principal,
+                holder_uid,
+            }
+        }
+        let mut approver = &self.ctx.approver;
+        if approvers.named()
+            && let Some(who) = approver.answerer(&request)
+            && let Err(why) = approvers.may_answer(&who, &held(&request, holder_uid))
+            && let Some(queue) = &self.path.queue
+        {
+            tracing::info!(call_id = %self.call_id, "call `{}` is asked through the queue, not {}: {why}", self.call_id, who.channel.as_str());
+            approver = queue;
+        }
+        let judged = approvers.named().then(|| request.clone());
+        let answer = self.ask_bounded(approver, request, tool).await;
+        let Some(request) = judged else {
+            return answer;
+        };
+        if answer.verdict != ApprovalAnswer::Approved {
+            return answer;
+        }
+        match approvers.may_answer(&answer.by, &held(&request, holder_uid)) {
+            Ok(()) => answer,
+            Err(why) => {
+                tracing::warn!(call_id = %self.call_id, "the approval of call `{}` does not count: {why}", self.call_id);
+                Answer {
+                    verdict: ApprovalAnswer::Denied(format!("the approval does not count: {why}")),
+                    by: answer.by,
+                }
+            }
+        }
+    }
+
+    /// Asks `approver`, bounded by the approval timeout, sending progress meanwhile.
+    async fn ask_bounded(
+        &self,
+        approver: &Arc<dyn Approver>,
+        request: ApprovalRequest,
+        tool: &RegisteredTool,
+    ) -> Answer {
         let settings = &self.path.settings;
         let timed_out = || Answer {
             verdict: ApprovalAnswer::TimedOut,
-            by: AnsweredBy::nobody(self.ctx.approver.channel()),
+            by: AnsweredBy::nobody(approver.channel()),
         };
-        let asking =
-            tokio::time::timeout(settings.approval_timeout, self.ctx.approver.ask(request));
+        let asking = tokio::time::timeout(settings.approval_timeout, approver.ask(request));
         let Some(progress) = self.ctx.progress.clone() else {
             return asking.await.unwrap_or_else(|_| timed_out());
         };

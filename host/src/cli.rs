@@ -1420,6 +1420,7 @@ async fn console(
         header_read_timeout: std::time::Duration::from_millis(config.listen.header_read_timeout_ms),
         max_connections: usize::try_from(config.listen.max_connections).unwrap_or(usize::MAX),
         notify,
+        approvers: config.approvers.clone(),
     };
     let console = crate::console::serve_console(settings)
         .await
@@ -1667,11 +1668,17 @@ async fn approvals(config_path: &Path, command: ApprovalsCommand) -> Result<Exit
             }
         }
         ApprovalsCommand::Approve { id } => {
-            let by = store.answer(&id, true, None).await.map_err(usage)?;
+            let by = store
+                .answer(&id, true, None, &config.approvers)
+                .await
+                .map_err(usage)?;
             outln!("approved call `{id}` (once, for its arguments) as {by}")?;
         }
         ApprovalsCommand::Deny { id, reason } => {
-            let by = store.answer(&id, false, reason).await.map_err(usage)?;
+            let by = store
+                .answer(&id, false, reason, &config.approvers)
+                .await
+                .map_err(usage)?;
             outln!("denied call `{id}` as {by}")?;
         }
     }

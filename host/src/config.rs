@@ -279,6 +279,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The principal recorded on calls (`principal`, default `DEFAULT_PRINCIPAL`).
     pub principal: String,
+    /// Who may answer held calls (`approvers`); without rules, every channel answers every
+    /// call.
+    pub approvers: crate::identity::Approvers,
     /// Between server and tool name in an exposed name (`separator`, default
     /// `DEFAULT_SEPARATOR`).
     pub separator: String,

@@ -168,6 +168,10 @@ pub struct ConsoleSettings {
     pub max_connections: usize,
     /// Who is told of held calls ([`notify`]); no targets, nobody.
     pub notify: NotifySettings,
+    /// Who may answer which held calls (the config's `approvers`): each user sees and
+    /// answers only those, and reads the audit of only their servers. Without rules, every
+    /// user everything.
+    pub approvers: crate::identity::Approvers,
 }
 
 impl std::fmt::Debug for ConsoleSettings {
@@ -287,6 +291,7 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         state_dir: settings.state_dir.clone(),
         audit_file: settings.audit_file.clone(),
         chain: Arc::clone(&chain),
+        approvers: settings.approvers.clone(),
     });
     let stop = CancellationToken::new();
     tokio::spawn(check_chain_forever(

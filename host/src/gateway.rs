@@ -808,6 +808,10 @@ impl Approver for ElicitationApprover {
     fn channel(&self) -> Channel {
         Channel::Elicitation
     }
+
+    fn answerer(&self, request: &ApprovalRequest) -> Option<AnsweredBy> {
+        Some(AnsweredBy::principal(&request.principal))
+    }
 }
 
 /// `approve tool `fs__write_file` on server `fs`: effect local-change; …` and then the

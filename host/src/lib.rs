@@ -171,7 +171,9 @@ pub use pin::{PinError, PinOutcome, pin};
 pub use approval::{
     Answer, ApprovalAnswer, ApprovalRequest, Approver, DenyAll, FnApprover, QueueApprover,
 };
-pub use identity::{AnsweredBy, Channel, Principal, PrincipalAttributes};
+pub use identity::{
+    AnsweredBy, ApproverRule, Approvers, Channel, HeldCall, Principal, PrincipalAttributes,
+};
 pub use store::ApprovalStore;
 
 // The audit chain: its records, where they go, and checking it.

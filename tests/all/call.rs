@@ -414,7 +414,14 @@ async fn a_queue_approval_covers_only_its_own_call_and_arguments() {
     let request_a = wait_for_pending(&state_dir).await;
     assert_eq!(request_a.exposed_tool, "fs__write_file");
     assert!(approval::display_request(&request_a).contains("fs__write_file"));
-    let by = approval::answer(&state_dir, &request_a.call_id, true, None).unwrap();
+    let by = approval::answer(
+        &state_dir,
+        &request_a.call_id,
+        true,
+        None,
+        &toolward::Approvers::default(),
+    )
+    .unwrap();
     assert_eq!(by.channel, approval::Channel::Queue);
     let result_a = call_a.await.unwrap();
     assert!(!result_a.is_error(), "{}", result_a.result);

@@ -22,6 +22,7 @@ use toolward::config::Config;
 use toolward::console::{
     Console, ConsoleSettings, NotifyFormat, NotifySettings, NotifyTarget, serve_console,
 };
+use toolward::identity::{AnsweredBy, Approvers};
 
 use crate::support::{FAKE_SERVER, toolward_binary};
 
@@ -35,6 +36,11 @@ struct Bench {
 
 impl Bench {
     async fn new() -> Bench {
+        Bench::with(json!({})).await
+    }
+
+    /// The bench with the config's top-level keys `extra` added or replaced.
+    async fn with(extra: Value) -> Bench {
         let bench = Bench {
             dir: tempfile::tempdir().unwrap(),
         };
@@ -52,7 +58,7 @@ impl Bench {
         std::fs::write(bench.path().join("s.json"), scenario.to_string()).unwrap();
         let rules = json!({"servers": {"s": {"tools": {"write": {"effect": "local-change"}}}}});
         std::fs::write(bench.path().join("rules.json"), rules.to_string()).unwrap();
-        let config = json!({
+        let mut config = json!({
             "mcpServers": {"s": {"command": FAKE_SERVER, "args": ["s.json"]}},
             "rules": {"file": "rules.json"},
             "manifest": "manifest.json",
@@ -61,6 +67,9 @@ impl Bench {
             "limits": {"approval_timeout_ms": 30000, "call_timeout_ms": 10000},
             "listen": {"tokens": {"alice": TOKEN}},
         });
+        for (key, value) in extra.as_object().unwrap() {
+            config[key] = value.clone();
+        }
         std::fs::write(bench.path().join("toolward.json"), config.to_string()).unwrap();
         let config = bench.config();
         let pinned = toolward::pin::pin(&config, None, None, BTreeMap::new())
@@ -132,6 +141,7 @@ impl Bench {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 64,
             notify,
+            approvers: config.approvers.clone(),
         })
         .await
     }
@@ -270,7 +280,12 @@ struct Signed {
 
 impl Signed {
     async fn new(addr: SocketAddr) -> Signed {
-        let signed = sign_in(addr, TOKEN).await;
+        Signed::as_user(addr, TOKEN).await
+    }
+
+    /// Signed in with `token`.
+    async fn as_user(addr: SocketAddr, token: &str) -> Signed {
+        let signed = sign_in(addr, token).await;
         assert_eq!(signed.status, 200, "{}", signed.body);
         let cookie = format!(
             "toolward_console={}",
@@ -451,6 +466,7 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
         &third.call_id,
         false,
         Some(String::from("queue first")),
+        &Approvers::default(),
     )
     .unwrap();
     let late = user
@@ -658,7 +674,14 @@ async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken
         json!({"path": "/tmp/a", "content": "</pre><b>x</b>"}),
     );
     let held = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
-    approval::answer(&bench.state(), &held.call_id, false, None).unwrap();
+    approval::answer(
+        &bench.state(),
+        &held.call_id,
+        false,
+        None,
+        &Approvers::default(),
+    )
+    .unwrap();
     assert!(call.await.unwrap().is_error());
     Arc::into_inner(toolward).unwrap().shutdown().await;
 
@@ -855,7 +878,14 @@ async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
         "{text}"
     );
 
-    approval::answer(&bench.state(), &held.call_id, false, None).unwrap();
+    approval::answer(
+        &bench.state(),
+        &held.call_id,
+        false,
+        None,
+        &Approvers::default(),
+    )
+    .unwrap();
     call.await.unwrap();
     // One notification per hold: nothing more arrives.
     assert!(
@@ -957,4 +987,145 @@ async fn the_console_holds_the_other_loopback_address_of_its_port() {
         refused.to_string().contains("is taken by another program"),
         "{refused}"
     );
+}
+
+const BOB_TOKEN: &str = "bob-token-0123456789abcdef0123456789ab";
+const CAROL_TOKEN: &str = "carol-token-0123456789abcdef0123456789";
+
+/// Issue 32, item 3: once approvers are named, a user sees and answers only the held calls a
+/// rule names them for, a principal does not answer its own (through the console, the
+/// queue, or a client that would be asked by elicitation: such a call goes to the queue),
+/// and an answer that slips past the console's check (written by a process holding the
+/// queue's key) does not count at the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answers_its_own() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::with(json!({
+        "principal": "carol",
+        "listen": {"tokens": {"alice": TOKEN, "bob": BOB_TOKEN, "carol": CAROL_TOKEN}},
+        "approvers": {"rules": [
+            {"users": ["alice"], "servers": ["s"], "effects": ["local-change"]},
+            {"users": ["carol"]},
+            {"users": ["bob"], "effects": ["destructive"]},
+        ]},
+    }))
+    .await;
+    let approvers = bench.config().approvers;
+    assert!(approvers.named());
+    let toolward = Arc::new(Toolward::start(bench.config()).await.unwrap());
+    let console = bench.console().await;
+    let alice = Signed::as_user(console.addr, TOKEN).await;
+    let bob = Signed::as_user(console.addr, BOB_TOKEN).await;
+    let carol = Signed::as_user(console.addr, CAROL_TOKEN).await;
+
+    // The caller's client would answer through elicitation, as the principal itself: with
+    // approvers named it is never asked, and the call waits in the queue.
+    let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::clone(&asked);
+    let elicitation = Arc::new(approval::FnApprover::answered_by(
+        AnsweredBy::principal("carol"),
+        move |_request: ApprovalRequest| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            async { approval::ApprovalAnswer::Approved }
+        },
+    ));
+    let caller = Arc::clone(&toolward);
+    let call = tokio::spawn(async move {
+        caller
+            .call(
+                "s__write",
+                json!({"path": "/tmp/a", "content": "a"})
+                    .as_object()
+                    .cloned(),
+                elicitation,
+            )
+            .await
+    });
+    let first = tokio::task::block_in_place(|| bench.wait_for_pending(&[]));
+    assert!(!asked.load(std::sync::atomic::Ordering::SeqCst));
+
+    // Bob answers only destructive calls, Carol made this one: neither sees it, and an
+    // answer from either is refused saying why.
+    for (user, why) in [
+        (
+            &bob,
+            "is not an approver of the local-change calls of server `s`",
+        ),
+        (&carol, "made this call"),
+    ] {
+        let list = user.get("/approvals/list").await;
+        assert_eq!(list.status, 200, "{}", list.body);
+        assert!(!list.body.contains(&first.call_id), "{}", list.body);
+        let refused = user
+            .post(
+                "/approvals/answer",
+                &[("call", &first.call_id), ("verdict", "approve")],
+            )
+            .await;
+        assert_eq!(refused.status, 403, "{}", refused.body);
+        assert!(refused.body.contains(why), "{}", refused.body);
+    }
+    // The operating-system user answering with `toolward approvals` runs as the gateway's
+    // uid here, so the call is their own, and no rule names them anyway.
+    let os = approval::answer(&bench.state(), &first.call_id, true, None, &approvers).unwrap_err();
+    assert!(
+        matches!(os, approval::ApprovalError::NotAnApprover { .. }),
+        "{os}"
+    );
+    assert!(bench.received().is_empty());
+
+    // Alice sees it and approves it: the call goes through, recorded as hers.
+    let list = alice.get("/approvals/list").await;
+    assert!(list.body.contains(&first.call_id), "{}", list.body);
+    let approved = alice
+        .post(
+            "/approvals/answer",
+            &[("call", &first.call_id), ("verdict", "approve")],
+        )
+        .await;
+    assert_eq!(approved.status, 303, "{}", approved.body);
+    let result = call.await.unwrap();
+    assert!(!result.is_error(), "{}", result.result);
+    assert_eq!(bench.received().len(), 1);
+
+    // An approval by Bob written past the console (by a process holding the queue's key,
+    // with no approvers to check it) does not count where it matters: the gateway denies.
+    let call = spawn_call(&toolward, json!({"path": "/tmp/b", "content": "b"}));
+    let second = tokio::task::block_in_place(|| bench.wait_for_pending(&[&first.call_id]));
+    approval::answer_as(
+        &bench.state(),
+        &second.call_id,
+        true,
+        None,
+        AnsweredBy::console_user("bob", &[]),
+        &Approvers::default(),
+    )
+    .unwrap();
+    let result = call.await.unwrap();
+    assert!(
+        result.is_error() && result.text().contains("the approval does not count"),
+        "{}",
+        result.text()
+    );
+    assert_eq!(bench.received().len(), 1, "{:?}", bench.received());
+
+    toolward.shutdown().await;
+    let answers: Vec<Value> = crate::support::audit_records(&bench.state().join("audit.jsonl"))
+        .into_iter()
+        .filter(|record| record["kind"] == "approval-answered")
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["decision"], "allow");
+    assert_eq!(answers[0]["answered_by"]["answerer"], "alice");
+    assert_eq!(answers[1]["decision"], "deny");
+    assert_eq!(answers[1]["answered_by"]["answerer"], "bob");
+    assert!(
+        answers[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("is not an approver"),
+        "{}",
+        answers[1]
+    );
+    console.stop().await;
 }

@@ -564,10 +564,18 @@ async fn held_call_is_listed_anywhere_and_the_first_answer_wins(stores: &Stores)
         async move { approver.ask(request).await }
     });
     wait_listed(other.as_ref(), &call_id).await;
-    let by = other.answer(&call_id, true, None).await.unwrap();
+    let by = other
+        .answer(&call_id, true, None, &toolward::Approvers::default())
+        .await
+        .unwrap();
     let answered = std::time::Instant::now();
     let second = other
-        .answer(&call_id, false, Some("too late".to_owned()))
+        .answer(
+            &call_id,
+            false,
+            Some("too late".to_owned()),
+            &toolward::Approvers::default(),
+        )
         .await;
     assert!(second.is_err(), "a second answer was accepted");
     let answer = tokio::time::timeout(Duration::from_secs(5), asked)
@@ -600,7 +608,9 @@ async fn call_no_longer_waiting_cannot_be_answered(stores: &Stores) {
     assert!(waited.is_err(), "nobody answered, yet the wait ended");
     // The store records the end of the wait after the approver is dropped.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let late = other.answer(&call_id, true, None).await;
+    let late = other
+        .answer(&call_id, true, None, &toolward::Approvers::default())
+        .await;
     assert!(late.is_err(), "a call no longer waiting was approved");
 }
 

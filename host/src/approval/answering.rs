@@ -10,6 +10,7 @@ use super::mac::{AnswerFile, PendingFile, answer_mac, entry_problem};
 use super::{
 AnsweredBy, ApprovalError, ApprovalRequest, Channel, check_call_id, current_os_user,
 };
+use crate::identity::{Approvers, HeldCall};
 
 /// One entry of the queue, as [`list_queue`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,15 +162,17 @@ pub fn abandon_pending(state_dir: &Path) -> Result<Vec<ApprovalRequest>, Approva
 /// [`ApprovalError::AlreadyAnswered`] when an authenticated answer is there already;
 /// [`ApprovalError::State`] or [`ApprovalError::Io`] when the queue cannot be used;
 /// [`ApprovalError::Malformed`] or [`ApprovalError::TooLarge`] when the pending file is not a
-/// request.
+/// request; [`ApprovalError::NotAnApprover`] when `approvers` do not let this user answer
+/// the call (the waiting gateway would not count the answer either).
 pub fn answer(
     state_dir: &Path,
     call_id: &str,
     approve: bool,
     reason: Option<String>,
+    approvers: &Approvers,
 ) -> Result<AnsweredBy, ApprovalError> {
     let by = AnsweredBy::os_user(Channel::Queue, &current_os_user());
-    answer_as(state_dir, call_id, approve, reason, by)
+    answer_as(state_dir, call_id, approve, reason, by, approvers)
 }
 
 /// As [`answer`], given by `by` instead of the operating-system user through the queue: the
@@ -184,6 +187,7 @@ pub fn answer_as(
     approve: bool,
     reason: Option<String>,
     by: AnsweredBy,
+    approvers: &Approvers,
 ) -> Result<AnsweredBy, ApprovalError> {
     check_call_id(call_id)?;
     let queue = Queue::open(state_dir)?;
@@ -208,6 +212,24 @@ pub fn answer_as(
         });
     }
     let request = entry.request;
+    // The entry's owner is the gateway holding the call: an operating-system user answers
+    // their own call when that is their uid.
+    let holder_uid = file.metadata().ok().map(|meta| {
+        use std::os::unix::fs::MetadataExt as _;
+        meta.uid()
+    });
+    let held = HeldCall {
+        server: &request.server,
+        effect: &request.effect,
+        principal: &request.principal,
+        holder_uid,
+    };
+    if let Err(reason) = approvers.may_answer(&by, &held) {
+        return Err(ApprovalError::NotAnApprover {
+            call_id: call_id.to_owned(),
+            reason,
+        });
+    }
     let mac = answer_mac(&queue.key, &request, approve, reason.as_deref(), &by);
     let file = AnswerFile {
         call_id: request.call_id.clone(),

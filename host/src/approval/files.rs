@@ -121,13 +121,19 @@ impl Queue {
             Ok(Some(file)) => file,
             Err(error) => return Some(Err((crate::text::error_chain(&error), None))),
         };
-        let identity = file.metadata().ok().map(|meta| {
+        let meta = file.metadata().ok();
+        let identity = meta.as_ref().map(|meta| {
             use std::os::unix::fs::MetadataExt as _;
             (meta.dev(), meta.ino())
         });
+        let owner = meta.as_ref().map(|meta| {
+            use std::os::unix::fs::MetadataExt as _;
+            meta.uid()
+        });
         let answer = read_all(&file, &path)
             .map_err(|error| crate::text::error_chain(&error))
-            .and_then(|bytes| verify_answer(&bytes, request, &self.key));
+            .and_then(|bytes| verify_answer(&bytes, request, &self.key))
+            .and_then(|answer| written_by_its_user(answer, owner));
         Some(answer.map_err(|why| (why, identity)))
     }
 
@@ -188,6 +194,25 @@ impl Drop for PendingGuard {
     fn drop(&mut self) {
         let _ = self.pending.remove_file(&self.name);
         let _ = self.answers.remove_file(&self.name);
+    }
+}
+
+/// `answer`, when it is an operating-system user's (the queue's channel) and the answer file
+/// is owned by the uid it names: the kernel set the file's owner, the process that wrote it
+/// only the uid it claims. Approver rules judge such an answer by its uid
+/// ([`crate::identity::Approvers`]), so a process holding the queue's key cannot answer as
+/// another user.
+fn written_by_its_user(answer: Answer, owner: Option<u32>) -> Result<Answer, String> {
+    if answer.by.channel != crate::identity::Channel::Queue {
+        return Ok(answer);
+    }
+    match (answer.by.uid, owner) {
+        (Some(uid), Some(owner)) if uid == owner => Ok(answer),
+        (Some(uid), Some(owner)) => Err(format!(
+            "it names uid {uid} as its answerer, but uid {owner} wrote it"
+        )),
+        (None, _) => Err(String::from("it names no uid, as an answer through the queue must")),
+        (Some(_), None) => Err(String::from("its owner cannot be read")),
     }
 }
 

@@ -100,13 +100,35 @@ fn with_answer_mac_parts<R>(
         &answerer,
         &uid,
     ];
+    // A console user's groups, when they have any (an answer without them is MAC'd as
+    // before): each group's length before it, so no two lists give the same bytes.
+    let groups: Vec<u8> = by
+        .groups
+        .iter()
+        .flat_map(|group| {
+            let mut part = group.len().to_string().into_bytes();
+            part.push(b':');
+            part.extend_from_slice(group.as_bytes());
+            part
+        })
+        .collect();
+    let groups: &[&[u8]] = if by.groups.is_empty() {
+        &[]
+    } else {
+        &[b"groups".as_slice(), &groups]
+    };
     // An answer to a held result binds the result it was shown.
     match &request.result {
         Some(result) => {
             let result_sha256 = crate::canonical::sha256_hex(result.as_bytes());
-            f(&[&parts[..], &[b"result".as_slice(), result_sha256.as_bytes()]].concat())
+            f(&[
+                &parts[..],
+                groups,
+                &[b"result".as_slice(), result_sha256.as_bytes()],
+            ]
+            .concat())
         }
-        None => f(&parts),
+        None => f(&[&parts[..], groups].concat()),
     }
 }
 

@@ -1,3 +1,4 @@
+use crate::identity::Approvers;
 use super::files::{ANSWERS_DIR, PENDING_DIR, Queue};
 use super::mac::{AnswerFile, answer_mac, verify_answer};
 use super::*;
@@ -220,7 +221,7 @@ fn a_queued_answer_counts_only_with_the_mac_of_its_own_call_verdict_and_answerer
 #[test]
 fn answer_refuses_a_call_id_that_names_a_path() {
     let (_tmp, state) = state();
-    let error = answer(&state, "../x", true, None).unwrap_err();
+    let error = answer(&state, "../x", true, None, &Approvers::default()).unwrap_err();
     assert!(
         matches!(error, ApprovalError::InvalidCallId { .. }),
         "{error}"
@@ -230,7 +231,7 @@ fn answer_refuses_a_call_id_that_names_a_path() {
 #[test]
 fn answer_refuses_a_call_that_is_not_pending() {
     let (_tmp, state) = state();
-    let error = answer(&state, "01ABC", true, None).unwrap_err();
+    let error = answer(&state, "01ABC", true, None, &Approvers::default()).unwrap_err();
     assert!(matches!(error, ApprovalError::NotPending { .. }), "{error}");
 }
 
@@ -247,7 +248,7 @@ fn answer_refuses_an_entry_edited_after_toolward_wrote_it() {
     let mut edited: serde_json::Value = serde_json::from_str(&original).unwrap();
     edited["arguments"] = serde_json::json!(r#"{"content":"x","path":"/tmp/harmless"}"#);
     std::fs::write(&path, edited.to_string()).unwrap();
-    let error = answer(&state, "A1", true, None).unwrap_err();
+    let error = answer(&state, "A1", true, None, &Approvers::default()).unwrap_err();
     assert!(matches!(error, ApprovalError::Tampered { .. }), "{error}");
     assert!(
         error
@@ -261,12 +262,12 @@ fn answer_refuses_an_entry_edited_after_toolward_wrote_it() {
         br#"{"content":"x","path":"/tmp/harmless"}"#
     ));
     std::fs::write(&path, edited.to_string()).unwrap();
-    let error = answer(&state, "A1", true, None).unwrap_err().to_string();
+    let error = answer(&state, "A1", true, None, &Approvers::default()).unwrap_err().to_string();
     assert!(error.contains("MAC does not verify"), "{error}");
     let mut renamed: serde_json::Value = serde_json::from_str(&original).unwrap();
     renamed["exposed_tool"] = serde_json::json!("fs__read_text_file");
     std::fs::write(&path, renamed.to_string()).unwrap();
-    let error = answer(&state, "A1", true, None).unwrap_err().to_string();
+    let error = answer(&state, "A1", true, None, &Approvers::default()).unwrap_err().to_string();
     assert!(error.contains("MAC does not verify"), "{error}");
     let entries = list_queue(&state).unwrap();
     assert!(
@@ -276,7 +277,7 @@ fn answer_refuses_an_entry_edited_after_toolward_wrote_it() {
     assert!(list_pending(&state).unwrap().is_empty());
 
     std::fs::write(&path, &original).unwrap();
-    let by = answer(&state, "A1", true, None).unwrap();
+    let by = answer(&state, "A1", true, None, &Approvers::default()).unwrap();
     assert_eq!(by.channel, Channel::Queue);
     assert_eq!(by.uid, Some(crate::identity::euid()));
 }
@@ -289,8 +290,8 @@ fn the_first_authenticated_answer_is_final_and_a_forgery_in_its_place_does_not_b
     let _guard = queue.hold(&held).unwrap();
     let answer_file = state.join(ANSWERS_DIR).join("A1.json");
     write_private(&answer_file, br#"{"call_id":"A1","approve":true}"#);
-    answer(&state, "A1", false, Some(String::from("no"))).unwrap();
-    let error = answer(&state, "A1", true, None).unwrap_err();
+    answer(&state, "A1", false, Some(String::from("no")), &Approvers::default()).unwrap();
+    let error = answer(&state, "A1", true, None, &Approvers::default()).unwrap_err();
     assert!(
         matches!(error, ApprovalError::AlreadyAnswered { .. }),
         "{error}"
@@ -328,7 +329,7 @@ fn a_start_removes_only_entries_whose_process_ended() {
         .map(|e| (e.request.call_id.as_str(), e.waiting))
         .collect();
     assert_eq!(waiting, [("DEAD1", false), ("LIVE1", true)]);
-    let error = answer(&state, "DEAD1", true, None).unwrap_err();
+    let error = answer(&state, "DEAD1", true, None, &Approvers::default()).unwrap_err();
     assert!(matches!(error, ApprovalError::Abandoned { .. }), "{error}");
 
     let abandoned = abandon_pending(&state).unwrap();
@@ -355,4 +356,43 @@ fn padding_of_invisible_characters_cannot_push_the_end_of_a_value_out_of_sight()
         !shown.contains('\u{3164}') && !shown.contains('\u{2028}') && !shown.contains('\u{fe0f}'),
         "{shown}"
     );
+}
+
+/// An operating-system user's answer counts only from a file their uid owns: a process
+/// holding the queue's key can MAC any uid, but the kernel sets the owner. Approver rules
+/// judge such an answer by its uid, so this is what keeps one user from answering as another.
+#[test]
+fn a_queue_answer_naming_another_uid_than_its_file_owner_is_a_forgery() {
+    let (_tmp, state) = state();
+    let queue = Queue::open(&state).unwrap();
+    let held = request("A1", r#"{"path":"a"}"#);
+    let _guard = queue.hold(&held).unwrap();
+    let me = crate::identity::euid();
+    let other = me.wrapping_add(4242);
+    let by = AnsweredBy::os_user(
+        Channel::Queue,
+        &crate::identity::OsUser {
+            uid: other,
+            name: String::from("root"),
+        },
+    );
+    let file = AnswerFile {
+        call_id: held.call_id.clone(),
+        approve: true,
+        reason: None,
+        arguments_sha256: held.arguments_sha256.clone(),
+        description_sha256: held.description_sha256.clone(),
+        input_schema_sha256: held.input_schema_sha256.clone(),
+        mac: Some(answer_mac(&queue.key, &held, true, None, &by)),
+        answered_by: Some(by),
+    };
+    let answer_file = state.join(ANSWERS_DIR).join("A1.json");
+    write_private(&answer_file, &serde_json::to_vec(&file).unwrap());
+    match queue.read_answer(&held) {
+        Some(Err((why, _))) => assert!(
+            why.contains(&format!("names uid {other} as its answerer, but uid {me} wrote it")),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::audit::AuditSync;
+use crate::identity::{ApproverRule, Approvers};
 use crate::component::GuestLimits;
 
 use super::expand::{expand, is_var_name};
@@ -46,7 +47,12 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "store",
     "telemetry",
     "oci",
+    "approvers",
 ];
+/// Keys of `approvers` (see [`Approvers`]).
+const APPROVERS_KEYS: &[&str] = &["rules", "allow_self_approval"];
+/// Keys of a rule of `approvers.rules` (see [`ApproverRule`]).
+const APPROVER_RULE_KEYS: &[&str] = &["users", "groups", "os_users", "servers", "effects"];
 /// Keys of `oci` (see [`OciConfig`]).
 const OCI_KEYS: &[&str] = &["keys"];
 /// Keys of `telemetry` (see [`TelemetryConfig`]).
@@ -372,6 +378,10 @@ impl Reader<'_> {
             None => StoreConfig::StateDir,
             Some(value) => self.store(value, &root.key("store"))?,
         };
+        let approvers = match map.get("approvers") {
+            None => Approvers::default(),
+            Some(value) => approvers(value, &root.key("approvers"))?,
+        };
         if lexical(&servers_dir).starts_with(lexical(&state_dir)) {
             return Err(root.key("servers_dir").invalid(format!(
                 "`{}` is inside the state folder `{}`: servers are denied the state folder, so their `HOME` and `TMPDIR` must be elsewhere: set `servers_dir` to a folder outside it",
@@ -401,9 +411,26 @@ impl Reader<'_> {
             }
         }
 
+        for (index, rule) in approvers.rules.iter().enumerate() {
+            for (at, server) in rule.servers.iter().enumerate() {
+                if !servers.contains_key(server) && !disabled_servers.contains(server) {
+                    return Err(root
+                        .key("approvers")
+                        .key("rules")
+                        .index(index)
+                        .key("servers")
+                        .index(at)
+                        .invalid(format!(
+                            "`{server}` is not a server of `mcpServers`: a rule for it would never apply"
+                        )));
+                }
+            }
+        }
+
         Ok(Config {
             servers,
             disabled_servers,
+            approvers,
             ignored_keys: self.ignored,
             rules,
             policy,
@@ -1663,6 +1690,82 @@ fn limits(value: &Value, path: &JsonPath, base: Limits) -> Result<Limits, Config
 /// `guest`: bounds on the components. Fuel is wasmtime's unit (about one wasm instruction);
 /// `memory_bytes` is one instance's linear memory; `max_instances` the pool's slots;
 /// `ready_instances` may be 0 (decide inline), every other field must be positive.
+/// `approvers`: rules of who answers which held calls, and whether a principal answers its
+/// own.
+fn approvers(value: &Value, path: &JsonPath) -> Result<Approvers, ConfigError> {
+    let map = as_object(value, path)?;
+    check_keys(map, path, APPROVERS_KEYS)?;
+    let allow_self_approval = match map.get("allow_self_approval") {
+        None => false,
+        Some(value) => as_bool(value, &path.key("allow_self_approval"))?,
+    };
+    let rules_path = path.key("rules");
+    let rules = match map.get("rules") {
+        None => {
+            return Err(rules_path.invalid(
+                "missing: name who answers which calls (`[{\"users\": [\"alice\"]}]`), or drop `approvers` to let every channel answer every call",
+            ));
+        }
+        Some(Value::Array(list)) if list.is_empty() => {
+            return Err(rules_path.invalid(
+                "no rules: name who answers which calls, or drop `approvers` to let every channel answer every call",
+            ));
+        }
+        Some(Value::Array(list)) => list,
+        Some(other) => return Err(expected(&rules_path, "an array of rules", other)),
+    };
+    let mut read = Vec::new();
+    for (index, rule) in rules.iter().enumerate() {
+        let rule_path = rules_path.index(index);
+        let map = as_object(rule, &rule_path)?;
+        check_keys(map, &rule_path, APPROVER_RULE_KEYS)?;
+        let names = |key: &str| -> Result<Vec<String>, ConfigError> {
+            let key_path = rule_path.key(key);
+            match map.get(key) {
+                None => Ok(Vec::new()),
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .enumerate()
+                    .map(|(at, name)| {
+                        let name_path = key_path.index(at);
+                        let name = non_empty_str(name, &name_path)?;
+                        if name.chars().any(char::is_control) {
+                            return Err(name_path.invalid("give a printable name"));
+                        }
+                        Ok(name.to_owned())
+                    })
+                    .collect(),
+                Some(other) => Err(expected(&key_path, "an array of names", other)),
+            }
+        };
+        let rule = ApproverRule {
+            users: names("users")?,
+            groups: names("groups")?,
+            os_users: names("os_users")?,
+            servers: names("servers")?,
+            effects: names("effects")?,
+        };
+        if rule.users.is_empty() && rule.groups.is_empty() && rule.os_users.is_empty() {
+            return Err(rule_path.invalid(
+                "names no answerer: give `users` (console users and principals), `groups` (the identity provider's) or `os_users` (who answer with `toolward approvals`)",
+            ));
+        }
+        for (at, effect) in rule.effects.iter().enumerate() {
+            if toolward_policy_table::Effect::parse(effect).is_none() {
+                return Err(rule_path.key("effects").index(at).invalid(format!(
+                    "`{effect}` is not an effect: {}",
+                    one_of(&toolward_policy_table::Effect::ALL.map(|e| e.as_str()))
+                )));
+            }
+        }
+        read.push(rule);
+    }
+    Ok(Approvers {
+        rules: read,
+        allow_self_approval,
+    })
+}
+
 fn guest(value: &Value, path: &JsonPath) -> Result<GuestLimits, ConfigError> {
     let map = as_object(value, path)?;
     check_keys(map, path, GUEST_KEYS)?;

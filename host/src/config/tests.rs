@@ -1373,3 +1373,45 @@ fn a_component_by_tag_alone_is_refused_naming_it_and_policy_pull() {
         "rules.component: `oci://ghcr.io/org/rules:v1` names a tag, which the registry can move to other bytes: pin the digest that `toolward policy pull oci://ghcr.io/org/rules:v1` prints (`oci://…@sha256:…`)"
     );
 }
+
+#[test]
+fn approvers_name_answerers_known_servers_and_effects() {
+    let with = |approvers: Value| {
+        json!({
+            "mcpServers": { "fs": { "command": "node" } },
+            "rules": { "file": "rules.json" },
+            "approvers": approvers,
+        })
+    };
+    let config = Config::from_value(
+        with(json!({"rules": [
+            {"users": ["alice"], "groups": ["oncall"], "servers": ["fs"], "effects": ["destructive"]},
+            {"os_users": ["root"]},
+        ], "allow_self_approval": true})),
+        &base(),
+    )
+    .unwrap();
+    assert!(config.approvers.named() && config.approvers.allow_self_approval);
+    assert_eq!(config.approvers.rules[0].groups, ["oncall"]);
+    assert_eq!(config.approvers.rules[1].os_users, ["root"]);
+    // Without the section: nobody is judged (the single operator's flow).
+    let none = Config::from_value(with(json!(null)).as_object().map(|m| {
+        let mut m = m.clone();
+        m.remove("approvers");
+        Value::Object(m)
+    }).unwrap(), &base()).unwrap();
+    assert!(!none.approvers.named());
+
+    for (approvers, path, says) in [
+        (json!({}), "approvers.rules", "missing"),
+        (json!({"rules": []}), "approvers.rules", "no rules"),
+        (json!({"rules": [{"servers": ["fs"]}]}), "approvers.rules[0]", "names no answerer"),
+        (json!({"rules": [{"users": ["a"], "servers": ["git"]}]}), "approvers.rules[0].servers[0]", "`git` is not a server"),
+        (json!({"rules": [{"users": ["a"], "effects": ["write"]}]}), "approvers.rules[0].effects[0]", "`write` is not an effect"),
+        (json!({"rules": [{"users": [""]}]}), "approvers.rules[0].users[0]", ""),
+        (json!({"rules": [{"users": ["a"], "who": 1}]}), "approvers.rules[0]", "who"),
+    ] {
+        let error = err_text(with(approvers));
+        assert!(error.contains(path) && error.contains(says), "{error}");
+    }
+}

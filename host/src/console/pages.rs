@@ -21,6 +21,7 @@ use crate::approval::{
     AnsweredBy, ApprovalError, PendingEntry, display_arguments, display_result, list_queue,
 };
 use crate::audit::read::{Filter, parse_time, utc};
+use crate::identity::{Approvers, HeldCall};
 use crate::audit::{AuditDecision, read_head, verify, verify_with_head};
 use crate::state_dir::StateDir;
 use crate::text;
@@ -39,6 +40,23 @@ pub(super) struct Shared {
     pub(super) state_dir: PathBuf,
     pub(super) audit_file: PathBuf,
     pub(super) chain: Arc<Mutex<ChainState>>,
+    pub(super) approvers: Approvers,
+}
+
+/// The signed-in user as an answerer: their name and groups, through the console.
+fn answerer(session: &Session) -> AnsweredBy {
+    AnsweredBy::console_user(&session.user, &session.groups)
+}
+
+/// The held call `request` as approver rules judge it. The console answers as its user, not
+/// as an operating-system user, so whose uid holds the call does not matter.
+fn held(request: &crate::approval::ApprovalRequest) -> HeldCall<'_> {
+    HeldCall {
+        server: &request.server,
+        effect: &request.effect,
+        principal: &request.principal,
+        holder_uid: None,
+    }
 }
 
 /// The templates, compiled in.
@@ -515,7 +533,13 @@ async fn approvals_page(
             );
         }
     };
-    let held: Vec<HeldView> = entries.iter().map(HeldView::of).collect();
+    // With approvers named, a user sees only the calls they may answer.
+    let who = answerer(session);
+    let held: Vec<HeldView> = entries
+        .iter()
+        .filter(|entry| shared.approvers.may_answer(&who, &held(&entry.request)).is_ok())
+        .map(HeldView::of)
+        .collect();
     // What the page's script compares to know the list changed: the calls and their states.
     let ids = held
         .iter()
@@ -573,11 +597,12 @@ async fn answer(
                 )
             })
         });
-    let by = AnsweredBy::console_user(&session.user);
+    let by = answerer(session);
     let state_dir = shared.state_dir.clone();
     let call = call_id.clone();
+    let approvers = shared.approvers.clone();
     let answered = tokio::task::spawn_blocking(move || {
-        crate::approval::answer_as(&state_dir, &call, approve, reason, by)
+        crate::approval::answer_as(&state_dir, &call, approve, reason, by, &approvers)
     })
     .await;
     let shown = text::escape(&call_id);
@@ -599,6 +624,7 @@ async fn answer(
                 | ApprovalError::NotPending { .. }
                 | ApprovalError::Abandoned { .. } => StatusCode::CONFLICT,
                 ApprovalError::InvalidCallId { .. } => StatusCode::BAD_REQUEST,
+                ApprovalError::NotAnApprover { .. } => StatusCode::FORBIDDEN,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
             let message = text::escape(&text::error_chain(&error));
@@ -758,10 +784,16 @@ async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> 
     .await;
     let (rows, matched, read, error) = match shown {
         Ok(Ok(Some(shown))) => {
-            let matched = shown.records.len();
-            let rows: Vec<RowView> = shown
+            // With approvers named, a user reads the records of the servers they answer for.
+            let who = answerer(session);
+            let readable: Vec<_> = shown
                 .records
                 .iter()
+                .filter(|(record, _)| shared.approvers.may_read(&who, record.event.server.as_deref()))
+                .collect();
+            let matched = readable.len();
+            let rows: Vec<RowView> = readable
+                .into_iter()
                 .rev()
                 .take(MAX_AUDIT_ROWS)
                 .map(|(record, raw)| row(record, raw))

@@ -16,6 +16,9 @@ use super::{LOGIN_NONCE_TTL, MAX_SESSIONS_PER_USER, SESSION_TTL};
 pub(super) struct Session {
     /// The user: the name of the token they signed in with.
     pub(super) user: String,
+    /// The identity provider's groups of the user (empty for a token): `approvers` rules
+    /// may name them.
+    pub(super) groups: Vec<String>,
     /// The session's key: every request of the session carries it in [`KEY_HEADER`], besides
     /// the cookie. It reaches the browser once, in the answer to the sign-in, and the page's
     /// script keeps it in the origin's own storage; a cookie alone, which the browser also
@@ -155,6 +158,7 @@ impl Sessions {
             id.clone(),
             Session {
                 user,
+                groups: Vec::new(),
                 key,
                 made: Instant::now(),
                 flash: None,

@@ -416,6 +416,10 @@ impl Approver for InputRequiredApprover {
     fn answers_later(&self) -> bool {
         true
     }
+
+    fn answerer(&self, request: &ApprovalRequest) -> Option<AnsweredBy> {
+        Some(AnsweredBy::principal(&request.principal))
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use crate::approval::{
     AnsweredBy, ApprovalError, ApprovalRequest, Approver, PendingEntry, QueueApprover,
 };
 use crate::audit::AuditStore;
+use crate::identity::Approvers;
 #[cfg(feature = "postgres")]
 use crate::database::PgError;
 
@@ -101,6 +102,7 @@ pub trait ApprovalStore: Send + Sync + fmt::Debug {
         call_id: &'a str,
         approve: bool,
         reason: Option<String>,
+        approvers: &'a Approvers,
     ) -> StoreFuture<'a, AnsweredBy>;
 
     /// Takes the calls whose holder ended out of the queue, returning them (at start, to be
@@ -145,6 +147,7 @@ impl ApprovalStore for StateDirApprovals {
         call_id: &'a str,
         approve: bool,
         reason: Option<String>,
+        approvers: &'a Approvers,
     ) -> StoreFuture<'a, AnsweredBy> {
         Box::pin(async move {
             Ok(crate::approval::answer(
@@ -152,6 +155,7 @@ impl ApprovalStore for StateDirApprovals {
                 call_id,
                 approve,
                 reason,
+                approvers,
             )?)
         })
     }

@@ -551,7 +551,14 @@ async fn a_2026_07_28_client_without_elicitation_waits_in_the_queue() {
             let pending = toolward::approval::list_queue(&state_dir).unwrap();
             if let Some(entry) = pending.first() {
                 let call_id = entry.request.call_id.clone();
-                toolward::approval::answer(&state_dir, &call_id, true, None).unwrap();
+                toolward::approval::answer(
+                    &state_dir,
+                    &call_id,
+                    true,
+                    None,
+                    &toolward::Approvers::default(),
+                )
+                .unwrap();
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

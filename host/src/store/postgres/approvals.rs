@@ -25,8 +25,9 @@ use tokio::sync::watch;
 
 use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, MAX_PENDING_REQUESTS,
-    PendingEntry, check_call_id, current_os_user,
+    ApprovalError, PendingEntry, check_call_id, current_os_user,
 };
+use crate::identity::{Approvers, HeldCall};
 use crate::audit::AuditStore;
 use crate::database::{PgError, PgStore, now_ms, this_process};
 use crate::store::approvals::{ApprovalStore, ApprovalStoreError, StoreFuture};
@@ -160,6 +161,7 @@ impl PgApprovals {
             uid: row
                 .get::<_, Option<i64>>(3)
                 .and_then(|uid| u32::try_from(uid).ok()),
+            groups: Vec::new(),
         };
         let verdict = match state.as_str() {
             "approved" => ApprovalAnswer::Approved,
@@ -328,6 +330,7 @@ impl ApprovalStore for PgApprovals {
         call_id: &'a str,
         approve: bool,
         reason: Option<String>,
+        approvers: &'a Approvers,
     ) -> StoreFuture<'a, AnsweredBy> {
         Box::pin(async move {
             check_call_id(call_id)?;
@@ -346,6 +349,36 @@ impl ApprovalStore for PgApprovals {
                 .transaction()
                 .await
                 .map_err(|e| store.query_error("begin the answer", e))?;
+            if approvers.named() {
+                let row = tx
+                    .query_opt(
+                        "SELECT request FROM toolward_approvals WHERE call_id = $1",
+                        &[&call_id],
+                    )
+                    .await
+                    .map_err(|e| store.query_error("read the held call", e))?;
+                if let Some(row) = row {
+                    let text: String = row.get(0);
+                    let refused = |reason: String| {
+                        ApprovalStoreError::Queue(ApprovalError::NotAnApprover {
+                            call_id: call_id.to_owned(),
+                            reason,
+                        })
+                    };
+                    let request: ApprovalRequest = serde_json::from_str(&text).map_err(|e| {
+                        refused(format!("its held call cannot be read to judge who may answer it: {e}"))
+                    })?;
+                    // A fleet's gateways run on other machines: whose uid holds the call is
+                    // not known here.
+                    let held = HeldCall {
+                        server: &request.server,
+                        effect: &request.effect,
+                        principal: &request.principal,
+                        holder_uid: None,
+                    };
+                    approvers.may_answer(&by, &held).map_err(refused)?;
+                }
+            }
             let updated = tx
                 .execute(
                     "UPDATE toolward_approvals SET state = $2, reason = $3, answerer = $4, answerer_uid = $5, answered_from = $6, answered_at_ms = $7 WHERE call_id = $1 AND state = 'pending' AND expires_at_ms > $7",
