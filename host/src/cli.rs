@@ -202,14 +202,17 @@ enum Command {
         /// (`https://console.example`); repeatable. With an https origin, cookies are `Secure`.
         #[arg(long = "public-origin", value_name = "URL")]
         public_origins: Vec<String>,
-        /// Post each newly held call to this URL as JSON, signed with `--notify-secret-file`
-        /// in `X-Toolward-Signature` (https; http only to a loopback IP); repeatable.
+        /// Post each newly held call, refused tool and break of the audit chain to this URL as
+        /// JSON, signed with `--notify-secret-file` in `X-Toolward-Signature` (https; http only
+        /// to a loopback IP); repeatable, added to the config's `notify.webhooks`.
         #[arg(long = "notify-webhook", value_name = "URL")]
         notify_webhooks: Vec<String>,
-        /// Post each newly held call to this Slack incoming webhook; repeatable.
+        /// Post the same to this Slack incoming webhook; repeatable, added to the config's
+        /// `notify.slack`.
         #[arg(long = "notify-slack", value_name = "URL")]
         notify_slack: Vec<String>,
-        /// The key of the webhooks' HMAC-SHA256 signature: a file, its content trimmed.
+        /// The key of the webhooks' HMAC-SHA256 signature: a file, its content trimmed
+        /// (instead of the config's `notify.secret_file`).
         #[arg(long = "notify-secret-file", value_name = "FILE")]
         notify_secret_file: Option<PathBuf>,
         /// Put the call's arguments in the notifications.
@@ -935,13 +938,17 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             notify_arguments,
             notify_allow_private,
         } => {
+            // The config's `notify`, with the flags added to it.
+            let configured = read_config(&config)?.notify;
             let notify = console_notify(
-                notify_webhooks,
-                notify_slack,
-                notify_secret_file.as_deref(),
-                notify_arguments,
-                notify_allow_private,
-                public_origins.first().cloned(),
+                [configured.webhooks, notify_webhooks].concat(),
+                [configured.slack, notify_slack].concat(),
+                notify_secret_file.or(configured.secret_file).as_deref(),
+                notify_arguments || configured.arguments,
+                notify_allow_private || configured.allow_private,
+                configured
+                    .console_url
+                    .or_else(|| public_origins.first().cloned()),
             )
             .await?;
             console(&config, listen, listen_non_loopback, public_origins, notify).await
@@ -1347,7 +1354,7 @@ async fn console_notify(
     let secret = match secret_file {
         None if has_webhooks => {
             return Err(usage(anyhow!(
-                "`--notify-webhook` needs `--notify-secret-file`: a receiver can tell a post from toolward only by its signature"
+                "`--notify-webhook` needs `--notify-secret-file` (or the config's `notify.secret_file`): a receiver can tell a post from toolward only by its signature"
             )));
         }
         None => None,

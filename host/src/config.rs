@@ -56,7 +56,7 @@ pub use sections::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
-    OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    NotifyConfig, OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;
@@ -282,6 +282,9 @@ pub struct Config {
     /// Who may answer held calls (`approvers`); without rules, every channel answers every
     /// call.
     pub approvers: crate::identity::Approvers,
+    /// Who `toolward console` tells of held calls, refused tools and a broken chain
+    /// (`notify`); empty: nobody.
+    pub notify: NotifyConfig,
     /// Between server and tool name in an exposed name (`separator`, default
     /// `DEFAULT_SEPARATOR`).
     pub separator: String,

@@ -294,16 +294,17 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         approvers: settings.approvers.clone(),
     });
     let stop = CancellationToken::new();
-    tokio::spawn(check_chain_forever(
-        settings.state_dir.clone(),
-        settings.audit_file.clone(),
-        chain,
-        stop.child_token(),
-    ));
     let mut notify = settings.notify.clone();
     if notify.link_base.is_empty() {
         notify.link_base = format!("http://{addr}");
     }
+    tokio::spawn(check_chain_forever(
+        settings.state_dir.clone(),
+        settings.audit_file.clone(),
+        chain,
+        notify.clone(),
+        stop.child_token(),
+    ));
     tokio::spawn(notify::watch(
         settings.state_dir.clone(),
         notify,
@@ -362,6 +363,7 @@ async fn check_chain_forever(
     state_dir: PathBuf,
     audit_file: PathBuf,
     chain: Arc<Mutex<ChainState>>,
+    notify: NotifySettings,
     stop: CancellationToken,
 ) {
     let mut interval = tokio::time::interval(CHAIN_CHECK_INTERVAL);
@@ -379,6 +381,12 @@ async fn check_chain_forever(
             && kept.problem.as_ref() != Some(problem)
         {
             tracing::warn!("the audit chain: {problem}");
+            notify::tell(
+                &notify::Event::ChainBroken {
+                    problem: problem.clone(),
+                },
+                &notify,
+            );
         }
         *kept = checked;
     }

@@ -717,7 +717,34 @@ async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken
     let log = bench.state().join("audit.jsonl");
     let text = std::fs::read_to_string(&log).unwrap();
     std::fs::write(&log, text.replacen("\"s__write\"", "\"s__wrote\"", 1)).unwrap();
-    let console = bench.console().await;
+    // Told to the notification targets too, as soon as the console's check finds it.
+    let (hook, mut received) = receiver().await;
+    let console = bench
+        .console_notifying(NotifySettings {
+            targets: vec![NotifyTarget {
+                url: format!("http://{hook}/hook"),
+                format: NotifyFormat::Webhook,
+            }],
+            secret: Some(b"a shared secret of the receiver".to_vec()),
+            include_arguments: false,
+            allow_private: false,
+            link_base: String::from("https://console.example"),
+        })
+        .await;
+    let (_, _, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
+        .await
+        .expect("no notification of the break within 5 s")
+        .unwrap();
+    let told: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(told["event"], "chain-broken", "{body}");
+    assert!(
+        told["problem"]
+            .as_str()
+            .unwrap()
+            .contains("chain broken at"),
+        "{body}"
+    );
+    assert_eq!(told["link"], "https://console.example/audit");
     let user = Signed::new(console.addr).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -907,7 +934,11 @@ fn a_webhook_without_a_strong_private_secret_is_refused_at_start() {
     };
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolward.json");
-    std::fs::write(&config, r#"{"servers": {}}"#).unwrap();
+    std::fs::write(
+        &config,
+        r#"{"mcpServers": {"s": {"command": "true"}}, "rules": {"file": "rules.json"}}"#,
+    )
+    .unwrap();
     let run = |extra: &[&str]| {
         let out = std::process::Command::new(bin)
             .args(["console", "--config"])
@@ -944,6 +975,27 @@ fn a_webhook_without_a_strong_private_secret_is_refused_at_start() {
         stderr.contains("can be read by others (mode 644)"),
         "{stderr}"
     );
+
+    // The config's `notify` is checked the same way, with no flag given.
+    let configured = dir.path().join("configured.json");
+    std::fs::write(
+        &configured,
+        json!({
+            "mcpServers": {"s": {"command": "true"}},
+            "rules": {"file": "rules.json"},
+            "notify": {"webhooks": ["https://127.0.0.1:9/toolward"], "secret_file": "short"},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["console", "--config"])
+        .arg(&configured)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at least 32 are needed"), "{stderr}");
 }
 
 /// On 127.0.0.1, the console also holds `[::1]` on its port, where a browser may send

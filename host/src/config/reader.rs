@@ -23,7 +23,7 @@ use super::{
     DEFAULT_TOOL_NAME_PATTERN, IGNORED_CLIENT_KEYS, IntrospectionConfig, Limits, ListenConfig,
     ListenOAuthConfig, MAX_CA_FILE_BYTES, MAX_OAUTH_LEEWAY_MS, MAX_SEPARATOR_CHARS, MAX_TIMEOUT_MS,
     MIN_TOKEN_CHARS, OAUTH_ALGORITHMS, OAuthConfig, OAuthGrant, OCI_SCHEME, OciConfig,
-    OciReference, PolicyConfig, RulesConfig,
+    NotifyConfig, OciReference, PolicyConfig, RulesConfig,
     ServerConfig, ServerConfine, ServerTransport, StoreConfig, TelemetryConfig,
 };
 
@@ -48,6 +48,16 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "telemetry",
     "oci",
     "approvers",
+    "notify",
+];
+/// Keys of `notify` (see [`NotifyConfig`]).
+pub(super) const NOTIFY_KEYS: &[&str] = &[
+    "webhooks",
+    "slack",
+    "secret_file",
+    "console_url",
+    "arguments",
+    "allow_private",
 ];
 /// Keys of `approvers` (see [`Approvers`]).
 const APPROVERS_KEYS: &[&str] = &["rules", "allow_self_approval"];
@@ -378,6 +388,10 @@ impl Reader<'_> {
             None => StoreConfig::StateDir,
             Some(value) => self.store(value, &root.key("store"))?,
         };
+        let notify = match map.get("notify") {
+            None => NotifyConfig::default(),
+            Some(value) => self.notify(value, &root.key("notify"))?,
+        };
         let approvers = match map.get("approvers") {
             None => Approvers::default(),
             Some(value) => approvers(value, &root.key("approvers"))?,
@@ -431,6 +445,7 @@ impl Reader<'_> {
             servers,
             disabled_servers,
             approvers,
+            notify,
             ignored_keys: self.ignored,
             rules,
             policy,
@@ -748,6 +763,70 @@ impl Reader<'_> {
             }
         }
         Ok(OciConfig { keys })
+    }
+
+    fn notify(&self, value: &Value, path: &JsonPath) -> Result<NotifyConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, NOTIFY_KEYS)?;
+        let urls = |key: &str| -> Result<Vec<String>, ConfigError> {
+            let key_path = path.key(key);
+            match map.get(key) {
+                None => Ok(Vec::new()),
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .enumerate()
+                    .map(|(at, url)| {
+                        let url_path = key_path.index(at);
+                        let raw = non_empty_str(url, &url_path)?;
+                        let url = expand(raw, &url_path, "(notify)", key, self.env)?;
+                        let lower = url.to_ascii_lowercase();
+                        if !(lower.starts_with("https://") || lower.starts_with("http://")) {
+                            return Err(url_path.invalid(
+                                "not an https URL (plain http only to a loopback address written as an IP)",
+                            ));
+                        }
+                        Ok(url)
+                    })
+                    .collect(),
+                Some(other) => Err(expected(&key_path, "an array of URLs", other)),
+            }
+        };
+        let webhooks = urls("webhooks")?;
+        let slack = urls("slack")?;
+        let secret_file = self.optional_path(map, path, "secret_file")?;
+        if !webhooks.is_empty() && secret_file.is_none() {
+            return Err(path.key("secret_file").invalid(
+                "missing: webhooks are signed with this file's key, and a receiver can tell a post from toolward only by its signature (`head -c 32 /dev/urandom | base64 > FILE; chmod 600 FILE`)",
+            ));
+        }
+        let console_url = match map.get("console_url") {
+            None => None,
+            Some(value) => {
+                let url_path = path.key("console_url");
+                let url = non_empty_str(value, &url_path)?;
+                let lower = url.to_ascii_lowercase();
+                let valid = (lower.starts_with("http://") || lower.starts_with("https://"))
+                    && !url.contains(|c: char| c.is_whitespace() || c.is_control());
+                if !valid {
+                    return Err(url_path.invalid(format!(
+                        "`{url}` is not the console's URL: write `https://HOST[:PORT]`"
+                    )));
+                }
+                Some(url.trim_end_matches('/').to_owned())
+            }
+        };
+        let flag = |key: &str| match map.get(key) {
+            None => Ok(false),
+            Some(value) => as_bool(value, &path.key(key)),
+        };
+        Ok(NotifyConfig {
+            webhooks,
+            slack,
+            secret_file,
+            console_url,
+            arguments: flag("arguments")?,
+            allow_private: flag("allow_private")?,
+        })
     }
 
     fn policy(&self, value: &Value, path: &JsonPath) -> Result<PolicyConfig, ConfigError> {

@@ -473,6 +473,42 @@ pub struct OciConfig {
     pub keys: BTreeMap<String, PathBuf>,
 }
 
+/// `notify`: who `toolward console` tells of a held call, a tool refused at load and a broken
+/// audit chain (docs/console.md, "Notifications"). The flags of `toolward console` add to it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct NotifyConfig {
+    /// URLs posted a JSON body signed with `secret_file` (`notify.webhooks`, `${NAME}`
+    /// expanded).
+    pub webhooks: Vec<String>,
+    /// Slack-compatible incoming-webhook URLs (`notify.slack`, `${NAME}` expanded: such a
+    /// URL is its own secret).
+    pub slack: Vec<String>,
+    /// The file holding the webhooks' HMAC key, at least 32 bytes, readable by its owner only
+    /// (`notify.secret_file`); required with `webhooks`.
+    pub secret_file: Option<PathBuf>,
+    /// The console's URL the links are built from (`notify.console_url`,
+    /// `https://console.example`); absent: its first `--public-origin`, else its own address.
+    pub console_url: Option<String>,
+    /// Include a held call's arguments (`notify.arguments`, default false).
+    pub arguments: bool,
+    /// Post to targets resolving to private addresses (`notify.allow_private`, default false).
+    pub allow_private: bool,
+}
+
+impl std::fmt::Debug for NotifyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A Slack URL is its own secret, and a webhook's may carry one.
+        f.debug_struct("NotifyConfig")
+            .field("webhooks", &self.webhooks.len())
+            .field("slack", &self.slack.len())
+            .field("secret_file", &self.secret_file)
+            .field("console_url", &self.console_url)
+            .field("arguments", &self.arguments)
+            .field("allow_private", &self.allow_private)
+            .finish()
+    }
+}
+
 /// `policy`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyConfig {

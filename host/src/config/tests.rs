@@ -891,6 +891,10 @@ fn json_schema_names_the_same_keys_as_the_reader() {
         list
     };
     assert_eq!(keys(&schema), sorted(TOP_KEYS));
+    assert_eq!(
+        keys(&schema["properties"]["notify"]),
+        sorted(super::reader::NOTIFY_KEYS)
+    );
     assert_eq!(keys(&schema["$defs"]["limits"]), sorted(LIMIT_KEYS));
     assert_eq!(keys(&schema["$defs"]["audit"]), sorted(AUDIT_KEYS));
     assert_eq!(
@@ -1412,6 +1416,49 @@ fn approvers_name_answerers_known_servers_and_effects() {
         (json!({"rules": [{"users": ["a"], "who": 1}]}), "approvers.rules[0]", "who"),
     ] {
         let error = err_text(with(approvers));
+        assert!(error.contains(path) && error.contains(says), "{error}");
+    }
+}
+
+#[test]
+fn notify_names_https_targets_with_a_secret_for_webhooks() {
+    let with = |notify: Value| {
+        json!({
+            "mcpServers": { "fs": { "command": "node" } },
+            "rules": { "file": "rules.json" },
+            "notify": notify,
+        })
+    };
+    let env = |name: &str| match name {
+        "SLACK_URL" => Ok(String::from("https://hooks.slack.com/services/T/B/secret")),
+        _ => Err(VarError::NotPresent),
+    };
+    let config = Config::from_value_with_env(
+        with(json!({
+            "webhooks": ["https://hooks.example/toolward"],
+            "slack": ["${SLACK_URL}"],
+            "secret_file": "notify-secret",
+            "console_url": "https://console.example/",
+            "arguments": true,
+        })),
+        &base(),
+        &env,
+    )
+    .unwrap();
+    let notify = &config.notify;
+    assert_eq!(notify.slack, ["https://hooks.slack.com/services/T/B/secret"]);
+    assert_eq!(notify.secret_file.as_deref(), Some(base().join("notify-secret").as_path()));
+    assert_eq!(notify.console_url.as_deref(), Some("https://console.example"));
+    assert!(notify.arguments && !notify.allow_private);
+    // A Slack URL is its own secret: never in the config's Debug.
+    assert!(!format!("{config:?}").contains("hooks.slack.com"));
+    for (notify, path, says) in [
+        (json!({"webhooks": ["https://h.example/"]}), "notify.secret_file", "missing"),
+        (json!({"slack": ["ftp://h.example/"]}), "notify.slack[0]", "not an https URL"),
+        (json!({"console_url": "console.example"}), "notify.console_url", "not the console's URL"),
+        (json!({"email": ["a@b"]}), "notify", "email"),
+    ] {
+        let error = err_text(with(notify));
         assert!(error.contains(path) && error.contains(says), "{error}");
     }
 }

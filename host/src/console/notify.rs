@@ -194,7 +194,7 @@ pub async fn check_target(url: &str, allow_private: bool) -> Result<(String, Soc
     };
     if !allow_private && !local_literal && addrs.iter().any(|a| is_private(a.ip())) {
         return Err(refuse(format!(
-            "it resolves to `{}`, a private address (give --notify-allow-private to post inside)",
+            "it resolves to `{}`, a private address (give --notify-allow-private, or `notify.allow_private` in the config, to post inside)",
             addr.ip()
         )));
     }
@@ -225,8 +225,100 @@ fn slack_escape(text: &str) -> String {
         .replace('`', "\u{2cb}")
 }
 
-/// The body posted for `entry` in `format`.
-fn body(entry: &PendingEntry, format: NotifyFormat, settings: &NotifySettings) -> String {
+/// What is notified.
+#[derive(Debug, Clone)]
+pub(super) enum Event {
+    /// A call newly held.
+    CallHeld(PendingEntry),
+    /// The audit chain no longer matches its head, or breaks (found by the console's check).
+    ChainBroken {
+        /// Where it breaks or how it differs from its head, escaped.
+        problem: String,
+    },
+    /// A gateway refused a tool at load (a pin that changed, a hint, a hidden character).
+    ToolRefused {
+        /// The gateway's config file, as the gateway published it.
+        gateway: String,
+        /// The tool's server.
+        server: String,
+        /// The tool, as the server named it.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// What the log calls it: `call `ID``, `the audit chain`, `tool `T` on server `S``.
+    fn what(&self) -> String {
+        match self {
+            Event::CallHeld(entry) => format!("call `{}`", text::escape(&entry.request.call_id)),
+            Event::ChainBroken { .. } => String::from("the audit chain's break"),
+            Event::ToolRefused { server, tool, .. } => format!(
+                "refused tool `{}` of server `{}`",
+                text::escape(tool),
+                text::escape(server)
+            ),
+        }
+    }
+}
+
+/// The body posted for `event` in `format`.
+fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> String {
+    let base = settings.link_base.trim_end_matches('/');
+    let shown = |s: &str| slack_escape(&text::escape(s));
+    match event {
+        Event::CallHeld(entry) => held_body(entry, format, settings),
+        Event::ChainBroken { problem } => {
+            let link = format!("{base}/audit");
+            match format {
+                NotifyFormat::Webhook => json!({
+                    "event": "chain-broken",
+                    "problem": problem,
+                    "found_at_ms": crate::ids::now_ms(),
+                    "link": link,
+                })
+                .to_string(),
+                NotifyFormat::Slack => json!({ "text": format!(
+                    "toolward's audit chain is broken: {}\n<{}|See the audit in the console>",
+                    shown(problem),
+                    slack_escape(&link),
+                ) })
+                .to_string(),
+            }
+        }
+        Event::ToolRefused {
+            gateway,
+            server,
+            tool,
+            reason,
+        } => {
+            let link = format!("{base}/tools");
+            match format {
+                NotifyFormat::Webhook => json!({
+                    "event": "tool-refused",
+                    "gateway": gateway,
+                    "server": server,
+                    "tool": tool,
+                    "reason": reason,
+                    "link": link,
+                })
+                .to_string(),
+                NotifyFormat::Slack => json!({ "text": format!(
+                    "toolward refused tool `{}` of server `{}` at load: {}\n<{}|See it in the console>",
+                    shown(tool),
+                    shown(server),
+                    shown(reason),
+                    slack_escape(&link),
+                ) })
+                .to_string(),
+            }
+        }
+    }
+}
+
+/// The body posted for a held call in `format`.
+fn held_body(entry: &PendingEntry, format: NotifyFormat, settings: &NotifySettings) -> String {
     let r = &entry.request;
     let link = format!(
         "{}/approvals#call-{}",
@@ -273,12 +365,13 @@ fn body(entry: &PendingEntry, format: NotifyFormat, settings: &NotifySettings) -
     }
 }
 
-/// Posts `entry` to `target`; logs the outcome.
-async fn post(entry: &PendingEntry, target: &NotifyTarget, settings: &NotifySettings) {
+/// Posts `event` to `target`; logs the outcome.
+async fn post(event: &Event, target: &NotifyTarget, settings: &NotifySettings) {
+    let what = event.what();
     let (host, addr) = match check_target(&target.url, settings.allow_private).await {
         Ok(checked) => checked,
         Err(refused) => {
-            tracing::warn!("not notifying of call `{}`: {refused}", text::escape(&entry.request.call_id));
+            tracing::warn!("not notifying of {what}: {refused}");
             return;
         }
     };
@@ -288,10 +381,10 @@ async fn post(entry: &PendingEntry, target: &NotifyTarget, settings: &NotifySett
         .resolve(&host, addr)
         .build();
     let Ok(client) = client else {
-        tracing::warn!("not notifying: no HTTP client");
+        tracing::warn!("not notifying of {what}: no HTTP client");
         return;
     };
-    let body = body(entry, target.format, settings);
+    let body = body(event, target.format, settings);
     let mut request = client
         .post(&target.url)
         .header(reqwest::header::CONTENT_TYPE, "application/json");
@@ -304,17 +397,24 @@ async fn post(entry: &PendingEntry, target: &NotifyTarget, settings: &NotifySett
     match request.body(body).send().await {
         Ok(response) if response.status().is_success() => {}
         Ok(response) => tracing::warn!(
-            "notification of call `{}` to `{}`: answered {}",
-            text::escape(&entry.request.call_id),
+            "notification of {what} to `{}`: answered {}",
             text::escape(&host),
             response.status()
         ),
         Err(error) => tracing::warn!(
-            "notification of call `{}` to `{}` failed: {}",
-            text::escape(&entry.request.call_id),
+            "notification of {what} to `{}` failed: {}",
             text::escape(&host),
             text::escape(&error.without_url().to_string())
         ),
+    }
+}
+
+/// Posts `event` to every target, each on a task of its own (a slow receiver holds up no
+/// other).
+pub(super) fn tell(event: &Event, settings: &NotifySettings) {
+    for target in &settings.targets {
+        let (event, target, settings) = (event.clone(), target.clone(), settings.clone());
+        tokio::spawn(async move { post(&event, &target, &settings).await });
     }
 }
 
@@ -340,10 +440,7 @@ pub(super) async fn watch(state_dir: PathBuf, settings: NotifySettings, stop: Ca
             if !entry.waiting || entry.problem.is_some() || !told.insert(entry.request.call_id.clone()) {
                 continue;
             }
-            for target in &settings.targets {
-                let (entry, target, settings) = (entry.clone(), target.clone(), settings.clone());
-                tokio::spawn(async move { post(&entry, &target, &settings).await });
-            }
+            tell(&Event::CallHeld(entry), &settings);
         }
     }
 }
