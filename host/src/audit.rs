@@ -415,6 +415,12 @@ pub enum AuditKind {
     /// than it was asked). A restart that would have been less confined than the first start
     /// is not made: a `refusal` names the server and why.
     ServerStart,
+    /// A user's action in the web console that is not an answer (answers are
+    /// `approval-answered` records of the waiting gateway): a sign-in, an answer refused
+    /// because the user is not an approver of the call, a changed tool accepted. `principal`
+    /// is the console user; `detail` has the `action`, the user's `groups`, and what it
+    /// concerned.
+    Console,
 }
 
 impl fmt::Display for AuditKind {
@@ -432,6 +438,7 @@ impl fmt::Display for AuditKind {
             Self::Refusal => "refusal",
             Self::Recovered => "recovered",
             Self::ServerStart => "server-start",
+            Self::Console => "console",
         })
     }
 }

@@ -1162,7 +1162,31 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
     assert_eq!(bench.received().len(), 1, "{:?}", bench.received());
 
     toolward.shutdown().await;
-    let answers: Vec<Value> = crate::support::audit_records(&bench.state().join("audit.jsonl"))
+    let records = crate::support::audit_records(&bench.state().join("audit.jsonl"));
+    // The console's own actions are records too: each sign-in, each refused answer.
+    let console_actions: Vec<(String, String)> = records
+        .iter()
+        .filter(|record| record["kind"] == "console")
+        .map(|record| {
+            (
+                record["principal"].as_str().unwrap().to_owned(),
+                record["detail"]["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("alice", "sign-in"),
+        ("bob", "sign-in"),
+        ("carol", "sign-in"),
+        ("bob", "answer-refused"),
+        ("carol", "answer-refused"),
+    ] {
+        assert!(
+            console_actions.contains(&(expected.0.to_owned(), expected.1.to_owned())),
+            "{expected:?} in {console_actions:?}"
+        );
+    }
+    let answers: Vec<Value> = records
         .into_iter()
         .filter(|record| record["kind"] == "approval-answered")
         .collect();

@@ -43,6 +43,56 @@ pub(super) struct Shared {
     pub(super) approvers: Approvers,
 }
 
+impl Shared {
+    /// Records a console action of `user` (in `groups`) in the audit chain: `action`, with
+    /// `detail` merged into the record's detail. The log is opened for each record, with its
+    /// head: the console starts, and shows a broken chain, even when the log could not be
+    /// written; an action that cannot be recorded is logged instead.
+    pub(super) async fn record(
+        &self,
+        user: &str,
+        groups: &[String],
+        action: &'static str,
+        reason: String,
+        mut detail: serde_json::Map<String, serde_json::Value>,
+    ) {
+        detail.insert(String::from("action"), action.into());
+        if !groups.is_empty() {
+            detail.insert(String::from("groups"), groups.into());
+        }
+        let event = crate::audit::AuditEvent {
+            principal: Some(user.to_owned()),
+            reason: Some(reason),
+            detail: Some(serde_json::Value::Object(detail)),
+            ..crate::audit::AuditEvent::new(crate::audit::AuditKind::Console)
+        };
+        let (state_dir, audit_file) = (self.state_dir.clone(), self.audit_file.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            let state = StateDir::open(&state_dir).map_err(|e| e.to_string())?;
+            let log = crate::audit::AuditLog::open_with_head(
+                &audit_file,
+                crate::audit::AuditSync::Always,
+                &state,
+            )
+            .map_err(|e| e.to_string())?;
+            crate::audit::AuditStore::append(&log, event).map_err(|e| e.to_string())
+        })
+        .await;
+        match written {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::error!(
+                "console: cannot record `{}`'s {action} in the audit log: {}",
+                text::escape(user),
+                text::escape(&error)
+            ),
+            Err(_) => tracing::error!(
+                "console: cannot record `{}`'s {action} in the audit log",
+                text::escape(user)
+            ),
+        }
+    }
+}
+
 /// The signed-in user as an answerer: their name and groups, through the console.
 fn answerer(session: &Session) -> AnsweredBy {
     AnsweredBy::console_user(&session.user, &session.groups)
@@ -415,6 +465,15 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         );
     };
     tracing::info!("console: `{}` signed in", text::escape(&user));
+    shared
+        .record(
+            &user,
+            &[],
+            "sign-in",
+            String::from("signed in to the console with a named token"),
+            serde_json::Map::new(),
+        )
+        .await;
     let Some(key) = shared.sessions.get(&id).map(|session| session.key) else {
         return login_page(shared, StatusCode::SERVICE_UNAVAILABLE, Some("the session ended at once"), None);
     };
@@ -628,6 +687,20 @@ async fn answer(
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
             let message = text::escape(&text::error_chain(&error));
+            if let ApprovalError::NotAnApprover { reason, .. } = &error {
+                let mut detail = serde_json::Map::new();
+                detail.insert(String::from("call_id"), call_id.clone().into());
+                detail.insert(String::from("approve"), approve.into());
+                shared
+                    .record(
+                        &session.user,
+                        &session.groups,
+                        "answer-refused",
+                        reason.clone(),
+                        detail,
+                    )
+                    .await;
+            }
             return error_page(shared, session, status, &message);
         }
         Err(_) => {
