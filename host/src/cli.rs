@@ -1229,6 +1229,7 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     for message in toolward.report().messages() {
         tracing::warn!("{message}");
     }
+    let published = publish_state(&toolward, None);
     let settings = crate::gateway::GatewaySettings::from_config(toolward.config());
     let served = crate::gateway::serve_stdio(
         toolward.call_path().clone(),
@@ -1242,8 +1243,33 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
             Ok(())
         }
     };
+    if let Some(published) = published {
+        published.stop().await;
+    }
     toolward.shutdown().await;
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// Publishes the gateway's state for the console ([`crate::gateways`]); one that cannot is
+/// said in the log and serves on.
+fn publish_state(
+    toolward: &crate::Toolward,
+    listen: Option<std::net::SocketAddr>,
+) -> Option<crate::gateways::Publisher> {
+    crate::gateways::publish(
+        toolward.state(),
+        toolward.config().file.clone(),
+        toolward.report(),
+        toolward.call_path().registry(),
+        listen,
+    )
+    .map_err(|error| {
+        tracing::warn!(
+            "the console will not see this gateway: {}",
+            crate::text::error_chain(&error)
+        );
+    })
+    .ok()
 }
 
 async fn serve_http(
@@ -1285,6 +1311,7 @@ async fn serve_http(
             });
         }
     };
+    let published = publish_state(&toolward, Some(listening.addr));
     let registered = toolward.tools().count();
     errln!(
         "toolward serves {registered} tools at {} (streamable HTTP)",
@@ -1311,6 +1338,9 @@ async fn serve_http(
     shutdown_signal().await;
     tracing::info!("signal received: closing the servers");
     listening.stop().await;
+    if let Some(published) = published {
+        published.stop().await;
+    }
     toolward.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
@@ -1420,6 +1450,7 @@ async fn console(
         header_read_timeout: std::time::Duration::from_millis(config.listen.header_read_timeout_ms),
         max_connections: usize::try_from(config.listen.max_connections).unwrap_or(usize::MAX),
         notify,
+        config: Some(config.clone()),
     };
     let console = crate::console::serve_console(settings)
         .await

@@ -74,6 +74,7 @@ mod guard;
 pub mod notify;
 mod pages;
 mod session;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -168,6 +169,10 @@ pub struct ConsoleSettings {
     pub max_connections: usize,
     /// Who is told of held calls ([`notify`]); no targets, nobody.
     pub notify: NotifySettings,
+    /// The config the console was started with: "accept" of a changed tool on the tools
+    /// page writes its manifest, as `toolward pin --tool` does. `None`, or a config of
+    /// `store.postgres`: the page shows the command to run where the config is kept.
+    pub config: Option<crate::config::Config>,
 }
 
 impl std::fmt::Debug for ConsoleSettings {
@@ -287,6 +292,7 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         state_dir: settings.state_dir.clone(),
         audit_file: settings.audit_file.clone(),
         chain: Arc::clone(&chain),
+        tools: tools::Tools::new(settings.config.clone()),
     });
     let stop = CancellationToken::new();
     tokio::spawn(check_chain_forever(

@@ -132,8 +132,24 @@ impl Bench {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 64,
             notify,
+            config: Some(config.clone()),
         })
         .await
+    }
+
+    /// The server's listing from now on: tool `write` with `description`.
+    fn list_write_as(&self, description: &str) {
+        let listing = json!({"tools": [{
+            "name": "write",
+            "description": description,
+            "inputSchema": {"type": "object", "properties": {
+                "path": {"type": "string"}, "content": {"type": "string"}}},
+        }]});
+        let scenario = json!({
+            "pages": [listing.to_string()],
+            "calls_log": self.path().join("calls.jsonl"),
+        });
+        std::fs::write(self.path().join("s.json"), scenario.to_string()).unwrap();
     }
 }
 
@@ -957,4 +973,163 @@ async fn the_console_holds_the_other_loopback_address_of_its_port() {
         refused.to_string().contains("is taken by another program"),
         "{refused}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_page_shows_a_changed_tool_as_text_and_accept_repins_it_as_pin_tool_does() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    // The server changes its description after the pin: the load refuses `write`.
+    let changed = "writes a file </pre><script>alert('changed')</script>\tevil";
+    bench.list_write_as(changed);
+    let toolward = Toolward::start(bench.config()).await.unwrap();
+    assert!(toolward.tools().next().is_none());
+    let published = toolward::gateways::publish(
+        toolward.state(),
+        toolward.config().file.clone(),
+        toolward.report(),
+        toolward.call_path().registry(),
+        None,
+    )
+    .unwrap();
+    // What a gateway that ended without cleaning up left: shown as gone.
+    let gone_id = "01KGONE0000000000000000000";
+    let gone = json!({"id": gone_id, "config_file": null, "pid": 4242, "started_ms": 1,
+        "updated_ms": 1, "listen": null, "servers": []});
+    let gone_file = bench
+        .state()
+        .join("gateways")
+        .join(format!("{gone_id}.json"));
+    std::fs::write(&gone_file, gone.to_string()).unwrap();
+    std::fs::set_permissions(
+        &gone_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let console = bench.console().await;
+    let user = Signed::new(console.addr).await;
+
+    let page = user.get("/tools").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    // The refusal, its reason and the diff, every word of the server's shown as text.
+    assert!(
+        body.contains("REFUSED <code class=\"tool\">write</code>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("the description of tool `write` of server `s` changed since the pin"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "-writes a file &lt;script&gt;alert(&#x27;description&#x27;)&lt;&#x2f;script&gt;"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "+writes a file &lt;&#x2f;pre&gt;&lt;script&gt;alert(&#x27;changed&#x27;)&lt;&#x2f;script&gt;\\tevil"
+        ),
+        "{body}"
+    );
+    assert!(
+        !body.contains("<script>") && !body.contains("</pre><script") && !body.contains("\tevil"),
+        "{body}"
+    );
+    assert!(
+        body.contains("<span class=\"connection\">up</span>, not restarted"),
+        "{body}"
+    );
+    assert!(body.contains("name=\"tool\" value=\"write\""), "{body}");
+    assert!(
+        body.contains(&format!("id=\"gateway-{gone_id}\"")),
+        "{body}"
+    );
+    assert!(body.contains("GONE: process 4242 ended"), "{body}");
+    // The shell alone without the key, as for the other pages.
+    let shell = user.get_as("/tools", None).await;
+    assert!(shell.body.contains("id=\"shell\"") && !shell.body.contains("REFUSED"));
+
+    // A change from another site, or without the session's key, accepts nothing.
+    let manifest_before = std::fs::read(&bench.config().manifest).unwrap();
+    let cross = send(
+        console.addr,
+        "POST",
+        "/tools/accept",
+        &[
+            ("cookie", user.cookie.clone()),
+            ("x-toolward-key", user.key.clone()),
+            ("origin", String::from("http://evil.example")),
+        ],
+        Some(form(&[("server", "s"), ("tool", "write")])),
+    )
+    .await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
+    let keyless = user
+        .post_as("/tools/accept", &[("server", "s"), ("tool", "write")], None)
+        .await;
+    assert_eq!(keyless.status, 403, "{}", keyless.body);
+    assert_eq!(
+        std::fs::read(&bench.config().manifest).unwrap(),
+        manifest_before
+    );
+
+    // Accept: the manifest as `pin --tool s/write` writes it, and an audit record naming
+    // the user.
+    let config = bench.config();
+    let components = toolward::load::prepare_components(
+        &config,
+        config.guest.clone(),
+        &crate::support::state_of(&config),
+    )
+    .unwrap();
+    let expected = toolward::pin::tool::tool_change(&config, "s", "write", components.digests)
+        .await
+        .unwrap();
+    let accepted = user
+        .post("/tools/accept", &[("server", "s"), ("tool", "write")])
+        .await;
+    assert_eq!(accepted.status, 303, "{}", accepted.body);
+    let written = toolward::Manifest::read(&config.manifest).unwrap();
+    assert_eq!(written, expected.updated);
+    assert_eq!(written.servers["s"].tools["write"].description, changed);
+    let after = user.get("/tools").await.body;
+    assert!(
+        after.contains("accepted the change of tool `s&#x2f;write`")
+            && after.contains("accepted by `alice`")
+            && after.contains("restart this gateway to serve it"),
+        "{after}"
+    );
+    let records = crate::support::audit_records(&bench.state().join("audit.jsonl"));
+    let record = records
+        .iter()
+        .find(|r| r["kind"] == "pin-accepted")
+        .unwrap_or_else(|| panic!("{records:#?}"));
+    assert_eq!(record["server"], "s");
+    assert_eq!(record["upstream_tool"], "write");
+    assert_eq!(record["answered_by"]["channel"], "console");
+    assert_eq!(record["answered_by"]["answerer"], "alice");
+    assert!(
+        record["detail"]["diff"].as_str().unwrap().contains("write"),
+        "{record:#}"
+    );
+
+    // A gateway started now serves the accepted tool; the one that stopped cleanly is gone
+    // from the page.
+    published.stop().await;
+    toolward.shutdown().await;
+    let restarted = Toolward::start(bench.config()).await.unwrap();
+    assert_eq!(
+        restarted
+            .tools()
+            .map(|t| t.exposed_name.as_str())
+            .collect::<Vec<_>>(),
+        ["s__write"]
+    );
+    restarted.shutdown().await;
+    std::fs::remove_file(&gone_file).unwrap();
+    let empty = user.get("/tools").await.body;
+    assert!(empty.contains("id=\"no-gateways\""), "{empty}");
+    console.stop().await;
 }
