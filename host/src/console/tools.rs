@@ -336,29 +336,22 @@ pub(super) async fn accept(
         return error_page(shared, session, StatusCode::CONFLICT, &message);
     };
     let _one = shared.tools.accepting.lock().await;
-    let state = match StateDir::open(&config.state_dir) {
-        Ok(state) => state,
-        Err(error) => {
-            let message = text::escape(&text::error_chain(&error));
-            return error_page(shared, session, StatusCode::INTERNAL_SERVER_ERROR, &message);
-        }
-    };
-    let components = {
+    // The components' hashes, as the load computes them: the manifest pins them too.
+    let prepared = {
         let config = Arc::clone(&config);
-        let state = state.path().to_owned();
         tokio::task::spawn_blocking(move || {
-            let state = StateDir::open(&state).map_err(|e| text::error_chain(&e))?;
+            let state = StateDir::open(&config.state_dir).map_err(|e| text::error_chain(&e))?;
             crate::load::prepare_components(&config, config.guest.clone(), &state)
-                .map(|components| components.digests)
+                .map(|components| (state, components.digests))
                 .map_err(|e| text::error_chain(&e))
         })
         .await
     };
-    let digests = match components {
-        Ok(Ok(digests)) => digests,
+    let (state, digests) = match prepared {
+        Ok(Ok(prepared)) => prepared,
         Ok(Err(error)) => {
             let message = format!(
-                "`{shown}` was not accepted: the components could not be prepared: {}",
+                "`{shown}` was not accepted: the state folder or the components could not be prepared: {}",
                 text::escape(&error)
             );
             return error_page(shared, session, StatusCode::INTERNAL_SERVER_ERROR, &message);
