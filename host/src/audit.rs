@@ -10,7 +10,7 @@
 //! | `seq`  | position in the log, `0` for the first record, `+1` for each record after it |
 //! | `time` | milliseconds since the Unix epoch (UTC), from the host's clock; the same unit the WIT `call.time` uses, so a record and the call it describes compare directly |
 //! | `prev` | SHA-256, lowercase hex, of the previous line's bytes without its newline; 64 zeros for the first record |
-//! | `kind` | one of [`AuditKind`] (`load`, `server-start`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `result-decision`, `refusal`, `recovered`) |
+//! | `kind` | one of [`AuditKind`] (`load`, `server-start`, `call-received`, `decision`, `approval-asked`, `approval-answered`, `approval-forged`, `forwarded`, `result`, `result-decision`, `refusal`, `recovered`, `pin-accepted`) |
 //! | ...    | the event fields of [`AuditEvent`] that apply; an absent field is left out, never `null` |
 //!
 //! Changing, inserting or deleting a line breaks the chain at the first line after the change
@@ -421,6 +421,10 @@ pub enum AuditKind {
     /// is the console user; `detail` has the `action`, the user's `groups`, and what it
     /// concerned.
     Console,
+    /// A person accepted a tool's change from the web console, as `toolward pin --tool`
+    /// does: `server`, `upstream_tool`, `answered_by` (the channel `console` and the signed-in
+    /// user), and in `detail` the manifest written and the change (`diff`).
+    PinAccepted,
 }
 
 impl fmt::Display for AuditKind {
@@ -439,6 +443,7 @@ impl fmt::Display for AuditKind {
             Self::Recovered => "recovered",
             Self::ServerStart => "server-start",
             Self::Console => "console",
+            Self::PinAccepted => "pin-accepted",
         })
     }
 }
@@ -543,7 +548,7 @@ pub struct AuditEvent {
     /// Why: the policy's reason, the refusal's message, the load problem.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// `approval-answered` only: the channel the approval went through and who answered
+    /// `approval-answered` and `pin-accepted` only: the channel the approval went through and who answered
     /// (`{"channel": "queue", "answerer": "alice", "uid": 1000}`); no `answerer` when nobody
     /// did.
     #[serde(default, skip_serializing_if = "Option::is_none")]

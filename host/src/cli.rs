@@ -1236,6 +1236,7 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     for message in toolward.report().messages() {
         tracing::warn!("{message}");
     }
+    let published = publish_state(&toolward, None);
     let settings = crate::gateway::GatewaySettings::from_config(toolward.config());
     let served = crate::gateway::serve_stdio(
         toolward.call_path().clone(),
@@ -1249,8 +1250,33 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
             Ok(())
         }
     };
+    if let Some(published) = published {
+        published.stop().await;
+    }
     toolward.shutdown().await;
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// Publishes the gateway's state for the console ([`crate::gateways`]); one that cannot is
+/// said in the log and serves on.
+fn publish_state(
+    toolward: &crate::Toolward,
+    listen: Option<std::net::SocketAddr>,
+) -> Option<crate::gateways::Publisher> {
+    crate::gateways::publish(
+        toolward.state(),
+        toolward.config().file.clone(),
+        toolward.report(),
+        toolward.call_path().registry(),
+        listen,
+    )
+    .map_err(|error| {
+        tracing::warn!(
+            "the console will not see this gateway: {}",
+            crate::text::error_chain(&error)
+        );
+    })
+    .ok()
 }
 
 async fn serve_http(
@@ -1292,6 +1318,7 @@ async fn serve_http(
             });
         }
     };
+    let published = publish_state(&toolward, Some(listening.addr));
     let registered = toolward.tools().count();
     errln!(
         "toolward serves {registered} tools at {} (streamable HTTP)",
@@ -1318,6 +1345,9 @@ async fn serve_http(
     shutdown_signal().await;
     tracing::info!("signal received: closing the servers");
     listening.stop().await;
+    if let Some(published) = published {
+        published.stop().await;
+    }
     toolward.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
@@ -1428,6 +1458,7 @@ async fn console(
         max_connections: usize::try_from(config.listen.max_connections).unwrap_or(usize::MAX),
         notify,
         approvers: config.approvers.clone(),
+        config: Some(config.clone()),
     };
     let console = crate::console::serve_console(settings)
         .await

@@ -1,5 +1,6 @@
 //! The web console (`toolward console`): the held calls of the state folder's queue answered
-//! from a browser, and the audit chain read there, on loopback by default.
+//! from a browser, the audit chain read there, and the gateways' servers and refused tools,
+//! a changed tool accepted from its diff, on loopback by default.
 //!
 //! # Contract
 //!
@@ -56,13 +57,24 @@
 //!    HMAC-SHA256, or a Slack-compatible message with its markup escaped; https only (http to
 //!    a loopback IP for a local receiver), private addresses refused unless allowed.
 //!
+//! 8. **Tools and servers.** `/tools` shows every gateway's published state
+//!    ([`gateways`]): servers, restarts, confinement, tools refused at load with their
+//!    reason and diff, escaped as text; a gateway whose lock is free is shown as gone.
+//!    Accept on a refused tool that is pinned does what `toolward pin --tool` does
+//!    ([`tool_change`]) against [`ConsoleSettings::config`]'s manifest, a `POST` with the
+//!    guards of 6, recorded first as a `pin-accepted` audit record naming the user; the page
+//!    says the gateway must restart (it loads its pins at start). Elsewhere it shows the
+//!    command to run.
+//!
 //! Not here yet (issue 32): a PostgreSQL store (the console refuses `store.postgres`),
 //! OpenID Connect sign-in, TLS built in (run it behind a TLS proxy and name the proxy's
-//! origin in `public_origins`), approvers by role, the tools and servers page, notifications
-//! of a refused tool at load or of a broken chain, and a `notify` section in the config (the
+//! origin in `public_origins`), approvers by role, a table of gateways in PostgreSQL,
+//! notifications of a refused tool at load or of a broken chain, and a `notify` section in the config (the
 //! targets are `toolward console`'s flags).
 //!
 //! [`NOTIFY_POLL_INTERVAL`]: notify::NOTIFY_POLL_INTERVAL
+//! [`gateways`]: crate::gateways
+//! [`tool_change`]: crate::pin::tool::tool_change
 //!
 //! [`list_queue`]: crate::approval::list_queue
 //! [`display_arguments`]: crate::approval::display_arguments
@@ -74,6 +86,7 @@ mod guard;
 pub mod notify;
 mod pages;
 mod session;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -172,6 +185,10 @@ pub struct ConsoleSettings {
     /// answers only those, and reads the audit of only their servers. Without rules, every
     /// user everything.
     pub approvers: crate::identity::Approvers,
+    /// The config the console was started with: "accept" of a changed tool on the tools
+    /// page writes its manifest, as `toolward pin --tool` does. `None`, or a config of
+    /// `store.postgres`: the page shows the command to run where the config is kept.
+    pub config: Option<crate::config::Config>,
 }
 
 impl std::fmt::Debug for ConsoleSettings {
@@ -292,6 +309,7 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         audit_file: settings.audit_file.clone(),
         chain: Arc::clone(&chain),
         approvers: settings.approvers.clone(),
+        tools: tools::Tools::new(settings.config.clone()),
     });
     let stop = CancellationToken::new();
     let mut notify = settings.notify.clone();

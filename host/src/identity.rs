@@ -230,23 +230,47 @@ impl Approvers {
                 "{who} made this call, and a principal does not answer its own held calls (`approvers.allow_self_approval` is false)"
             ));
         }
-        let names = |rule: &ApproverRule| match by.channel {
-            Channel::Queue | Channel::Terminal => rule.os_users.contains(&name),
-            _ => {
-                rule.users.contains(&name) || by.groups.iter().any(|g| rule.groups.contains(g))
-            }
-        };
         let covers = |rule: &ApproverRule| {
             (rule.servers.is_empty() || rule.servers.iter().any(|s| s == call.server))
                 && (rule.effects.is_empty() || rule.effects.iter().any(|e| e == call.effect))
         };
-        if self.rules.iter().any(|rule| names(rule) && covers(rule)) {
+        if self.rules.iter().any(|rule| names(rule, by, &name) && covers(rule)) {
             Ok(())
         } else {
             Err(format!(
                 "{who} is not an approver of the {} calls of server `{}` (`approvers.rules`)",
                 text::escape(call.effect),
                 text::escape(call.server)
+            ))
+        }
+    }
+
+    /// Whether `by` may accept a changed tool of `server` in the console (what `toolward pin
+    /// --tool` does): always without rules; otherwise a rule must name them for that server
+    /// (or every server) and every effect, since an accepted tool is called at every effect
+    /// its rules give it.
+    ///
+    /// # Errors
+    ///
+    /// The reason, naming the answerer and the server.
+    pub fn may_accept(&self, by: &AnsweredBy, server: &str) -> Result<(), String> {
+        if !self.named() {
+            return Ok(());
+        }
+        let Some(name) = answerer_name(by) else {
+            return Err(format!("{by} names nobody, and approvers are named (`approvers.rules`)"));
+        };
+        let accepts = self.rules.iter().any(|rule| {
+            names(rule, by, &name)
+                && rule.effects.is_empty()
+                && (rule.servers.is_empty() || rule.servers.iter().any(|s| s == server))
+        });
+        if accepts {
+            Ok(())
+        } else {
+            Err(format!(
+                "{by} may not accept the tools of server `{}`: that takes a rule of `approvers.rules` naming them for it with every effect",
+                text::escape(server)
             ))
         }
     }
@@ -262,17 +286,22 @@ impl Approvers {
             return false;
         };
         self.rules.iter().any(|rule| {
-            let names = match by.channel {
-                Channel::Queue | Channel::Terminal => rule.os_users.contains(&name),
-                _ => {
-                    rule.users.contains(&name)
-                        || by.groups.iter().any(|g| rule.groups.contains(g))
-                }
-            };
-            names
+            names(rule, by, &name)
                 && (rule.servers.is_empty()
                     || server.is_some_and(|server| rule.servers.iter().any(|s| s == server)))
         })
+    }
+}
+
+/// Whether `rule` names the answerer `by`, judged by `name`: an operating-system user by
+/// `os_users`; anyone else by `users` or, for a console user, one of their `groups`.
+fn names(rule: &ApproverRule, by: &AnsweredBy, name: &str) -> bool {
+    match by.channel {
+        Channel::Queue | Channel::Terminal => rule.os_users.iter().any(|u| u == name),
+        _ => {
+            rule.users.iter().any(|u| u == name)
+                || by.groups.iter().any(|g| rule.groups.contains(g))
+        }
     }
 }
 
@@ -442,6 +471,23 @@ mod tests {
         assert_eq!(approvers.may_answer(&AnsweredBy::principal("ci"), &own), Ok(()));
         // Allowed to answer their own, still only where a rule names them.
         assert!(approvers.may_answer(&holder, &own).unwrap_err().contains("not an approver"));
+    }
+
+    #[test]
+    fn accepting_a_changed_tool_takes_a_rule_for_its_server_at_every_effect() {
+        let approvers = rules();
+        // Alice answers only fs's local changes: accepting a tool is more than that.
+        let alice = AnsweredBy::console_user("alice", &[]);
+        assert!(approvers.may_accept(&alice, "fs").unwrap_err().contains("may not accept"));
+        let mut wider = approvers.clone();
+        wider.rules.push(ApproverRule {
+            users: vec![String::from("alice")],
+            servers: vec![String::from("fs")],
+            ..ApproverRule::default()
+        });
+        assert_eq!(wider.may_accept(&alice, "fs"), Ok(()));
+        assert!(wider.may_accept(&alice, "git").is_err());
+        assert_eq!(Approvers::default().may_accept(&alice, "git"), Ok(()));
     }
 
     #[test]

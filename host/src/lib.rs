@@ -27,7 +27,7 @@
 //! | 8 | listing, registry | `tools/list`; the tools as the model sees them |
 //! | 9 | pin, call, cedar | pinning a server's tools; the call path; Cedar policies |
 //! | 10 | load, gateway, supervise | the load; the MCP server side; restarts |
-//! | 11 | start, listen, init | the embedder's entry; `serve --listen`; `init` |
+//! | 11 | start, listen, init, gateways | the embedder's entry; `serve --listen`; `init`; the state each gateway publishes for the console |
 //! | 12 | console | `toolward console`: held calls and the audit in a browser |
 //!
 //! The command line (`main.rs`, `cli`) is above every floor and reaches the library only
@@ -43,7 +43,7 @@
 //!
 //! | feature | gates | dependencies |
 //! |---|---|---|
-//! | `gateway` | the MCP server side (`gateway`) | rmcp, tokio-util |
+//! | `gateway` | the MCP server side (`gateway`), and the state each gateway publishes for the console (`gateways`) | rmcp, tokio-util |
 //! | `listen` | `serve --listen` (`listen`); needs `gateway` | hyper, hyper-util, http-body-util, tower-service |
 //! | `console` | `toolward console`, the web console over the state folder, and its notifications of held calls (`console`); needs `listen` and `http-upstream` | minijinja (templates only, autoescaping), form_urlencoded |
 //! | `listen-oauth` | `listen.oauth`, the listener as an OAuth 2.1 resource server (`listen::oauth`); needs `listen` and `http-upstream` | jsonwebtoken (no crypto feature: its signatures are checked with ring, which rustls already brings) |
@@ -101,6 +101,8 @@ modules!(
     facts,
     #[cfg(feature = "gateway")]
     gateway,
+    #[cfg(feature = "gateway")]
+    gateways,
     #[cfg(feature = "listen")]
     http_server,
     identity,

@@ -173,6 +173,8 @@ pub struct Registry {
     /// Tools taken out after the load (a restarted server no longer matched their pin), by
     /// exposed name, with the reason.
     withdrawn: RwLock<BTreeMap<String, String>>,
+    /// How many times each server was restarted since the load, by server.
+    restarts: Mutex<BTreeMap<String, u64>>,
     /// What the client should hear about after the load (a server failed, restarted,
     /// changed its tool list), as one-line warnings.
     client_messages: broadcast::Sender<String>,
@@ -195,6 +197,7 @@ impl Default for Registry {
             tools: BTreeMap::new(),
             upstreams: BTreeMap::new(),
             withdrawn: RwLock::new(BTreeMap::new()),
+            restarts: Mutex::new(BTreeMap::new()),
             client_messages: broadcast::Sender::new(CLIENT_MESSAGES),
             recent: Mutex::new(VecDeque::with_capacity(CLIENT_MESSAGES)),
             absent: BTreeMap::new(),
@@ -297,7 +300,23 @@ impl Registry {
             return Err(upstream);
         }
         *connection = Connection::Up(upstream);
+        *self
+            .restarts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(server.to_owned())
+            .or_default() += 1;
         Ok(())
+    }
+
+    /// How many times `server` was restarted since the load (each restart put in place).
+    pub fn restarts(&self, server: &str) -> u64 {
+        self.restarts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(server)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Server names the load connected.
@@ -321,6 +340,14 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .get(exposed_name)
             .cloned()
+    }
+
+    /// Every tool withdrawn since the load, by exposed name, with the reason.
+    pub fn withdrawn_tools(&self) -> BTreeMap<String, String> {
+        self.withdrawn
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Sends a one-line warning to every client listening (see

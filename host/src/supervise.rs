@@ -133,7 +133,7 @@ pub fn start_record(server: &str, attempt: u64, upstream: &Upstream) -> AuditEve
     }
 }
 
-fn confinement_detail(c: &Confinement) -> serde_json::Value {
+pub(crate) fn confinement_detail(c: &Confinement) -> serde_json::Value {
     serde_json::json!({
         "landlock_abi": c.abi,
         "namespaces": c.namespaces.is_ok(),

@@ -142,8 +142,25 @@ impl Bench {
             max_connections: 64,
             notify,
             approvers: config.approvers.clone(),
+
+            config: Some(config.clone()),
         })
         .await
+    }
+
+    /// The server's listing from now on: tool `write` with `description`.
+    fn list_write_as(&self, description: &str) {
+        let listing = json!({"tools": [{
+            "name": "write",
+            "description": description,
+            "inputSchema": {"type": "object", "properties": {
+                "path": {"type": "string"}, "content": {"type": "string"}}},
+        }]});
+        let scenario = json!({
+            "pages": [listing.to_string()],
+            "calls_log": self.path().join("calls.jsonl"),
+        });
+        std::fs::write(self.path().join("s.json"), scenario.to_string()).unwrap();
     }
 }
 
@@ -1126,6 +1143,20 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
     );
     assert!(bench.received().is_empty());
 
+    // Answering the local changes of `s` is not accepting its tools' changes: that takes a
+    // rule for every effect.
+    let accept = alice
+        .post("/tools/accept", &[("server", "s"), ("tool", "write")])
+        .await;
+    assert_eq!(accept.status, 403, "{}", accept.body);
+    assert!(
+        accept
+            .body
+            .contains("may not accept the tools of server `s`"),
+        "{}",
+        accept.body
+    );
+
     // Alice sees it and approves it: the call goes through, recorded as hers.
     let list = alice.get("/approvals/list").await;
     assert!(list.body.contains(&first.call_id), "{}", list.body);
@@ -1180,6 +1211,7 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
         ("carol", "sign-in"),
         ("bob", "answer-refused"),
         ("carol", "answer-refused"),
+        ("alice", "accept-refused"),
     ] {
         assert!(
             console_actions.contains(&(expected.0.to_owned(), expected.1.to_owned())),
@@ -1203,5 +1235,195 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
         "{}",
         answers[1]
     );
+    console.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_page_shows_a_changed_tool_as_text_and_accept_repins_it_as_pin_tool_does() {
+    let Some(_) = toolward_binary() else { return };
+    let bench = Bench::new().await;
+    // The server changes its description after the pin: the load refuses `write`.
+    let changed = "writes a file </pre><script>alert('changed')</script>\tevil";
+    bench.list_write_as(changed);
+    let toolward = Toolward::start(bench.config()).await.unwrap();
+    assert!(toolward.tools().next().is_none());
+    let published = toolward::gateways::publish(
+        toolward.state(),
+        toolward.config().file.clone(),
+        toolward.report(),
+        toolward.call_path().registry(),
+        None,
+    )
+    .unwrap();
+    // What a gateway that ended without cleaning up left: shown as gone.
+    let gone_id = "01KGONE0000000000000000000";
+    let gone = json!({"id": gone_id, "config_file": null, "pid": 4242, "started_ms": 1,
+        "updated_ms": 1, "listen": null, "servers": []});
+    let gone_file = bench
+        .state()
+        .join("gateways")
+        .join(format!("{gone_id}.json"));
+    std::fs::write(&gone_file, gone.to_string()).unwrap();
+    std::fs::set_permissions(
+        &gone_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    // The console tells its notification targets of the refusal, once.
+    let (hook, mut received) = receiver().await;
+    let console = bench
+        .console_notifying(NotifySettings {
+            targets: vec![NotifyTarget {
+                url: format!("http://{hook}/hook"),
+                format: NotifyFormat::Webhook,
+            }],
+            secret: Some(b"a shared secret of the receiver".to_vec()),
+            include_arguments: false,
+            allow_private: false,
+            link_base: String::from("https://console.example"),
+        })
+        .await;
+    let (_, _, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
+        .await
+        .expect("no notification of the refused tool within 5 s")
+        .unwrap();
+    let told: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(told["event"], "tool-refused", "{body}");
+    assert_eq!(
+        (told["server"].as_str(), told["tool"].as_str()),
+        (Some("s"), Some("write"))
+    );
+    assert!(
+        told["reason"]
+            .as_str()
+            .unwrap()
+            .contains("changed since the pin"),
+        "{body}"
+    );
+    assert_eq!(told["link"], "https://console.example/tools");
+    let user = Signed::new(console.addr).await;
+
+    let page = user.get("/tools").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    // The refusal, its reason and the diff, every word of the server's shown as text.
+    assert!(
+        body.contains("REFUSED <code class=\"tool\">write</code>"),
+        "{body}"
+    );
+    assert!(
+        body.contains("the description of tool `write` of server `s` changed since the pin"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "-writes a file &lt;script&gt;alert(&#x27;description&#x27;)&lt;&#x2f;script&gt;"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "+writes a file &lt;&#x2f;pre&gt;&lt;script&gt;alert(&#x27;changed&#x27;)&lt;&#x2f;script&gt;\\tevil"
+        ),
+        "{body}"
+    );
+    assert!(
+        !body.contains("<script>") && !body.contains("</pre><script") && !body.contains("\tevil"),
+        "{body}"
+    );
+    assert!(
+        body.contains("<span class=\"connection\">up</span>, not restarted"),
+        "{body}"
+    );
+    assert!(body.contains("name=\"tool\" value=\"write\""), "{body}");
+    assert!(
+        body.contains(&format!("id=\"gateway-{gone_id}\"")),
+        "{body}"
+    );
+    assert!(body.contains("GONE: process 4242 ended"), "{body}");
+    // The shell alone without the key, as for the other pages.
+    let shell = user.get_as("/tools", None).await;
+    assert!(shell.body.contains("id=\"shell\"") && !shell.body.contains("REFUSED"));
+
+    // A change from another site, or without the session's key, accepts nothing.
+    let manifest_before = std::fs::read(&bench.config().manifest).unwrap();
+    let cross = send(
+        console.addr,
+        "POST",
+        "/tools/accept",
+        &[
+            ("cookie", user.cookie.clone()),
+            ("x-toolward-key", user.key.clone()),
+            ("origin", String::from("http://evil.example")),
+        ],
+        Some(form(&[("server", "s"), ("tool", "write")])),
+    )
+    .await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
+    let keyless = user
+        .post_as("/tools/accept", &[("server", "s"), ("tool", "write")], None)
+        .await;
+    assert_eq!(keyless.status, 403, "{}", keyless.body);
+    assert_eq!(
+        std::fs::read(&bench.config().manifest).unwrap(),
+        manifest_before
+    );
+
+    // Accept: the manifest as `pin --tool s/write` writes it, and an audit record naming
+    // the user.
+    let config = bench.config();
+    let components = toolward::load::prepare_components(
+        &config,
+        config.guest.clone(),
+        &crate::support::state_of(&config),
+    )
+    .unwrap();
+    let expected = toolward::pin::tool::tool_change(&config, "s", "write", components.digests)
+        .await
+        .unwrap();
+    let accepted = user
+        .post("/tools/accept", &[("server", "s"), ("tool", "write")])
+        .await;
+    assert_eq!(accepted.status, 303, "{}", accepted.body);
+    let written = toolward::Manifest::read(&config.manifest).unwrap();
+    assert_eq!(written, expected.updated);
+    assert_eq!(written.servers["s"].tools["write"].description, changed);
+    let after = user.get("/tools").await.body;
+    assert!(
+        after.contains("accepted the change of tool `s&#x2f;write`")
+            && after.contains("accepted by `alice`")
+            && after.contains("restart this gateway to serve it"),
+        "{after}"
+    );
+    let records = crate::support::audit_records(&bench.state().join("audit.jsonl"));
+    let record = records
+        .iter()
+        .find(|r| r["kind"] == "pin-accepted")
+        .unwrap_or_else(|| panic!("{records:#?}"));
+    assert_eq!(record["server"], "s");
+    assert_eq!(record["upstream_tool"], "write");
+    assert_eq!(record["answered_by"]["channel"], "console");
+    assert_eq!(record["answered_by"]["answerer"], "alice");
+    assert!(
+        record["detail"]["diff"].as_str().unwrap().contains("write"),
+        "{record:#}"
+    );
+
+    // A gateway started now serves the accepted tool; the one that stopped cleanly is gone
+    // from the page.
+    published.stop().await;
+    toolward.shutdown().await;
+    let restarted = Toolward::start(bench.config()).await.unwrap();
+    assert_eq!(
+        restarted
+            .tools()
+            .map(|t| t.exposed_name.as_str())
+            .collect::<Vec<_>>(),
+        ["s__write"]
+    );
+    restarted.shutdown().await;
+    std::fs::remove_file(&gone_file).unwrap();
+    let empty = user.get("/tools").await.body;
+    assert!(empty.contains("id=\"no-gateways\""), "{empty}");
     console.stop().await;
 }

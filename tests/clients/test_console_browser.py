@@ -14,7 +14,12 @@ nothing). On a temp copy of examples/mcp with a named token:
    browser sends a host's cookies to every port) and uses it, which shows nothing of the
    session and answers nothing; the browser then denies the call with a reason, which the
    client receives;
-4. the console's pages ran no inline script and no framing is allowed.
+4. the audit page shows the answers and the chain intact;
+5. the pin of `fs/create_directory` is changed, as if the server's description changed since
+   it: a running `toolward serve` refuses the tool and publishes it; the tools page shows the
+   refusal and its diff, and Accept re-pins the tool as `toolward pin --tool` does (the
+   manifest holds the server's description again) and says the gateway must restart;
+6. the console's pages ran no inline script and no framing is allowed.
 
 Run with the venv install.sh makes for it:
 
@@ -25,6 +30,7 @@ Closes with `console-browser: N passed, N failed (S s)`; exit 1 when anything fa
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import os
@@ -165,6 +171,49 @@ def held_article(driver, known: set[str], timeout: float):
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(found)
 
 
+def accept_changed_tool(report: Report, driver, ex, url: str) -> None:
+    """Step 5: the tools page shows a gateway's refusal with its diff; Accept re-pins it."""
+    manifest_path = ex.folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    pinned = manifest["servers"]["fs"]["tools"]["create_directory"]
+    listed = pinned["description"]
+    pinned["description"] = "An older description <b>pinned</b> before the server changed it."
+    pinned["description_sha256"] = hashlib.sha256(pinned["description"].encode()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    gateway = subprocess.Popen(ex.serve_argv(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((ex.state / "gateways").glob("*.json")):
+            time.sleep(0.1)
+        driver.get(url + "/tools")
+        refused = WebDriverWait(driver, 10).until(EC.presence_of_element_located(
+            (By.CSS_SELECTOR, "section.gateway:not(.gone) div.refused-tool[data-tool='create_directory']")))
+        diff = refused.find_element(By.CSS_SELECTOR, "pre.diff").text
+        report.check("the tools page shows the running gateway's refusal of the changed tool "
+                     "with its diff, the server's words as text",
+                     "changed since the pin" in refused.text
+                     and "-An older description <b>pinned</b>" in diff
+                     and "+" + listed[:40] in diff, diff[:500])
+        refused.find_element(By.CSS_SELECTOR, "button.accept").click()
+        flash = WebDriverWait(driver, 60).until(
+            EC.presence_of_element_located((By.ID, "flash"))).text
+        repinned = json.loads(manifest_path.read_text())["servers"]["fs"]["tools"]["create_directory"]
+        report.check("Accept re-pins the tool from what the server lists, as `pin --tool` does, "
+                     "and says the gateway must restart",
+                     "accepted the change of tool `fs/create_directory`" in flash
+                     and "restart" in flash and repinned["description"] == listed, flash)
+    finally:
+        if gateway.stdin is not None:
+            gateway.stdin.close()
+        try:
+            gateway.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            gateway.kill()
+    report.check("a gateway that ended cleanly removed its published state",
+                 not list((ex.state / "gateways").glob("*.json")))
+
+
 def scenario(report: Report) -> None:
     ex = example_copy("toolward-console-browser-")
     config = json.loads(ex.config.read_text())
@@ -283,6 +332,9 @@ def scenario(report: Report) -> None:
         records = driver.find_element(By.ID, "records").text
         report.check("the audit page lists the held calls",
                      first_id in records and second_id in records, records[:500])
+        # 5. A changed tool, refused by a running gateway, accepted from its diff.
+        accept_changed_tool(report, driver, ex, url)
+
         errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"
                   and "Content Security Policy" in e.get("message", "")]
         report.check("no page of the console broke its own Content-Security-Policy",

@@ -18,7 +18,7 @@ use crate::manifest::Manifest;
 
 use super::{
     AuditFilterArgs, ClientCommand, EXIT_FAILURE, EXIT_FOUND, Failure, failure, open_state,
-    read_component, read_config, read_manifest, usage,
+    read_component, read_config, usage,
 };
 
 /// The config at `path` for commands that start no server (`client`, `audit show`,
@@ -288,30 +288,16 @@ pub(super) async fn pin_tool(
 ) -> Result<ExitCode, Failure> {
     let (server, tool) = crate::pin::tool::parse_server_tool(given).map_err(usage)?;
     let config = read_config(config_path)?;
-    let existing = read_manifest(&config)?;
-    if !config.servers.contains_key(server) {
-        return Err(usage(anyhow!("server `{server}` is not in the config")));
-    }
     let state = open_state(&config)?;
     let components =
         crate::load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
-    let outcome = crate::pin::pin(
-        &config,
-        Some(server),
-        Some(&existing),
-        components.digests.clone(),
-    )
-    .await
-    .map_err(failure)?;
-    if let Some(error) = outcome.failures.get(server) {
-        return Err(failure(anyhow!(
-            "server `{server}` could not be listed: {}",
-            crate::text::error_chain(error)
-        )));
-    }
-    let updated =
-        crate::pin::tool::repin_tool(&existing, &outcome.manifest, server, tool).map_err(usage)?;
-    let diff = crate::manifest::diff(&existing, &updated);
+    let crate::pin::tool::ToolChange { updated, diff, .. } =
+        crate::pin::tool::tool_change(&config, server, tool, components.digests)
+            .await
+            .map_err(|error| match error {
+                crate::pin::tool::ToolPinError::NotListed { .. } => failure(error),
+                other => usage(other),
+            })?;
     if diff.is_empty() {
         outln!("tool `{tool}` of server `{server}` matches its pin: nothing to accept")?;
         return Ok(ExitCode::SUCCESS);

@@ -236,7 +236,6 @@ pub(super) enum Event {
         problem: String,
     },
     /// A gateway refused a tool at load (a pin that changed, a hint, a hidden character).
-    #[expect(dead_code, reason = "posted once the gateways publish their refused tools")]
     ToolRefused {
         /// The gateway's config file, as the gateway published it.
         gateway: String,
@@ -420,17 +419,58 @@ pub(super) fn tell(event: &Event, settings: &NotifySettings) {
 }
 
 /// Watches the queue under `state_dir` and notifies every target of each call newly held,
-/// once, until `stop`.
+/// once, and the gateways' published states for each tool a live gateway refused at load,
+/// once per run of the console, until `stop`.
 pub(super) async fn watch(state_dir: PathBuf, settings: NotifySettings, stop: CancellationToken) {
     if settings.targets.is_empty() {
         return;
     }
     let mut told: HashSet<String> = HashSet::new();
+    let mut refusals: HashSet<(String, String, String, String)> = HashSet::new();
     let mut interval = tokio::time::interval(NOTIFY_POLL_INTERVAL);
+    let mut ticks: u32 = 0;
     loop {
         tokio::select! {
             _ = interval.tick() => {}
             () = stop.cancelled() => return,
+        }
+        // The gateways' published states, every fifth tick (once a second): each tool a
+        // live gateway refused, once per console run.
+        ticks = ticks.wrapping_add(1);
+        if ticks % 5 == 1 {
+            let dir = state_dir.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                crate::state_dir::StateDir::open(&dir)
+                    .and_then(|state| crate::gateways::read_all(&state))
+            })
+            .await;
+            if let Ok(Ok((gateways, _))) = read {
+                for published in gateways.into_iter().filter(|p| p.live) {
+                    let gateway = published.state.config_file.as_ref().map_or_else(
+                        || published.state.id.clone(),
+                        |file| file.display().to_string(),
+                    );
+                    for server in published.state.servers {
+                        for refused in server.refused {
+                            let key = (
+                                published.state.id.clone(),
+                                server.server.clone(),
+                                refused.tool.clone(),
+                                refused.reason.clone(),
+                            );
+                            if refusals.insert(key) {
+                                let event = Event::ToolRefused {
+                                    gateway: gateway.clone(),
+                                    server: server.server.clone(),
+                                    tool: refused.tool,
+                                    reason: refused.reason,
+                                };
+                                tell(&event, &settings);
+                            }
+                        }
+                    }
+                }
+            }
         }
         let dir = state_dir.clone();
         let Ok(Ok(entries)) = tokio::task::spawn_blocking(move || list_queue(&dir)).await else {

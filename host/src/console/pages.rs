@@ -40,6 +40,7 @@ pub(super) struct Shared {
     pub(super) state_dir: PathBuf,
     pub(super) audit_file: PathBuf,
     pub(super) chain: Arc<Mutex<ChainState>>,
+    pub(super) tools: super::tools::Tools,
     pub(super) approvers: Approvers,
 }
 
@@ -94,7 +95,7 @@ impl Shared {
 }
 
 /// The signed-in user as an answerer: their name and groups, through the console.
-fn answerer(session: &Session) -> AnsweredBy {
+pub(super) fn answerer(session: &Session) -> AnsweredBy {
     AnsweredBy::console_user(&session.user, &session.groups)
 }
 
@@ -130,6 +131,7 @@ impl Pages {
             ("error.html", include_str!("templates/error.html")),
             ("shell.html", include_str!("templates/shell.html")),
             ("signed-in.html", include_str!("templates/signed-in.html")),
+            ("tools.html", include_str!("templates/tools.html")),
         ] {
             env.add_template(name, source)
                 .map_err(|error| ConsoleError::Templates(error.to_string()))?;
@@ -137,7 +139,7 @@ impl Pages {
         Ok(Pages { env })
     }
 
-    fn render(&self, name: &str, status: StatusCode, values: minijinja::Value) -> Response<Body> {
+    pub(super) fn render(&self, name: &str, status: StatusCode, values: minijinja::Value) -> Response<Body> {
         match self
             .env
             .get_template(name)
@@ -156,7 +158,7 @@ impl Pages {
     }
 }
 
-type Body = Full<Bytes>;
+pub(super) type Body = Full<Bytes>;
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -167,7 +169,7 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Resp
     response
 }
 
-fn redirect(to: &'static str) -> Response<Body> {
+pub(super) fn redirect(to: &'static str) -> Response<Body> {
     let mut response = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", String::new());
     response
         .headers_mut()
@@ -218,7 +220,16 @@ const MAX_COOKIE_VALUES: usize = 16;
 /// `Set-Cookie` values that remove cookies named `name` that another page of the same host
 /// planted on one of the console's paths (see [`cookie_value`]).
 fn planted_cleared(name: &str, secure: bool) -> Vec<String> {
-    ["/login", "/logout", "/approvals", "/approvals/list", "/approvals/answer", "/audit"]
+    [
+        "/login",
+        "/logout",
+        "/approvals",
+        "/approvals/list",
+        "/approvals/answer",
+        "/audit",
+        "/tools",
+        "/tools/accept",
+    ]
         .iter()
         .map(|path| {
             let mut text = format!("{name}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0");
@@ -249,7 +260,7 @@ async fn form(request: Request<Incoming>) -> Option<Vec<(String, String)>> {
     )
 }
 
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub(super) fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields
         .iter()
         .find(|(key, _)| key == name)
@@ -311,8 +322,8 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             (&Method::GET, "/", _) => redirect("/approvals"),
             // A page opened by its address: the shell, whose script asks again with the key
             // it holds, or goes to sign in.
-            (&Method::GET, "/approvals" | "/audit", None) => shell(shared),
-            (&Method::GET, "/approvals/list" | "/approvals" | "/audit", _) => unauthorized(
+            (&Method::GET, "/approvals" | "/audit" | "/tools", None) => shell(shared),
+            (&Method::GET, "/approvals/list" | "/approvals" | "/audit" | "/tools", _) => unauthorized(
                 "sign in first: no session of this console has this browser's key and cookie",
             ),
             (&Method::GET, _, _) => not_found(),
@@ -340,6 +351,13 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             approvals_page(shared, &session, Some(shown)).await
         }
         (&Method::GET, "/audit") => audit_page(shared, &session, request.uri().query()).await,
+        (&Method::GET, "/tools") => super::tools::page(shared, &session).await,
+        (&Method::POST, "/tools/accept") => {
+            let Some(fields) = form(request).await else {
+                return error_page(shared, &session, StatusCode::BAD_REQUEST, "the form could not be read (longer than the limit, or cut short)");
+            };
+            super::tools::accept(shared, &id, &session, &fields).await
+        }
         (&Method::POST, "/logout") => {
             shared.sessions.end(&id);
             tracing::info!("console: `{}` signed out", text::escape(&session.user));
@@ -360,7 +378,7 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             shared,
             &session,
             StatusCode::NOT_FOUND,
-            "no such page: the console has /approvals and /audit",
+            "no such page: the console has /approvals, /audit and /tools",
         ),
     }
 }
@@ -501,7 +519,7 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     response
 }
 
-fn error_page(
+pub(super) fn error_page(
     shared: &Shared,
     session: &Session,
     status: StatusCode,

@@ -3,11 +3,26 @@
 //! first time, or removed when the server no longer lists it); every other tool, the server's
 //! identity and the components keep their pins.
 
+use crate::config::Config;
 use crate::manifest::Manifest;
 
 /// Why one tool could not be re-pinned.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolPinError {
+    /// The manifest is missing or cannot be read.
+    #[error("manifest `{path}`: {reason}")]
+    Manifest {
+        /// Its path.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The config has no such server.
+    #[error("server `{server}` is not in the config")]
+    NotInConfig {
+        /// The server.
+        server: String,
+    },
     /// `SERVER/TOOL` was not given in that form.
     #[error("`{given}` is not `SERVER/TOOL` (for example `fs/read_file`)")]
     NotServerTool {
@@ -48,6 +63,69 @@ pub enum ToolPinError {
         /// Why.
         reason: String,
     },
+}
+
+/// One tool's change, ready to be accepted: the manifest as it is, the manifest with only
+/// that tool pinned again, and what differs.
+#[derive(Debug)]
+pub struct ToolChange {
+    /// The manifest as it is.
+    pub existing: Manifest,
+    /// The manifest with only the tool taken from the server's listing now.
+    pub updated: Manifest,
+    /// What accepting changes; empty when the tool matches its pin.
+    pub diff: crate::manifest::ManifestDiff,
+}
+
+/// What `toolward pin --tool SERVER/TOOL` does before it asks: reads `config`'s manifest,
+/// lists `server` again (with `component_hashes`, the components' hashes as the load
+/// computes them, for the manifest), and takes only `tool` from the new listing
+/// ([`repin_tool`]). Nothing is written: [`ToolChange::updated`] is what to write to accept
+/// it.
+///
+/// # Errors
+/// [`ToolPinError`]: no manifest or one that cannot be read, a server the config does not
+/// have, a server that cannot be listed, or what [`repin_tool`] refuses.
+pub async fn tool_change(
+    config: &Config,
+    server: &str,
+    tool: &str,
+    component_hashes: std::collections::BTreeMap<String, String>,
+) -> Result<ToolChange, ToolPinError> {
+    if !config.manifest.exists() {
+        return Err(ToolPinError::Manifest {
+            path: config.manifest.clone(),
+            reason: String::from("there is none: run `toolward pin` and review what it writes"),
+        });
+    }
+    let existing = Manifest::read(&config.manifest).map_err(|error| ToolPinError::Manifest {
+        path: config.manifest.clone(),
+        reason: crate::text::error_chain(&error),
+    })?;
+    if !config.servers.contains_key(server) {
+        return Err(ToolPinError::NotInConfig {
+            server: server.to_owned(),
+        });
+    }
+    let outcome = crate::pin::pin(config, Some(server), Some(&existing), component_hashes)
+        .await
+        .map_err(|error| ToolPinError::NotListed {
+            server: server.to_owned(),
+            reason: crate::text::error_chain(&error),
+        })?;
+    if let Some(error) = outcome.failures.get(server) {
+        return Err(ToolPinError::NotListed {
+            server: server.to_owned(),
+            reason: crate::text::error_chain(error),
+        });
+    }
+    let updated = repin_tool(&existing, &outcome.manifest, server, tool)?;
+    let diff = crate::manifest::diff(&existing, &updated);
+    Ok(ToolChange {
+        existing,
+        updated,
+        diff,
+    })
 }
 
 /// `SERVER/TOOL` split at its first `/` (server names have none; a tool's may).
