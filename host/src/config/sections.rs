@@ -421,6 +421,63 @@ impl fmt::Debug for IntrospectionConfig {
     }
 }
 
+/// The top-level `console`: what `toolward console` reads from the config beside its flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsoleConfig {
+    /// Sign-in with an OpenID provider (`console.oidc`); `None`: only the listener's named
+    /// tokens sign in.
+    pub oidc: Option<ConsoleOidcConfig>,
+}
+
+/// `console.oidc`: the console as an OpenID Connect relying party (authorization code with
+/// PKCE, the ID token verified; `docs/console.md`, "Signing in and who answers"). A user
+/// signed in this way is the ID token's `user_claim`, with the groups of its `groups_claim`.
+/// Its debug output leaves out the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConsoleOidcConfig {
+    /// The provider's issuer identifier (`console.oidc.issuer`): its discovery document is
+    /// read at `<issuer>/.well-known/openid-configuration` and must name exactly this
+    /// issuer, as must every ID token's `iss`. `https://`, or `http://` on a loopback host.
+    pub issuer: String,
+    /// The client id the provider issued to the console (`console.oidc.client_id`); every
+    /// ID token's `aud` must hold it.
+    pub client_id: String,
+    /// Its secret (`console.oidc.client_secret`, one `${NAME}` reference, or the content of
+    /// `console.oidc.client_secret_file`, trimmed); `None`: a public client, PKCE alone.
+    pub client_secret: Option<String>,
+    /// The claim naming the user (`console.oidc.user_claim`, default `sub`; `email`,
+    /// `preferred_username`): a non-empty string without control or hidden characters.
+    pub user_claim: String,
+    /// The claim listing the user's groups (`console.oidc.groups_claim`, default `groups`):
+    /// an array of strings (or one string); a user without it has no groups.
+    pub groups_claim: String,
+    /// The scopes asked for (`console.oidc.scopes`); `openid` is always asked for, first.
+    /// Default: `openid` alone; a provider may need `email`, `profile` or `groups` for the
+    /// claims named above.
+    pub scopes: Vec<String>,
+    /// The ID token signature algorithms accepted (`console.oidc.algorithms`, default
+    /// `DEFAULT_OAUTH_ALGORITHMS`), as for `listen.oauth.algorithms`: never `none` or `HS*`.
+    pub algorithms: Vec<String>,
+    /// Roots trusted beside the built-in ones for the requests to the provider
+    /// (`console.oidc.ca_file`, a PEM file); `None`: the built-in roots only.
+    pub ca_file: Option<CaBundle>,
+}
+
+impl fmt::Debug for ConsoleOidcConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsoleOidcConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| ".."))
+            .field("user_claim", &self.user_claim)
+            .field("groups_claim", &self.groups_claim)
+            .field("scopes", &self.scopes)
+            .field("algorithms", &self.algorithms)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
 /// `rules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RulesConfig {
