@@ -964,7 +964,8 @@ impl Reader<'_> {
             None => DEFAULT_PRINCIPAL_CLAIM.to_owned(),
             Some(value) => non_empty_str(value, &path.key("principal_claim"))?.to_owned(),
         };
-        let attribute_claims = names(map, path, "attribute_claims", "claim names")?.unwrap_or_default();
+        let attribute_claims =
+            names(map, path, "attribute_claims", "claim names")?.unwrap_or_default();
         let scopes_supported = scopes(map, path, "scopes_supported")?;
         let required_scopes = scopes(map, path, "required_scopes")?;
         let leeway_ms = match map.get("leeway_ms") {
