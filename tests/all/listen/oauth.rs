@@ -64,7 +64,7 @@ mod base64_url {
 }
 
 /// `oidc-provider`'s folder, or `None` after saying why (a failure under `CI`).
-fn provider_modules() -> Option<PathBuf> {
+pub(crate) fn provider_modules() -> Option<PathBuf> {
     let modules = real_servers().join("oidc-provider/node_modules");
     if modules.join("oidc-provider/package.json").is_file() {
         return Some(modules);
@@ -90,10 +90,10 @@ fn free_port() -> u16 {
 }
 
 /// A running provider, killed when dropped.
-struct Provider {
+pub(crate) struct Provider {
     child: tokio::process::Child,
     port: u16,
-    issuer: String,
+    pub(crate) issuer: String,
     dir: PathBuf,
     log: PathBuf,
 }
@@ -107,7 +107,12 @@ impl Drop for Provider {
 impl Provider {
     /// Starts provider.mjs in `dir` (a copy beside a link to `modules`) signing with the keys
     /// of `keys` (made when missing), naming `issuer` or its own URL.
-    async fn start(modules: &Path, dir: &Path, keys: &Path, issuer: Option<&str>) -> Provider {
+    pub(crate) async fn start(
+        modules: &Path,
+        dir: &Path,
+        keys: &Path,
+        issuer: Option<&str>,
+    ) -> Provider {
         Provider::start_with(modules, dir, keys, issuer, &[]).await
     }
 
@@ -169,7 +174,7 @@ impl Provider {
         provider
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 

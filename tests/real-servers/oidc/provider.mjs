@@ -24,6 +24,12 @@
 //   person enters the user code at `/device` (device-approve.mjs plays that browser), and the
 //   identity is the `login_hint` query parameter of the interaction URL, as the device's
 //   request carries none;
+// - the confidential client `toolward-console` (secret `secret-toolward-console`, HTTP Basic)
+//   of the web console's OpenID Connect sign-in (tests/all/console_oidc.rs): the
+//   authorization code with PKCE to `http://127.0.0.1/oidc/callback` (any port: a native
+//   client's loopback redirect), scopes `openid email groups`, whose ID token carries
+//   `email`, `email_verified` and `groups`; the identity `mallory` has markup in its email
+//   and groups, for the console's escaping;
 // - refresh tokens with `offline_access`;
 // - for any `resource` (RFC 8707) that is an http(s) URL: JWT access tokens (RFC 9068)
 //   whose `aud` is that resource, with the account's `groups` as a claim, scope `mcp:tools`;
@@ -64,6 +70,7 @@ const ACCOUNTS = {
   alice: { groups: ['platform'], email: 'alice@example.test' },
   bob: { groups: ['dev'], email: 'bob@example.test' },
   carol: { groups: [], email: 'carol@example.test' },
+  mallory: { groups: ['<script>alert(1)</script>', 'ops\u202e'], email: '<img src=x onerror=alert(1)>@example.test' },
 };
 
 const SERVICE_GROUPS = {
@@ -114,6 +121,16 @@ const provider = new Provider(issuer, {
       redirect_uris: [],
       scope: 'openid offline_access mcp:tools',
     },
+    {
+      client_id: 'toolward-console',
+      client_secret: 'secret-toolward-console',
+      application_type: 'native',
+      token_endpoint_auth_method: 'client_secret_basic',
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      redirect_uris: ['http://127.0.0.1/oidc/callback'],
+      scope: 'openid email groups',
+    },
     serviceClient('service'),
     serviceClient('es-service'),
     serviceClient('short-service'),
@@ -127,14 +144,17 @@ const provider = new Provider(issuer, {
       token_endpoint_auth_method: 'client_secret_basic',
     },
   ],
-  scopes: ['openid', 'offline_access', 'mcp:tools'],
-  claims: { openid: ['sub'], email: ['email'] },
+  scopes: ['openid', 'offline_access', 'mcp:tools', 'email', 'groups'],
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
+  // The claims of the scopes asked for go in the ID token (the console reads them there), not
+  // only at the userinfo endpoint.
+  conformIdTokenClaims: false,
   async findAccount(_ctx, sub) {
     if (!ACCOUNTS[sub]) return undefined;
     return {
       accountId: sub,
       async claims() {
-        return { sub, email: ACCOUNTS[sub].email };
+        return { sub, email: ACCOUNTS[sub].email, email_verified: true, groups: ACCOUNTS[sub].groups };
       },
     };
   },
