@@ -57,7 +57,8 @@ pub use sections::{
     ConsoleOidcConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
-    OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, SecretSource, ServerConfig,
+    ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;

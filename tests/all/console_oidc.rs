@@ -15,7 +15,7 @@
 
 use std::net::SocketAddr;
 
-use toolward::config::ConsoleOidcConfig;
+use toolward::config::{ConsoleOidcConfig, SecretSource};
 
 use crate::console::{Bench, Got, form, handed_key, own_origin, send};
 use crate::listen::oauth::{Provider, provider_modules};
@@ -157,11 +157,14 @@ async fn finish(console: SocketAddr, callback: &str, flow: &str) -> Got {
     .await
 }
 
-fn oidc(provider: &Provider, user_claim: &str) -> ConsoleOidcConfig {
+/// The console's `console.oidc` for `provider`, its secret in a file of `bench`.
+fn oidc(bench: &Bench, provider: &Provider, user_claim: &str) -> ConsoleOidcConfig {
+    let secret = bench.path().join("console-oidc-secret");
+    std::fs::write(&secret, "secret-toolward-console\n").unwrap();
     ConsoleOidcConfig {
         issuer: provider.issuer.clone(),
         client_id: String::from("toolward-console"),
-        client_secret: Some(String::from("secret-toolward-console")),
+        client_secret: Some(SecretSource::File(secret)),
         user_claim: user_claim.to_owned(),
         groups_claim: String::from("groups"),
         scopes: vec![
@@ -183,7 +186,7 @@ async fn a_user_signs_in_with_the_provider_as_its_claim_with_its_groups_and_tamp
     let bench = Bench::new().await;
     let dir = bench.path().join("provider");
     let provider = Provider::start(&modules, &dir, &dir.join("keys.json"), None).await;
-    let console = bench.console_oidc(oidc(&provider, "email")).await;
+    let console = bench.console_oidc(oidc(&bench, &provider, "email")).await;
     let addr = console.addr;
 
     let login = send(addr, "GET", "/login", &[], None).await;
@@ -344,7 +347,7 @@ async fn a_user_signs_in_with_the_provider_as_its_claim_with_its_groups_and_tamp
     console.stop().await;
 
     // With `sub` as the user claim, the provider's `alice` would be the token user `alice`.
-    let console = bench.console_oidc(oidc(&provider, "sub")).await;
+    let console = bench.console_oidc(oidc(&bench, &provider, "sub")).await;
     let alice = to_the_provider_and_back(console.addr, "alice").await;
     let refused = finish(console.addr, &alice.callback, &alice.flow).await;
     assert_eq!(refused.status, 502, "{}", refused.body);
@@ -360,7 +363,7 @@ async fn the_console_does_not_start_with_a_provider_whose_discovery_names_anothe
     let bench = Bench::new().await;
     let dir = bench.path().join("provider");
     let provider = Provider::start(&modules, &dir, &dir.join("keys.json"), None).await;
-    let mut config = oidc(&provider, "email");
+    let mut config = oidc(&bench, &provider, "email");
     // The same provider by another name: its discovery document names its own.
     config.issuer = config.issuer.replace("127.0.0.1", "localhost");
     let error = bench

@@ -17,7 +17,7 @@ use super::sections::{
 use super::{
     AuditConfig, CaBundle, ComponentSource, Config, ConfigError, ConfineConfig, ConsoleConfig,
     ConsoleOidcConfig, DEFAULT_AUDIT_FILE, DEFAULT_OIDC_GROUPS_CLAIM, DEFAULT_OIDC_USER_CLAIM,
-    MAX_CLIENT_SECRET_BYTES,
+    SecretSource,
     DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
     DEFAULT_PRINCIPAL_CLAIM, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
@@ -1039,6 +1039,8 @@ impl Reader<'_> {
         if client_id.chars().any(char::is_control) {
             return Err(client_id_path.invalid("contains a control character"));
         }
+        // Only where the secret is: it is read when the console starts (`SecretSource::read`),
+        // so the gateways that read this config never need it.
         let client_secret = match (map.get("client_secret"), map.get("client_secret_file")) {
             (Some(_), Some(_)) => {
                 return Err(path.invalid(
@@ -1051,31 +1053,21 @@ impl Reader<'_> {
                 let raw = non_empty_str(secret, &secret_path)?;
                 // A secret written in the file is refused: a config file is copied, committed
                 // and shown far more than a variable or a file of its own.
-                if !is_one_variable(raw) {
+                let name = raw
+                    .strip_prefix("${")
+                    .and_then(|rest| rest.strip_suffix('}'))
+                    .filter(|name| is_var_name(name));
+                let Some(name) = name else {
                     return Err(secret_path.invalid(
                         "must be one variable reference such as `${TOOLWARD_CONSOLE_OIDC_SECRET}`, or give `client_secret_file`: the secret is never written in the config",
                     ));
-                }
-                Some(expand(raw, &secret_path, "(console)", "client_secret", self.env)?)
+                };
+                Some(SecretSource::Variable(name.to_owned()))
             }
-            (None, Some(file)) => {
-                let file_path = path.key("client_secret_file");
-                let file = self.path(file, &file_path)?;
-                let shown = crate::text::escape(&file.display().to_string());
-                let bytes = read_bounded(&file, MAX_CLIENT_SECRET_BYTES)
-                    .map_err(|reason| file_path.invalid(format!("cannot read `{shown}`: {reason}")))?;
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| file_path.invalid(format!("`{shown}` is not UTF-8 text")))?;
-                Some(text.trim().to_owned())
-            }
+            (None, Some(file)) => Some(SecretSource::File(
+                self.path(file, &path.key("client_secret_file"))?,
+            )),
         };
-        if let Some(secret) = &client_secret
-            && (secret.is_empty() || secret.chars().any(char::is_control))
-        {
-            return Err(path.invalid(
-                "its client secret is empty or holds a control character",
-            ));
-        }
         let claim = |key: &str, default: &str| -> Result<String, ConfigError> {
             let Some(value) = map.get(key) else {
                 return Ok(default.to_owned());

@@ -1405,22 +1405,32 @@ fn console_oidc_takes_its_secret_from_a_variable_or_a_file_never_the_config_and_
     )
     .unwrap();
     let oidc = config.console.oidc.unwrap();
-    assert_eq!(oidc.client_secret.as_deref(), Some("s3cret"));
+    assert_eq!(
+        oidc.client_secret,
+        Some(SecretSource::Variable(String::from("OIDC_SECRET")))
+    );
     assert_eq!(oidc.user_claim, "email");
     assert_eq!(oidc.groups_claim, "groups");
     assert_eq!(oidc.scopes, ["openid", "email", "groups"]);
     assert_eq!(oidc.algorithms, ["RS256", "ES256"]);
     assert!(!format!("{oidc:?}").contains("s3cret"), "{oidc:?}");
 
+    // The file is read when the console starts, not with the config (a gateway reads this
+    // config too, and never needs the secret).
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("secret"), "from-a-file\n").unwrap();
     let config = Config::from_value_with_env(
         with(json!({"issuer": "http://127.0.0.1:9", "client_id": "c", "client_secret_file": "secret"})),
         dir.path(),
         &env,
     )
     .unwrap();
-    assert_eq!(config.console.oidc.unwrap().client_secret.as_deref(), Some("from-a-file"));
+    let source = config.console.oidc.unwrap().client_secret.unwrap();
+    assert_eq!(source, SecretSource::File(dir.path().join("secret")));
+    assert!(source.read().unwrap_err().contains("cannot read"));
+    std::fs::write(dir.path().join("secret"), "from-a-file\n").unwrap();
+    assert_eq!(source.read().unwrap(), "from-a-file");
+    std::fs::write(dir.path().join("secret"), "\n").unwrap();
+    assert!(source.read().unwrap_err().contains("empty"));
 
     for (oidc, path, words) in [
         (json!({"client_id": "c"}), "console.oidc", "names no `issuer`"),
@@ -1428,7 +1438,6 @@ fn console_oidc_takes_its_secret_from_a_variable_or_a_file_never_the_config_and_
         (json!({"issuer": "http://id.example.com", "client_id": "c"}), "console.oidc.issuer", "only a loopback host"),
         (json!({"issuer": "https://id.example.com", "client_id": "c", "client_secret": "written-here"}), "console.oidc.client_secret", "one variable reference"),
         (json!({"issuer": "https://id.example.com", "client_id": "c", "client_secret": "${OIDC_SECRET}", "client_secret_file": "secret"}), "console.oidc", "both"),
-        (json!({"issuer": "https://id.example.com", "client_id": "c", "client_secret_file": "missing"}), "console.oidc.client_secret_file", "cannot read"),
         (json!({"issuer": "https://id.example.com", "client_id": "c", "algorithms": ["HS256"]}), "console.oidc.algorithms[0]", "HMAC"),
         (json!({"issuer": "https://id.example.com", "client_id": "c", "user_claim": "a b"}), "console.oidc.user_claim", "not a claim name"),
         (json!({"issuer": "https://id.example.com", "client_id": "c", "prompt": "login"}), "console.oidc.prompt", "unknown key"),

@@ -244,8 +244,8 @@ impl Provider {
                 RedirectUrl::new(redirect_uri.to_owned())
                     .map_err(|_| format!("the redirect URI `{}` is not a URL", escape(redirect_uri)))?,
             );
-        if let Some(secret) = &config.client_secret {
-            client = client.set_client_secret(ClientSecret::new(secret.clone()));
+        if let Some(source) = &config.client_secret {
+            client = client.set_client_secret(ClientSecret::new(source.read()?));
         }
         let keys = IssuerKeys::fetch(
             "console.oidc",
