@@ -10,6 +10,8 @@
 //            a test runs a second provider with the first one's issuer and other keys,
 //            to mint tokens signed by a key the real issuer never published
 // OPAQUE     when set, access tokens for a resource are opaque (introspected), not JWTs
+// DEFAULT_LOGIN  the identity a sign-in without `login_hint` signs in as (the browser test of
+//            the console, whose sign-in request names none)
 // KEYS       a JSON file of private JWKs to sign with; created when missing (an RSA key,
 //            `rs-1`, and a P-256 key, `es-1`), so two providers can share keys (a token of
 //            another issuer signed by a trusted key) or not (a token signed by another key)
@@ -227,7 +229,7 @@ provider.use(async (ctx, next) => {
   const { prompt, params, session } = details;
   if (prompt.name === 'login') {
     // The device grant's request names no account: its browser adds `login_hint` here.
-    const accountId = params.login_hint || ctx.query.login_hint;
+    const accountId = params.login_hint || ctx.query.login_hint || process.env.DEFAULT_LOGIN;
     if (!ACCOUNTS[accountId]) {
       ctx.status = 400;
       ctx.body = `no account ${accountId}`;
