@@ -185,7 +185,8 @@ enum Command {
     /// Serve the web console: the held calls of the state folder's queue, answered from a
     /// browser, and the audit log with its chain's state. Sign in with a token of
     /// `listen.tokens` (or the generated token file): the token's name is the user, recorded
-    /// as the answerer through the channel `console`.
+    /// as the answerer through the channel `console`; or, with `console.oidc` in the config,
+    /// with the OpenID provider it names.
     ///
     /// Example: `toolward console --config toolward.json --listen 127.0.0.1:8443`
     Console {
@@ -1447,6 +1448,7 @@ async fn console(
     let state = open_state(&config)?;
     let (users, token_file) =
         crate::listen::tokens(&config.listen, &state, &config.principal).map_err(usage)?;
+    let public_origins_first = public_origins.first().cloned();
     let settings = crate::console::ConsoleSettings {
         addr,
         allow_non_loopback,
@@ -1459,11 +1461,13 @@ async fn console(
         notify,
         approvers: config.approvers.clone(),
         config: Some(config.clone()),
+        oidc: config.console.oidc.clone(),
     };
     let console = crate::console::serve_console(settings)
         .await
         .map_err(|error| match error {
             crate::console::ConsoleError::Bind { .. }
+            | crate::console::ConsoleError::Oidc { .. }
             | crate::console::ConsoleError::Templates(_) => failure(error),
             other => usage(other),
         })?;
@@ -1475,6 +1479,22 @@ async fn console(
             crate::text::escape(&config.principal)
         ),
         None => errln!("sign in with a token of `listen.tokens`: its name is the user"),
+    }
+    if let Some(oidc) = &config.console.oidc {
+        errln!(
+            "or with the identity provider `{}` (redirect URI {}{})",
+            crate::text::escape(&oidc.issuer),
+            crate::text::escape(
+                public_origins_first
+                    .as_deref()
+                    .map_or_else(
+                        || console.url(),
+                        |origin| origin.trim_end_matches('/').to_owned()
+                    )
+                    .trim_end_matches('/')
+            ),
+            crate::console::OIDC_CALLBACK_PATH
+        );
     }
     shutdown_signal().await;
     console.stop().await;

@@ -53,10 +53,12 @@ pub(crate) use reader::type_name;
 use reader::Reader;
 pub use oci_reference::{OCI_SCHEME, OciReference, is_sha256_digest};
 pub use sections::{
-    AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
+    AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, ConsoleConfig,
+    ConsoleOidcConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
-    NotifyConfig, OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    NotifyConfig, OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, SecretSource,
+    ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig,
 };
 use strict_json::parse_strict;
@@ -133,6 +135,14 @@ pub const OAUTH_ALGORITHMS: &[&str] = &[
 ];
 /// Default `listen.oauth.principal_claim`: `sub`, the subject of the token.
 pub const DEFAULT_PRINCIPAL_CLAIM: &str = "sub";
+/// Default `console.oidc.user_claim`: `sub`, the subject of the ID token: the one claim an
+/// OpenID provider promises never to reassign.
+pub const DEFAULT_OIDC_USER_CLAIM: &str = "sub";
+/// Default `console.oidc.groups_claim`: `groups`, where most providers put a user's groups.
+pub const DEFAULT_OIDC_GROUPS_CLAIM: &str = "groups";
+/// Largest `console.oidc.client_secret_file` read, in bytes: 4 KiB. A client secret is tens
+/// of bytes.
+pub const MAX_CLIENT_SECRET_BYTES: u64 = 4 * 1024;
 /// Default `listen.oauth.leeway_ms`: 30 000. Clocks of an issuer and a gateway agree to
 /// within seconds; half a minute covers a drifting one without keeping an expired token
 /// alive for long.
@@ -297,6 +307,9 @@ pub struct Config {
     pub limits: Limits,
     /// Who may use `toolward serve --listen` (`listen`).
     pub listen: ListenConfig,
+    /// What `toolward console` reads from the config (`console`): its OpenID Connect
+    /// sign-in.
+    pub console: ConsoleConfig,
     /// Bounds on the rules and policy components (`guest`; each field defaults to the
     /// `DEFAULT_*` constant of `crate::component`).
     pub guest: GuestLimits,

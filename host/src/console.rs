@@ -31,6 +31,11 @@
 //!    a new session id (a session cookie from before is never taken over: no fixation); the
 //!    session cookie is `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure` when the
 //!    console is reached over https (`public_origins`). A session lasts [`SESSION_TTL`].
+//!    With `console.oidc`, a user may also sign in with an OpenID provider ([`oidc`]: the
+//!    authorization code with PKCE `S256`, the flow bound to the browser by the console
+//!    origin's storage rather than a cookie, the ID token checked); the user is its
+//!    `user_claim`, the session also keeps its `groups_claim` (at most [`MAX_GROUPS`] of at
+//!    most [`MAX_GROUP_CHARS`] characters), and the session is made as a token's is.
 //! 5. **A cookie alone is not a session.** Browsers send a host's cookies to every port of
 //!    it, so a page the user opens on another port of 127.0.0.1 (a port a hostile server
 //!    bound) receives the session cookie. Each session therefore also has a key, given once,
@@ -67,14 +72,13 @@
 //!    command to run.
 //!
 //! Not here yet (issue 32): a PostgreSQL store (the console refuses `store.postgres`),
-//! OpenID Connect sign-in, TLS built in (run it behind a TLS proxy and name the proxy's
-//! origin in `public_origins`), approvers by role, a table of gateways in PostgreSQL,
-//! notifications of a refused tool at load or of a broken chain, and a `notify` section in the config (the
-//! targets are `toolward console`'s flags).
+//! TLS built in (run it behind a TLS proxy and name the proxy's origin in
+//! `public_origins`), and a table of gateways in PostgreSQL.
 //!
 //! [`NOTIFY_POLL_INTERVAL`]: notify::NOTIFY_POLL_INTERVAL
 //! [`gateways`]: crate::gateways
 //! [`tool_change`]: crate::pin::tool::tool_change
+//! [`oidc`]: crate::config::ConsoleOidcConfig
 //!
 //! [`list_queue`]: crate::approval::list_queue
 //! [`display_arguments`]: crate::approval::display_arguments
@@ -84,6 +88,7 @@
 
 mod guard;
 pub mod notify;
+mod oidc;
 mod pages;
 mod session;
 mod tools;
@@ -100,6 +105,7 @@ use tokio_util::sync::CancellationToken;
 use crate::http_server::{AcceptLimits, accept_loop};
 
 pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
+pub use oidc::{CALLBACK_PATH as OIDC_CALLBACK_PATH, MAX_ID_TOKEN_AGE};
 pub use pages::ChainState;
 
 /// The console's session cookie.
@@ -155,6 +161,13 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Where the page's one script is served.
 pub const SCRIPT_PATH: &str = "/static/console.js";
 
+/// Most groups kept from an ID token's `groups_claim`: 64; the rest are left out (and
+/// logged). Groups name approvers, so one left out takes a right away, never gives one.
+pub const MAX_GROUPS: usize = 64;
+
+/// Longest group name kept from an ID token, in characters: 256; a longer one is left out.
+pub const MAX_GROUP_CHARS: usize = 256;
+
 /// Most characters of a deny reason kept: 1024.
 pub const MAX_REASON_CHARS: usize = 1024;
 
@@ -189,6 +202,10 @@ pub struct ConsoleSettings {
     /// page writes its manifest, as `toolward pin --tool` does. `None`, or a config of
     /// `store.postgres`: the page shows the command to run where the config is kept.
     pub config: Option<crate::config::Config>,
+    /// Sign-in with an OpenID provider (`console.oidc`), besides the tokens; `None`: the
+    /// tokens only. Its redirect URI is [`OIDC_CALLBACK_PATH`] on the first of
+    /// `public_origins`, else on the bound address.
+    pub oidc: Option<crate::config::ConsoleOidcConfig>,
 }
 
 impl std::fmt::Debug for ConsoleSettings {
@@ -200,6 +217,7 @@ impl std::fmt::Debug for ConsoleSettings {
             .field("audit_file", &self.audit_file)
             .field("users", &self.users.keys().collect::<Vec<_>>())
             .field("public_origins", &self.public_origins)
+            .field("oidc", &self.oidc)
             .finish_non_exhaustive()
     }
 }
@@ -245,6 +263,14 @@ pub enum ConsoleError {
         /// The origin as given.
         origin: String,
     },
+    /// The OpenID provider of `console.oidc` could not be used.
+    #[error("`console.oidc`: issuer `{issuer}`: {reason}")]
+    Oidc {
+        /// The configured issuer.
+        issuer: String,
+        /// What failed (the discovery document, the keys).
+        reason: String,
+    },
     /// A template failed to load (a bug: they are compiled in).
     #[error("the console's page templates: {0}")]
     Templates(String),
@@ -277,7 +303,8 @@ impl Console {
 ///
 /// # Errors
 /// [`ConsoleError::NotLoopback`], [`ConsoleError::Bind`], [`ConsoleError::NoUsers`],
-/// [`ConsoleError::BadOrigin`].
+/// [`ConsoleError::BadOrigin`], [`ConsoleError::Oidc`] (the provider's discovery document or
+/// keys cannot be read: the console does not start without the sign-in it was given).
 pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, ConsoleError> {
     if !settings.addr.ip().is_loopback() && !settings.allow_non_loopback {
         return Err(ConsoleError::NotLoopback {
@@ -300,11 +327,36 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
     let twin = hold_other_loopback(addr).await?;
     let guard = guard::Guard::new(addr, &settings.public_origins)?;
     let pages = pages::Pages::new()?;
+    let oidc = match &settings.oidc {
+        None => None,
+        Some(config) => {
+            let origin = settings
+                .public_origins
+                .first()
+                .map(|origin| origin.trim_end_matches('/').to_ascii_lowercase())
+                .unwrap_or_else(|| format!("http://{addr}"));
+            let redirect_uri = format!("{origin}{}", oidc::CALLBACK_PATH);
+            let reserved = settings.users.keys().cloned().collect();
+            let provider = oidc::Provider::discover(config, &redirect_uri, reserved)
+                .await
+                .map_err(|reason| ConsoleError::Oidc {
+                    issuer: crate::text::escape(&config.issuer),
+                    reason,
+                })?;
+            tracing::info!(
+                "console: OpenID Connect sign-in with `{}`, redirect URI `{}`",
+                crate::text::escape(&config.issuer),
+                crate::text::escape(&redirect_uri)
+            );
+            Some(provider)
+        }
+    };
     let chain = Arc::new(Mutex::new(ChainState::unchecked()));
     let shared = Arc::new(pages::Shared {
         guard,
         pages,
         sessions: session::Sessions::new(&settings.users),
+        oidc,
         state_dir: settings.state_dir.clone(),
         audit_file: settings.audit_file.clone(),
         chain: Arc::clone(&chain),

@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use toolward::Toolward;
 use toolward::approval::{self, ApprovalRequest};
-use toolward::config::Config;
+use toolward::config::{Config, ConsoleOidcConfig};
 use toolward::console::{
     Console, ConsoleSettings, NotifyFormat, NotifySettings, NotifyTarget, serve_console,
 };
@@ -30,17 +30,17 @@ const TOKEN: &str = "alice-token-0123456789abcdef0123456789";
 
 /// A folder with the fake server (one tool, `write`, `local-change`: held by the default
 /// policy), its rules, a config and its pins.
-struct Bench {
+pub(crate) struct Bench {
     dir: tempfile::TempDir,
 }
 
 impl Bench {
-    async fn new() -> Bench {
+    pub(crate) async fn new() -> Bench {
         Bench::with(json!({})).await
     }
 
     /// The bench with the config's top-level keys `extra` added or replaced.
-    async fn with(extra: Value) -> Bench {
+    pub(crate) async fn with(extra: Value) -> Bench {
         let bench = Bench {
             dir: tempfile::tempdir().unwrap(),
         };
@@ -80,7 +80,7 @@ impl Bench {
         bench
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
@@ -130,6 +130,39 @@ impl Bench {
         addr: SocketAddr,
         notify: NotifySettings,
     ) -> Result<Console, toolward::console::ConsoleError> {
+        self.console_with(addr, notify, None).await
+    }
+
+    /// A console on a port of its own whose users may also sign in with `oidc`.
+    pub(crate) async fn console_oidc(&self, oidc: ConsoleOidcConfig) -> Console {
+        self.console_with(
+            "127.0.0.1:0".parse().unwrap(),
+            NotifySettings::default(),
+            Some(oidc),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// As [`Bench::console_oidc`], the console's error when it does not start.
+    pub(crate) async fn console_oidc_result(
+        &self,
+        oidc: ConsoleOidcConfig,
+    ) -> Result<Console, toolward::console::ConsoleError> {
+        self.console_with(
+            "127.0.0.1:0".parse().unwrap(),
+            NotifySettings::default(),
+            Some(oidc),
+        )
+        .await
+    }
+
+    async fn console_with(
+        &self,
+        addr: SocketAddr,
+        notify: NotifySettings,
+        oidc: Option<ConsoleOidcConfig>,
+    ) -> Result<Console, toolward::console::ConsoleError> {
         let config = self.config();
         serve_console(ConsoleSettings {
             addr,
@@ -142,8 +175,8 @@ impl Bench {
             max_connections: 64,
             notify,
             approvers: config.approvers.clone(),
-
             config: Some(config.clone()),
+            oidc,
         })
         .await
     }
@@ -165,14 +198,14 @@ impl Bench {
 }
 
 /// An answer: status, headers, body.
-struct Got {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
+pub(crate) struct Got {
+    pub(crate) status: u16,
+    pub(crate) headers: hyper::HeaderMap,
+    pub(crate) body: String,
 }
 
 impl Got {
-    fn header(&self, name: &str) -> String {
+    pub(crate) fn header(&self, name: &str) -> String {
         self.headers
             .get_all(name)
             .iter()
@@ -182,7 +215,7 @@ impl Got {
     }
 
     /// The value of cookie `name` this answer sets.
-    fn cookie(&self, name: &str) -> Option<String> {
+    pub(crate) fn cookie(&self, name: &str) -> Option<String> {
         self.headers.get_all("set-cookie").iter().find_map(|v| {
             let v = v.to_str().unwrap();
             let (pair, _) = v.split_once(';').unwrap_or((v, ""));
@@ -194,7 +227,7 @@ impl Got {
 
 /// One request, on a connection of its own, with the headers given (`host` defaults to the
 /// console's own).
-async fn send(
+pub(crate) async fn send(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -237,11 +270,11 @@ async fn send(
     }
 }
 
-fn own_origin(addr: SocketAddr) -> String {
+pub(crate) fn own_origin(addr: SocketAddr) -> String {
     format!("http://127.0.0.1:{}", addr.port())
 }
 
-fn form(fields: &[(&str, &str)]) -> String {
+pub(crate) fn form(fields: &[(&str, &str)]) -> String {
     let mut out = form_urlencoded::Serializer::new(String::new());
     for (k, v) in fields {
         out.append_pair(k, v);
@@ -260,7 +293,7 @@ fn hidden(html: &str, name: &str) -> String {
 }
 
 /// The `data-key` the sign-in's page hands its script: the session's key.
-fn handed_key(html: &str) -> String {
+pub(crate) fn handed_key(html: &str) -> String {
     let marker = "data-key=\"";
     let at = html
         .find(marker)

@@ -10,7 +10,7 @@
 
 mod abuse;
 #[cfg(unix)]
-mod oauth;
+pub(crate) mod oauth;
 mod sessions;
 pub(crate) mod stateless;
 

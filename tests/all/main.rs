@@ -14,6 +14,7 @@ mod checkpoint;
 mod cli_output;
 mod component;
 mod console;
+mod console_oidc;
 mod first_hour;
 mod fleet;
 mod fleet_roles;

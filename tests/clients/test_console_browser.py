@@ -19,7 +19,11 @@ nothing). On a temp copy of examples/mcp with a named token:
    it: a running `toolward serve` refuses the tool and publishes it; the tools page shows the
    refusal and its diff, and Accept re-pins the tool as `toolward pin --tool` does (the
    manifest holds the server's description again) and says the gateway must restart;
-6. the console's pages ran no inline script and no framing is allowed.
+6. the console's pages ran no inline script and no framing is allowed;
+7. with `oidc-provider` installed (tests/real-servers/oidc/provider.mjs; required under CI),
+   the user signs out and signs in again with the identity provider's button: the browser
+   goes to the provider and back, and the page shows the ID token's email and groups, with
+   the code gone from the address bar and the flow gone from the origin's storage.
 
 Run with the venv install.sh makes for it:
 
@@ -35,6 +39,7 @@ import http.server
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -76,6 +81,41 @@ def start_console(ex) -> tuple[subprocess.Popen, str]:
             break
     console.kill()
     sys.exit("toolward console did not start")
+
+
+def start_provider(ex) -> tuple[subprocess.Popen, str] | None:
+    """tests/real-servers/oidc/provider.mjs on a free port, signing in `alice` by default;
+    None when `oidc-provider` is not installed (outside CI)."""
+    modules = INSTALLED / "oidc-provider" / "node_modules"
+    if not (modules / "oidc-provider" / "package.json").is_file():
+        if os.environ.get("CI"):
+            sys.exit(f"{modules} is missing and CI must run the OpenID Connect sign-in: run tests/real-servers/install.sh")
+        print(f"skipped the OpenID Connect sign-in: {modules} is not installed", flush=True)
+        return None
+    folder = ex.folder / "provider"
+    folder.mkdir()
+    (folder / "provider.mjs").write_text(
+        (Path(__file__).resolve().parents[1] / "real-servers" / "oidc" / "provider.mjs").read_text())
+    (folder / "node_modules").symlink_to(modules)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    provider = subprocess.Popen(
+        ["node", str(folder / "provider.mjs")],
+        env={**os.environ, "PORT": str(port), "DEFAULT_LOGIN": "alice",
+             "KEYS": str(folder / "keys.json")},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert provider.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = provider.stdout.readline()
+        if line.startswith("listening "):
+            threading.Thread(target=provider.stdout.read, daemon=True).start()
+            return provider, line.split()[1]
+        if not line and provider.poll() is not None:
+            break
+    provider.kill()
+    sys.exit("the OpenID provider did not start")
 
 
 def client_call(ex, arguments: dict) -> subprocess.Popen:
@@ -219,6 +259,13 @@ def scenario(report: Report) -> None:
     config = json.loads(ex.config.read_text())
     config["listen"] = {"tokens": {"operator": TOKEN}}
     config.setdefault("limits", {})["approval_timeout_ms"] = 60000
+    provider = start_provider(ex)
+    if provider is not None:
+        config["console"] = {"oidc": {
+            "issuer": provider[1], "client_id": "toolward-console",
+            "client_secret": "${TOOLWARD_TEST_CONSOLE_SECRET}", "user_claim": "email",
+            "scopes": ["openid", "email", "groups"]}}
+        os.environ["TOOLWARD_TEST_CONSOLE_SECRET"] = "secret-toolward-console"
     ex.config.write_text(json.dumps(config, indent=2) + "\n")
     console, url = start_console(ex)
     driver = None
@@ -339,7 +386,40 @@ def scenario(report: Report) -> None:
                   and "Content Security Policy" in e.get("message", "")]
         report.check("no page of the console broke its own Content-Security-Policy",
                      not errors, str(errors))
+
+        # 7. Sign out, and in again with the identity provider.
+        if provider is not None:
+            driver.get(url + "/approvals")
+            WebDriverWait(driver, 10).until(EC.presence_of_element_located((By.ID, "user")))
+            driver.find_element(By.CSS_SELECTOR, "form.signout button").click()
+            WebDriverWait(driver, 10).until(EC.presence_of_element_located((By.ID, "sign-in-oidc")))
+            driver.find_element(By.ID, "sign-in-oidc").click()
+            try:
+                user = WebDriverWait(driver, 20).until(
+                    lambda d: "/approvals" in d.current_url
+                    and d.find_elements(By.ID, "user")
+                    and d.find_element(By.ID, "user").text)
+            except Exception:
+                report.check("the identity provider's button signs in", False,
+                             driver.current_url + " " + driver.find_element(By.TAG_NAME, "body").text[:500])
+                raise
+            report.check("the provider's sign-in: the user is the ID token's email",
+                         user == "alice@example.test", f"user {user!r}")
+            groups = driver.find_element(By.ID, "groups").text
+            report.check("the provider's sign-in: the page shows the user's groups",
+                         "platform" in groups, groups)
+            history = driver.execute_script("return window.location.href")
+            flow = driver.execute_script(
+                "return window.localStorage.getItem('toolward-console-oidc-flow')")
+            report.check("the code left the address bar and the flow the origin's storage",
+                         "code=" not in history and flow is None, f"{history} {flow!r}")
+            errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"
+                      and "Content Security Policy" in e.get("message", "")]
+            report.check("the provider's sign-in broke no Content-Security-Policy of the console",
+                         not errors, str(errors))
     finally:
+        if provider is not None:
+            provider[0].kill()
         if driver is not None:
             driver.quit()
         if attacker is not None:

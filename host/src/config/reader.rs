@@ -16,7 +16,9 @@ use super::sections::{
     CheckpointConfig, DEFAULT_CHECKPOINT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
 };
 use super::{
-    AuditConfig, CaBundle, ComponentSource, Config, ConfigError, ConfineConfig, DEFAULT_AUDIT_FILE,
+    AuditConfig, CaBundle, ComponentSource, Config, ConfigError, ConfineConfig, ConsoleConfig,
+    ConsoleOidcConfig, DEFAULT_AUDIT_FILE, DEFAULT_OIDC_GROUPS_CLAIM, DEFAULT_OIDC_USER_CLAIM,
+    SecretSource,
     DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
     DEFAULT_PRINCIPAL_CLAIM, DEFAULT_SEPARATOR, DEFAULT_SERVERS_DIR, DEFAULT_STATE_DIR,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, DEFAULT_TELEMETRY_SERVICE_NAME,
@@ -49,6 +51,21 @@ pub(super) const TOP_KEYS: &[&str] = &[
     "oci",
     "approvers",
     "notify",
+    "console",
+];
+/// Keys of `console` (see [`ConsoleConfig`]).
+pub(super) const CONSOLE_KEYS: &[&str] = &["oidc"];
+/// Keys of `console.oidc` (see [`ConsoleOidcConfig`]).
+pub(super) const CONSOLE_OIDC_KEYS: &[&str] = &[
+    "issuer",
+    "client_id",
+    "client_secret",
+    "client_secret_file",
+    "user_claim",
+    "groups_claim",
+    "scopes",
+    "algorithms",
+    "ca_file",
 ];
 /// Keys of `notify` (see [`NotifyConfig`]).
 pub(super) const NOTIFY_KEYS: &[&str] = &[
@@ -236,6 +253,98 @@ fn as_str<'v>(value: &'v Value, path: &JsonPath) -> Result<&'v str, ConfigError>
         .ok_or_else(|| expected(path, "a string", value))
 }
 
+/// The list of names at `key` of `map` (`None` when absent): each a non-empty string without
+/// white space or control characters, given once (a repeat is dropped).
+fn names(
+    map: &Map<String, Value>,
+    path: &JsonPath,
+    key: &str,
+    what: &str,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some(value) = map.get(key) else {
+        return Ok(None);
+    };
+    let list_path = path.key(key);
+    let Some(items) = value.as_array() else {
+        return Err(expected(&list_path, &format!("an array of {what}"), value));
+    };
+    let mut names = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let item_path = list_path.index(i);
+        let name = non_empty_str(item, &item_path)?;
+        if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(item_path.invalid(format!("`{name}` is not one of {what}")));
+        }
+        if !names.iter().any(|known| known == name) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(Some(names))
+}
+
+/// The `algorithms` of `map` (`listen.oauth`, `console.oidc`): JOSE names of asymmetric
+/// algorithms, never `none` nor `HS*`; absent, [`DEFAULT_OAUTH_ALGORITHMS`].
+fn algorithms(map: &Map<String, Value>, path: &JsonPath) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = names(map, path, "algorithms", "JOSE algorithm names")? else {
+        return Ok(DEFAULT_OAUTH_ALGORITHMS
+            .iter()
+            .map(|name| (*name).to_owned())
+            .collect());
+    };
+    let list_path = path.key("algorithms");
+    if list.is_empty() {
+        return Err(list_path.invalid(
+            "names no algorithm: no token could be accepted; leave it out for `RS256` and `ES256`",
+        ));
+    }
+    for (i, name) in list.iter().enumerate() {
+        let reason = if name.eq_ignore_ascii_case("none") {
+            Some("`none` is an unsigned token: anyone could write one")
+        } else if name.to_ascii_uppercase().starts_with("HS") {
+            Some(
+                "HMAC algorithms verify with a shared secret, not the issuer's public key: accepting them lets a token signed with the public key pass (algorithm confusion)",
+            )
+        } else if !OAUTH_ALGORITHMS.contains(&name.as_str()) {
+            Some("unknown algorithm")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(list_path.index(i).invalid(format!(
+                "`{name}` is refused: {reason} (accepted: {})",
+                OAUTH_ALGORITHMS.join(", ")
+            )));
+        }
+    }
+    Ok(list)
+}
+
+/// The scopes at `key` of `map`: RFC 6749 scope tokens; absent, none.
+fn scopes(map: &Map<String, Value>, path: &JsonPath, key: &str) -> Result<Vec<String>, ConfigError> {
+    let list = names(map, path, key, "scopes")?.unwrap_or_default();
+    for (i, scope) in list.iter().enumerate() {
+        // RFC 6749, section 3.3: printable ASCII without space, `"` or `\`.
+        if !scope
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+        {
+            return Err(path
+                .key(key)
+                .index(i)
+                .invalid(format!("`{scope}` is not a scope (RFC 6749, section 3.3)")));
+        }
+    }
+    Ok(list)
+}
+
+/// Whether `raw` is one `${NAME}` reference and nothing else: how a secret is given in the
+/// config, never written in it.
+fn is_one_variable(raw: &str) -> bool {
+    raw.strip_prefix("${")
+        .and_then(|rest| rest.strip_suffix('}'))
+        .is_some_and(|name| !name.contains(['$', '{', '}']))
+}
+
 /// The bytes of `file`, at most `limit`; the system's message, or the limit, otherwise.
 fn read_bounded(file: &Path, limit: u64) -> Result<Vec<u8>, String> {
     use std::io::Read as _;
@@ -371,6 +480,10 @@ impl Reader<'_> {
             None => ListenConfig::default(),
             Some(value) => self.listen(value, &root.key("listen"))?,
         };
+        let console = match map.get("console") {
+            None => ConsoleConfig::default(),
+            Some(value) => self.console(value, &root.key("console"))?,
+        };
         let guest = match map.get("guest") {
             None => GuestLimits::default(),
             Some(value) => guest(value, &root.key("guest"))?,
@@ -458,6 +571,7 @@ impl Reader<'_> {
             tool_name_pattern,
             limits,
             listen,
+            console,
             guest,
             confine,
             servers_dir,
@@ -951,84 +1065,15 @@ impl Reader<'_> {
         let issuer = url("issuer", true)?.unwrap_or_default();
         let resource = url("resource", true)?.unwrap_or_default();
         let jwks_uri = url("jwks_uri", false)?;
-        let names = |key: &str, what: &str| -> Result<Option<Vec<String>>, ConfigError> {
-            let Some(value) = map.get(key) else {
-                return Ok(None);
-            };
-            let list_path = path.key(key);
-            let Some(items) = value.as_array() else {
-                return Err(expected(&list_path, &format!("an array of {what}"), value));
-            };
-            let mut names = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                let item_path = list_path.index(i);
-                let name = non_empty_str(item, &item_path)?;
-                if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return Err(item_path.invalid(format!("`{name}` is not one of {what}")));
-                }
-                if !names.iter().any(|known| known == name) {
-                    names.push(name.to_owned());
-                }
-            }
-            Ok(Some(names))
-        };
-        let algorithms = match names("algorithms", "JOSE algorithm names")? {
-            None => DEFAULT_OAUTH_ALGORITHMS
-                .iter()
-                .map(|name| (*name).to_owned())
-                .collect(),
-            Some(list) => {
-                let list_path = path.key("algorithms");
-                if list.is_empty() {
-                    return Err(list_path.invalid(
-                        "names no algorithm: no token could be accepted; leave it out for `RS256` and `ES256`",
-                    ));
-                }
-                for (i, name) in list.iter().enumerate() {
-                    let reason = if name.eq_ignore_ascii_case("none") {
-                        Some("`none` is an unsigned token: anyone could write one")
-                    } else if name.to_ascii_uppercase().starts_with("HS") {
-                        Some(
-                            "HMAC algorithms verify with a shared secret, not the issuer's public key: accepting them lets a token signed with the public key pass (algorithm confusion)",
-                        )
-                    } else if !OAUTH_ALGORITHMS.contains(&name.as_str()) {
-                        Some("unknown algorithm")
-                    } else {
-                        None
-                    };
-                    if let Some(reason) = reason {
-                        return Err(list_path.index(i).invalid(format!(
-                            "`{name}` is refused: {reason} (accepted: {})",
-                            OAUTH_ALGORITHMS.join(", ")
-                        )));
-                    }
-                }
-                list
-            }
-        };
+        let algorithms = algorithms(map, path)?;
         let principal_claim = match map.get("principal_claim") {
             None => DEFAULT_PRINCIPAL_CLAIM.to_owned(),
             Some(value) => non_empty_str(value, &path.key("principal_claim"))?.to_owned(),
         };
-        let attribute_claims = names("attribute_claims", "claim names")?.unwrap_or_default();
-        let scopes = |key: &str| -> Result<Vec<String>, ConfigError> {
-            let list = names(key, "scopes")?.unwrap_or_default();
-            for (i, scope) in list.iter().enumerate() {
-                // RFC 6749, section 3.3: printable ASCII without space, `"` or `\`.
-                if !scope
-                    .bytes()
-                    .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
-                {
-                    return Err(path
-                        .key(key)
-                        .index(i)
-                        .invalid(format!("`{scope}` is not a scope (RFC 6749, section 3.3)")));
-                }
-            }
-            Ok(list)
-        };
-        let scopes_supported = scopes("scopes_supported")?;
-        let required_scopes = scopes("required_scopes")?;
+        let attribute_claims =
+            names(map, path, "attribute_claims", "claim names")?.unwrap_or_default();
+        let scopes_supported = scopes(map, path, "scopes_supported")?;
+        let required_scopes = scopes(map, path, "required_scopes")?;
         let leeway_ms = match map.get("leeway_ms") {
             None => DEFAULT_OAUTH_LEEWAY_MS,
             Some(value) => {
@@ -1064,6 +1109,104 @@ impl Reader<'_> {
             scopes_supported,
             required_scopes,
             leeway_ms,
+        })
+    }
+
+    fn console(&self, value: &Value, path: &JsonPath) -> Result<ConsoleConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, CONSOLE_KEYS)?;
+        let oidc = match map.get("oidc") {
+            None => None,
+            Some(value) => Some(self.console_oidc(value, &path.key("oidc"))?),
+        };
+        Ok(ConsoleConfig { oidc })
+    }
+
+    /// `console.oidc`: the OpenID provider the console signs users in with.
+    fn console_oidc(
+        &self,
+        value: &Value,
+        path: &JsonPath,
+    ) -> Result<ConsoleOidcConfig, ConfigError> {
+        let map = as_object(value, path)?;
+        check_keys(map, path, CONSOLE_OIDC_KEYS)?;
+        for key in ["issuer", "client_id"] {
+            if !map.contains_key(key) {
+                return Err(path.invalid(format!(
+                    "names no `{key}`: `console.oidc` needs the provider's `issuer` and the `client_id` it issued to the console"
+                )));
+            }
+        }
+        let issuer = self
+            .listen_url(map, path, "issuer", true)?
+            .unwrap_or_default();
+        let client_id_path = path.key("client_id");
+        let client_id = non_empty_str(map.get("client_id").unwrap_or(&Value::Null), &client_id_path)?;
+        if client_id.chars().any(char::is_control) {
+            return Err(client_id_path.invalid("contains a control character"));
+        }
+        // Only where the secret is: it is read when the console starts (`SecretSource::read`),
+        // so the gateways that read this config never need it.
+        let client_secret = match (map.get("client_secret"), map.get("client_secret_file")) {
+            (Some(_), Some(_)) => {
+                return Err(path.invalid(
+                    "names both `client_secret` and `client_secret_file`: give one",
+                ));
+            }
+            (None, None) => None,
+            (Some(secret), None) => {
+                let secret_path = path.key("client_secret");
+                let raw = non_empty_str(secret, &secret_path)?;
+                // A secret written in the file is refused: a config file is copied, committed
+                // and shown far more than a variable or a file of its own.
+                let name = raw
+                    .strip_prefix("${")
+                    .and_then(|rest| rest.strip_suffix('}'))
+                    .filter(|name| is_var_name(name));
+                let Some(name) = name else {
+                    return Err(secret_path.invalid(
+                        "must be one variable reference such as `${TOOLWARD_CONSOLE_OIDC_SECRET}`, or give `client_secret_file`: the secret is never written in the config",
+                    ));
+                };
+                Some(SecretSource::Variable(name.to_owned()))
+            }
+            (None, Some(file)) => Some(SecretSource::File(
+                self.path(file, &path.key("client_secret_file"))?,
+            )),
+        };
+        let claim = |key: &str, default: &str| -> Result<String, ConfigError> {
+            let Some(value) = map.get(key) else {
+                return Ok(default.to_owned());
+            };
+            let key_path = path.key(key);
+            let name = non_empty_str(value, &key_path)?;
+            if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(key_path.invalid(format!("`{name}` is not a claim name")));
+            }
+            Ok(name.to_owned())
+        };
+        let user_claim = claim("user_claim", DEFAULT_OIDC_USER_CLAIM)?;
+        let groups_claim = claim("groups_claim", DEFAULT_OIDC_GROUPS_CLAIM)?;
+        let mut asked = vec![String::from("openid")];
+        for scope in scopes(map, path, "scopes")? {
+            if !asked.contains(&scope) {
+                asked.push(scope);
+            }
+        }
+        let algorithms = algorithms(map, path)?;
+        let ca_file = match map.get("ca_file") {
+            None => None,
+            Some(value) => Some(self.ca_bundle(value, &path.key("ca_file"))?),
+        };
+        Ok(ConsoleOidcConfig {
+            issuer,
+            client_id: client_id.to_owned(),
+            client_secret,
+            user_claim,
+            groups_claim,
+            scopes: asked,
+            algorithms,
+            ca_file,
         })
     }
 
@@ -1148,11 +1291,7 @@ impl Reader<'_> {
         let raw = non_empty_str(secret, &secret_path)?;
         // A secret written in the file is refused: a config file is copied, committed and
         // shown far more than a variable.
-        let whole_variable = raw
-            .strip_prefix("${")
-            .and_then(|rest| rest.strip_suffix('}'))
-            .is_some_and(|name| !name.contains(['$', '{', '}']));
-        if !whole_variable {
+        if !is_one_variable(raw) {
             return Err(secret_path.invalid(
                 "must be one variable reference such as `${TOOLWARD_INTROSPECTION_SECRET}`: the secret comes from the environment, never from the file",
             ));

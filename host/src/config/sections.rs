@@ -421,6 +421,115 @@ impl fmt::Debug for IntrospectionConfig {
     }
 }
 
+/// The top-level `console`: what `toolward console` reads from the config beside its flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsoleConfig {
+    /// Sign-in with an OpenID provider (`console.oidc`); `None`: only the listener's named
+    /// tokens sign in.
+    pub oidc: Option<ConsoleOidcConfig>,
+}
+
+/// `console.oidc`: the console as an OpenID Connect relying party (authorization code with
+/// PKCE, the ID token verified; `docs/console.md`, "Signing in and who answers"). A user
+/// signed in this way is the ID token's `user_claim`, with the groups of its `groups_claim`.
+/// Its debug output leaves out the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConsoleOidcConfig {
+    /// The provider's issuer identifier (`console.oidc.issuer`): its discovery document is
+    /// read at `<issuer>/.well-known/openid-configuration` and must name exactly this
+    /// issuer, as must every ID token's `iss`. `https://`, or `http://` on a loopback host.
+    pub issuer: String,
+    /// The client id the provider issued to the console (`console.oidc.client_id`); every
+    /// ID token's `aud` must hold it.
+    pub client_id: String,
+    /// Where its secret is (`console.oidc.client_secret`, one `${NAME}` reference, or
+    /// `console.oidc.client_secret_file`); `None`: a public client, PKCE alone. Read when
+    /// the console starts, not with the config: the gateways (`serve`, started by MCP clients
+    /// with an environment of their own) read this config too and never need it.
+    pub client_secret: Option<SecretSource>,
+    /// The claim naming the user (`console.oidc.user_claim`, default `sub`; `email`,
+    /// `preferred_username`): a non-empty string without control or hidden characters.
+    pub user_claim: String,
+    /// The claim listing the user's groups (`console.oidc.groups_claim`, default `groups`):
+    /// an array of strings (or one string); a user without it has no groups.
+    pub groups_claim: String,
+    /// The scopes asked for (`console.oidc.scopes`); `openid` is always asked for, first.
+    /// Default: `openid` alone; a provider may need `email`, `profile` or `groups` for the
+    /// claims named above.
+    pub scopes: Vec<String>,
+    /// The ID token signature algorithms accepted (`console.oidc.algorithms`, default
+    /// `DEFAULT_OAUTH_ALGORITHMS`), as for `listen.oauth.algorithms`: never `none` or `HS*`.
+    pub algorithms: Vec<String>,
+    /// Roots trusted beside the built-in ones for the requests to the provider
+    /// (`console.oidc.ca_file`, a PEM file); `None`: the built-in roots only.
+    pub ca_file: Option<CaBundle>,
+}
+
+/// Where a secret is kept: never in the config's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// The environment variable of this name (`${NAME}` in the config).
+    Variable(String),
+    /// This file's content, trimmed (resolved against the config's folder).
+    File(PathBuf),
+}
+
+impl SecretSource {
+    /// The secret: the variable's value, or the file's content trimmed (at most
+    /// `MAX_CLIENT_SECRET_BYTES`).
+    ///
+    /// # Errors
+    /// A variable that is not set, a file that cannot be read or is too large, a secret that
+    /// is empty or holds a control character; the message names the variable or the file.
+    pub fn read(&self) -> Result<String, String> {
+        let secret = match self {
+            SecretSource::Variable(name) => std::env::var(name)
+                .map_err(|_| format!("the variable `{name}` (its client secret) is not set"))?,
+            SecretSource::File(file) => {
+                use std::io::Read as _;
+                let shown = crate::text::escape(&file.display().to_string());
+                let mut bytes = Vec::new();
+                std::fs::File::open(file)
+                    .and_then(|opened| {
+                        opened
+                            .take(super::MAX_CLIENT_SECRET_BYTES.saturating_add(1))
+                            .read_to_end(&mut bytes)
+                    })
+                    .map_err(|error| format!("cannot read its client secret file `{shown}`: {error}"))?;
+                if bytes.len() as u64 > super::MAX_CLIENT_SECRET_BYTES {
+                    return Err(format!(
+                        "its client secret file `{shown}` is larger than the limit of {} bytes",
+                        super::MAX_CLIENT_SECRET_BYTES
+                    ));
+                }
+                String::from_utf8(bytes)
+                    .map_err(|_| format!("its client secret file `{shown}` is not UTF-8 text"))?
+                    .trim()
+                    .to_owned()
+            }
+        };
+        if secret.is_empty() || secret.chars().any(char::is_control) {
+            return Err(String::from("its client secret is empty or holds a control character"));
+        }
+        Ok(secret)
+    }
+}
+
+impl fmt::Debug for ConsoleOidcConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsoleOidcConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret)
+            .field("user_claim", &self.user_claim)
+            .field("groups_claim", &self.groups_claim)
+            .field("scopes", &self.scopes)
+            .field("algorithms", &self.algorithms)
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
 /// `rules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RulesConfig {

@@ -910,6 +910,12 @@ fn json_schema_names_the_same_keys_as_the_reader() {
     assert_eq!(both, sorted(SERVER_CONFINE_KEYS));
     let listen = &schema["$defs"]["listen"];
     assert_eq!(keys(listen), sorted(LISTEN_KEYS));
+    let console = &schema["properties"]["console"];
+    assert_eq!(keys(console), sorted(super::reader::CONSOLE_KEYS));
+    assert_eq!(
+        keys(&console["properties"]["oidc"]),
+        sorted(super::reader::CONSOLE_OIDC_KEYS)
+    );
     let defaults = ListenConfig::default();
     for (key, value) in [
         ("header_read_timeout_ms", defaults.header_read_timeout_ms),
@@ -1460,5 +1466,74 @@ fn notify_names_https_targets_with_a_secret_for_webhooks() {
     ] {
         let error = err_text(with(notify));
         assert!(error.contains(path) && error.contains(says), "{error}");
+    }
+}
+
+#[test]
+fn console_oidc_takes_its_secret_from_a_variable_or_a_file_never_the_config_and_names_each_fault()
+{
+    let env = |name: &str| match name {
+        "OIDC_SECRET" => Ok(String::from("s3cret")),
+        _ => Err(VarError::NotPresent),
+    };
+    let with = |oidc: Value| {
+        json!({
+            "mcpServers": { "fs": { "command": "node" } },
+            "rules": { "file": "rules.json" },
+            "console": { "oidc": oidc },
+        })
+    };
+    let config = Config::from_value_with_env(
+        with(json!({
+            "issuer": "https://id.example.com", "client_id": "console",
+            "client_secret": "${OIDC_SECRET}", "user_claim": "email",
+            "scopes": ["email", "groups", "openid"],
+        })),
+        &base(),
+        &env,
+    )
+    .unwrap();
+    let oidc = config.console.oidc.unwrap();
+    assert_eq!(
+        oidc.client_secret,
+        Some(SecretSource::Variable(String::from("OIDC_SECRET")))
+    );
+    assert_eq!(oidc.user_claim, "email");
+    assert_eq!(oidc.groups_claim, "groups");
+    assert_eq!(oidc.scopes, ["openid", "email", "groups"]);
+    assert_eq!(oidc.algorithms, ["RS256", "ES256"]);
+    assert!(!format!("{oidc:?}").contains("s3cret"), "{oidc:?}");
+
+    // The file is read when the console starts, not with the config (a gateway reads this
+    // config too, and never needs the secret).
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_value_with_env(
+        with(json!({"issuer": "http://127.0.0.1:9", "client_id": "c", "client_secret_file": "secret"})),
+        dir.path(),
+        &env,
+    )
+    .unwrap();
+    let source = config.console.oidc.unwrap().client_secret.unwrap();
+    assert_eq!(source, SecretSource::File(dir.path().join("secret")));
+    assert!(source.read().unwrap_err().contains("cannot read"));
+    std::fs::write(dir.path().join("secret"), "from-a-file\n").unwrap();
+    assert_eq!(source.read().unwrap(), "from-a-file");
+    std::fs::write(dir.path().join("secret"), "\n").unwrap();
+    assert!(source.read().unwrap_err().contains("empty"));
+
+    for (oidc, path, words) in [
+        (json!({"client_id": "c"}), "console.oidc", "names no `issuer`"),
+        (json!({"issuer": "https://id.example.com"}), "console.oidc", "names no `client_id`"),
+        (json!({"issuer": "http://id.example.com", "client_id": "c"}), "console.oidc.issuer", "only a loopback host"),
+        (json!({"issuer": "https://id.example.com", "client_id": "c", "client_secret": "written-here"}), "console.oidc.client_secret", "one variable reference"),
+        (json!({"issuer": "https://id.example.com", "client_id": "c", "client_secret": "${OIDC_SECRET}", "client_secret_file": "secret"}), "console.oidc", "both"),
+        (json!({"issuer": "https://id.example.com", "client_id": "c", "algorithms": ["HS256"]}), "console.oidc.algorithms[0]", "HMAC"),
+        (json!({"issuer": "https://id.example.com", "client_id": "c", "user_claim": "a b"}), "console.oidc.user_claim", "not a claim name"),
+        (json!({"issuer": "https://id.example.com", "client_id": "c", "prompt": "login"}), "console.oidc.prompt", "unknown key"),
+    ] {
+        let error = Config::from_value_with_env(with(oidc.clone()), dir.path(), &env)
+            .unwrap_err()
+            .to_string();
+        assert!(error.starts_with(path) && error.contains(words), "{oidc}: {error}");
     }
 }

@@ -12,6 +12,7 @@ use minijinja::{Environment, context};
 use serde::Serialize;
 
 use super::guard::{Guard, secure_headers};
+use super::oidc::{CALLBACK_PATH, FINISH_PATH, START_PATH, SignInError};
 use super::session::{Session, Sessions};
 use super::{
     CHAIN_CHECK_INTERVAL, ConsoleError, KEY_HEADER, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_DETAIL_BYTES,
@@ -42,6 +43,8 @@ pub(super) struct Shared {
     pub(super) chain: Arc<Mutex<ChainState>>,
     pub(super) tools: super::tools::Tools,
     pub(super) approvers: Approvers,
+    /// The OpenID provider users may also sign in with (`console.oidc`).
+    pub(super) oidc: Option<super::oidc::Provider>,
 }
 
 impl Shared {
@@ -132,6 +135,8 @@ impl Pages {
             ("shell.html", include_str!("templates/shell.html")),
             ("signed-in.html", include_str!("templates/signed-in.html")),
             ("tools.html", include_str!("templates/tools.html")),
+            ("oidc-start.html", include_str!("templates/oidc-start.html")),
+            ("oidc-callback.html", include_str!("templates/oidc-callback.html")),
         ] {
             env.add_template(name, source)
                 .map_err(|error| ConsoleError::Templates(error.to_string()))?;
@@ -303,6 +308,19 @@ async fn route(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             return login_page(shared, StatusCode::OK, None, brought);
         }
         (&Method::POST, "/login") => return login(shared, request).await,
+        (&Method::POST, START_PATH) if shared.oidc.is_some() => return oidc_start(shared),
+        (&Method::GET, CALLBACK_PATH) if shared.oidc.is_some() => {
+            // The provider's answer is read by the page's script, which posts it with the
+            // flow it kept (see `super::oidc`); this page holds nothing of it.
+            return shared.pages.render(
+                "oidc-callback.html",
+                StatusCode::OK,
+                context! { title => "Signing in", user => None::<String>, flash => None::<String>, finish => FINISH_PATH, clean => CALLBACK_PATH },
+            );
+        }
+        (&Method::POST, FINISH_PATH) if shared.oidc.is_some() => {
+            return oidc_finish(shared, request).await;
+        }
         _ => {}
     }
     // A session is its cookie and its key together (the module's contract, 5): the cookie
@@ -427,7 +445,15 @@ fn login_page(
     let mut response = shared.pages.render(
         "login.html",
         status,
-        context! { title => "Sign in", nonce => &nonce, error => error, user => None::<String>, flash => None::<String> },
+        context! {
+            title => "Sign in",
+            nonce => &nonce,
+            error => error,
+            user => None::<String>,
+            flash => None::<String>,
+            oidc => shared.oidc.as_ref().map(|provider| text::escape(provider.issuer())),
+            oidc_start => START_PATH,
+        },
     );
     set_cookie(
         &mut response,
@@ -474,7 +500,29 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             None,
         );
     };
-    let Some(id) = shared.sessions.start(user.clone()) else {
+    tracing::info!("console: `{}` signed in with a token", text::escape(&user));
+    signed_in(shared, user, Vec::new(), "with a named token").await
+}
+
+/// A new session for `user` in `groups`, and the one answer that hands its key to the
+/// page's script (see the module's contract, 5): the same for every way of signing in.
+async fn signed_in(
+    shared: &Shared,
+    user: String,
+    groups: Vec<String>,
+    how: &'static str,
+) -> Response<Body> {
+    shared
+        .record(
+            &user,
+            &groups,
+            "sign-in",
+            format!("signed in to the console {how}"),
+            serde_json::Map::new(),
+        )
+        .await;
+    let shown_groups: Vec<String> = groups.iter().map(|group| text::escape(group)).collect();
+    let Some(id) = shared.sessions.start(user.clone(), groups) else {
         return login_page(
             shared,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -482,16 +530,6 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
             None,
         );
     };
-    tracing::info!("console: `{}` signed in", text::escape(&user));
-    shared
-        .record(
-            &user,
-            &[],
-            "sign-in",
-            String::from("signed in to the console with a named token"),
-            serde_json::Map::new(),
-        )
-        .await;
     let Some(key) = shared.sessions.get(&id).map(|session| session.key) else {
         return login_page(shared, StatusCode::SERVICE_UNAVAILABLE, Some("the session ended at once"), None);
     };
@@ -500,7 +538,7 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     let mut response = shared.pages.render(
         "signed-in.html",
         StatusCode::OK,
-        context! { title => "Signed in", key => &key, name => &user, user => None::<String>, flash => None::<String> },
+        context! { title => "Signed in", key => &key, name => text::escape(&user), name_groups => shown_groups, user => None::<String>, flash => None::<String> },
     );
     set_cookie(
         &mut response,
@@ -519,6 +557,108 @@ async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
     response
 }
 
+/// The provider's button was pressed: a new flow, and the page that hands it to the script
+/// (kept in the console origin's storage) and sends the browser to the provider.
+fn oidc_start(shared: &Shared) -> Response<Body> {
+    let Some(provider) = &shared.oidc else {
+        return not_found();
+    };
+    let secrets = shared.sessions.new_flow().and_then(|flow| {
+        let secret = |what| shared.sessions.flow_secret(&flow, what);
+        Some((secret("state")?, secret("nonce")?, secret("pkce")?, flow))
+    });
+    let Some((state, nonce, verifier, flow)) = secrets else {
+        return login_page(
+            shared,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("no randomness for a sign-in"),
+            None,
+        );
+    };
+    let url = provider.authorization_url(&state, &nonce, &verifier);
+    shared.pages.render(
+        "oidc-start.html",
+        StatusCode::OK,
+        context! {
+            title => "Signing in",
+            flow => &flow,
+            next => url.as_str(),
+            issuer => text::escape(provider.issuer()),
+            user => None::<String>,
+            flash => None::<String>,
+        },
+    )
+}
+
+/// The callback page's script posted the provider's answer (`query`) with the flow it kept
+/// (`flow`): checked, the code exchanged, the ID token checked, the session made.
+async fn oidc_finish(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    let Some(provider) = &shared.oidc else {
+        return not_found();
+    };
+    let Some(fields) = form(request).await else {
+        return login_page(
+            shared,
+            StatusCode::BAD_REQUEST,
+            Some("the form could not be read"),
+            None,
+        );
+    };
+    let flow = field(&fields, "flow").unwrap_or_default();
+    let query = field(&fields, "query").unwrap_or_default();
+    let finished = if shared.sessions.flow_alive(flow) {
+        let secret = |what| shared.sessions.flow_secret(flow, what).unwrap_or_default();
+        provider
+            .finish(query, &secret("state"), &secret("nonce"), &secret("pkce"))
+            .await
+    } else {
+        Err(SignInError::Flow)
+    };
+    match finished {
+        Ok(signed_in_as) => {
+            let shown: Vec<String> = signed_in_as.groups.iter().map(|g| text::escape(g)).collect();
+            tracing::info!(
+                "console: `{}` signed in with OpenID Connect (issuer `{}`), groups [{}]",
+                text::escape(&signed_in_as.user),
+                text::escape(provider.issuer()),
+                shown.join(", ")
+            );
+            if !signed_in_as.left_out.is_empty() {
+                tracing::warn!(
+                    "console: of `{}`'s groups, left out: {}",
+                    text::escape(&signed_in_as.user),
+                    signed_in_as.left_out.join("; ")
+                );
+            }
+            signed_in(
+                shared,
+                signed_in_as.user,
+                signed_in_as.groups,
+                "with OpenID Connect",
+            )
+            .await
+        }
+        Err(error) => {
+            // Every part of the message that the provider or the browser wrote is escaped
+            // where it is made (`super::oidc`).
+            tracing::warn!("console: an OpenID Connect sign-in was refused: {error}");
+            // Never 401: to the page's script that means "the session's key is stale".
+            let status = match error {
+                SignInError::Flow | SignInError::State(_) | SignInError::Provider(_) => {
+                    StatusCode::FORBIDDEN
+                }
+                SignInError::Exchange(_) | SignInError::IdToken(_) => StatusCode::BAD_GATEWAY,
+            };
+            login_page(shared, status, Some(&format!("Sign-in failed: {error}")), None)
+        }
+    }
+}
+
+/// The session's groups as a page shows them: escaped.
+fn groups_shown(session: &Session) -> Vec<String> {
+    session.groups.iter().map(|group| text::escape(group)).collect()
+}
+
 pub(super) fn error_page(
     shared: &Shared,
     session: &Session,
@@ -531,7 +671,8 @@ pub(super) fn error_page(
         context! {
             title => status.canonical_reason().unwrap_or("Refused"),
             error => error,
-            user => &session.user,
+            user => text::escape(&session.user),
+            groups => groups_shown(session),
             flash => None::<String>,
         },
     )
@@ -634,7 +775,8 @@ async fn approvals_page(
         title => "Held calls",
         held => held,
         ids => ids,
-        user => &session.user,
+        user => text::escape(&session.user),
+        groups => groups_shown(session),
         flash => &session.flash,
         interval_ms => u64::try_from(POLL_INTERVAL.as_millis()).unwrap_or(1000),
     };
@@ -922,7 +1064,8 @@ async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> 
             matched => matched,
             read => read,
             error => error,
-            user => &session.user,
+            user => text::escape(&session.user),
+            groups => groups_shown(session),
             flash => &session.flash,
         },
     )

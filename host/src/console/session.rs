@@ -14,10 +14,15 @@ use super::{LOGIN_NONCE_TTL, MAX_SESSIONS_PER_USER, SESSION_TTL};
 /// A signed-in user's session.
 #[derive(Debug, Clone)]
 pub(super) struct Session {
-    /// The user: the name of the token they signed in with.
+    /// The user: the name of the token they signed in with, or the `user_claim` of the ID
+    /// token of their OpenID Connect sign-in (the provider's words: escape it to show it).
     pub(super) user: String,
-    /// The identity provider's groups of the user (empty for a token): `approvers` rules
-    /// may name them.
+    /// The user's groups: the ID token's `groups_claim` (strings only, at most
+    /// [`MAX_GROUPS`], each at most [`MAX_GROUP_CHARS`] characters); none for a token's
+    /// user.
+    ///
+    /// [`MAX_GROUPS`]: super::MAX_GROUPS
+    /// [`MAX_GROUP_CHARS`]: super::MAX_GROUP_CHARS
     pub(super) groups: Vec<String>,
     /// The session's key: every request of the session carries it in [`KEY_HEADER`], besides
     /// the cookie. It reaches the browser once, in the answer to the sign-in, and the page's
@@ -30,6 +35,24 @@ pub(super) struct Session {
     made: Instant,
     /// A message for the next page (what the last answer did).
     pub(super) flash: Option<String>,
+}
+
+/// What a nonce made by [`Sessions`] is for: its MAC says so.
+#[derive(Debug, Clone, Copy)]
+enum Purpose {
+    /// The sign-in form's nonce (`LOGIN_COOKIE`).
+    LoginForm,
+    /// An OpenID Connect sign-in's flow.
+    OidcFlow,
+}
+
+impl Purpose {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Purpose::LoginForm => b"login-form",
+            Purpose::OidcFlow => b"oidc-flow",
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -93,9 +116,12 @@ impl Sessions {
         found
     }
 
-    /// The MAC of a nonce's random part and time.
-    fn nonce_mac(&self, random: &str, made_ms: u64) -> Option<String> {
+    /// The MAC of a nonce's random part and time, for `purpose` (a sign-in form's nonce is
+    /// never taken as an OpenID Connect sign-in's flow, nor the other way).
+    fn nonce_mac(&self, purpose: Purpose, random: &str, made_ms: u64) -> Option<String> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.nonce_key?).ok()?;
+        mac.update(purpose.label());
+        mac.update(b".");
         mac.update(random.as_bytes());
         mac.update(b".");
         mac.update(made_ms.to_string().as_bytes());
@@ -106,16 +132,51 @@ impl Sessions {
     /// no number of forms asked for pushes out another's (an outside attack flooded a table
     /// of them so that nobody could sign in).
     pub(super) fn new_nonce(&self) -> Option<String> {
+        self.new_made(Purpose::LoginForm)
+    }
+
+    /// A new OpenID Connect sign-in's flow: made as a form's nonce, for its own purpose. The
+    /// page's script keeps it in the console origin's storage until the provider sends the
+    /// browser back; the flow's `state`, `nonce` and PKCE verifier are derived from it
+    /// ([`Sessions::flow_secret`]), so nothing is kept here.
+    pub(super) fn new_flow(&self) -> Option<String> {
+        self.new_made(Purpose::OidcFlow)
+    }
+
+    fn new_made(&self, purpose: Purpose) -> Option<String> {
         let random = random_token()?;
         let made_ms = crate::ids::now_ms();
-        let mac = self.nonce_mac(&random, made_ms)?;
+        let mac = self.nonce_mac(purpose, &random, made_ms)?;
         Some(format!("{random}.{made_ms}.{mac}"))
+    }
+
+    /// Whether `flow` is an OpenID Connect sign-in flow this console made in the last
+    /// [`LOGIN_NONCE_TTL`].
+    pub(super) fn flow_alive(&self, flow: &str) -> bool {
+        self.made_alive(Purpose::OidcFlow, flow)
+    }
+
+    /// A secret of the flow `flow` for `what` (`state`, `nonce`, `pkce`): the console's MAC
+    /// of both, base64url (43 characters, a valid PKCE verifier). Only the console can
+    /// derive it, and only from the flow the browser kept.
+    pub(super) fn flow_secret(&self, flow: &str, what: &str) -> Option<String> {
+        use base64::Engine as _;
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.nonce_key?).ok()?;
+        mac.update(b"oidc-secret.");
+        mac.update(what.as_bytes());
+        mac.update(b".");
+        mac.update(flow.as_bytes());
+        Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
     }
 
     /// Whether `nonce` is one this console made in the last [`LOGIN_NONCE_TTL`]. A second look
     /// at the sign-in form keeps the first form's nonce, so two tabs, or a browser fetching
     /// the page twice, do not undo each other.
     pub(super) fn nonce_alive(&self, nonce: &str) -> bool {
+        self.made_alive(Purpose::LoginForm, nonce)
+    }
+
+    fn made_alive(&self, purpose: Purpose, nonce: &str) -> bool {
         let mut parts = nonce.splitn(3, '.');
         let (Some(random), Some(made), Some(mac)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -126,13 +187,14 @@ impl Sessions {
         };
         let ttl_ms = u64::try_from(LOGIN_NONCE_TTL.as_millis()).unwrap_or(u64::MAX);
         let age_ms = crate::ids::now_ms().saturating_sub(made_ms);
-        self.nonce_mac(random, made_ms)
+        self.nonce_mac(purpose, random, made_ms)
             .is_some_and(|expected| same(mac.as_bytes(), expected.as_bytes()))
             && age_ms < ttl_ms
     }
 
-    /// A new session for `user`, with a new id (never one the browser brought): its id.
-    pub(super) fn start(&self, user: String) -> Option<String> {
+    /// A new session for `user` in `groups`, with a new id (never one the browser brought):
+    /// its id.
+    pub(super) fn start(&self, user: String, groups: Vec<String>) -> Option<String> {
         let id = random_token()?;
         let key = random_token()?;
         let mut tables = self.tables();
@@ -158,7 +220,7 @@ impl Sessions {
             id.clone(),
             Session {
                 user,
-                groups: Vec::new(),
+                groups,
                 key,
                 made: Instant::now(),
                 flash: None,
@@ -233,8 +295,16 @@ mod tests {
         assert!(!s.nonce_alive(&format!("{random}.{later}.{mac}")));
         // An old one, even with its MAC right.
         let old = crate::ids::now_ms() - u64::try_from(LOGIN_NONCE_TTL.as_millis()).unwrap() - 1;
-        let stale = format!("{random}.{old}.{}", s.nonce_mac(random, old).unwrap());
+        let stale = format!(
+            "{random}.{old}.{}",
+            s.nonce_mac(Purpose::LoginForm, random, old).unwrap()
+        );
         assert!(!s.nonce_alive(&stale));
+        // A form's nonce is not a sign-in flow, nor a flow a form's nonce.
+        assert!(!s.flow_alive(&nonce));
+        let flow = s.new_flow().unwrap();
+        assert!(s.flow_alive(&flow));
+        assert!(!s.nonce_alive(&flow));
         // However many are made, the first stays good: there is nothing to flood out.
         for _ in 0..5000 {
             s.new_nonce().unwrap();
@@ -254,10 +324,10 @@ mod tests {
                 String::from("another-token-of-at-least-32-characters"),
             ),
         ]));
-        let alice = s.start(String::from("alice")).unwrap();
-        let first = s.start(String::from("mallory")).unwrap();
+        let alice = s.start(String::from("alice"), Vec::new()).unwrap();
+        let first = s.start(String::from("mallory"), Vec::new()).unwrap();
         for _ in 0..2000 {
-            s.start(String::from("mallory")).unwrap();
+            s.start(String::from("mallory"), Vec::new()).unwrap();
         }
         assert!(s.get(&alice).is_some(), "another user's sign-ins ended alice's session");
         assert!(s.get(&first).is_none());
@@ -266,8 +336,8 @@ mod tests {
     #[test]
     fn each_sign_in_gets_a_new_session_id_and_key() {
         let s = sessions();
-        let first = s.start(String::from("alice")).unwrap();
-        let second = s.start(String::from("alice")).unwrap();
+        let first = s.start(String::from("alice"), Vec::new()).unwrap();
+        let second = s.start(String::from("alice"), Vec::new()).unwrap();
         assert_ne!(first, second);
         let (a, b) = (s.get(&first).unwrap(), s.get(&second).unwrap());
         assert_ne!(a.key, b.key);
@@ -276,5 +346,24 @@ mod tests {
         assert!(s.get(&first).is_none());
         assert!(s.get(&second).is_some());
         assert!(s.get("not-a-session").is_none());
+    }
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use super::*;
+
+    #[test]
+    fn a_flows_secrets_differ_by_purpose_and_flow_and_only_this_console_derives_them() {
+        let s = Sessions::new(&BTreeMap::new());
+        let flow = s.new_flow().unwrap();
+        let state = s.flow_secret(&flow, "state").unwrap();
+        assert_eq!(state, s.flow_secret(&flow, "state").unwrap());
+        assert_eq!(state.len(), 43, "a PKCE verifier is 43 to 128 characters");
+        assert_ne!(state, s.flow_secret(&flow, "nonce").unwrap());
+        assert_ne!(state, s.flow_secret(&s.new_flow().unwrap(), "state").unwrap());
+        let other = Sessions::new(&BTreeMap::new());
+        assert_ne!(state, other.flow_secret(&flow, "state").unwrap());
+        assert!(!other.flow_alive(&flow));
     }
 }

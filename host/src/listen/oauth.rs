@@ -147,8 +147,6 @@ pub struct ResourceServer {
     reserved_principal: Option<String>,
     issuer: String,
     resource: String,
-    jwks_uri: Url,
-    algorithms: Vec<Algorithm>,
     principal_claim: String,
     attribute_claims: Vec<String>,
     required_scopes: Vec<String>,
@@ -157,12 +155,40 @@ pub struct ResourceServer {
     metadata: Bytes,
     metadata_url: String,
     metadata_paths: Vec<String>,
+    keys: IssuerKeys,
+    introspection: Option<Introspection>,
+}
+
+/// An issuer's signing keys (its JWKS) and the check of the JWTs it signs: the listener's
+/// access tokens, and the ID tokens of the console's OpenID Connect sign-in
+/// (`crate::console`). Keys are fetched at start, cached, and fetched again when older than
+/// [`JWKS_MAX_AGE`] or when a token names a key id the cache does not hold, at most once per
+/// refetch interval ([`JWKS_REFETCH_INTERVAL`]); a failed fetch keeps the keys there were.
+pub(crate) struct IssuerKeys {
+    /// The setting that names the issuer (`listen.oauth`, `console.oidc`), for messages.
+    setting: &'static str,
+    issuer: String,
+    jwks_uri: Url,
+    algorithms: Vec<Algorithm>,
+    http: OAuthHttp,
     keys: Mutex<KeySet>,
     /// When the JWKS was last fetched or tried; held while fetching, so one fetch runs at
     /// a time and the others wait for its keys.
     fetching: tokio::sync::Mutex<Instant>,
     refetch_interval: Duration,
-    introspection: Option<Introspection>,
+}
+
+/// What a JWT checked by [`IssuerKeys::verify`] must be besides signed by the issuer: for
+/// whom (`aud`), which claims it must have, and the clock skew tolerated on `exp` and `nbf`.
+pub(crate) struct Expected<'a> {
+    /// The value `aud` must hold: the listener's resource, the console's client id.
+    pub(crate) audience: &'a str,
+    /// What the audience is, for messages (`this resource`).
+    pub(crate) audience_is: &'a str,
+    /// Claims the token must have (`exp`, `iss`, `aud`, ...).
+    pub(crate) required: &'a [&'a str],
+    /// Clock skew tolerated, in seconds.
+    pub(crate) leeway_s: u64,
 }
 
 /// Introspection (RFC 7662) of the tokens that are not JWTs: where, as which client, and the
@@ -179,8 +205,8 @@ impl std::fmt::Debug for ResourceServer {
         f.debug_struct("ResourceServer")
             .field("issuer", &self.issuer)
             .field("resource", &self.resource)
-            .field("jwks_uri", &self.jwks_uri.as_str())
-            .field("algorithms", &self.algorithms)
+            .field("jwks_uri", &self.keys.jwks_uri.as_str())
+            .field("algorithms", &self.keys.algorithms)
             .field("principal_claim", &self.principal_claim)
             .finish_non_exhaustive()
     }
@@ -188,7 +214,7 @@ impl std::fmt::Debug for ResourceServer {
 
 /// An OAuth client error without the `server` it names (here always the listener's issuer,
 /// which the caller's message names).
-fn describe(error: OAuthError) -> String {
+pub(crate) fn describe(error: OAuthError) -> String {
     match error {
         OAuthError::Refused {
             what, url, rule, ..
@@ -246,16 +272,7 @@ impl ResourceServer {
                 escape(&config.resource)
             ))
         })?;
-        let algorithms = config
-            .algorithms
-            .iter()
-            .map(|name| {
-                name.parse::<Algorithm>()
-                    .ok()
-                    .filter(|algorithm| algorithm.family() != jsonwebtoken::AlgorithmFamily::Hmac)
-                    .ok_or_else(|| fail(format!("`{}` is not an accepted algorithm", escape(name))))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let algorithms = parse_algorithms(&config.algorithms).map_err(fail)?;
         let http = OAuthHttp::new("listen.oauth", issuer.as_str(), config.ca_file.as_ref())
             .map_err(|e| fail(describe(e)))?;
         let needs_metadata = config.jwks_uri.is_none()
@@ -307,7 +324,16 @@ impl ResourceServer {
                 })
             }
         };
-        let keys = fetch_jwks(&http, &jwks_uri).await.map_err(fail)?;
+        let keys = IssuerKeys::fetch(
+            "listen.oauth",
+            &config.issuer,
+            http.clone(),
+            jwks_uri,
+            algorithms,
+            refetch_interval,
+        )
+        .await
+        .map_err(fail)?;
         let metadata_url = metadata_url(&resource);
         let mut document = Map::new();
         document.insert("resource".into(), json!(config.resource));
@@ -321,13 +347,10 @@ impl ResourceServer {
         if metadata_url.path() != METADATA_PATH {
             metadata_paths.push(METADATA_PATH.to_owned());
         }
-        let now = Instant::now();
         Ok(ResourceServer {
             reserved_principal: None,
             issuer: config.issuer.clone(),
             resource: config.resource.clone(),
-            jwks_uri,
-            algorithms,
             principal_claim: config.principal_claim.clone(),
             attribute_claims: config.attribute_claims.clone(),
             required_scopes: config.required_scopes.clone(),
@@ -336,12 +359,7 @@ impl ResourceServer {
             metadata: Bytes::from(Value::Object(document).to_string()),
             metadata_url: metadata_url.to_string(),
             metadata_paths,
-            keys: Mutex::new(KeySet {
-                keys: Arc::new(keys),
-                fetched: now,
-            }),
-            fetching: tokio::sync::Mutex::new(now),
-            refetch_interval,
+            keys,
             introspection,
         })
     }
@@ -412,41 +430,14 @@ impl ResourceServer {
         {
             return self.introspect(introspection, token).await;
         }
-        let algorithm = self.algorithm_of(token)?;
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| invalid(String::from("the token's header is not a JWS header")))?;
-        let key = self.key_for(header.kid.as_deref(), algorithm).await?;
-        let decoding = DecodingKey::from_jwk(&key).map_err(|_| {
-            invalid(format!(
-                "the issuer's key {} cannot be used",
-                key_name(key.common.key_id.as_deref())
-            ))
-        })?;
-        let mut validation = Validation::new(algorithm);
-        validation.set_issuer(&[&self.issuer]);
-        validation.set_audience(&[&self.resource]);
-        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        validation.validate_nbf = true;
-        validation.leeway = self.leeway_s;
-        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &decoding, &validation)
-            .map_err(|error| invalid(self.why(error.kind(), key.common.key_id.as_deref())))?;
-        // Verified; now what serde_json let pass: a name given twice (serde_json keeps the
-        // last, another reader the first, so two readers would see two identities), and an
-        // `iss` that is not one string (RFC 7519; the validation takes an array).
-        let payload = token.split('.').nth(1).unwrap_or_default();
-        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .map_err(|_| invalid(String::from("the token's payload is not base64url")))?;
-        if let Err(error) = serde_json::from_slice::<NoDuplicateNames>(&payload) {
-            return Err(invalid(format!(
-                "its claims are not one JSON object with each name once ({})",
-                crate::text::escape(&error.to_string())
-            )));
-        }
-        if !matches!(data.claims.get("iss"), Some(Value::String(_))) {
-            return Err(invalid(String::from("its `iss` claim is not a string")));
-        }
-        self.authenticated(&data.claims)
+        let expected = Expected {
+            audience: &self.resource,
+            audience_is: "this resource",
+            required: &["exp", "iss", "aud"],
+            leeway_s: self.leeway_s,
+        };
+        let claims = self.keys.verify(token, &expected).await.map_err(invalid)?;
+        self.authenticated(&claims)
     }
 
     /// Who the claims of a valid token (a JWT's, or an introspection answer's) name: the
@@ -648,11 +639,93 @@ impl ResourceServer {
         cache.insert(key, (authenticated.clone(), now + life));
         Ok(authenticated)
     }
+}
+
+impl IssuerKeys {
+    /// Fetches the JWKS of `issuer` (named by `setting` in messages) at `jwks_uri` with
+    /// `http`; tokens are then accepted when signed with one of `algorithms`.
+    ///
+    /// # Errors
+    /// The fetch's failure: a URL the origin rule refuses, an answer that is not a JWK set,
+    /// a set with no key or more than [`MAX_JWKS_KEYS`].
+    pub(crate) async fn fetch(
+        setting: &'static str,
+        issuer: &str,
+        http: OAuthHttp,
+        jwks_uri: Url,
+        algorithms: Vec<Algorithm>,
+        refetch_interval: Duration,
+    ) -> Result<IssuerKeys, String> {
+        let keys = fetch_jwks(&http, &jwks_uri).await?;
+        let now = Instant::now();
+        Ok(IssuerKeys {
+            setting,
+            issuer: issuer.to_owned(),
+            jwks_uri,
+            algorithms,
+            http,
+            keys: Mutex::new(KeySet {
+                keys: Arc::new(keys),
+                fetched: now,
+            }),
+            fetching: tokio::sync::Mutex::new(now),
+            refetch_interval,
+        })
+    }
+
+    /// The claims of `token` once it passes: a JWS in compact form whose `alg` is accepted,
+    /// signed by a key of the issuer's JWKS that fits the algorithm, `iss` exactly the issuer
+    /// (one string), `aud` holding `expected.audience`, `expected.required` claims present,
+    /// `exp` and `nbf` checked with the leeway, each claim name given once.
+    ///
+    /// # Errors
+    /// Why the token was refused; the reason never holds the token.
+    pub(crate) async fn verify(
+        &self,
+        token: &str,
+        expected: &Expected<'_>,
+    ) -> Result<Map<String, Value>, String> {
+        let algorithm = self.algorithm_of(token)?;
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| String::from("the token's header is not a JWS header"))?;
+        let key = self.key_for(header.kid.as_deref(), algorithm).await?;
+        let decoding = DecodingKey::from_jwk(&key).map_err(|_| {
+            format!(
+                "the issuer's key {} cannot be used",
+                key_name(key.common.key_id.as_deref())
+            )
+        })?;
+        let mut validation = Validation::new(algorithm);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[expected.audience]);
+        validation.set_required_spec_claims(expected.required);
+        validation.validate_nbf = true;
+        validation.leeway = expected.leeway_s;
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &decoding, &validation)
+            .map_err(|error| self.why(error.kind(), key.common.key_id.as_deref(), expected))?;
+        // Verified; now what serde_json let pass: a name given twice (serde_json keeps the
+        // last, another reader the first, so two readers would see two identities), and an
+        // `iss` that is not one string (RFC 7519; the validation takes an array).
+        let payload = token.split('.').nth(1).unwrap_or_default();
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| String::from("the token's payload is not base64url"))?;
+        if let Err(error) = serde_json::from_slice::<NoDuplicateNames>(&payload) {
+            return Err(format!(
+                "its claims are not one JSON object with each name once ({})",
+                crate::text::escape(&error.to_string())
+            ));
+        }
+        if !matches!(data.claims.get("iss"), Some(Value::String(_))) {
+            return Err(String::from("its `iss` claim is not a string"));
+        }
+        Ok(data.claims)
+    }
 
     /// The token's `alg`, when it is an accepted one; read before anything else is, so a
     /// refused algorithm is named as such.
-    fn algorithm_of(&self, token: &str) -> Result<Algorithm, Refusal> {
-        let malformed = || Refusal::InvalidToken(String::from("the token is not a signed JWT"));
+    fn algorithm_of(&self, token: &str) -> Result<Algorithm, String> {
+        let malformed = || String::from("the token is not a signed JWT");
         let mut parts = token.split('.');
         let (Some(header), Some(_), Some(_), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -671,11 +744,12 @@ impl ResourceServer {
             .ok()
             .filter(|algorithm| self.algorithms.contains(algorithm));
         accepted.ok_or_else(|| {
-            Refusal::InvalidToken(format!(
-                "its algorithm `{}` is not one of `listen.oauth.algorithms` ({})",
+            format!(
+                "its algorithm `{}` is not one of `{}.algorithms` ({})",
                 escape(name).chars().take(32).collect::<String>(),
+                self.setting,
                 self.algorithm_names()
-            ))
+            )
         })
     }
 
@@ -688,15 +762,21 @@ impl ResourceServer {
     }
 
     /// A refusal's reason for a failed `decode`.
-    fn why(&self, kind: &jsonwebtoken::errors::ErrorKind, kid: Option<&str>) -> String {
+    fn why(
+        &self,
+        kind: &jsonwebtoken::errors::ErrorKind,
+        kid: Option<&str>,
+        expected: &Expected<'_>,
+    ) -> String {
         use jsonwebtoken::errors::ErrorKind;
         match kind {
             ErrorKind::ExpiredSignature => String::from("the token expired"),
             ErrorKind::ImmatureSignature => String::from("the token is not valid yet (`nbf`)"),
             ErrorKind::InvalidIssuer => format!("its issuer is not `{}`", self.issuer),
             ErrorKind::InvalidAudience => format!(
-                "it is not for this resource: its `aud` does not hold `{}`",
-                self.resource
+                "it is not for {}: its `aud` does not hold `{}`",
+                expected.audience_is,
+                escape(expected.audience)
             ),
             ErrorKind::InvalidSignature => format!(
                 "its signature does not verify with the issuer's key {}",
@@ -723,7 +803,7 @@ impl ResourceServer {
     /// The key of the JWKS that verifies a token with key id `kid` and `algorithm`: fetched
     /// again when the cache is older than [`JWKS_MAX_AGE`], or does not hold `kid` and the
     /// last fetch is older than the refetch interval.
-    async fn key_for(&self, kid: Option<&str>, algorithm: Algorithm) -> Result<Jwk, Refusal> {
+    async fn key_for(&self, kid: Option<&str>, algorithm: Algorithm) -> Result<Jwk, String> {
         let cached = self.cached();
         let fresh = cached.fetched.elapsed() < JWKS_MAX_AGE;
         if fresh && let Some(found) = select(&cached.keys, kid, algorithm) {
@@ -743,7 +823,8 @@ impl ResourceServer {
             match fetch_jwks(&self.http, &self.jwks_uri).await {
                 Ok(keys) => {
                     tracing::info!(
-                        "listen.oauth: fetched the keys of issuer `{}` from `{}` ({} keys)",
+                        "{}: fetched the keys of issuer `{}` from `{}` ({} keys)",
+                        self.setting,
                         self.issuer,
                         self.jwks_uri,
                         keys.len()
@@ -754,7 +835,8 @@ impl ResourceServer {
                     };
                 }
                 Err(reason) => tracing::warn!(
-                    "listen.oauth: issuer `{}`: fetching its keys again failed, the cached ones stay: {reason}",
+                    "{}: issuer `{}`: fetching its keys again failed, the cached ones stay: {reason}",
+                    self.setting,
                     self.issuer
                 ),
             }
@@ -762,10 +844,10 @@ impl ResourceServer {
         drop(last_attempt);
         let cached = self.cached();
         select(&cached.keys, kid, algorithm).unwrap_or_else(|| {
-            Err(Refusal::InvalidToken(format!(
+            Err(format!(
                 "it is signed with a key {} the issuer does not publish",
                 key_name(kid)
-            )))
+            ))
         })
     }
 
@@ -775,6 +857,29 @@ impl ResourceServer {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+}
+
+/// Makes `ring` the verifier of every JWS this process checks (see `ring_jws`): the
+/// listener's, and the console's ID tokens.
+pub(crate) fn install_verifier() {
+    super::ring_jws::install();
+}
+
+/// The algorithms named in the config (`listen.oauth.algorithms`, `console.oidc.algorithms`),
+/// none of them HMAC (the config refused those; refused here again).
+///
+/// # Errors
+/// A name that is not an accepted algorithm.
+pub(crate) fn parse_algorithms(names: &[String]) -> Result<Vec<Algorithm>, String> {
+    names
+        .iter()
+        .map(|name| {
+            name.parse::<Algorithm>()
+                .ok()
+                .filter(|algorithm| algorithm.family() != jsonwebtoken::AlgorithmFamily::Hmac)
+                .ok_or_else(|| format!("`{}` is not an accepted algorithm", escape(name)))
+        })
+        .collect()
 }
 
 /// Whether `token` has the shape of a JWS in compact form (three parts, the first a
@@ -839,7 +944,7 @@ fn scopes_of(claims: &Map<String, Value>) -> Vec<String> {
 /// The key of `keys` for a token with `kid` and `algorithm`: `None` when no key has that
 /// id (or, without an id, no key fits); `Some(Err)` when the key named cannot verify that
 /// algorithm, or several fit a token without an id.
-fn select(keys: &[Jwk], kid: Option<&str>, algorithm: Algorithm) -> Option<Result<Jwk, Refusal>> {
+fn select(keys: &[Jwk], kid: Option<&str>, algorithm: Algorithm) -> Option<Result<Jwk, String>> {
     match kid {
         Some(kid) => {
             let key = keys
@@ -848,12 +953,7 @@ fn select(keys: &[Jwk], kid: Option<&str>, algorithm: Algorithm) -> Option<Resul
             Some(
                 fits(key, algorithm)
                     .map(|()| key.clone())
-                    .map_err(|reason| {
-                        Refusal::InvalidToken(format!(
-                            "the issuer's key {} {reason}",
-                            key_name(Some(kid))
-                        ))
-                    }),
+                    .map_err(|reason| format!("the issuer's key {} {reason}", key_name(Some(kid)))),
             )
         }
         None => {
@@ -864,10 +964,10 @@ fn select(keys: &[Jwk], kid: Option<&str>, algorithm: Algorithm) -> Option<Resul
             match fitting.as_slice() {
                 [] => None,
                 [key] => Some(Ok((*key).clone())),
-                _ => Some(Err(Refusal::InvalidToken(format!(
+                _ => Some(Err(format!(
                     "it names no key (`kid`) and the issuer publishes {} keys for {algorithm:?}",
                     fitting.len()
-                )))),
+                ))),
             }
         }
     }
@@ -936,10 +1036,30 @@ async fn discover_metadata(
     issuer: &Url,
     configured: &str,
 ) -> Result<(Url, Value), String> {
+    discover_metadata_at(http, server_metadata_urls(issuer), configured)
+        .await
+        .map_err(|tried| {
+            format!(
+                "the issuer's metadata was not found at {tried}: set `listen.oauth.jwks_uri` (and `introspection.endpoint`)"
+            )
+        })?
+}
+
+/// The first metadata document of `urls` that is found (HTTP 200), whose `issuer` must be
+/// `configured` exactly. `Err` lists the URLs tried when none was found; `Ok(Err)` is a
+/// document that cannot be used.
+pub(crate) async fn discover_metadata_at(
+    http: &OAuthHttp,
+    urls: Vec<Url>,
+    configured: &str,
+) -> Result<Result<(Url, Value), String>, String> {
     let what = "the issuer's metadata";
     let mut tried = Vec::new();
-    for url in server_metadata_urls(issuer) {
-        let (status, value) = get_json(http, what, &url).await?;
+    for url in urls {
+        let (status, value) = match get_json(http, what, &url).await {
+            Ok(answer) => answer,
+            Err(error) => return Ok(Err(error)),
+        };
         if status != StatusCode::OK {
             tried.push(format!("`{url}` (HTTP {})", status.as_u16()));
             continue;
@@ -949,22 +1069,23 @@ async fn discover_metadata(
             .and_then(Value::as_str)
             .unwrap_or_default();
         if named != configured {
-            return Err(format!(
-                "{what} at `{url}` names the issuer `{}`, not the configured one (RFC 8414, section 3.3)",
+            return Ok(Err(format!(
+                "{what} at `{url}` names the issuer `{}`, not the configured one (RFC 8414, section 3.3; OpenID Connect Discovery, section 4.3)",
                 escape(named)
-            ));
+            )));
         }
-        return Ok((url, value));
+        return Ok(Ok((url, value)));
     }
-    Err(format!(
-        "{what} was not found at {}: set `listen.oauth.jwks_uri` (and `introspection.endpoint`)",
-        tried.join(", ")
-    ))
+    Err(tried.join(", "))
 }
 
 /// The URL `key` of the metadata read at `url`; `setting` names the config key that gives it
 /// instead.
-fn metadata_url_of(metadata: &(Url, Value), key: &str, setting: &str) -> Result<Url, String> {
+pub(crate) fn metadata_url_of(
+    metadata: &(Url, Value),
+    key: &str,
+    setting: &str,
+) -> Result<Url, String> {
     let (url, value) = metadata;
     let Some(text) = value.get(key).and_then(Value::as_str) else {
         return Err(format!(
@@ -1004,7 +1125,7 @@ async fn fetch_jwks(http: &OAuthHttp, url: &Url) -> Result<Vec<Jwk>, String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Reads any JSON value and fails at an object that names a member twice (after unescaping:
 /// `"gr\u006fups"` is `"groups"`), at any depth.

@@ -416,6 +416,17 @@ pub fn read_redirect(target: &str, expected: &str, issuer: &IssuerCheck<'_>) -> 
     if path != REDIRECT_PATH {
         return Redirect::Ignored("not the redirect path");
     }
+    read_authorization_response(query, expected, issuer)
+}
+
+/// Reads an authorization response's `query` (`code=...&state=...&iss=...`, RFC 6749 section
+/// 4.1.2) for the sign-in whose `state` is `expected`, from the authorization server
+/// `issuer`: also the console's OpenID Connect sign-in.
+pub fn read_authorization_response(
+    query: &str,
+    expected: &str,
+    issuer: &IssuerCheck<'_>,
+) -> Redirect {
     let mut code = None;
     let mut state = None;
     let mut error = None;
@@ -941,7 +952,7 @@ fn apply(server: &str, grant: &mut Grant, token: &BasicTokenResponse) -> Result<
 
 /// The error of a token request, without any token: the OAuth error code and description,
 /// or why the request failed.
-fn grant_error<T: ErrorResponse + std::fmt::Display + 'static>(
+pub(crate) fn grant_error<T: ErrorResponse + std::fmt::Display + 'static>(
     server: &str,
     grant: &str,
     error: RequestTokenError<FetchError, T>,

@@ -64,7 +64,7 @@ mod base64_url {
 }
 
 /// `oidc-provider`'s folder, or `None` after saying why (a failure under `CI`).
-fn provider_modules() -> Option<PathBuf> {
+pub(crate) fn provider_modules() -> Option<PathBuf> {
     let modules = real_servers().join("oidc-provider/node_modules");
     if modules.join("oidc-provider/package.json").is_file() {
         return Some(modules);
@@ -90,10 +90,10 @@ fn free_port() -> u16 {
 }
 
 /// A running provider, killed when dropped.
-struct Provider {
+pub(crate) struct Provider {
     child: tokio::process::Child,
     port: u16,
-    issuer: String,
+    pub(crate) issuer: String,
     dir: PathBuf,
     log: PathBuf,
 }
@@ -107,7 +107,12 @@ impl Drop for Provider {
 impl Provider {
     /// Starts provider.mjs in `dir` (a copy beside a link to `modules`) signing with the keys
     /// of `keys` (made when missing), naming `issuer` or its own URL.
-    async fn start(modules: &Path, dir: &Path, keys: &Path, issuer: Option<&str>) -> Provider {
+    pub(crate) async fn start(
+        modules: &Path,
+        dir: &Path,
+        keys: &Path,
+        issuer: Option<&str>,
+    ) -> Provider {
         Provider::start_with(modules, dir, keys, issuer, &[]).await
     }
 
@@ -131,45 +136,56 @@ impl Provider {
         if !link.exists() {
             std::os::unix::fs::symlink(modules, &link).unwrap();
         }
-        let port = free_port();
-        let issuer = issuer.map_or_else(|| format!("http://127.0.0.1:{port}"), str::to_owned);
-        let log = dir.join("provider.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = tokio::process::Command::new("node")
-            .arg(dir.join("provider.mjs"))
-            .env("PORT", port.to_string())
-            .env("ISSUER", &issuer)
-            .env("KEYS", keys)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let provider = Provider {
-            child,
-            port,
-            issuer,
-            dir: dir.to_owned(),
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !std::fs::read_to_string(&provider.log)
-            .unwrap_or_default()
-            .contains("listening ")
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the provider did not start: {}",
-                provider.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        // A port found free may be taken by another test before node binds it: with no
+        // issuer fixed in advance, another port is tried.
+        let fixed_issuer = issuer.map(str::to_owned);
+        'attempt: for attempt in 0.. {
+            let port = free_port();
+            let issuer = fixed_issuer
+                .clone()
+                .unwrap_or_else(|| format!("http://127.0.0.1:{port}"));
+            let log = dir.join("provider.log");
+            let out = std::fs::File::create(&log).unwrap();
+            let child = tokio::process::Command::new("node")
+                .arg(dir.join("provider.mjs"))
+                .env("PORT", port.to_string())
+                .env("ISSUER", &issuer)
+                .env("KEYS", keys)
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap();
+            let provider = Provider {
+                child,
+                port,
+                issuer,
+                dir: dir.to_owned(),
+                log,
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !provider.log_text().contains("listening ") {
+                if provider.log_text().contains("EADDRINUSE")
+                    && fixed_issuer.is_none()
+                    && attempt < 5
+                {
+                    continue 'attempt;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the provider did not start: {}",
+                    provider.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            return provider;
         }
-        provider
+        unreachable!("the attempts end by returning or panicking")
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 

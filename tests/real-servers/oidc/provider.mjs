@@ -10,6 +10,8 @@
 //            a test runs a second provider with the first one's issuer and other keys,
 //            to mint tokens signed by a key the real issuer never published
 // OPAQUE     when set, access tokens for a resource are opaque (introspected), not JWTs
+// DEFAULT_LOGIN  the identity a sign-in without `login_hint` signs in as (the browser test of
+//            the console, whose sign-in request names none)
 // KEYS       a JSON file of private JWKs to sign with; created when missing (an RSA key,
 //            `rs-1`, and a P-256 key, `es-1`), so two providers can share keys (a token of
 //            another issuer signed by a trusted key) or not (a token signed by another key)
@@ -24,6 +26,12 @@
 //   person enters the user code at `/device` (device-approve.mjs plays that browser), and the
 //   identity is the `login_hint` query parameter of the interaction URL, as the device's
 //   request carries none;
+// - the confidential client `toolward-console` (secret `secret-toolward-console`, HTTP Basic)
+//   of the web console's OpenID Connect sign-in (tests/all/console_oidc.rs): the
+//   authorization code with PKCE to `http://127.0.0.1/oidc/callback` (any port: a native
+//   client's loopback redirect), scopes `openid email groups`, whose ID token carries
+//   `email`, `email_verified` and `groups`; the identity `mallory` has markup in its email
+//   and groups, for the console's escaping;
 // - refresh tokens with `offline_access`;
 // - for any `resource` (RFC 8707) that is an http(s) URL: JWT access tokens (RFC 9068)
 //   whose `aud` is that resource, with the account's `groups` as a claim, scope `mcp:tools`;
@@ -64,6 +72,7 @@ const ACCOUNTS = {
   alice: { groups: ['platform'], email: 'alice@example.test' },
   bob: { groups: ['dev'], email: 'bob@example.test' },
   carol: { groups: [], email: 'carol@example.test' },
+  mallory: { groups: ['<script>alert(1)</script>', 'ops\u202e'], email: '<img src=x onerror=alert(1)>@example.test' },
 };
 
 const SERVICE_GROUPS = {
@@ -114,6 +123,16 @@ const provider = new Provider(issuer, {
       redirect_uris: [],
       scope: 'openid offline_access mcp:tools',
     },
+    {
+      client_id: 'toolward-console',
+      client_secret: 'secret-toolward-console',
+      application_type: 'native',
+      token_endpoint_auth_method: 'client_secret_basic',
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      redirect_uris: ['http://127.0.0.1/oidc/callback'],
+      scope: 'openid email groups',
+    },
     serviceClient('service'),
     serviceClient('es-service'),
     serviceClient('short-service'),
@@ -127,14 +146,17 @@ const provider = new Provider(issuer, {
       token_endpoint_auth_method: 'client_secret_basic',
     },
   ],
-  scopes: ['openid', 'offline_access', 'mcp:tools'],
-  claims: { openid: ['sub'], email: ['email'] },
+  scopes: ['openid', 'offline_access', 'mcp:tools', 'email', 'groups'],
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
+  // The claims of the scopes asked for go in the ID token (the console reads them there), not
+  // only at the userinfo endpoint.
+  conformIdTokenClaims: false,
   async findAccount(_ctx, sub) {
     if (!ACCOUNTS[sub]) return undefined;
     return {
       accountId: sub,
       async claims() {
-        return { sub, email: ACCOUNTS[sub].email };
+        return { sub, email: ACCOUNTS[sub].email, email_verified: true, groups: ACCOUNTS[sub].groups };
       },
     };
   },
@@ -207,7 +229,7 @@ provider.use(async (ctx, next) => {
   const { prompt, params, session } = details;
   if (prompt.name === 'login') {
     // The device grant's request names no account: its browser adds `login_hint` here.
-    const accountId = params.login_hint || ctx.query.login_hint;
+    const accountId = params.login_hint || ctx.query.login_hint || process.env.DEFAULT_LOGIN;
     if (!ACCOUNTS[accountId]) {
       ctx.status = 400;
       ctx.body = `no account ${accountId}`;

@@ -8,6 +8,10 @@
 "use strict";
 (function () {
   var STORE = "toolward-console-key";
+  // An OpenID Connect sign-in's flow, from the provider button's answer until the provider
+  // sends the browser back: kept here, not in a cookie, because another port of this host
+  // can read and set the host's cookies but not this origin's storage.
+  var FLOW_STORE = "toolward-console-oidc-flow";
   var KEY_HEADER = "X-Toolward-Key";
   var SHOWN_HEADER = "X-Toolward-Shown";
   // Each page shown starts one poll; a poll of an earlier page stops.
@@ -21,14 +25,55 @@
     }
   }
 
-  function keep(value) {
+  function keep(value, name) {
     try {
       if (value === null) {
-        window.localStorage.removeItem(STORE);
+        window.localStorage.removeItem(name || STORE);
       } else {
-        window.localStorage.setItem(STORE, value);
+        window.localStorage.setItem(name || STORE, value);
       }
     } catch (e) {}
+  }
+
+  function stored(name) {
+    try {
+      return window.localStorage.getItem(name);
+    } catch (e) {
+      return null;
+    }
+  }
+
+  // A POST of the signing-in pages (no session's key yet); the answer is shown whatever its
+  // status: a sign-in refused is a page saying why.
+  function postSignIn(url, body, shownAt) {
+    fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      cache: "no-store",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: body,
+    })
+      .then(function (response) {
+        return response.text().then(function (html) {
+          show(html, shownAt);
+        });
+      })
+      .catch(function () {
+        document.body.textContent = "The console cannot be reached.";
+      });
+  }
+
+  // The provider sent the browser back: its answer (the query) goes to the console with the
+  // flow this origin kept, once; the code leaves the address bar and the history.
+  function finishSignIn(box) {
+    var query = window.location.search.replace(/^\?/, "");
+    var flow = stored(FLOW_STORE) || "";
+    keep(null, FLOW_STORE);
+    window.history.replaceState(null, "", box.getAttribute("data-clean"));
+    var body = new URLSearchParams();
+    body.set("query", query);
+    body.set("flow", flow);
+    postSignIn(box.getAttribute("data-finish"), body, "/login");
   }
 
   function toLogin() {
@@ -165,6 +210,17 @@
       window.location.replace(handed.getAttribute("data-next"));
       return;
     }
+    var going = document.getElementById("oidc-start");
+    if (going) {
+      keep(going.getAttribute("data-flow"), FLOW_STORE);
+      window.location.assign(going.getAttribute("data-next"));
+      return;
+    }
+    var back = document.getElementById("oidc-callback");
+    if (back) {
+      finishSignIn(back);
+      return;
+    }
     if (document.getElementById("shell")) {
       load(window.location.href);
       return;
@@ -182,6 +238,10 @@
       return;
     }
     event.preventDefault();
+    if (form.classList.contains("oidc")) {
+      postSignIn(form.action, new URLSearchParams(new FormData(form)), "/login");
+      return;
+    }
     var body = new URLSearchParams(new FormData(form, event.submitter));
     var signingOut = form.getAttribute("action") === "/logout";
     load(form.action, {

@@ -17,13 +17,13 @@ use super::*;
 use crate::config::ListenOAuthConfig;
 
 /// A P-256 key with its id.
-struct Key {
+pub(crate) struct Key {
     kid: String,
     pair: EcdsaKeyPair,
 }
 
 impl Key {
-    fn new(kid: &str) -> Key {
+    pub(crate) fn new(kid: &str) -> Key {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
@@ -34,7 +34,7 @@ impl Key {
         }
     }
 
-    fn jwk(&self) -> Value {
+    pub(crate) fn jwk(&self) -> Value {
         let point = self.pair.public_key().as_ref();
         json!({
             "kty": "EC", "crv": "P-256", "kid": self.kid, "use": "sig", "alg": "ES256",
@@ -44,13 +44,13 @@ impl Key {
     }
 
     /// A token of `claims`, naming `kid` (this key's unless given).
-    fn sign(&self, claims: &Value, kid: Option<&str>) -> String {
+    pub(crate) fn sign(&self, claims: &Value, kid: Option<&str>) -> String {
         self.sign_text(&claims.to_string(), kid)
     }
 
     /// Signs `payload` as written: JSON text that a `Value` cannot hold, such as a name
     /// given twice.
-    fn sign_text(&self, payload: &str, kid: Option<&str>) -> String {
+    pub(crate) fn sign_text(&self, payload: &str, kid: Option<&str>) -> String {
         let header = json!({"alg": "ES256", "typ": "at+jwt", "kid": kid.unwrap_or(&self.kid)});
         let input = format!(
             "{}.{}",
@@ -66,14 +66,14 @@ impl Key {
 }
 
 /// A JWKS served on a loopback port, counting its fetches.
-struct Issuer {
-    url: String,
+pub(crate) struct Issuer {
+    pub(crate) url: String,
     jwks: Arc<Mutex<Value>>,
     fetches: Arc<AtomicUsize>,
 }
 
 impl Issuer {
-    async fn start(keys: &[&Key]) -> Issuer {
+    pub(crate) async fn start(keys: &[&Key]) -> Issuer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let jwks = Arc::new(Mutex::new(Value::Null));
