@@ -150,6 +150,11 @@ pub fn is_private(ip: IpAddr) -> bool {
                 || (s[0] == 0x0064 && s[1] == 0xff9b && s[2..6] == [0; 4] && embedded(s[6], s[7]))
                 || (s[0] == 0x2002 && embedded(s[1], s[2]))
                 || (s[0..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0) && embedded(s[6], s[7]))
+                // IPv4-translated (::ffff:0:a.b.c.d, RFC 2765), by the address it carries.
+                || (s[0..4] == [0; 4] && s[4] == 0xffff && s[5] == 0 && embedded(s[6], s[7]))
+                // Documentation (3fff::/20, RFC 9637) and SRv6 SIDs (5f00::/16, RFC 9602).
+                || (s[0] == 0x3fff && s[1] & 0xf000 == 0)
+                || s[0] == 0x5f00
         }
     }
 }
@@ -274,6 +279,7 @@ fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> Strin
             match format {
                 NotifyFormat::Webhook => json!({
                     "event": "chain-broken",
+                    "event_id": crate::ids::new_ulid(),
                     "problem": problem,
                     "found_at_ms": crate::ids::now_ms(),
                     "link": link,
@@ -297,6 +303,7 @@ fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> Strin
             match format {
                 NotifyFormat::Webhook => json!({
                     "event": "tool-refused",
+                    "event_id": crate::ids::new_ulid(),
                     "gateway": gateway,
                     "server": server,
                     "tool": tool,
@@ -515,6 +522,9 @@ mod tests {
             // Mapped, compatible, NAT64 and 6to4 forms of 169.254.169.254 and 10.0.0.1.
             "::ffff:169.254.169.254", "::169.254.169.254", "64:ff9b::a9fe:a9fe",
             "2002:a9fe:a9fe::1", "2002:0a00:0001::",
+            // An outside attack's (7 December 2026): IPv4-translated 10.0.0.1, the new
+            // documentation prefix, an SRv6 SID.
+            "::ffff:0:a00:1", "3fff::1", "5f00::1",
         ] {
             assert!(private(ip), "{ip} passed as public");
         }

@@ -509,6 +509,21 @@ fn printable(text: &str, max: usize) -> bool {
         && !text
             .chars()
             .any(|c| c.is_control() || crate::text::is_escaped(c))
+        // No space at either end, and no space but the ASCII one: `eve\u{00A0}` or `eve ` shows
+        // as `eve` in the audit (an outside attack signed in so beside the token user `eve`).
+        && !text.starts_with(char::is_whitespace)
+        && !text.ends_with(char::is_whitespace)
+        && !text.chars().any(|c| c.is_whitespace() && c != ' ')
+        // Nor a combining mark, which draws over the letter before it (`eve\u{0332}`).
+        && !text.chars().any(is_combining)
+}
+
+/// Whether `c` is a combining mark of the blocks a name would carry one from: it draws over
+/// the character before it, so a name with one shows as another.
+fn is_combining(c: char) -> bool {
+    matches!(c,
+        '\u{0300}'..='\u{036F}' | '\u{1AB0}'..='\u{1AFF}' | '\u{1DC0}'..='\u{1DFF}'
+        | '\u{20D0}'..='\u{20FF}' | '\u{FE20}'..='\u{FE2F}')
 }
 
 #[cfg(test)]

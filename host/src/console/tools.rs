@@ -102,6 +102,9 @@ struct RefusedView {
     /// The form's values, raw (the form posts them back; autoescaped in the attribute).
     server_raw: String,
     tool_raw: String,
+    /// SHA-256 of the description diff shown ([`shown_hash`]): the Accept form carries it,
+    /// and Accept refuses when the server's listing now gives another.
+    shown: String,
     /// Accept here: the tool is pinned in the manifest this console writes, and the gateway
     /// runs that config.
     acceptable: bool,
@@ -219,7 +222,10 @@ fn view(
                         pointers: refused.pointers.iter().map(|p| text::escape(p)).collect(),
                         server_raw: server.server.clone(),
                         tool_raw: refused.tool.clone(),
-                        acceptable: same_config && pinned,
+                        shown: shown_hash(refused.description_diff.as_deref()),
+                        // Only a changed description is accepted here: its diff is what the
+                        // page shows, and Accept checks the server still lists exactly it.
+                        acceptable: same_config && pinned && refused.description_diff.is_some(),
                         command: command(
                             state.config_file.as_deref(),
                             &server.server,
@@ -394,6 +400,11 @@ pub(super) async fn accept(
             return error_page(shared, session, StatusCode::CONFLICT, &message);
         }
     };
+    if let Err(why) = as_shown(&change, &server, &tool, field(fields, "shown").unwrap_or_default())
+    {
+        let message = format!("`{shown}` was not accepted: {}", text::escape(&why));
+        return error_page(shared, session, StatusCode::CONFLICT, &message);
+    }
     if change.diff.is_empty() {
         shared.sessions.flash(
             id,
@@ -444,6 +455,55 @@ pub(super) async fn accept(
         ),
     );
     redirect("/tools")
+}
+
+/// What the Accept form binds: SHA-256 of the description diff the page showed (as the
+/// gateway published it), `-` without one.
+fn shown_hash(diff: Option<&str>) -> String {
+    diff.map_or_else(|| String::from("-"), |diff| crate::canonical::sha256_hex(diff.as_bytes()))
+}
+
+/// Whether `change` accepts exactly what the page showed: the tool is pinned already, its
+/// description's diff from the pin to the server's listing now is the one shown (`shown`,
+/// [`shown_hash`]), and nothing else of it changed (the input schema, the output schema and
+/// the annotations are as pinned). Otherwise why not: the server listed something else
+/// since the gateway's load, and the operator has not seen it.
+fn as_shown(
+    change: &crate::pin::tool::ToolChange,
+    server: &str,
+    tool: &str,
+    shown: &str,
+) -> Result<(), String> {
+    let pinned = change
+        .existing
+        .servers
+        .get(server)
+        .and_then(|pinned| pinned.tools.get(tool));
+    let listed = change
+        .updated
+        .servers
+        .get(server)
+        .and_then(|listed| listed.tools.get(tool));
+    let (Some(pinned), Some(listed)) = (pinned, listed) else {
+        return Err(String::from(
+            "it is not a pinned tool whose change this page showed: pin a new tool with `toolward pin` and review the manifest",
+        ));
+    };
+    let diff = crate::load::text_diff(&pinned.description, &listed.description);
+    if shown_hash(Some(&diff)) != shown {
+        return Err(String::from(
+            "the server lists another description now than the diff this page showed: reload the page, once the gateway has restarted, to see what it lists",
+        ));
+    }
+    if listed.input_schema_sha256 != pinned.input_schema_sha256
+        || listed.output_schema_sha256 != pinned.output_schema_sha256
+        || listed.annotations != pinned.annotations
+    {
+        return Err(String::from(
+            "the server changed more than the description this page showed (its schema or annotations): review it with `toolward pin --tool` where the config is kept",
+        ));
+    }
+    Ok(())
 }
 
 /// The audit record of the acceptance, then the manifest written: nothing is accepted that

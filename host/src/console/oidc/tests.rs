@@ -120,6 +120,12 @@ fn the_user_is_the_user_claim_and_the_groups_are_strings_within_the_limits() {
         (with(base.clone(), json!({"email_verified": false})), "email", "not verified"),
         (with(base.clone(), json!({"preferred_username": "ops\u{200b}"})), "preferred_username", "printable"),
         (with(base.clone(), json!({"preferred_username": ""})), "preferred_username", "printable"),
+        // Names that show as another's in the audit (an outside attack's, 7 December 2026).
+        (with(base.clone(), json!({"preferred_username": "eve\u{00a0}"})), "preferred_username", "printable"),
+        (with(base.clone(), json!({"preferred_username": "eve "})), "preferred_username", "printable"),
+        (with(base.clone(), json!({"preferred_username": " eve"})), "preferred_username", "printable"),
+        (with(base.clone(), json!({"preferred_username": "eve\u{3000}"})), "preferred_username", "printable"),
+        (with(base.clone(), json!({"preferred_username": "eve\u{0332}"})), "preferred_username", "printable"),
         (with(base.clone(), json!({"preferred_username": ["alice"]})), "preferred_username", "printable"),
         (base.clone(), "nickname", "has no `nickname` claim"),
         (base.clone(), "preferred_username", "name of a token"),
