@@ -125,6 +125,30 @@ impl Bench {
             .unwrap()
     }
 
+    /// A console whose one notification target is a webhook receiver here, signed, its
+    /// links built on `https://console.example`; with the first notification it received,
+    /// within 5 s (`what` names it in the failure).
+    async fn console_telling_a_webhook(&self, what: &str) -> (Console, Value) {
+        let (hook, mut received) = receiver().await;
+        let console = self
+            .console_notifying(NotifySettings {
+                targets: vec![NotifyTarget {
+                    url: format!("http://{hook}/hook"),
+                    format: NotifyFormat::Webhook,
+                }],
+                secret: Some(b"a shared secret of the receiver".to_vec()),
+                include_arguments: false,
+                allow_private: false,
+                link_base: String::from("https://console.example"),
+            })
+            .await;
+        let (_, _, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no notification of the {what} within 5 s"))
+            .unwrap();
+        (console, serde_json::from_str(&body).unwrap())
+    }
+
     async fn console_at(
         &self,
         addr: SocketAddr,
@@ -768,24 +792,8 @@ async fn the_console_shows_the_audit_with_the_filters_of_audit_show_and_a_broken
     let text = std::fs::read_to_string(&log).unwrap();
     std::fs::write(&log, text.replacen("\"s__write\"", "\"s__wrote\"", 1)).unwrap();
     // Told to the notification targets too, as soon as the console's check finds it.
-    let (hook, mut received) = receiver().await;
-    let console = bench
-        .console_notifying(NotifySettings {
-            targets: vec![NotifyTarget {
-                url: format!("http://{hook}/hook"),
-                format: NotifyFormat::Webhook,
-            }],
-            secret: Some(b"a shared secret of the receiver".to_vec()),
-            include_arguments: false,
-            allow_private: false,
-            link_base: String::from("https://console.example"),
-        })
-        .await;
-    let (_, _, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
-        .await
-        .expect("no notification of the break within 5 s")
-        .unwrap();
-    let told: Value = serde_json::from_str(&body).unwrap();
+    let (console, told) = bench.console_telling_a_webhook("break").await;
+    let body = told.to_string();
     assert_eq!(told["event"], "chain-broken", "{body}");
     assert!(
         told["problem"]
@@ -1303,24 +1311,8 @@ async fn the_tools_page_shows_a_changed_tool_as_text_and_accept_repins_it_as_pin
     )
     .unwrap();
     // The console tells its notification targets of the refusal, once.
-    let (hook, mut received) = receiver().await;
-    let console = bench
-        .console_notifying(NotifySettings {
-            targets: vec![NotifyTarget {
-                url: format!("http://{hook}/hook"),
-                format: NotifyFormat::Webhook,
-            }],
-            secret: Some(b"a shared secret of the receiver".to_vec()),
-            include_arguments: false,
-            allow_private: false,
-            link_base: String::from("https://console.example"),
-        })
-        .await;
-    let (_, _, body) = tokio::time::timeout(Duration::from_secs(5), received.recv())
-        .await
-        .expect("no notification of the refused tool within 5 s")
-        .unwrap();
-    let told: Value = serde_json::from_str(&body).unwrap();
+    let (console, told) = bench.console_telling_a_webhook("refused tool").await;
+    let body = told.to_string();
     assert_eq!(told["event"], "tool-refused", "{body}");
     assert_eq!(
         (told["server"].as_str(), told["tool"].as_str()),
