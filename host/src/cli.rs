@@ -1237,7 +1237,7 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     for message in toolward.report().messages() {
         tracing::warn!("{message}");
     }
-    let published = publish_state(&toolward, None);
+    let published = publish_state(&toolward, None).await;
     let settings = crate::gateway::GatewaySettings::from_config(toolward.config());
     let served = crate::gateway::serve_stdio(
         toolward.call_path().clone(),
@@ -1258,26 +1258,57 @@ async fn serve(config_path: &Path) -> Result<ExitCode, Failure> {
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
-/// Publishes the gateway's state for the console ([`crate::gateways`]); one that cannot is
-/// said in the log and serves on.
-fn publish_state(
+/// Publishes the gateway's state for the console ([`crate::gateways`]): into the fleet's
+/// database with `store.postgres`, else the state folder; one that cannot is said in the
+/// log and serves on.
+async fn publish_state(
     toolward: &crate::Toolward,
     listen: Option<std::net::SocketAddr>,
 ) -> Option<crate::gateways::Publisher> {
-    crate::gateways::publish(
-        toolward.state(),
-        toolward.config().file.clone(),
-        toolward.report(),
-        toolward.call_path().registry(),
-        listen,
-    )
-    .map_err(|error| {
-        tracing::warn!(
-            "the console will not see this gateway: {}",
-            crate::text::error_chain(&error)
-        );
-    })
-    .ok()
+    let config = toolward.config();
+    let registry = toolward.call_path().registry();
+    let published = match &config.store {
+        crate::config::StoreConfig::Postgres { url, .. } => {
+            let store = crate::store::postgres::PgStore::new(url)
+                .map(|store| match &config.file {
+                    Some(file) => store.with_config_file(file),
+                    None => store,
+                })
+                .map_err(|error| crate::text::error_chain(&error));
+            match store {
+                Ok(store) => match crate::store::postgres::PgGateways::open(&store).await {
+                    Ok(gateways) => {
+                        crate::gateways::publish_to_database(
+                            gateways,
+                            config.file.clone(),
+                            toolward.report(),
+                            registry,
+                            listen,
+                        )
+                        .await
+                    }
+                    Err(error) => Err(crate::text::error_chain(&error)),
+                },
+                Err(error) => Err(error),
+            }
+        }
+        crate::config::StoreConfig::StateDir => crate::gateways::publish(
+            toolward.state(),
+            config.file.clone(),
+            toolward.report(),
+            registry,
+            listen,
+        )
+        .map_err(|error| crate::text::error_chain(&error)),
+    };
+    published
+        .map_err(|error| {
+            tracing::warn!(
+                "the console will not see this gateway: {}",
+                crate::text::escape(&error)
+            );
+        })
+        .ok()
 }
 
 async fn serve_http(
@@ -1319,7 +1350,7 @@ async fn serve_http(
             });
         }
     };
-    let published = publish_state(&toolward, Some(listening.addr));
+    let published = publish_state(&toolward, Some(listening.addr)).await;
     let registered = toolward.tools().count();
     errln!(
         "toolward serves {registered} tools at {} (streamable HTTP)",
@@ -1429,8 +1460,8 @@ async fn console_notify(
     })
 }
 
-/// `toolward console`: serves the web console over the config's state folder until a
-/// signal.
+/// `toolward console`: serves the web console over the config's state folder, or its
+/// fleet's database, until a signal.
 async fn console(
     config_path: &Path,
     addr: std::net::SocketAddr,
@@ -1439,12 +1470,10 @@ async fn console(
     notify: crate::console::NotifySettings,
 ) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    if let crate::config::StoreConfig::Postgres { .. } = &config.store {
-        return Err(usage(anyhow!(
-            "`{}` names `store.postgres`: the console serves a state folder's queue and log only (a fleet's console is not built yet)",
-            config_path.display()
-        )));
-    }
+    let database = match &config.store {
+        crate::config::StoreConfig::Postgres { url, .. } => Some(pg_store(url, config_path)?),
+        crate::config::StoreConfig::StateDir => None,
+    };
     let state = open_state(&config)?;
     let (users, token_file) =
         crate::listen::tokens(&config.listen, &state, &config.principal).map_err(usage)?;
@@ -1454,6 +1483,7 @@ async fn console(
         allow_non_loopback,
         state_dir: config.state_dir.clone(),
         audit_file: config.audit.file.clone(),
+        database,
         users,
         public_origins,
         header_read_timeout: std::time::Duration::from_millis(config.listen.header_read_timeout_ms),
@@ -1468,6 +1498,7 @@ async fn console(
         .map_err(|error| match error {
             crate::console::ConsoleError::Bind { .. }
             | crate::console::ConsoleError::Oidc { .. }
+            | crate::console::ConsoleError::Store { .. }
             | crate::console::ConsoleError::Templates(_) => failure(error),
             other => usage(other),
         })?;

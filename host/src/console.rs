@@ -1,6 +1,6 @@
-//! The web console (`toolward console`): the held calls of the state folder's queue answered
-//! from a browser, the audit chain read there, and the gateways' servers and refused tools,
-//! a changed tool accepted from its diff, on loopback by default.
+//! The web console (`toolward console`): the held calls of the state folder's queue (or a
+//! fleet's database) answered from a browser, the audit chain read there, and the gateways'
+//! servers and refused tools, a changed tool accepted from its diff, on loopback by default.
 //!
 //! # Contract
 //!
@@ -71,9 +71,18 @@
 //!    says the gateway must restart (it loads its pins at start). Elsewhere it shows the
 //!    command to run.
 //!
-//! Not here yet (issue 32): a PostgreSQL store (the console refuses `store.postgres`),
-//! TLS built in (run it behind a TLS proxy and name the proxy's origin in
-//! `public_origins`), and a table of gateways in PostgreSQL.
+//! 9. **A fleet's store.** With [`ConsoleSettings::database`] (`store.postgres`), 1 to 8 hold
+//!    over the database instead of the state folder: the held calls of every gateway,
+//!    answered as the signed-in user with the channel and groups kept in the row (so the
+//!    waiting gateway judges and records them as on one machine); the database's chain
+//!    checked from its first record against its head row; the console's records appended at
+//!    the head; the gateways' rows of `toolward_gateways`, one not written for
+//!    [`GONE_AFTER`] shown as gone. Accept shows the command to run.
+//!
+//! Not here yet (issue 32): TLS built in (run it behind a TLS proxy and name the proxy's
+//! origin in `public_origins`).
+//!
+//! [`GONE_AFTER`]: crate::store::postgres::gateways::GONE_AFTER
 //!
 //! [`NOTIFY_POLL_INTERVAL`]: notify::NOTIFY_POLL_INTERVAL
 //! [`gateways`]: crate::gateways
@@ -91,6 +100,7 @@ pub mod notify;
 mod oidc;
 mod pages;
 mod session;
+mod store;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -182,6 +192,11 @@ pub struct ConsoleSettings {
     pub state_dir: PathBuf,
     /// The audit log (`audit.file`).
     pub audit_file: PathBuf,
+    /// A fleet's database (`store.postgres`): held calls, the audit chain and the gateways'
+    /// states are read there, and answers and the console's records written there, instead
+    /// of `state_dir` and `audit_file`.
+    #[cfg(feature = "postgres")]
+    pub database: Option<crate::store::postgres::PgStore>,
     /// Who may sign in: token by user name (the listener's named tokens).
     pub users: BTreeMap<String, String>,
     /// Origins the console is also reached at (`https://console.example`, through a TLS
@@ -251,6 +266,14 @@ pub enum ConsoleError {
         addr: SocketAddr,
         /// The system's error.
         source: std::io::Error,
+    },
+    /// The fleet's database cannot be opened.
+    #[error("the console cannot open the PostgreSQL store {store}: {reason}")]
+    Store {
+        /// The store, as named in messages (no user or password).
+        store: String,
+        /// Why.
+        reason: String,
     },
     /// Nobody could sign in.
     #[error(
@@ -351,14 +374,14 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
             Some(provider)
         }
     };
+    let store = Arc::new(open_store(&settings).await?);
     let chain = Arc::new(Mutex::new(ChainState::unchecked()));
     let shared = Arc::new(pages::Shared {
         guard,
         pages,
         sessions: session::Sessions::new(&settings.users),
         oidc,
-        state_dir: settings.state_dir.clone(),
-        audit_file: settings.audit_file.clone(),
+        store: Arc::clone(&store),
         chain: Arc::clone(&chain),
         approvers: settings.approvers.clone(),
         tools: tools::Tools::new(settings.config.clone()),
@@ -369,17 +392,12 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         notify.link_base = format!("http://{addr}");
     }
     tokio::spawn(check_chain_forever(
-        settings.state_dir.clone(),
-        settings.audit_file.clone(),
+        Arc::clone(&store),
         chain,
         notify.clone(),
         stop.child_token(),
     ));
-    tokio::spawn(notify::watch(
-        settings.state_dir.clone(),
-        notify,
-        stop.child_token(),
-    ));
+    tokio::spawn(notify::watch(store, notify, stop.child_token()));
     let accept = AcceptLimits {
         max_connections: settings.max_connections,
         header_read_timeout: settings.header_read_timeout,
@@ -397,6 +415,23 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
     }
     let task = tokio::spawn(accept_loop(listener, accept, handle, stop.clone()));
     Ok(Console { addr, stop, task })
+}
+
+/// The store `settings` name: the fleet's database, each part's schema version checked, or
+/// the state folder.
+async fn open_store(settings: &ConsoleSettings) -> Result<store::Store, ConsoleError> {
+    #[cfg(feature = "postgres")]
+    if let Some(database) = &settings.database {
+        let name = database.name().to_owned();
+        return store::Database::open(database.clone())
+            .await
+            .map(|database| store::Store::Database(Box::new(database)))
+            .map_err(|reason| ConsoleError::Store { store: name, reason });
+    }
+    Ok(store::Store::Folder {
+        state_dir: settings.state_dir.clone(),
+        audit_file: settings.audit_file.clone(),
+    })
 }
 
 /// The other loopback address's same port, held while the console runs: a browser may send
@@ -430,8 +465,7 @@ async fn hold_other_loopback(addr: SocketAddr) -> Result<Option<TcpListener>, Co
 /// Checks the chain against its head now and every [`CHAIN_CHECK_INTERVAL`], keeping the
 /// result for the audit page; warns when a check finds a problem the one before did not.
 async fn check_chain_forever(
-    state_dir: PathBuf,
-    audit_file: PathBuf,
+    store: Arc<store::Store>,
     chain: Arc<Mutex<ChainState>>,
     notify: NotifySettings,
     stop: CancellationToken,
@@ -442,10 +476,7 @@ async fn check_chain_forever(
             _ = interval.tick() => {}
             () = stop.cancelled() => return,
         }
-        let (state_dir, audit_file) = (state_dir.clone(), audit_file.clone());
-        let checked =
-            tokio::task::spawn_blocking(move || pages::check_chain(&state_dir, &audit_file)).await;
-        let Ok(checked) = checked else { continue };
+        let checked = store.check_chain().await;
         let mut kept = chain.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(problem) = &checked.problem
             && kept.problem.as_ref() != Some(problem)

@@ -29,11 +29,14 @@
 //! | `toolward_keys` | one: `request-state`, the fleet's 32-byte `requestState` MAC key ([`PgLedger::key`](crate::store::postgres::PgLedger::key)) |
 //! | `toolward_labels` | one per session or sessionless principal that saw labels: what it has seen ([`PgLabels`](crate::store::postgres::PgLabels)) |
 //! | `toolward_oauth_grants` | one per server and principal (`''` for the operator's) signed in to an HTTP server: the grant, sealed under `store.oauth_key` (`crate::oauth::postgres`) |
+//! | `toolward_gateways` | one per running gateway: the state it publishes for the console ([`crate::gateways`]), as JSON text, and when it last wrote it |
 //!
 //! Version 2 added the fact counters, the ledger and the key; version 3 the triggers that keep
 //! an answered approval as it was answered and each audit record's `seq` at the head
-//! ([`TRIGGERS`]); version 4 the sessions' labels; version 5 the OAuth grants. `migrate` takes
-//! an older database to version 5 (what is missing created, the version row moved),
+//! ([`TRIGGERS`]); version 4 the sessions' labels; version 5 the OAuth grants; version 6 the
+//! gateways' published states and, on a held call, the channel its answer came through and
+//! the answerer's groups (the console's). `migrate` takes
+//! an older database to version 6 (what is missing created, the version row moved),
 //! after which an older toolward refuses it: upgrade every gateway of the fleet together.
 //! After migrating it reports drift ([`Drift`]): what the tables hold beyond the roles'
 //! contract.
@@ -53,11 +56,12 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
 
-/// The schema version this toolward writes and reads: 5 (4 without the OAuth grants, 3
+/// The schema version this toolward writes and reads: 6 (5 without the gateways' states and
+/// the answer's channel and groups, 4 without the OAuth grants, 3
 /// without the sessions' labels, 2 without the triggers that keep an answered approval and
 /// the chain's `seq` as toolward writes them, 1 without the fact counters and the
 /// `requestState` ledger).
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
 pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
@@ -78,7 +82,12 @@ pub const MAX_CONNECTIONS: usize = 8;
 /// and the auditors (`toolward_auditor`). Login roles are made members of them; the fourth
 /// role, the owner of the tables (`toolward_owner` in the docs), runs `migrate` and needs no
 /// grant.
-pub const ROLES: &[&str] = &["toolward_gateway", "toolward_approver", "toolward_auditor"];
+pub const ROLES: &[&str] = &[
+    "toolward_gateway",
+    "toolward_approver",
+    "toolward_auditor",
+    "toolward_console",
+];
 
 /// What each role of [`ROLES`] may do on each table, as the statements [`PgStore::migrate`]
 /// runs (one a line, each ending `TO ROLE;`): docs/fleet.md shows this text, and a test keeps
@@ -101,9 +110,14 @@ GRANT SELECT, INSERT, DELETE ON toolward_request_states TO toolward_gateway;
 GRANT SELECT ON toolward_keys TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_labels TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_oauth_grants TO toolward_gateway;
+GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_gateways TO toolward_gateway;
 GRANT SELECT ON toolward_schema TO toolward_approver;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms) ON toolward_approvals TO toolward_approver;
 GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head TO toolward_auditor;
+GRANT SELECT ON toolward_schema, toolward_audit, toolward_gateways TO toolward_console;
+GRANT INSERT ON toolward_audit TO toolward_console;
+GRANT SELECT, UPDATE ON toolward_audit_head TO toolward_console;
+GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms, answered_through, answerer_groups) ON toolward_approvals TO toolward_console;
 ";
 
 /// The statements of [`GRANTS`], without their `;`.
@@ -168,6 +182,7 @@ const TABLES: &[&str] = &[
     "toolward_keys",
     "toolward_labels",
     "toolward_oauth_grants",
+    "toolward_gateways",
 ];
 
 /// One privilege [`GRANTS`] gives: the table, the role, the privilege (`SELECT`) and the
@@ -1016,7 +1031,7 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 to 4
+/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 to 5
 /// database it adds what is missing and moves the version row (never down: [`PgStore::migrate`] refuses a
 /// newer version before running it).
 const SCHEMA: &str = r"
@@ -1024,8 +1039,8 @@ CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 5)
-    ON CONFLICT (id) DO UPDATE SET version = 5 WHERE toolward_schema.version < 5;
+INSERT INTO toolward_schema (id, version) VALUES (1, 6)
+    ON CONFLICT (id) DO UPDATE SET version = 6 WHERE toolward_schema.version < 6;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -1086,6 +1101,13 @@ CREATE TABLE IF NOT EXISTS toolward_oauth_grants (
     sealed bytea NOT NULL,
     updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0),
     PRIMARY KEY (server, principal)
+);
+ALTER TABLE toolward_approvals ADD COLUMN IF NOT EXISTS answered_through text;
+ALTER TABLE toolward_approvals ADD COLUMN IF NOT EXISTS answerer_groups text[];
+CREATE TABLE IF NOT EXISTS toolward_gateways (
+    id text PRIMARY KEY,
+    state text NOT NULL,
+    updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0)
 );
 ";
 
@@ -1307,7 +1329,29 @@ mod tests {
                 .filter(|g| g.table == "toolward_oauth_grants")
                 .all(|g| g.role == "toolward_gateway")
         );
-        assert_eq!(granted.len(), 35);
+        // The console reads the gateways' states and never writes them.
+        assert!(
+            granted
+                .iter()
+                .filter(|g| g.table == "toolward_gateways" && g.privilege != "SELECT")
+                .all(|g| g.role == "toolward_gateway")
+        );
+        // The console answers through the answer columns alone, with its channel and groups.
+        assert!(
+            granted
+                .iter()
+                .filter(|g| g.table == "toolward_approvals"
+                    && g.role == "toolward_console"
+                    && g.privilege == "UPDATE")
+                .all(|g| g.column.is_some())
+        );
+        assert!(granted.contains(&Granted {
+            table: "toolward_approvals",
+            role: "toolward_console",
+            privilege: "UPDATE",
+            column: Some("answerer_groups"),
+        }));
+        assert_eq!(granted.len(), 54);
     }
 
     #[test]
@@ -1363,7 +1407,7 @@ mod tests {
         .to_string();
         assert_eq!(
             error,
-            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 5: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 6: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
         );
     }
 }

@@ -16,8 +16,12 @@
 //! lock free knows the file is what a process that did not end cleanly left: [`read_all`]
 //! says so ([`Published::live`] false), and the console shows it as gone.
 //!
-//! A fleet's gateways on PostgreSQL publish here too, into each machine's state folder: no
-//! table of gateways is kept in the database yet (the console refuses `store.postgres`).
+//! A fleet's gateways on PostgreSQL (`store.postgres`) publish into the database's
+//! `toolward_gateways` table instead ([`publish_to_database`], [`read_database`]): a row per
+//! gateway, written on the same events and every
+//! [`HEARTBEAT`](crate::store::postgres::gateways::HEARTBEAT) besides, since no lock across
+//! machines says a gateway still runs; a row not written for
+//! [`GONE_AFTER`](crate::store::postgres::gateways::GONE_AFTER) reads as gone.
 
 use std::io::Read as _;
 use std::net::SocketAddr;
@@ -150,12 +154,84 @@ struct Fixed {
 /// A gateway publishing its state; [`Publisher::stop`] removes it.
 #[derive(Debug)]
 pub struct Publisher {
-    dir: Arc<Dir>,
+    sink: Arc<Sink>,
     id: String,
-    /// Held for the run: its lock says the gateway lives.
-    _lock: std::fs::File,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Where a gateway publishes.
+#[derive(Debug)]
+enum Sink {
+    /// The state folder's `gateways/`.
+    Folder {
+        dir: Arc<Dir>,
+        /// Held for the run: its lock says the gateway lives.
+        _lock: std::fs::File,
+        /// The state file's path, for messages.
+        full: PathBuf,
+    },
+    /// The database's `toolward_gateways`.
+    #[cfg(feature = "postgres")]
+    Database(Box<crate::store::postgres::gateways::PgGateways>),
+}
+
+impl Sink {
+    /// Writes the state now.
+    async fn write(&self, fixed: &Arc<Fixed>, registry: &Arc<Registry>) -> Result<(), String> {
+        match self {
+            Sink::Folder { dir, full, .. } => {
+                let (dir, fixed, registry, full) = (
+                    Arc::clone(dir),
+                    Arc::clone(fixed),
+                    Arc::clone(registry),
+                    full.clone(),
+                );
+                tokio::task::spawn_blocking(move || write(&dir, &fixed, &registry, &full))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }
+            #[cfg(feature = "postgres")]
+            Sink::Database(gateways) => {
+                let state = snapshot(fixed, registry);
+                let text = serde_json::to_string(&state).map_err(|e| e.to_string())?;
+                gateways
+                    .write(&fixed.id, &text)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// How often the state is written though nothing changed: only for the database.
+    fn heartbeat(&self) -> Option<Duration> {
+        match self {
+            Sink::Folder { .. } => None,
+            #[cfg(feature = "postgres")]
+            Sink::Database(_) => Some(crate::store::postgres::gateways::HEARTBEAT),
+        }
+    }
+
+    /// Removes the state: the gateway ended cleanly.
+    async fn remove(&self, id: &str) {
+        match self {
+            // The state first: a state without its lock file reads as gone, never as live.
+            Sink::Folder { dir, .. } => {
+                let _ = dir.remove_file(format!("{id}.json"));
+                let _ = dir.remove_file(format!("{id}.lock"));
+            }
+            #[cfg(feature = "postgres")]
+            Sink::Database(gateways) => {
+                if let Err(error) = gateways.remove(id).await {
+                    tracing::warn!(
+                        "cannot remove the gateway's state from the database: {}",
+                        crate::text::error_chain(&error)
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Errors of publishing.
@@ -210,50 +286,91 @@ pub fn publish(
         listen: listen.map(|addr| addr.to_string()),
         report: report.clone(),
     };
-    let registry = Arc::clone(registry);
     let full = state.path().join(GATEWAYS_DIR).join(format!("{id}.json"));
-    write(&dir, &fixed, &registry, &full)?;
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(republish(
-        Arc::clone(&dir),
-        fixed,
-        registry,
-        full,
-        stop.clone(),
-    ));
-    Ok(Publisher {
+    write(&dir, &fixed, registry, &full)?;
+    let sink = Sink::Folder {
         dir,
-        id,
         _lock: lock,
-        stop,
-        task,
-    })
+        full,
+    };
+    Ok(Publisher::start(sink, Arc::new(fixed), registry))
+}
+
+/// Starts publishing the state of a gateway, as [`publish`] does, into the fleet's database
+/// (`gateways`, on `store.postgres`): written now, after each event its clients are told of,
+/// and every [`HEARTBEAT`](crate::store::postgres::gateways::HEARTBEAT).
+///
+/// # Errors
+/// The database's error, as text, when the first write fails.
+#[cfg(feature = "postgres")]
+pub async fn publish_to_database(
+    gateways: crate::store::postgres::gateways::PgGateways,
+    config_file: Option<PathBuf>,
+    report: &LoadReport,
+    registry: &Arc<Registry>,
+    listen: Option<SocketAddr>,
+) -> Result<Publisher, String> {
+    let fixed = Arc::new(Fixed {
+        id: crate::ids::new_ulid(),
+        config_file,
+        pid: std::process::id(),
+        started_ms: crate::ids::now_ms(),
+        listen: listen.map(|addr| addr.to_string()),
+        report: report.clone(),
+    });
+    let sink = Sink::Database(Box::new(gateways));
+    sink.write(&fixed, registry).await?;
+    Ok(Publisher::start(sink, fixed, registry))
 }
 
 impl Publisher {
-    /// Stops publishing and removes the state and its lock file: the gateway ended cleanly.
+    /// Publishing through `sink`, written again by a task of its own.
+    fn start(sink: Sink, fixed: Arc<Fixed>, registry: &Arc<Registry>) -> Publisher {
+        let sink = Arc::new(sink);
+        let id = fixed.id.clone();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(republish(
+            Arc::clone(&sink),
+            fixed,
+            Arc::clone(registry),
+            stop.clone(),
+        ));
+        Publisher {
+            sink,
+            id,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops publishing and removes the state (and its lock file): the gateway ended
+    /// cleanly.
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
-        // The state first: a state without its lock file reads as gone, never as live.
-        let _ = self.dir.remove_file(format!("{}.json", self.id));
-        let _ = self.dir.remove_file(format!("{}.lock", self.id));
+        self.sink.remove(&self.id).await;
     }
 }
 
-/// Writes the state again after each event the registry tells clients of, a burst at once.
+/// Writes the state again after each event the registry tells clients of, a burst at once,
+/// and at the sink's heartbeat.
 async fn republish(
-    dir: Arc<Dir>,
-    fixed: Fixed,
+    sink: Arc<Sink>,
+    fixed: Arc<Fixed>,
     registry: Arc<Registry>,
-    full: PathBuf,
     stop: CancellationToken,
 ) {
     let mut events = registry.client_messages();
-    let fixed = Arc::new(fixed);
+    let heartbeat = sink.heartbeat();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
+            () = async {
+                match heartbeat {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
             event = events.recv() => match event {
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
@@ -268,16 +385,11 @@ async fn republish(
             Err(tokio::sync::broadcast::error::TryRecvError::Empty
                 | tokio::sync::broadcast::error::TryRecvError::Closed)
         ) {}
-        let (dir, fixed, registry, full) = (
-            Arc::clone(&dir),
-            Arc::clone(&fixed),
-            Arc::clone(&registry),
-            full.clone(),
-        );
-        let written =
-            tokio::task::spawn_blocking(move || write(&dir, &fixed, &registry, &full)).await;
-        if let Ok(Err(error)) = written {
-            tracing::warn!("cannot publish the gateway's state for the console: {error}");
+        if let Err(error) = sink.write(&fixed, &registry).await {
+            tracing::warn!(
+                "cannot publish the gateway's state for the console: {}",
+                crate::text::escape(&error)
+            );
         }
     }
 }
@@ -422,6 +534,43 @@ pub fn read_all(state: &StateDir) -> Result<(Vec<Published>, usize), StateError>
                 "`{}` is not a gateway's state: {}",
                 full.display(),
                 crate::text::escape(&error)
+            ),
+        }
+    }
+    Ok((out, left))
+}
+
+/// Every state published in the fleet's database (at most [`MAX_GATEWAYS`], the most
+/// recently written first), each live when written within
+/// [`GONE_AFTER`](crate::store::postgres::gateways::GONE_AFTER), and how many more were
+/// left unread. A row that is not a state is left out with a warning in the log.
+///
+/// # Errors
+/// The database's error.
+#[cfg(feature = "postgres")]
+pub async fn read_database(
+    gateways: &crate::store::postgres::gateways::PgGateways,
+) -> Result<(Vec<Published>, usize), crate::database::PgError> {
+    let gone_after = u64::try_from(crate::store::postgres::gateways::GONE_AFTER.as_millis())
+        .unwrap_or(u64::MAX);
+    let (rows, total) = gateways.read(MAX_GATEWAYS, MAX_STATE_BYTES).await?;
+    let left = total.saturating_sub(rows.len());
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        match serde_json::from_str::<GatewayState>(&row.state) {
+            Ok(state) if state.id == row.id => out.push(Published {
+                live: row.age_ms < gone_after,
+                state,
+            }),
+            Ok(_) => tracing::warn!(
+                "{}: the row of gateway `{}` names another id",
+                gateways.store_name(),
+                crate::text::escape(&row.id)
+            ),
+            Err(error) => tracing::warn!(
+                "{}: the row of gateway `{}` is not a gateway's state: {error}",
+                gateways.store_name(),
+                crate::text::escape(&row.id)
             ),
         }
     }

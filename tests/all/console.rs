@@ -188,11 +188,18 @@ impl Bench {
         oidc: Option<ConsoleOidcConfig>,
     ) -> Result<Console, toolward::console::ConsoleError> {
         let config = self.config();
+        let database = match &config.store {
+            toolward::config::StoreConfig::Postgres { url, .. } => {
+                Some(toolward::store::postgres::PgStore::new(url).unwrap())
+            }
+            _ => None,
+        };
         serve_console(ConsoleSettings {
             addr,
             allow_non_loopback: false,
             state_dir: config.state_dir.clone(),
             audit_file: config.audit.file.clone(),
+            database,
             users: config.listen.tokens.clone(),
             public_origins: Vec::new(),
             header_read_timeout: Duration::from_secs(10),
@@ -382,6 +389,15 @@ impl Signed {
 
     async fn post(&self, path: &str, fields: &[(&str, &str)]) -> Got {
         self.post_as(path, fields, Some(&self.key)).await
+    }
+
+    /// Answers the held call `call_id`: `verdict` is `approve` or `deny`.
+    async fn answer(&self, call_id: &str, verdict: &str) -> Got {
+        self.post(
+            "/approvals/answer",
+            &[("call", call_id), ("verdict", verdict)],
+        )
+        .await
     }
 
     /// A `POST` from the console's origin with the cookie and the key given.
@@ -1477,5 +1493,132 @@ async fn the_tools_page_shows_a_changed_tool_as_text_and_accept_repins_it_as_pin
     std::fs::remove_file(&gone_file).unwrap();
     let empty = user.get("/tools").await.body;
     assert!(empty.contains("id=\"no-gateways\""), "{empty}");
+    console.stop().await;
+}
+
+/// A fleet's console (`store.postgres`): a call held by a gateway on the database is listed
+/// and approved from the console, the answer reaches the gateway through the database and
+/// is recorded there with the console's user and channel, the audit page reads the
+/// database's chain against its head row, and the tools page shows the gateway's row while
+/// it runs and not after it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_console_answers_a_call_held_in_postgresql_and_shows_its_chain_and_gateways() {
+    let Some(_) = toolward_binary() else { return };
+    let test = "a_fleet_console_answers_a_call_held_in_postgresql";
+    let Some(url) = crate::store_contract::test_database_url(test) else {
+        return;
+    };
+    crate::store_contract::migrate(&url).await;
+    let bench = Bench::with(json!({"store": {"postgres": url}})).await;
+    let toolward = Arc::new(Toolward::start(bench.config()).await.unwrap());
+    let store = toolward::store::postgres::PgStore::new(&url).unwrap();
+    let gateways = toolward::store::postgres::PgGateways::open(&store)
+        .await
+        .unwrap();
+    let published = toolward::gateways::publish_to_database(
+        gateways,
+        None,
+        toolward.report(),
+        toolward.call_path().registry(),
+        None,
+    )
+    .await
+    .unwrap();
+    let console = bench.console().await;
+    let user = Signed::new(console.addr).await;
+
+    // Held on the database: the console lists it (the argument is this test's own).
+    let marker = format!("/tmp/fleet-console-{}", std::process::id());
+    let call = spawn_call(
+        &toolward,
+        json!({"path": marker, "content": "from the fleet"}),
+    );
+    let queue =
+        toolward::store::postgres::PgApprovals::new(&store, Duration::from_secs(30)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let listed = toolward::store::ApprovalStore::list(&queue).await.unwrap();
+        if let Some(entry) = listed
+            .into_iter()
+            .find(|e| e.waiting && e.request.arguments.contains(marker.as_str()))
+        {
+            break entry.request;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the call was never held in the database"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let page = user.get("/approvals").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains(&held.call_id), "{}", page.body);
+
+    let approved = user.answer(&held.call_id, "approve").await;
+    assert_eq!(approved.status, 303, "{}", approved.body);
+    let result = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the approved call completes")
+        .unwrap();
+    assert!(!result.is_error(), "{}", result.result);
+    assert_eq!(bench.received().len(), 1, "{:?}", bench.received());
+    // The first answer won: a second is refused naming the call.
+    let again = user.answer(&held.call_id, "deny").await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains(&held.call_id), "{}", again.body);
+
+    // The database's chain: the answer recorded with the console's user and channel.
+    let audit = user.get(&format!("/audit?call={}", held.call_id)).await;
+    assert_eq!(audit.status, 200, "{}", audit.body);
+    assert!(
+        audit.body.contains("approval-answered") && audit.body.contains("matching the database"),
+        "{}",
+        audit.body
+    );
+    let mut reader = toolward::store::postgres::audit::Reader::open(&store)
+        .await
+        .unwrap();
+    let read = reader.read_new().await.unwrap();
+    let answered = read
+        .records
+        .iter()
+        .find(|(record, raw)| {
+            record.event.call_id.as_deref() == Some(held.call_id.as_str())
+                && raw["kind"] == "approval-answered"
+        })
+        .map(|(_, raw)| raw.clone())
+        .expect("the answer is recorded in the database's chain");
+    assert_eq!(answered["answered_by"]["channel"], "console", "{answered}");
+    assert_eq!(answered["answered_by"]["answerer"], "alice", "{answered}");
+
+    // The gateway's published row: shown running, then gone from the page once it ended.
+    let id = {
+        let tools = user.get("/tools").await;
+        assert_eq!(tools.status, 200, "{}", tools.body);
+        let (rows, _) = toolward::gateways::read_database(
+            &toolward::store::postgres::PgGateways::open(&store)
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        let ours = rows
+            .iter()
+            .find(|p| p.state.pid == std::process::id() && p.live)
+            .expect("this gateway's row is live");
+        assert!(
+            tools.body.contains(&format!("gateway-{}", ours.state.id)),
+            "{}",
+            tools.body
+        );
+        ours.state.id.clone()
+    };
+    published.stop().await;
+    let tools = user.get("/tools").await;
+    assert!(
+        !tools.body.contains(&format!("gateway-{id}")),
+        "{}",
+        tools.body
+    );
     console.stop().await;
 }

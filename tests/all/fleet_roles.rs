@@ -23,6 +23,7 @@ const OWNER: (&str, &str) = ("toolward_owner", "OWNER-PASSWORD");
 const GATEWAY: (&str, &str) = ("toolward_gw1", "GW1-PASSWORD");
 const APPROVER: (&str, &str) = ("toolward_alice", "ALICE-PASSWORD");
 const AUDITOR: (&str, &str) = ("toolward_audit1", "AUDIT1-PASSWORD");
+const CONSOLE: (&str, &str) = ("toolward_console1", "CONSOLE1-PASSWORD");
 
 /// Roles belong to the cluster, not to a database: the tests of this binary create them one
 /// at a time (a role made by an earlier run, or by another test, is kept).
@@ -39,7 +40,7 @@ fn docs_block(first_line: &str) -> String {
 }
 
 /// The block that creates the roles (the one the operator runs as a superuser).
-const ROLE_BLOCK: &str = "-- the owner, and the three groups";
+const ROLE_BLOCK: &str = "-- the owner, and the four groups";
 
 /// The block that hands a fleet's tables from its old gateway role to the owner.
 const UPGRADE_BLOCK: &str = "-- a fleet set up before `store migrate`";
@@ -231,15 +232,15 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     };
     let first = db.migrate();
     assert!(
-        first.contains("created the schema, version 5")
+        first.contains("created the schema, version 6")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 5")
+            && first.contains("schema version 6")
             && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
     assert!(
-        again.contains("schema version 5 already; nothing to create")
+        again.contains("schema version 6 already; nothing to create")
             && !again.contains("made the fleet's"),
         "{again}"
     );
@@ -348,6 +349,96 @@ async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
     db.drop_database().await;
 }
 
+/// The console's role does what a fleet's console does (reads the gateways' rows a running
+/// gateway wrote, answers a held call with its channel and the user's groups, appends its own
+/// record at the head) and nothing a gateway, an owner or another reader alone may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_writes_nothing_else() {
+    use toolward::approval::Channel;
+    use toolward::identity::{AnsweredBy, Approvers};
+    let Some(db) = RoleDatabase::new("console role").await else {
+        return;
+    };
+    db.migrate();
+    let console = PgStore::new(&db.url(CONSOLE)).unwrap();
+    // A running gateway publishes its row; the console's role reads it, live.
+    let gateway = Gateway::start(&db.config(GATEWAY));
+    let gateways = toolward::store::postgres::PgGateways::open(&console)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (published, _) = toolward::gateways::read_database(&gateways).await.unwrap();
+        if published
+            .iter()
+            .any(|p| p.live && p.state.servers.iter().any(|s| s.server == "s"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gateway's row never showed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(gateway);
+
+    // An answer as a console user: the row keeps the channel and the groups.
+    let owner = db.connect(GATEWAY).await;
+    let call_id = toolward::ids::new_ulid();
+    hold(&owner, &call_id).await;
+    let approvals =
+        toolward::store::postgres::PgApprovals::new(&console, Duration::from_secs(30)).unwrap();
+    let by = AnsweredBy::console_user("carol", &[String::from("sre")]);
+    approvals
+        .answer_as(&call_id, true, None, by, &Approvers::default())
+        .await
+        .unwrap();
+    let row = owner
+        .query_one(
+            "SELECT state, answerer, answered_through, answerer_groups FROM toolward_approvals WHERE call_id = $1",
+            &[&call_id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "approved");
+    assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("carol"));
+    assert_eq!(
+        row.get::<_, Option<String>>(2).as_deref(),
+        Some(Channel::Console.as_str())
+    );
+    assert_eq!(
+        row.get::<_, Option<Vec<String>>>(3),
+        Some(vec![String::from("sre")])
+    );
+
+    // Its own record, at the head.
+    let audit = toolward::store::postgres::PgAudit::open(&console)
+        .await
+        .unwrap();
+    toolward::audit::AuditStore::append(
+        &audit,
+        toolward::audit::AuditEvent::new(toolward::audit::AuditKind::Console),
+    )
+    .unwrap();
+    drop(audit);
+    assert!(exported(&db).iter().any(|r| r["kind"] == "console"));
+
+    let client = db.connect(CONSOLE).await;
+    for statement in [
+        "UPDATE toolward_audit SET line = '\\x7b7d'",
+        "DELETE FROM toolward_audit",
+        "INSERT INTO toolward_gateways (id, state, updated_at_ms) VALUES ('x', '{}', 0)",
+        "DELETE FROM toolward_gateways",
+        "SELECT * FROM toolward_keys",
+        "SELECT * FROM toolward_labels",
+        "SELECT * FROM toolward_oauth_grants",
+        "UPDATE toolward_approvals SET request = '{}'",
+        "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ('x', '{}', 'x', 0, 0)",
+    ] {
+        assert_denied(&client, CONSOLE.0, statement).await;
+    }
+    drop((client, owner));
+    db.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_auditor_role_verifies_shows_and_tails_the_database_chain_but_cannot_write_anything() {
     let Some(db) = RoleDatabase::new("auditor role").await else {
@@ -407,7 +498,7 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
     let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
     assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
     let expected = format!(
-        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 5: run `toolward store migrate --config {}` as the role that owns the tables",
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 6: run `toolward store migrate --config {}` as the role that owns the tables",
         db.server,
         db.name,
         config.display()
@@ -758,12 +849,12 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 2, and this toolward needs version 5: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 2, and this toolward needs version 6: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 2 to 5"),
+        migrated.contains("migrated the schema from version 2 to 6"),
         "{migrated}"
     );
     let gateway = db.connect(GATEWAY).await;
@@ -785,7 +876,7 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_which_a_gateway_role_keeps()
  {
-    let Some(db) = RoleDatabase::new("version 3 to 5").await else {
+    let Some(db) = RoleDatabase::new("version 3 to 6").await else {
         return;
     };
     db.migrate();
@@ -797,12 +888,12 @@ async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_whi
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 3, and this toolward needs version 5: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 3, and this toolward needs version 6: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 3 to 5")
+        migrated.contains("migrated the schema from version 3 to 6")
             && migrated.contains("granted the rights of docs/fleet.md")
             && !migrated.contains("drift:"),
         "{migrated}"

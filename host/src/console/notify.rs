@@ -11,7 +11,6 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -19,7 +18,7 @@ use serde_json::json;
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{PendingEntry, list_queue};
+use crate::approval::PendingEntry;
 use crate::text;
 
 /// The header carrying a webhook body's signature: `X-Toolward-Signature: sha256=<hex>`,
@@ -425,10 +424,14 @@ pub(super) fn tell(event: &Event, settings: &NotifySettings) {
     }
 }
 
-/// Watches the queue under `state_dir` and notifies every target of each call newly held,
+/// Watches the held calls of `store` and notifies every target of each call newly held,
 /// once, and the gateways' published states for each tool a live gateway refused at load,
 /// once per run of the console, until `stop`.
-pub(super) async fn watch(state_dir: PathBuf, settings: NotifySettings, stop: CancellationToken) {
+pub(super) async fn watch(
+    store: std::sync::Arc<super::store::Store>,
+    settings: NotifySettings,
+    stop: CancellationToken,
+) {
     if settings.targets.is_empty() {
         return;
     }
@@ -444,14 +447,9 @@ pub(super) async fn watch(state_dir: PathBuf, settings: NotifySettings, stop: Ca
         // The gateways' published states, every fifth tick (once a second): each tool a
         // live gateway refused, once per console run.
         ticks = ticks.wrapping_add(1);
-        if ticks % 5 == 1 {
-            let dir = state_dir.clone();
-            let read = tokio::task::spawn_blocking(move || {
-                crate::state_dir::StateDir::open(&dir)
-                    .and_then(|state| crate::gateways::read_all(&state))
-            })
-            .await;
-            if let Ok(Ok((gateways, _))) = read {
+        if ticks % 5 == 1
+            && let Ok((gateways, _)) = store.gateways().await
+        {
                 for published in gateways.into_iter().filter(|p| p.live) {
                     let gateway = published.state.config_file.as_ref().map_or_else(
                         || published.state.id.clone(),
@@ -477,10 +475,8 @@ pub(super) async fn watch(state_dir: PathBuf, settings: NotifySettings, stop: Ca
                         }
                     }
                 }
-            }
         }
-        let dir = state_dir.clone();
-        let Ok(Ok(entries)) = tokio::task::spawn_blocking(move || list_queue(&dir)).await else {
+        let Ok(entries) = store.held().await else {
             continue;
         };
         told.retain(|id| entries.iter().any(|e| &e.request.call_id == id));

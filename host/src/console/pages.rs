@@ -1,7 +1,6 @@
 //! The pages: routing, sign-in, the held calls and their answers, the audit. Every value a
 //! page shows passes [`text::escape`] here and minijinja's HTML autoescaping in the template.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
@@ -18,13 +17,11 @@ use super::{
     CHAIN_CHECK_INTERVAL, ConsoleError, KEY_HEADER, LOGIN_COOKIE, MAX_AUDIT_ROWS, MAX_DETAIL_BYTES,
     MAX_FORM_BYTES, MAX_REASON_CHARS, POLL_INTERVAL, SCRIPT_PATH, SESSION_COOKIE, SHOWN_HEADER,
 };
-use crate::approval::{
-    AnsweredBy, ApprovalError, PendingEntry, display_arguments, display_result, list_queue,
-};
+use super::store::{AnswerRefused, Store};
+use crate::approval::{AnsweredBy, PendingEntry, display_arguments, display_result};
 use crate::audit::read::{Filter, parse_time, utc};
 use crate::identity::{Approvers, HeldCall};
-use crate::audit::{AuditDecision, read_head, verify, verify_with_head};
-use crate::state_dir::StateDir;
+use crate::audit::AuditDecision;
 use crate::text;
 
 const SCRIPT: &str = include_str!("static/console.js");
@@ -38,8 +35,8 @@ pub(super) struct Shared {
     pub(super) guard: Guard,
     pub(super) pages: Pages,
     pub(super) sessions: Sessions,
-    pub(super) state_dir: PathBuf,
-    pub(super) audit_file: PathBuf,
+    /// The state folder, or the fleet's database.
+    pub(super) store: Arc<Store>,
     pub(super) chain: Arc<Mutex<ChainState>>,
     pub(super) tools: super::tools::Tools,
     pub(super) approvers: Approvers,
@@ -49,9 +46,9 @@ pub(super) struct Shared {
 
 impl Shared {
     /// Records a console action of `user` (in `groups`) in the audit chain: `action`, with
-    /// `detail` merged into the record's detail. The log is opened for each record, with its
-    /// head: the console starts, and shows a broken chain, even when the log could not be
-    /// written; an action that cannot be recorded is logged instead.
+    /// `detail` merged into the record's detail. A state folder's log is opened for each
+    /// record, with its head: the console starts, and shows a broken chain, even when the log
+    /// could not be written; an action that cannot be recorded is logged instead.
     pub(super) async fn record(
         &self,
         user: &str,
@@ -70,29 +67,12 @@ impl Shared {
             detail: Some(serde_json::Value::Object(detail)),
             ..crate::audit::AuditEvent::new(crate::audit::AuditKind::Console)
         };
-        let (state_dir, audit_file) = (self.state_dir.clone(), self.audit_file.clone());
-        let written = tokio::task::spawn_blocking(move || {
-            let state = StateDir::open(&state_dir).map_err(|e| e.to_string())?;
-            let log = crate::audit::AuditLog::open_with_head(
-                &audit_file,
-                crate::audit::AuditSync::Always,
-                &state,
-            )
-            .map_err(|e| e.to_string())?;
-            crate::audit::AuditStore::append(&log, event).map_err(|e| e.to_string())
-        })
-        .await;
-        match written {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => tracing::error!(
+        if let Err(error) = self.store.record(event).await {
+            tracing::error!(
                 "console: cannot record `{}`'s {action} in the audit log: {}",
                 text::escape(user),
                 text::escape(&error)
-            ),
-            Err(_) => tracing::error!(
-                "console: cannot record `{}`'s {action} in the audit log",
-                text::escape(user)
-            ),
+            );
         }
     }
 }
@@ -731,24 +711,11 @@ async fn approvals_page(
     session: &Session,
     shown: Option<Option<String>>,
 ) -> Response<Body> {
-    let state_dir = shared.state_dir.clone();
-    let listed = tokio::task::spawn_blocking(move || list_queue(&state_dir)).await;
-    let entries = match listed {
-        Ok(Ok(entries)) => entries,
-        Ok(Err(error)) => {
-            let message = format!(
-                "the approvals queue cannot be read: {}",
-                text::escape(&text::error_chain(&error))
-            );
+    let entries = match shared.store.held().await {
+        Ok(entries) => entries,
+        Err(error) => {
+            let message = format!("the approvals queue cannot be read: {}", text::escape(&error));
             return error_page(shared, session, StatusCode::INTERNAL_SERVER_ERROR, &message);
-        }
-        Err(_) => {
-            return error_page(
-                shared,
-                session,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the approvals queue could not be read",
-            );
         }
     };
     // With approvers named, a user sees only the calls they may answer.
@@ -817,16 +784,13 @@ async fn answer(
             })
         });
     let by = answerer(session);
-    let state_dir = shared.state_dir.clone();
-    let call = call_id.clone();
-    let approvers = shared.approvers.clone();
-    let answered = tokio::task::spawn_blocking(move || {
-        crate::approval::answer_as(&state_dir, &call, approve, reason, by, &approvers)
-    })
-    .await;
+    let answered = shared
+        .store
+        .answer(&call_id, approve, reason, by, &shared.approvers)
+        .await;
     let shown = text::escape(&call_id);
     let message = match answered {
-        Ok(Ok(by)) => {
+        Ok(by) => {
             tracing::info!(
                 "console: call `{shown}` {} by {by}",
                 if approve { "approved" } else { "denied" }
@@ -837,39 +801,28 @@ async fn answer(
                 format!("denied call `{shown}` as {by}")
             }
         }
-        Ok(Err(error)) => {
-            let status = match error {
-                ApprovalError::AlreadyAnswered { .. }
-                | ApprovalError::NotPending { .. }
-                | ApprovalError::Abandoned { .. } => StatusCode::CONFLICT,
-                ApprovalError::InvalidCallId { .. } => StatusCode::BAD_REQUEST,
-                ApprovalError::NotAnApprover { .. } => StatusCode::FORBIDDEN,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
+        Err(refused) => {
+            let (status, message) = match refused {
+                AnswerRefused::Conflict(message) => (StatusCode::CONFLICT, message),
+                AnswerRefused::BadRequest(message) => (StatusCode::BAD_REQUEST, message),
+                AnswerRefused::Failed(message) => (StatusCode::INTERNAL_SERVER_ERROR, message),
+                AnswerRefused::NotAnApprover { message, reason } => {
+                    let mut detail = serde_json::Map::new();
+                    detail.insert(String::from("call_id"), call_id.clone().into());
+                    detail.insert(String::from("approve"), approve.into());
+                    shared
+                        .record(
+                            &session.user,
+                            &session.groups,
+                            "answer-refused",
+                            reason,
+                            detail,
+                        )
+                        .await;
+                    (StatusCode::FORBIDDEN, message)
+                }
             };
-            let message = text::escape(&text::error_chain(&error));
-            if let ApprovalError::NotAnApprover { reason, .. } = &error {
-                let mut detail = serde_json::Map::new();
-                detail.insert(String::from("call_id"), call_id.clone().into());
-                detail.insert(String::from("approve"), approve.into());
-                shared
-                    .record(
-                        &session.user,
-                        &session.groups,
-                        "answer-refused",
-                        reason.clone(),
-                        detail,
-                    )
-                    .await;
-            }
-            return error_page(shared, session, status, &message);
-        }
-        Err(_) => {
-            return error_page(
-                shared,
-                session,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the answer could not be given",
-            );
+            return error_page(shared, session, status, &text::escape(&message));
         }
     };
     shared.sessions.flash(id, message);
@@ -894,61 +847,6 @@ impl ChainState {
             summary: String::from("not checked yet"),
             problem: None,
         }
-    }
-}
-
-/// Checks the audit log `audit_file` and, when the state folder keeps one, against its head.
-pub(super) fn check_chain(state_dir: &Path, audit_file: &Path) -> ChainState {
-    let checked_at = utc(crate::ids::now_ms());
-    let state = |summary: String, problem: Option<String>| ChainState {
-        checked_at: checked_at.clone(),
-        summary: text::escape(&summary),
-        problem: problem.map(|p| text::escape(&p)),
-    };
-    if !audit_file.exists() {
-        return state(String::from("no audit log yet"), None);
-    }
-    let head = StateDir::open(state_dir)
-        .map_err(|e| e.to_string())
-        .and_then(|dir| read_head(&dir, audit_file).map_err(|e| e.to_string()));
-    let checked = match head {
-        Err(error) => return state(String::new(), Some(format!("its head cannot be read: {error}"))),
-        Ok((None, _)) => verify(audit_file).map(|report| (report, None, false)),
-        Ok((Some(head), _)) => {
-            verify_with_head(audit_file, &head).map(|(report, problem)| (report, problem, true))
-        }
-    };
-    match checked {
-        Err(error) => state(String::new(), Some(format!("the log cannot be read: {error}"))),
-        Ok((report, _, _)) if report.first_break.is_some() => {
-            let at = report
-                .first_break
-                .map(|brk| brk.to_string())
-                .unwrap_or_default();
-            state(
-                String::new(),
-                Some(format!(
-                    "chain broken at {at}, after {} intact records",
-                    report.records
-                )),
-            )
-        }
-        Ok((_, Some(problem), _)) => state(
-            String::new(),
-            Some(format!("the log does not match its head: {problem}")),
-        ),
-        Ok((report, None, with_head)) => state(
-            format!(
-                "{} records chained{}",
-                report.records,
-                if with_head {
-                    ", the last one matching the head kept in the state folder"
-                } else {
-                    " (no head kept yet)"
-                }
-            ),
-            None,
-        ),
     }
 }
 
@@ -1006,17 +904,8 @@ async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> 
             Some(text::escape(&error)),
         ),
     };
-    let audit_file = shared.audit_file.clone();
-    let shown = tokio::task::spawn_blocking(move || {
-        if audit_file.exists() {
-            crate::audit::read::show(&audit_file, &filter).map(Some)
-        } else {
-            Ok(None)
-        }
-    })
-    .await;
-    let (rows, matched, read, error) = match shown {
-        Ok(Ok(Some(shown))) => {
+    let (rows, matched, read, error) = match shared.store.audit(filter).await {
+        Ok(Some(shown)) => {
             // With approvers named, a user reads the records of the servers they answer for.
             let who = answerer(session);
             let readable: Vec<_> = shown
@@ -1033,19 +922,8 @@ async fn audit_page(shared: &Shared, session: &Session, query: Option<&str>) -> 
                 .collect();
             (rows, matched, shown.read, error)
         }
-        Ok(Ok(None)) => (Vec::new(), 0, 0, error),
-        Ok(Err(e)) => (
-            Vec::new(),
-            0,
-            0,
-            Some(text::escape(&format!("the audit log cannot be read: {e}"))),
-        ),
-        Err(_) => (
-            Vec::new(),
-            0,
-            0,
-            Some(String::from("the audit log could not be read")),
-        ),
+        Ok(None) => (Vec::new(), 0, 0, error),
+        Err(e) => (Vec::new(), 0, 0, Some(text::escape(&e))),
     };
     let chain = shared
         .chain

@@ -24,7 +24,7 @@ use super::pages::{Body, Shared, answerer, error_page, field, redirect};
 use super::session::Session;
 use crate::audit::{AuditEvent, AuditKind, AuditLog};
 use crate::config::{Config, StoreConfig};
-use crate::gateways::{GatewayState, Published, read_all};
+use crate::gateways::{GatewayState, Published};
 use crate::identity::AnsweredBy;
 use crate::manifest::Manifest;
 use crate::state_dir::StateDir;
@@ -263,31 +263,16 @@ fn view(
 
 /// `GET /tools`.
 pub(super) async fn page(shared: &Shared, session: &Session) -> http::Response<Body> {
-    let state_dir = shared.state_dir.clone();
-    let config = shared.tools.writable().cloned();
-    let read = tokio::task::spawn_blocking(move || {
-        let state = StateDir::open(&state_dir)?;
-        let (gateways, left) = read_all(&state)?;
-        Ok::<_, crate::state_dir::StateError>((gateways, left, config.as_deref().map(own)))
-    })
-    .await;
-    let (mut gateways, left, own) = match read {
-        Ok(Ok(read)) => read,
-        Ok(Err(error)) => {
-            let message = format!(
-                "the gateways' states cannot be read: {}",
-                text::escape(&text::error_chain(&error))
-            );
+    let (mut gateways, left) = match shared.store.gateways().await {
+        Ok(read) => read,
+        Err(error) => {
+            let message = format!("the gateways' states cannot be read: {}", text::escape(&error));
             return error_page(shared, session, StatusCode::INTERNAL_SERVER_ERROR, &message);
         }
-        Err(_) => {
-            return error_page(
-                shared,
-                session,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the gateways' states could not be read",
-            );
-        }
+    };
+    let own = match shared.tools.writable().cloned() {
+        Some(config) => tokio::task::spawn_blocking(move || own(&config)).await.ok(),
+        None => None,
     };
     // With approvers named, a user sees the servers a rule names them for.
     let who = answerer(session);

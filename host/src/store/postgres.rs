@@ -1,11 +1,13 @@
 //! The PostgreSQL backends of a fleet's store, on the connection of [`crate::database`]:
 //! one audit chain ([`PgAudit`]), one approvals queue ([`PgApprovals`]), the fact counters
 //! ([`PgFacts`]), the `requestState` ledger ([`PgLedger`]) and sessions' labels
-//! ([`PgLabels`]) across every gateway.
+//! ([`PgLabels`]) across every gateway, and the gateways' published states
+//! ([`PgGateways`]) for the console.
 
 pub mod approvals;
 pub mod audit;
 pub mod facts;
+pub mod gateways;
 pub mod labels;
 pub mod request_states;
 
@@ -16,5 +18,6 @@ pub use crate::database::{
 pub use approvals::PgApprovals;
 pub use audit::PgAudit;
 pub use facts::PgFacts;
+pub use gateways::PgGateways;
 pub use labels::PgLabels;
 pub use request_states::PgLedger;

@@ -145,7 +145,7 @@ impl PgApprovals {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT state, reason, answerer, answerer_uid FROM toolward_approvals WHERE call_id = $1",
+                "SELECT state, reason, answerer, answerer_uid, answered_through, answerer_groups FROM toolward_approvals WHERE call_id = $1",
                 &[&call_id],
             )
             .await
@@ -155,13 +155,20 @@ impl PgApprovals {
         };
         let state: String = row.get(0);
         let reason: Option<String> = row.get(1);
+        // The console's answers say so; `toolward approvals` leaves the channel empty.
+        let channel = match row.get::<_, Option<&str>>(4) {
+            Some("console") => Channel::Console,
+            _ => Channel::Queue,
+        };
         let by = AnsweredBy {
-            channel: Channel::Queue,
+            channel,
             answerer: row.get(2),
             uid: row
                 .get::<_, Option<i64>>(3)
                 .and_then(|uid| u32::try_from(uid).ok()),
-            groups: Vec::new(),
+            groups: row
+                .get::<_, Option<Vec<String>>>(5)
+                .unwrap_or_default(),
         };
         let verdict = match state.as_str() {
             "approved" => ApprovalAnswer::Approved,
@@ -333,101 +340,14 @@ impl ApprovalStore for PgApprovals {
         approvers: &'a Approvers,
     ) -> StoreFuture<'a, AnsweredBy> {
         Box::pin(async move {
-            check_call_id(call_id)?;
-            let store = &self.inner.store;
             let user = current_os_user();
             let by = AnsweredBy::os_user(Channel::Queue, &user);
-            let state = if approve { "approved" } else { "denied" };
             let reason = (!approve).then(|| {
                 reason.unwrap_or_else(|| {
                     format!("denied through the approvals queue by `{}`", user.name)
                 })
             });
-            let now = now_ms();
-            let mut client = self.client().await?;
-            let tx = client
-                .transaction()
-                .await
-                .map_err(|e| store.query_error("begin the answer", e))?;
-            if approvers.named() {
-                let row = tx
-                    .query_opt(
-                        "SELECT request FROM toolward_approvals WHERE call_id = $1",
-                        &[&call_id],
-                    )
-                    .await
-                    .map_err(|e| store.query_error("read the held call", e))?;
-                if let Some(row) = row {
-                    let text: String = row.get(0);
-                    let refused = |reason: String| {
-                        ApprovalStoreError::Queue(ApprovalError::NotAnApprover {
-                            call_id: call_id.to_owned(),
-                            reason,
-                        })
-                    };
-                    let request: ApprovalRequest = serde_json::from_str(&text).map_err(|e| {
-                        refused(format!("its held call cannot be read to judge who may answer it: {e}"))
-                    })?;
-                    // A fleet's gateways run on other machines: whose uid holds the call is
-                    // not known here.
-                    let held = HeldCall {
-                        server: &request.server,
-                        effect: &request.effect,
-                        principal: &request.principal,
-                        holder_uid: None,
-                    };
-                    approvers.may_answer(&by, &held).map_err(refused)?;
-                }
-            }
-            let updated = tx
-                .execute(
-                    "UPDATE toolward_approvals SET state = $2, reason = $3, answerer = $4, answerer_uid = $5, answered_from = $6, answered_at_ms = $7 WHERE call_id = $1 AND state = 'pending' AND expires_at_ms > $7",
-                    &[
-                        &call_id,
-                        &state,
-                        &reason,
-                        &user.name,
-                        &i64::from(user.uid),
-                        &this_process(),
-                        &now,
-                    ],
-                )
-                .await
-                .map_err(|e| store.query_error("answer the held call", e))?;
-            if updated == 0 {
-                let row = tx
-                    .query_opt(
-                        "SELECT state FROM toolward_approvals WHERE call_id = $1",
-                        &[&call_id],
-                    )
-                    .await
-                    .map_err(|e| store.query_error("read the held call", e))?;
-                let name = self.name_quoted();
-                return Err(match row.map(|row| row.get::<_, String>(0)) {
-                    None => ApprovalStoreError::NotPending {
-                        call_id: call_id.to_owned(),
-                        store: name,
-                    },
-                    Some(found) if found == "pending" || found == "abandoned" => {
-                        ApprovalStoreError::Expired {
-                            call_id: call_id.to_owned(),
-                            store: name,
-                        }
-                    }
-                    Some(found) => ApprovalStoreError::AlreadyAnswered {
-                        call_id: call_id.to_owned(),
-                        state: found,
-                        store: name,
-                    },
-                });
-            }
-            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &call_id])
-                .await
-                .map_err(|e| store.query_error("notify the waiting gateway", e))?;
-            tx.commit()
-                .await
-                .map_err(|e| store.query_error("commit the answer", e))?;
-            Ok(by)
+            self.answer_as(call_id, approve, reason, by, approvers).await
         })
     }
 
@@ -447,5 +367,128 @@ impl ApprovalStore for PgApprovals {
                 .filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok())
                 .collect())
         })
+    }
+}
+
+impl PgApprovals {
+    /// Answers the held call `call_id` as `by` (the console's signed-in user, or the
+    /// operating-system user of `toolward approvals`): approve, or deny with `reason`; judged
+    /// by `approvers` against the held call first. The first answer wins.
+    ///
+    /// # Errors
+    ///
+    /// As [`ApprovalStore::answer`].
+    pub async fn answer_as(
+        &self,
+        call_id: &str,
+        approve: bool,
+        reason: Option<String>,
+        by: AnsweredBy,
+        approvers: &Approvers,
+    ) -> Result<AnsweredBy, ApprovalStoreError> {
+        check_call_id(call_id)?;
+        let store = &self.inner.store;
+        let state = if approve { "approved" } else { "denied" };
+        let reason = if approve { None } else { reason };
+        let now = now_ms();
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| store.query_error("begin the answer", e))?;
+        if approvers.named() {
+            let row = tx
+                .query_opt(
+                    "SELECT request FROM toolward_approvals WHERE call_id = $1",
+                    &[&call_id],
+                )
+                .await
+                .map_err(|e| store.query_error("read the held call", e))?;
+            if let Some(row) = row {
+                let text: String = row.get(0);
+                let refused = |reason: String| {
+                    ApprovalStoreError::Queue(ApprovalError::NotAnApprover {
+                        call_id: call_id.to_owned(),
+                        reason,
+                    })
+                };
+                let request: ApprovalRequest = serde_json::from_str(&text).map_err(|e| {
+                    refused(format!("its held call cannot be read to judge who may answer it: {e}"))
+                })?;
+                // A fleet's gateways run on other machines: whose uid holds the call is
+                // not known here.
+                let held = HeldCall {
+                    server: &request.server,
+                    effect: &request.effect,
+                    principal: &request.principal,
+                    holder_uid: None,
+                };
+                approvers.may_answer(&by, &held).map_err(refused)?;
+            }
+        }
+        // The channel and groups columns only for the console's answers: `toolward approvals`
+        // runs as an approver role, whose grant names the columns of version 5 alone.
+        let answered = "UPDATE toolward_approvals SET state = $2, reason = $3, answerer = $4, answerer_uid = $5, answered_from = $6, answered_at_ms = $7";
+        let pending = "WHERE call_id = $1 AND state = 'pending' AND expires_at_ms > $7";
+        let (answerer, uid, from) = (&by.answerer, by.uid.map(i64::from), this_process());
+        let updated = if by.channel == Channel::Console {
+            let groups = by.groups.clone();
+            tx.execute(
+                &format!("{answered}, answered_through = $8, answerer_groups = $9 {pending}"),
+                &[
+                    &call_id,
+                    &state,
+                    &reason,
+                    answerer,
+                    &uid,
+                    &from,
+                    &now,
+                    &Channel::Console.as_str(),
+                    &groups,
+                ],
+            )
+            .await
+        } else {
+            tx.execute(
+                &format!("{answered} {pending}"),
+                &[&call_id, &state, &reason, answerer, &uid, &from, &now],
+            )
+            .await
+        }
+        .map_err(|e| store.query_error("answer the held call", e))?;
+        if updated == 0 {
+            let row = tx
+                .query_opt(
+                    "SELECT state FROM toolward_approvals WHERE call_id = $1",
+                    &[&call_id],
+                )
+                .await
+                .map_err(|e| store.query_error("read the held call", e))?;
+            let name = self.name_quoted();
+            return Err(match row.map(|row| row.get::<_, String>(0)) {
+                None => ApprovalStoreError::NotPending {
+                    call_id: call_id.to_owned(),
+                    store: name,
+                },
+                Some(found) if found == "pending" || found == "abandoned" => {
+                    ApprovalStoreError::Expired {
+                        call_id: call_id.to_owned(),
+                        store: name,
+                    }
+                }
+                Some(found) => ApprovalStoreError::AlreadyAnswered {
+                    call_id: call_id.to_owned(),
+                    state: found,
+                    store: name,
+                },
+            });
+        }
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &call_id])
+            .await
+            .map_err(|e| store.query_error("notify the waiting gateway", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| store.query_error("commit the answer", e))?;
+        Ok(by)
     }
 }
