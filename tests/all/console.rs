@@ -508,12 +508,7 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
     assert_eq!(stolen.status, 403, "{}", stolen.body);
     assert!(bench.received().is_empty(), "{:?}", bench.received());
 
-    let approved = user
-        .post(
-            "/approvals/answer",
-            &[("call", &first.call_id), ("verdict", "approve")],
-        )
-        .await;
+    let approved = user.answer(&first.call_id, "approve").await;
     assert_eq!(approved.status, 303, "{}", approved.body);
     let result = call.await.unwrap();
     assert!(!result.is_error(), "{}", result.result);
@@ -559,12 +554,7 @@ async fn the_console_shows_a_held_call_escaped_and_its_answer_is_recorded_as_the
         &Approvers::default(),
     )
     .unwrap();
-    let late = user
-        .post(
-            "/approvals/answer",
-            &[("call", &third.call_id), ("verdict", "approve")],
-        )
-        .await;
+    let late = user.answer(&third.call_id, "approve").await;
     assert!(late.status == 409, "{} {}", late.status, late.body);
     assert!(late.body.contains(&third.call_id), "{}", late.body);
     let result = call.await.unwrap();
@@ -1182,12 +1172,7 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
         let list = user.get("/approvals/list").await;
         assert_eq!(list.status, 200, "{}", list.body);
         assert!(!list.body.contains(&first.call_id), "{}", list.body);
-        let refused = user
-            .post(
-                "/approvals/answer",
-                &[("call", &first.call_id), ("verdict", "approve")],
-            )
-            .await;
+        let refused = user.answer(&first.call_id, "approve").await;
         assert_eq!(refused.status, 403, "{}", refused.body);
         assert!(refused.body.contains(why), "{}", refused.body);
     }
@@ -1217,12 +1202,7 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
     // Alice sees it and approves it: the call goes through, recorded as hers.
     let list = alice.get("/approvals/list").await;
     assert!(list.body.contains(&first.call_id), "{}", list.body);
-    let approved = alice
-        .post(
-            "/approvals/answer",
-            &[("call", &first.call_id), ("verdict", "approve")],
-        )
-        .await;
+    let approved = alice.answer(&first.call_id, "approve").await;
     assert_eq!(approved.status, 303, "{}", approved.body);
     let result = call.await.unwrap();
     assert!(!result.is_error(), "{}", result.result);

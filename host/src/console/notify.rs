@@ -366,9 +366,27 @@ fn held_body(entry: &PendingEntry, format: NotifyFormat, settings: &NotifySettin
             if let Some(arguments) = arguments {
                 message.push_str(&format!("\n```{}```", slack_escape(&arguments)));
             }
-            json!({ "text": message }).to_string()
+            json!({ "text": cut_slack_text(message) }).to_string()
         }
     }
+}
+
+/// Most characters of a Slack message's text: 3,500, under the 4,000 Slack advises (it cuts
+/// longer texts itself, and a caller's arguments or a policy's reason can be long); past it
+/// the text is cut on a character boundary saying how much more the console shows.
+pub const MAX_SLACK_TEXT_CHARS: usize = 3_500;
+
+/// `text` cut to [`MAX_SLACK_TEXT_CHARS`], saying how many characters were left out.
+fn cut_slack_text(text: String) -> String {
+    let total = text.chars().count();
+    if total <= MAX_SLACK_TEXT_CHARS {
+        return text;
+    }
+    let kept: String = text.chars().take(MAX_SLACK_TEXT_CHARS - 80).collect();
+    format!(
+        "{kept}\n… {} more characters: see the call in the console",
+        total - (MAX_SLACK_TEXT_CHARS - 80)
+    )
 }
 
 /// Posts `event` to `target`; logs the outcome.
@@ -542,6 +560,16 @@ mod tests {
             signature(b"Jefe", 1_767_225_601, b"{}"),
             "a replay with a new timestamp needs a new signature"
         );
+    }
+
+    #[test]
+    fn a_long_slack_text_is_cut_on_a_character_boundary_saying_how_much_more() {
+        let short = String::from("held");
+        assert_eq!(cut_slack_text(short.clone()), short);
+        let long = "é".repeat(MAX_SLACK_TEXT_CHARS + 500);
+        let cut = cut_slack_text(long);
+        assert!(cut.chars().count() <= MAX_SLACK_TEXT_CHARS, "{}", cut.chars().count());
+        assert!(cut.ends_with("… 580 more characters: see the call in the console"), "{cut}");
     }
 
     #[test]
