@@ -64,6 +64,16 @@ impl Database {
             gateways,
         })
     }
+
+    /// The whole chain, checked from its first record, and its head row, in one snapshot.
+    async fn read_chain(
+        &self,
+    ) -> Result<crate::store::postgres::audit::ReadRecords, crate::database::PgError> {
+        crate::store::postgres::audit::Reader::open(&self.store)
+            .await?
+            .read_new()
+            .await
+    }
 }
 
 /// Why an answer was not given, as the page says it.
@@ -187,13 +197,9 @@ impl Store {
             }
             #[cfg(feature = "postgres")]
             Store::Database(db) => {
-                let mut reader = crate::store::postgres::audit::Reader::open(&db.store)
-                    .await
-                    .map_err(|e| format!("the audit chain cannot be read: {}", crate::text::error_chain(&e)))?;
-                let read = reader
-                    .read_new()
-                    .await
-                    .map_err(|e| format!("the audit chain cannot be read: {}", crate::text::error_chain(&e)))?;
+                let read = db.read_chain().await.map_err(|e| {
+                    format!("the audit chain cannot be read: {}", crate::text::error_chain(&e))
+                })?;
                 let total = read.records.len() as u64;
                 Ok(Some(Matched {
                     records: read
@@ -221,11 +227,7 @@ impl Store {
             }
             #[cfg(feature = "postgres")]
             Store::Database(db) => {
-                let read = match crate::store::postgres::audit::Reader::open(&db.store).await {
-                    Ok(mut reader) => reader.read_new().await,
-                    Err(error) => Err(error),
-                };
-                match read {
+                match db.read_chain().await {
                     Err(error) => checked(
                         String::new(),
                         Some(format!(
