@@ -81,6 +81,9 @@ pub const HELD_PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
 /// Most validation errors quoted in one refusal; the rest are counted.
 pub const MAX_VALIDATION_ERRORS: usize = 5;
 
+/// The name of the `tracing` span each call runs in ([`CallPath::call`]): `toolward.call`.
+pub const CALL_SPAN: &str = "toolward.call";
+
 pub use crate::text::MAX_QUOTED_BYTES;
 
 /// The marker written where content was cut at the result cap; `{}` is the count of bytes
@@ -641,6 +644,7 @@ impl CallPath {
     }
 
     /// The path tracing every call to `telemetry` (see `crate::telemetry`); `None`: off.
+    /// Apart from it, every call runs in a `tracing` span ([`CALL_SPAN`]).
     #[must_use]
     pub fn with_telemetry(mut self, telemetry: Option<Arc<Telemetry>>) -> Self {
         self.telemetry = telemetry;
@@ -667,15 +671,42 @@ impl CallPath {
     /// documentation. Never fails: a refusal or a failure is a tool error in
     /// [`CallResult::result`], and is audited. Dropping the future cancels the call (upstream
     /// too) and records that it was cancelled.
+    ///
+    /// The call runs in a `tracing` span, [`CALL_SPAN`], a child of the caller's current
+    /// span (so an embedder's subscriber sees each call inside its own request's span), with
+    /// the fields `call_id`, `tool`, `server` and `principal` (names escaped as text: a
+    /// server or a caller wrote them); every event of the call path is inside it.
     pub async fn call(
         &self,
         exposed_name: &str,
         arguments: Option<Map<String, Json>>,
         ctx: &CallContext,
     ) -> CallResult {
-        let _in_flight = InFlight::enter(&self.in_flight);
+        use tracing::Instrument as _;
         let call_id = new_ulid();
         let tool = self.registry.get(exposed_name);
+        let span = tracing::info_span!(
+            CALL_SPAN,
+            call_id = %call_id,
+            tool = %crate::text::escape(exposed_name),
+            server = %crate::text::escape(tool.map_or("", |tool| tool.server.as_str())),
+            principal = %crate::text::escape(&ctx.principal),
+        );
+        self.call_in_span(call_id, exposed_name, tool, arguments, ctx)
+            .instrument(span)
+            .await
+    }
+
+    /// [`call`](Self::call) inside its span.
+    async fn call_in_span(
+        &self,
+        call_id: String,
+        exposed_name: &str,
+        tool: Option<&RegisteredTool>,
+        arguments: Option<Map<String, Json>>,
+        ctx: &CallContext,
+    ) -> CallResult {
+        let _in_flight = InFlight::enter(&self.in_flight);
         let trace = CallTrace::start(
             self.telemetry.as_ref(),
             ctx.traceparent.as_deref(),

@@ -324,6 +324,84 @@ async fn a_held_write_approved_by_the_approver_writes_the_file() {
     assert_eq!(request.call_id, result.call_id);
 }
 
+/// The spans an embedder's subscriber sees made: each one's name and its fields as text.
+#[derive(Clone, Default)]
+struct SpansMade(Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpansMade {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = String::new();
+        attrs.record(
+            &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                fields.push_str(&format!("{}={value:?} ", field.name()));
+            },
+        );
+        self.0
+            .lock()
+            .unwrap()
+            .push((attrs.metadata().name().to_owned(), fields));
+    }
+}
+
+/// Each call runs in a `toolward.call` span of the embedder's own subscriber, naming the
+/// call, the tool, the server and the principal, and the approver is asked inside it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_call_runs_in_a_span_of_the_embedders_subscriber_with_its_call_tool_server_and_principal()
+{
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let spans = SpansMade::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let path = fixture.call_path(CallSettings::default());
+    let file = fixture.root().join("in-a-span.txt");
+    let asked_in = Arc::new(std::sync::Mutex::new(None));
+    let asked = Arc::clone(&asked_in);
+    let approver = FnApprover::new(move |_request: approval::ApprovalRequest| {
+        *asked.lock().unwrap() = tracing::Span::current()
+            .metadata()
+            .map(|metadata| metadata.name().to_owned());
+        async { ApprovalAnswer::Approved }
+    });
+    let ctx = context(Arc::new(approver));
+    let result = tracing::Instrument::instrument(
+        path.call(
+            "fs__write_file",
+            args(json!({ "path": file, "content": "traced" })),
+            &ctx,
+        ),
+        tracing::info_span!("the embedder's request"),
+    )
+    .await;
+    assert!(!result.is_error(), "{}", result.result);
+    let made = spans.0.lock().unwrap().clone();
+    let calls: Vec<&(String, String)> = made
+        .iter()
+        .filter(|(name, _)| name == toolward::call::CALL_SPAN)
+        .collect();
+    assert_eq!(calls.len(), 1, "{made:?}");
+    let fields = &calls[0].1;
+    for expected in [
+        format!("call_id={}", result.call_id),
+        String::from("tool=fs__write_file"),
+        String::from("server=fs"),
+        String::from("principal=tester"),
+    ] {
+        assert!(fields.contains(&expected), "`{expected}` in `{fields}`");
+    }
+    assert_eq!(
+        asked_in.lock().unwrap().as_deref(),
+        Some(toolward::call::CALL_SPAN)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_write_denied_by_the_approver_is_not_written() {
     let Some(fixture) = Fixture::start().await else {
