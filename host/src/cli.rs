@@ -1901,7 +1901,19 @@ async fn audit_verify_config(
         }
         .await;
         let _ = std::fs::remove_dir_all(&dir);
-        return verified;
+        let verified = verified?;
+        // The chain up to the head may verify while records past it refuse every append.
+        let past = crate::store::postgres::audit::past_head(&store)
+            .await
+            .map_err(failure)?;
+        if past > 0 {
+            errln!(
+                "toolward: PostgreSQL store {}: {past} records are at or past the head row: the head was moved back or rows were put past it, and every append of the fleet will collide with them",
+                store.name()
+            );
+            return Ok(ExitCode::from(EXIT_FOUND));
+        }
+        return Ok(verified);
     }
     let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
     let file = &config.audit.file;

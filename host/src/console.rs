@@ -116,7 +116,7 @@ use crate::http_server::{AcceptLimits, accept_loop};
 
 pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
 pub use oidc::{CALLBACK_PATH as OIDC_CALLBACK_PATH, MAX_ID_TOKEN_AGE};
-pub use pages::ChainState;
+pub use pages::{ChainState, MAX_REFUSALS_RECORDED};
 
 /// The console's session cookie.
 pub const SESSION_COOKIE: &str = "toolward_console";
@@ -385,6 +385,7 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         chain: Arc::clone(&chain),
         approvers: settings.approvers.clone(),
         tools: tools::Tools::new(settings.config.clone()),
+        refusals: Mutex::new(std::collections::HashMap::new()),
     });
     let stop = CancellationToken::new();
     let mut notify = settings.notify.clone();

@@ -1107,7 +1107,8 @@ ALTER TABLE toolward_approvals ADD COLUMN IF NOT EXISTS answerer_groups text[];
 CREATE TABLE IF NOT EXISTS toolward_gateways (
     id text PRIMARY KEY,
     state text NOT NULL,
-    updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0)
+    updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0),
+    writer text NOT NULL DEFAULT current_user
 );
 ";
 
@@ -1128,7 +1129,21 @@ CREATE TABLE IF NOT EXISTS toolward_gateways (
 ///   transaction, so it passes; a stray insert far past the head (which would collide later
 ///   with the chain's own `seq` and refuse every call of the fleet) does not commit.
 ///
-/// The functions only raise (`SECURITY INVOKER`) and read the head row by a `search_path` of
+/// Version 6 adds three (an outside attack on the fleet's console found what they refuse):
+///
+/// - `toolward_audit_head_forward`: the head row's `next_seq` never moves back. Moved back by
+///   a role that may update it, the records past it would collide with every later append
+///   and refuse every call of the fleet.
+/// - `toolward_audit_console_kind`: a role in `toolward_console` and not in
+///   `toolward_gateway` inserts records of kind `console` only, so a console's login cannot
+///   write an `approval-answered` or a decision into the chain.
+/// - `toolward_gateways_own_row`: a gateway's row is its writer's (the role that inserted
+///   it, kept in `writer`): another role's update or delete of it is refused, and every
+///   insert or update is stamped with the database's clock, not the writer's. One stolen
+///   gateway login can neither hide another gateway's refused tools nor keep a fake row
+///   live by dating it ahead.
+///
+/// The functions only raise or stamp (`SECURITY INVOKER`) and read the head row by a `search_path` of
 /// the schema the tables are in, then `pg_temp` last, so a temporary table of the
 /// inserting session cannot stand in for the head.
 const TRIGGERS: &str = r"
@@ -1176,13 +1191,66 @@ BEGIN
     RETURN NULL;
 END
 $$;
+CREATE OR REPLACE FUNCTION toolward_audit_head_forward() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+BEGIN
+    IF NEW.next_seq < OLD.next_seq THEN
+        RAISE EXCEPTION 'toolward_audit_head: the head moves forward only (next_seq % to %): moved back, every append of the fleet would collide with a record past it', OLD.next_seq, NEW.next_seq
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION toolward_audit_console_kind() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+DECLARE
+    console oid;
+    gateway oid;
+BEGIN
+    SELECT r.oid INTO console FROM pg_catalog.pg_roles r WHERE r.rolname = 'toolward_console';
+    IF console IS NULL OR NOT pg_catalog.pg_has_role(current_user, console, 'USAGE') THEN
+        RETURN NEW;
+    END IF;
+    SELECT r.oid INTO gateway FROM pg_catalog.pg_roles r WHERE r.rolname = 'toolward_gateway';
+    IF gateway IS NOT NULL AND pg_catalog.pg_has_role(current_user, gateway, 'USAGE') THEN
+        RETURN NEW;
+    END IF;
+    IF (pg_catalog.convert_from(NEW.line, 'UTF8')::pg_catalog.jsonb OPERATOR(pg_catalog.->>) 'kind') IS DISTINCT FROM 'console' THEN
+        RAISE EXCEPTION 'toolward_audit: the console''s role appends records of kind `console` only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION toolward_gateways_own_row() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        NEW.writer := current_user;
+    ELSE
+        IF OLD.writer IS DISTINCT FROM current_user THEN
+            RAISE EXCEPTION 'toolward_gateways: the row of gateway % is %''s: a role changes or deletes its own gateways'' rows only', OLD.id, OLD.writer
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        NEW.writer := OLD.writer;
+    END IF;
+    NEW.updated_at_ms := (extract(epoch from clock_timestamp()) * 1000)::bigint;
+    RETURN NEW;
+END
+$$;
 DO $$
 BEGIN
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_at_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_head_forward() SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_console_kind() SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_gateways_own_row() SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $$;
-REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head() FROM PUBLIC;
+REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head(), toolward_audit_head_forward(), toolward_audit_console_kind(), toolward_gateways_own_row() FROM PUBLIC;
 DROP TRIGGER IF EXISTS toolward_approvals_answered_once ON toolward_approvals;
 CREATE TRIGGER toolward_approvals_answered_once BEFORE UPDATE ON toolward_approvals
     FOR EACH ROW EXECUTE FUNCTION toolward_approvals_answered_once();
@@ -1193,6 +1261,15 @@ DROP TRIGGER IF EXISTS toolward_audit_below_head ON toolward_audit;
 CREATE CONSTRAINT TRIGGER toolward_audit_below_head AFTER INSERT ON toolward_audit
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION toolward_audit_below_head();
+DROP TRIGGER IF EXISTS toolward_audit_head_forward ON toolward_audit_head;
+CREATE TRIGGER toolward_audit_head_forward BEFORE UPDATE ON toolward_audit_head
+    FOR EACH ROW EXECUTE FUNCTION toolward_audit_head_forward();
+DROP TRIGGER IF EXISTS toolward_audit_console_kind ON toolward_audit;
+CREATE TRIGGER toolward_audit_console_kind BEFORE INSERT ON toolward_audit
+    FOR EACH ROW EXECUTE FUNCTION toolward_audit_console_kind();
+DROP TRIGGER IF EXISTS toolward_gateways_own_row ON toolward_gateways;
+CREATE TRIGGER toolward_gateways_own_row BEFORE INSERT OR UPDATE OR DELETE ON toolward_gateways
+    FOR EACH ROW EXECUTE FUNCTION toolward_gateways_own_row();
 ";
 
 /// The triggers [`TRIGGERS`] makes, as `(table, trigger)`: `migrate` reports any other
@@ -1201,6 +1278,9 @@ const OWN_TRIGGERS: &[(&str, &str)] = &[
     ("toolward_approvals", "toolward_approvals_answered_once"),
     ("toolward_audit", "toolward_audit_at_head"),
     ("toolward_audit", "toolward_audit_below_head"),
+    ("toolward_audit_head", "toolward_audit_head_forward"),
+    ("toolward_audit", "toolward_audit_console_kind"),
+    ("toolward_gateways", "toolward_gateways_own_row"),
 ];
 
 /// This machine and process, as the approvals table records who held a call and where an

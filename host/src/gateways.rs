@@ -557,24 +557,44 @@ pub async fn read_database(
     let left = total.saturating_sub(rows.len());
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        match serde_json::from_str::<GatewayState>(&row.state) {
-            Ok(state) if state.id == row.id => out.push(Published {
-                live: row.age_ms < gone_after,
-                state,
-            }),
-            Ok(_) => tracing::warn!(
-                "{}: the row of gateway `{}` names another id",
+        let why = match serde_json::from_str::<GatewayState>(&row.state) {
+            Ok(state) if state.id == row.id => {
+                out.push(Published {
+                    live: row.age_ms < gone_after,
+                    state,
+                });
+                continue;
+            }
+            Ok(_) => String::from("names another id"),
+            Err(error) => format!("is not a gateway's state: {error}"),
+        };
+        // Read every second while the console runs: said once per row.
+        if first_warning(&row.id) {
+            tracing::warn!(
+                "{}: the row of gateway `{}` {}; left out",
                 gateways.store_name(),
-                crate::text::escape(&row.id)
-            ),
-            Err(error) => tracing::warn!(
-                "{}: the row of gateway `{}` is not a gateway's state: {error}",
-                gateways.store_name(),
-                crate::text::escape(&row.id)
-            ),
+                crate::text::escape(&row.id),
+                crate::text::escape(&why)
+            );
         }
     }
     Ok((out, left))
+}
+
+/// Whether a warning about the row `id` is the first this process gives (the last 1,024 rows
+/// warned about are remembered).
+#[cfg(feature = "postgres")]
+fn first_warning(id: &str) -> bool {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.iter().any(|known| known == id) {
+        return false;
+    }
+    if warned.len() >= 1024 {
+        warned.remove(0);
+    }
+    warned.push(id.to_owned());
+    true
 }
 
 /// Whether the gateway `id` holds its lock: it still runs.

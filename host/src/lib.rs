@@ -148,7 +148,8 @@ mod cli;
 
 // Starting, listing and calling.
 pub use call::{
-    CallContext, CallError, CallOutcome, CallPath, CallResult, CallSettings, ServerCallLimits,
+    CALL_SPAN, CallContext, CallError, CallOutcome, CallPath, CallResult, CallSettings,
+    ServerCallLimits,
 };
 pub use load::{
     ConfinementReport, HintOverride, IdentityReport, LoadReport, Refusal, RegisteredReport,

@@ -1176,6 +1176,13 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
         assert_eq!(refused.status, 403, "{}", refused.body);
         assert!(refused.body.contains(why), "{}", refused.body);
     }
+    // Bob keeps trying: every answer is refused, and a minute's refusals past the cap are
+    // logged, not recorded (an outside attack grew the chain by 300 records in half a
+    // second this way).
+    for _ in 0..toolward::console::MAX_REFUSALS_RECORDED + 5 {
+        let refused = bob.answer(&first.call_id, "approve").await;
+        assert_eq!(refused.status, 403, "{}", refused.body);
+    }
     // The operating-system user answering with `toolward approvals` runs as the gateway's
     // uid here, so the call is their own, and no rule names them anyway.
     let os = approval::answer(&bench.state(), &first.call_id, true, None, &approvers).unwrap_err();
@@ -1255,6 +1262,15 @@ async fn approvers_decide_who_sees_and_answers_a_held_call_and_no_principal_answ
             "{expected:?} in {console_actions:?}"
         );
     }
+    let bobs_refusals = console_actions
+        .iter()
+        .filter(|(user, action)| user == "bob" && action == "answer-refused")
+        .count();
+    assert_eq!(
+        bobs_refusals,
+        toolward::console::MAX_REFUSALS_RECORDED as usize,
+        "{console_actions:?}"
+    );
     let answers: Vec<Value> = records
         .into_iter()
         .filter(|record| record["kind"] == "approval-answered")

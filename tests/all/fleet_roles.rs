@@ -423,6 +423,11 @@ async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_write
 
     let client = db.connect(CONSOLE).await;
     for statement in [
+        // The head moved back would make every append of the fleet collide (an outside
+        // attack did it with this role); a record of another kind than `console` would be a
+        // forged answer or decision in the chain (the same attack wrote one).
+        "UPDATE toolward_audit_head SET next_seq = next_seq - 1",
+        "INSERT INTO toolward_audit (seq, line) SELECT next_seq, convert_to('{\"kind\":\"approval-answered\"}', 'UTF8') FROM toolward_audit_head",
         "UPDATE toolward_audit SET line = '\\x7b7d'",
         "DELETE FROM toolward_audit",
         "INSERT INTO toolward_gateways (id, state, updated_at_ms) VALUES ('x', '{}', 0)",
@@ -436,6 +441,64 @@ async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_write
         assert_denied(&client, CONSOLE.0, statement).await;
     }
     drop((client, owner));
+
+    // A gateway's row is its writer's, stamped by the database's clock: another gateway's
+    // login cannot rewrite it, and a row dated ahead is dated now.
+    let other = db.connect(GATEWAY).await;
+    other
+        .execute(
+            "INSERT INTO toolward_gateways (id, state, updated_at_ms) VALUES ('planted', '{}', 9000000000000)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let stamped: i64 = other
+        .query_one(
+            "SELECT updated_at_ms FROM toolward_gateways WHERE id = 'planted'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let now = i64::try_from(toolward::ids::now_ms()).unwrap();
+    assert!((stamped - now).abs() < 60_000, "{stamped} against {now}");
+    let admin = connect(&db.admin_url).await;
+    admin
+        .batch_execute(
+            "CREATE ROLE toolward_gw2 LOGIN PASSWORD 'GW2-PASSWORD' IN ROLE toolward_gateway",
+        )
+        .await
+        .or_else(|e| {
+            (e.code().map(|c| c.code()) == Some(DUPLICATE_OBJECT))
+                .then_some(())
+                .ok_or(e)
+        })
+        .unwrap();
+    let second = db.connect(("toolward_gw2", "GW2-PASSWORD")).await;
+    for statement in [
+        "UPDATE toolward_gateways SET state = '{\"servers\": []}' WHERE id = 'planted'",
+        "DELETE FROM toolward_gateways WHERE id = 'planted'",
+    ] {
+        assert_denied(&second, "toolward_gw2", statement).await;
+    }
+
+    // Records past the head (the head moved back by someone who first dropped the trigger,
+    // which only the owner can) are found by `audit verify`, though the chain up to the head
+    // verifies.
+    admin
+        .batch_execute(
+            "ALTER TABLE toolward_audit_head DISABLE TRIGGER toolward_audit_head_forward; \
+             UPDATE toolward_audit_head SET next_seq = next_seq - 1; \
+             ALTER TABLE toolward_audit_head ENABLE TRIGGER toolward_audit_head_forward",
+        )
+        .await
+        .unwrap();
+    let (ok, stdout, stderr) = toolward(&db.config(AUDITOR), &["audit", "verify"]);
+    assert!(
+        !ok && stderr.contains("records are at or past the head row"),
+        "{stdout}{stderr}"
+    );
+    drop((other, second, admin));
     db.drop_database().await;
 }
 

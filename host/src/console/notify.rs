@@ -279,7 +279,7 @@ fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> Strin
                 NotifyFormat::Webhook => json!({
                     "event": "chain-broken",
                     "event_id": crate::ids::new_ulid(),
-                    "problem": problem,
+                    "problem": text::escape(problem),
                     "found_at_ms": crate::ids::now_ms(),
                     "link": link,
                 })
@@ -303,10 +303,10 @@ fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> Strin
                 NotifyFormat::Webhook => json!({
                     "event": "tool-refused",
                     "event_id": crate::ids::new_ulid(),
-                    "gateway": gateway,
-                    "server": server,
-                    "tool": tool,
-                    "reason": reason,
+                    "gateway": text::escape(gateway),
+                    "server": text::escape(server),
+                    "tool": text::escape(tool),
+                    "reason": text::escape(reason),
                     "link": link,
                 })
                 .to_string(),
@@ -338,13 +338,13 @@ fn held_body(entry: &PendingEntry, format: NotifyFormat, settings: &NotifySettin
         NotifyFormat::Webhook => {
             let mut value = json!({
                 "event": "call-held",
-                "call_id": r.call_id,
-                "tool": r.exposed_tool,
-                "server": r.server,
-                "effect": r.effect,
-                "reason": r.reason,
-                "principal": r.principal,
-                "session": r.session,
+                "call_id": text::escape(&r.call_id),
+                "tool": text::escape(&r.exposed_tool),
+                "server": text::escape(&r.server),
+                "effect": text::escape(&r.effect),
+                "reason": text::escape(&r.reason),
+                "principal": text::escape(&r.principal),
+                "session": text::escape(&r.session),
                 "held_at_ms": r.time_ms,
                 "link": link,
             });
@@ -370,6 +370,16 @@ fn held_body(entry: &PendingEntry, format: NotifyFormat, settings: &NotifySettin
         }
     }
 }
+
+/// Most refused tools notified in a minute: 20. A gateway's published state is the gateway's
+/// word (in a fleet, any gateway login's), and thousands of refusals would otherwise be
+/// thousands of posts; past it they are counted in the log once a minute and left to the
+/// tools page.
+pub const MAX_REFUSAL_NOTICES_PER_MINUTE: usize = 20;
+
+/// Most refusals remembered as told (by gateway, server, tool and reason): 4,096; past it
+/// the memory starts again.
+const MAX_REFUSALS_KEPT: usize = 4096;
 
 /// Most characters of a Slack message's text: 3,500, under the 4,000 Slack advises (it cuts
 /// longer texts itself, and a caller's arguments or a policy's reason can be long); past it
@@ -455,6 +465,8 @@ pub(super) async fn watch(
     }
     let mut told: HashSet<String> = HashSet::new();
     let mut refusals: HashSet<(String, String, String, String)> = HashSet::new();
+    // Refused tools told this minute, and those left untold past the cap.
+    let mut minute = (tokio::time::Instant::now(), 0usize, 0usize);
     let mut interval = tokio::time::interval(NOTIFY_POLL_INTERVAL);
     let mut ticks: u32 = 0;
     loop {
@@ -481,15 +493,33 @@ pub(super) async fn watch(
                                 refused.tool.clone(),
                                 refused.reason.clone(),
                             );
-                            if refusals.insert(key) {
-                                let event = Event::ToolRefused {
-                                    gateway: gateway.clone(),
-                                    server: server.server.clone(),
-                                    tool: refused.tool,
-                                    reason: refused.reason,
-                                };
-                                tell(&event, &settings);
+                            if refusals.len() >= MAX_REFUSALS_KEPT {
+                                refusals.clear();
                             }
+                            if !refusals.insert(key) {
+                                continue;
+                            }
+                            if minute.0.elapsed() >= Duration::from_secs(60) {
+                                if minute.2 > 0 {
+                                    tracing::warn!(
+                                        "console: {} refused tools were not notified: more than {MAX_REFUSAL_NOTICES_PER_MINUTE} in a minute (see the tools page)",
+                                        minute.2
+                                    );
+                                }
+                                minute = (tokio::time::Instant::now(), 0, 0);
+                            }
+                            if minute.1 >= MAX_REFUSAL_NOTICES_PER_MINUTE {
+                                minute.2 += 1;
+                                continue;
+                            }
+                            minute.1 += 1;
+                            let event = Event::ToolRefused {
+                                gateway: gateway.clone(),
+                                server: server.server.clone(),
+                                tool: refused.tool,
+                                reason: refused.reason,
+                            };
+                            tell(&event, &settings);
                         }
                     }
                 }
@@ -560,6 +590,26 @@ mod tests {
             signature(b"Jefe", 1_767_225_601, b"{}"),
             "a replay with a new timestamp needs a new signature"
         );
+    }
+
+    #[test]
+    fn a_webhook_body_carries_a_servers_control_characters_escaped() {
+        let event = Event::ToolRefused {
+            gateway: String::from("g"),
+            server: String::from("s\u{7}"),
+            tool: String::from("\u{1b}[31mwrite"),
+            reason: String::from("changed\u{202e}"),
+        };
+        let body = body(&event, NotifyFormat::Webhook, &NotifySettings::default());
+        let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for field in ["server", "tool", "reason"] {
+            let text = value[field].as_str().unwrap();
+            assert!(
+                !text.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{field}: {text:?}"
+            );
+        }
+        assert_eq!(value["tool"], "\\u{001B}[31mwrite");
     }
 
     #[test]

@@ -42,13 +42,56 @@ pub(super) struct Shared {
     pub(super) approvers: Approvers,
     /// The OpenID provider users may also sign in with (`console.oidc`).
     pub(super) oidc: Option<super::oidc::Provider>,
+    /// Refusals recorded per user in the current minute (see [`MAX_REFUSALS_RECORDED`]).
+    pub(super) refusals: Mutex<std::collections::HashMap<String, (std::time::Instant, u32)>>,
 }
 
+/// Most refused answers and accepts recorded in the audit chain per user and minute: 10.
+/// Past it a refusal is logged, not recorded: a signed-in user who may answer nothing would
+/// otherwise grow the chain (and, in a fleet, take the head's lock every gateway's calls
+/// need) as fast as they can post.
+pub const MAX_REFUSALS_RECORDED: u32 = 10;
+
 impl Shared {
+    /// Whether `user`'s refusal may still be recorded this minute
+    /// ([`MAX_REFUSALS_RECORDED`]); counts it.
+    pub(super) fn refusal_recorded(&self, user: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        // Forget the minutes that ended, so the table holds this minute's users only.
+        refusals.retain(|_, (since, _)| now.duration_since(*since) < std::time::Duration::from_secs(60));
+        let (_, count) = refusals.entry(user.to_owned()).or_insert((now, 0));
+        *count = count.saturating_add(1);
+        *count <= MAX_REFUSALS_RECORDED
+    }
+
+    /// Records a refusal of `user`'s (`answer-refused`, `accept-refused`), unless they had
+    /// [`MAX_REFUSALS_RECORDED`] this minute already: then it is logged.
+    pub(super) async fn record_refusal(
+        &self,
+        user: &str,
+        groups: &[String],
+        action: &'static str,
+        reason: String,
+        detail: serde_json::Map<String, serde_json::Value>,
+    ) {
+        if self.refusal_recorded(user) {
+            // Logged inside when it cannot be written; the refusal stands either way.
+            let _ = self.record(user, groups, action, reason, detail).await;
+        } else {
+            tracing::warn!(
+                "console: `{}`'s {action} not recorded: more than {MAX_REFUSALS_RECORDED} refusals this minute ({})",
+                text::escape(user),
+                text::escape(&reason)
+            );
+        }
+    }
+
     /// Records a console action of `user` (in `groups`) in the audit chain: `action`, with
-    /// `detail` merged into the record's detail. A state folder's log is opened for each
-    /// record, with its head: the console starts, and shows a broken chain, even when the log
-    /// could not be written; an action that cannot be recorded is logged instead.
+    /// `detail` merged into the record's detail; whether it was written. A state folder's log
+    /// is opened for each record, with its head: the console starts, and shows a broken
+    /// chain, even when the log could not be written; an action that cannot be recorded is
+    /// logged instead.
     pub(super) async fn record(
         &self,
         user: &str,
@@ -56,7 +99,7 @@ impl Shared {
         action: &'static str,
         reason: String,
         mut detail: serde_json::Map<String, serde_json::Value>,
-    ) {
+    ) -> bool {
         detail.insert(String::from("action"), action.into());
         if !groups.is_empty() {
             detail.insert(String::from("groups"), groups.into());
@@ -67,12 +110,16 @@ impl Shared {
             detail: Some(serde_json::Value::Object(detail)),
             ..crate::audit::AuditEvent::new(crate::audit::AuditKind::Console)
         };
-        if let Err(error) = self.store.record(event).await {
-            tracing::error!(
-                "console: cannot record `{}`'s {action} in the audit log: {}",
-                text::escape(user),
-                text::escape(&error)
-            );
+        match self.store.record(event).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(
+                    "console: cannot record `{}`'s {action} in the audit log: {}",
+                    text::escape(user),
+                    text::escape(&error)
+                );
+                false
+            }
         }
     }
 }
@@ -492,7 +539,8 @@ async fn signed_in(
     groups: Vec<String>,
     how: &'static str,
 ) -> Response<Body> {
-    shared
+    // A sign-in that cannot be recorded is refused: the chain names who could answer.
+    if !shared
         .record(
             &user,
             &groups,
@@ -500,7 +548,15 @@ async fn signed_in(
             format!("signed in to the console {how}"),
             serde_json::Map::new(),
         )
-        .await;
+        .await
+    {
+        return login_page(
+            shared,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("the sign-in cannot be recorded in the audit chain; try again when it can be written"),
+            None,
+        );
+    }
     let shown_groups: Vec<String> = groups.iter().map(|group| text::escape(group)).collect();
     let Some(id) = shared.sessions.start(user.clone(), groups) else {
         return login_page(
@@ -811,7 +867,7 @@ async fn answer(
                     detail.insert(String::from("call_id"), call_id.clone().into());
                     detail.insert(String::from("approve"), approve.into());
                     shared
-                        .record(
+                        .record_refusal(
                             &session.user,
                             &session.groups,
                             "answer-refused",

@@ -333,7 +333,7 @@ pub(super) async fn accept(
         detail.insert(String::from("server"), server.clone().into());
         detail.insert(String::from("tool"), tool.clone().into());
         shared
-            .record(&session.user, &session.groups, "accept-refused", why.clone(), detail)
+            .record_refusal(&session.user, &session.groups, "accept-refused", why.clone(), detail)
             .await;
         let message = format!("`{shown}` was not accepted: {}", text::escape(&why));
         return error_page(shared, session, StatusCode::FORBIDDEN, &message);

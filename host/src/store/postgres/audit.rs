@@ -448,6 +448,27 @@ pub async fn export(
     Ok(head)
 }
 
+/// How many records are at or past the head row's `next_seq`: none in a store only
+/// toolward wrote (each transaction moves the head past what it inserts), some when the
+/// head was moved back or rows were put past it, which every later append collides with.
+///
+/// # Errors
+///
+/// [`PgError`] naming the store.
+pub async fn past_head(store: &PgStore) -> Result<u64, PgError> {
+    let pool = store.pool()?;
+    let client = pool.get().await.map_err(|e| store.connect_error(e))?;
+    let count: i64 = client
+        .query_one(
+            "SELECT count(*) FROM toolward_audit WHERE seq >= (SELECT next_seq FROM toolward_audit_head WHERE id = 1)",
+            &[],
+        )
+        .await
+        .map_err(|e| store.query_error("count the records past the audit head", e))?
+        .get(0);
+    Ok(u64::try_from(count).unwrap_or_default())
+}
+
 /// Starts the database's empty chain from the state folder's log at `log`: every line
 /// inserted as it is (same `seq`, same bytes, so the same hashes) and the head row set to
 /// the log's end, in one transaction. Returns the new head.
@@ -637,8 +658,23 @@ impl Reader {
                 }
             }
         }
+        // Records at or past the head row: the head was moved back (or rows planted), and
+        // every append of the fleet would collide with them. The chain up to the head may be
+        // intact; the store is not.
+        let past_head: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM toolward_audit WHERE seq >= $1",
+                &[&end],
+            )
+            .await
+            .map_err(|e| store.query_error("count the records past the audit head", e))?
+            .get(0);
         let head_problem = if self.broken {
             None
+        } else if past_head > 0 {
+            Some(format!(
+                "{past_head} records are at or past the head row's next_seq {end}: the head was moved back or rows were put past it, and every append will collide with them"
+            ))
         } else if self.chain.records() < head.records {
             Some(format!(
                 "the head row names {} records, the table chains {}: records are missing",

@@ -3,8 +3,10 @@
 //! from one table, whichever machine each gateway runs on.
 //!
 //! A row is one gateway: `id` (its ULID), `state` (the JSON text [`crate::gateways`] makes;
-//! this module neither reads nor checks it) and `updated_at_ms`, stamped by the database's
-//! clock, so gateways whose clocks disagree are judged alike. A gateway writes its row when
+//! this module neither reads nor checks it), `updated_at_ms`, stamped by the database's
+//! clock, so gateways whose clocks disagree are judged alike, and `writer`, the role that
+//! inserted it. A trigger (`toolward_gateways_own_row`) sets both, whatever the writer sent,
+//! and refuses another role's update or delete of the row. A gateway writes its row when
 //! something its clients are told of happens and every [`HEARTBEAT`] besides, and deletes it
 //! when it ends cleanly. A gateway that ended otherwise leaves its row: one not written for
 //! [`GONE_AFTER`] is read as gone, as the state folder reads a state whose lock is free.
@@ -25,6 +27,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 /// How long a row may go unwritten before its gateway is read as gone: 30 s, three
 /// heartbeats.
 pub const GONE_AFTER: Duration = Duration::from_secs(30);
+
+/// Most rows read of one writer (the database role that inserted them): the 16 it wrote
+/// last. A fleet's gateways each log in with a role of their own (docs/fleet.md), so one
+/// stolen login's rows cannot push the others off the console's page.
+pub const MAX_ROWS_PER_WRITER: i64 = 16;
 
 /// The database's clock in milliseconds since the Unix epoch, as SQL.
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
@@ -112,8 +119,9 @@ impl PgGateways {
         Ok(())
     }
 
-    /// The newest `limit` rows, the most recently written first, each at most `max_bytes`
-    /// (longer ones are left out), and how many rows there are in all.
+    /// The newest `limit` rows, the most recently written first, at most
+    /// [`MAX_ROWS_PER_WRITER`] of each writer, each at most `max_bytes` (longer ones are left
+    /// out), and how many such rows there are in all.
     ///
     /// # Errors
     ///
@@ -130,10 +138,13 @@ impl PgGateways {
         let rows = client
             .query(
                 &format!(
-                    "SELECT id, state, {DB_NOW_MS} - updated_at_ms, count(*) OVER () FROM toolward_gateways \
-                     WHERE octet_length(state)::bigint <= $2::bigint ORDER BY updated_at_ms DESC LIMIT $1"
+                    "SELECT id, state, {DB_NOW_MS} - updated_at_ms, count(*) OVER () FROM ( \
+                       SELECT id, state, updated_at_ms, \
+                              row_number() OVER (PARTITION BY writer ORDER BY updated_at_ms DESC) AS nth \
+                       FROM toolward_gateways WHERE octet_length(state)::bigint <= $2::bigint \
+                     ) AS newest WHERE nth <= $3 ORDER BY updated_at_ms DESC LIMIT $1"
                 ),
-                &[&limit, &max_bytes],
+                &[&limit, &max_bytes, &MAX_ROWS_PER_WRITER],
             )
             .await
             .map_err(|e| store.query_error("read the gateways' states", e))?;
