@@ -50,8 +50,9 @@
 //! `<state_dir>/oci/signatures/<hex>` names the signature manifest of the manifest `<hex>`.
 //! Only what verified is kept. Every load reads them again and checks each blob's SHA-256
 //! against the digest it is kept under and the signature against the config's keys of that
-//! moment; what is missing is pulled. A key taken out of `oci.keys` refuses the next load of
-//! what only it signed.
+//! moment; what is missing is pulled. When no kept signature verifies, the signatures are
+//! pulled again (a key rotation signs with a new key after the pull): a key taken out of
+//! `oci.keys` refuses the next load of what only it signed.
 //!
 //! # Where ambient authority is used
 //!
@@ -114,7 +115,7 @@ pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 /// Largest signature payload read, in bytes: 16 KiB. cosign's are about 250 bytes, more with
 /// annotations.
 pub const MAX_PAYLOAD_BYTES: u64 = 16 * 1024;
-/// Most signatures checked on one component: 32. Each is one ECDSA verification per key.
+/// Most signatures checked on one artifact: 32. Each is one ECDSA verification per key.
 pub const MAX_SIGNATURES: usize = 32;
 /// Longest wait for a registry to connect, and for each read from it: 30 s.
 pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -314,7 +315,7 @@ pub enum OciError {
     },
 }
 
-/// The public keys a component's signature may verify with (`oci.keys`), by name.
+/// The public keys an artifact's signature may verify with (`oci.keys`), by name.
 #[derive(Debug, Clone, Default)]
 pub struct TrustedKeys {
     keys: Vec<(String, VerifyingKey)>,
@@ -614,9 +615,18 @@ struct Parts {
 }
 
 impl Parts {
-    /// The artifact's bytes, when one of its signatures verifies with `keys`.
-    fn verify(self, reference: &OciReference, keys: &TrustedKeys) -> Result<Verified, OciError> {
+    /// The artifact's bytes and signer, when one of its signatures verifies with `keys`; with
+    /// `keep`, kept in that cache first (only what verified is kept).
+    fn verify(
+        self,
+        reference: &OciReference,
+        keys: &TrustedKeys,
+        keep: Option<&OciCache>,
+    ) -> Result<Verified, OciError> {
         let signer = verify_signatures(reference, &self.digest, &self.payloads, keys)?;
+        if let Some(cache) = keep {
+            cache.keep(&self)?;
+        }
         Ok(Verified {
             bytes: self.content,
             signer,
@@ -1508,26 +1518,22 @@ pub fn fetch_verified(
     keys: &TrustedKeys,
 ) -> Result<Verified, OciError> {
     let cache = OciCache::open(state)?;
-    if let Some(parts) = cache.read(reference, kind)? {
-        return parts.verify(reference, keys);
+    let Some(parts) = cache.read(reference, kind)? else {
+        return pull_blocking(reference, kind)?.verify(reference, keys, Some(&cache));
+    };
+    match parts.verify(reference, keys, None) {
+        // The signatures kept may predate a key rotation (signed with the new key since, the
+        // old one then taken out of `oci.keys`): the registry's are read again. When the
+        // registry cannot be reached, the refusal is the cache's.
+        Err(cached @ OciError::BadSignature { .. }) => {
+            match pull_blocking(reference, kind) {
+                Ok(parts) => parts.verify(reference, keys, Some(&cache)),
+                Err(OciError::Registry { .. } | OciError::Runtime { .. }) => Err(cached),
+                Err(other) => Err(other),
+            }
+        }
+        verified => verified,
     }
-    let parts = pull_blocking(reference, kind)?;
-    verify_and_keep(reference, parts, &cache, keys)
-}
-
-/// Verifies what was pulled, and keeps it only then: the cache holds nothing unverified.
-fn verify_and_keep(
-    reference: &OciReference,
-    parts: Parts,
-    cache: &OciCache,
-    keys: &TrustedKeys,
-) -> Result<Verified, OciError> {
-    let signer = verify_signatures(reference, &parts.digest, &parts.payloads, keys)?;
-    cache.keep(&parts)?;
-    Ok(Verified {
-        bytes: parts.content,
-        signer,
-    })
 }
 
 /// Pulls on a thread of its own (see [`fetch_verified`]).
@@ -1567,7 +1573,7 @@ pub async fn pull_verified(
     let cache = OciCache::open(state)?;
     let client = RegistryClient::new(&reference.registry)?;
     let parts = client.pull(reference, kind).await?;
-    Ok(verify_and_keep(reference, parts, &cache, keys)?.signer)
+    Ok(parts.verify(reference, keys, Some(&cache))?.signer)
 }
 
 #[cfg(test)]

@@ -810,3 +810,37 @@ fn a_manifest_over_the_limit_is_refused_by_its_announced_length() {
         "{message}"
     );
 }
+
+/// The rotation `docs/registries.md` describes, with the component already in the state
+/// folder: signed with the new key, the old key taken out of `oci.keys`, the next load reads
+/// the registry's signatures again and loads it, naming the new key.
+#[test]
+fn after_a_key_rotation_the_cached_component_loads_with_the_new_signature() {
+    let Some(setup) = Setup::new("key_rotation") else {
+        return;
+    };
+    let pinned = setup.push();
+    setup.sign(&pinned, "release.pem");
+    setup.configure(&pinned, &["release"]);
+    let first = setup.run(&["pin", "--config", "toolward.json"]);
+    assert!(first.status.success(), "{}", text(&first));
+    setup.sign(&pinned, "other.pem");
+    setup.configure(&pinned, &["other"]);
+    let allowed = setup.run(&["call", "s__echo", "--config", "toolward.json"]);
+    assert!(allowed.status.success(), "{}", text(&allowed));
+    let decisions = decisions(&setup);
+    assert_eq!(decisions.len(), 1, "{decisions:#?}");
+    assert_eq!(decisions[0]["components"]["policy_signer"], "other");
+    // With the registry out of reach, a key that signed nothing is refused by the cache's
+    // signatures, naming the key, not the connection.
+    let keygen = setup.run(&["policy", "keygen", "--out", "third.pem"]);
+    assert!(keygen.status.success(), "{}", text(&keygen));
+    let unreachable = pinned.replace(&setup.registry, "127.0.0.1:9");
+    setup.configure(&unreachable, &["third"]);
+    let message = setup.refusal(&["call", "s__echo", "--config", "toolward.json"]);
+    assert!(message.contains(&format!("`{unreachable}`")), "{message}");
+    assert!(
+        message.contains("verifies with no key of `oci.keys` (`third`)"),
+        "{message}"
+    );
+}
