@@ -478,6 +478,14 @@ pub struct ComponentHashes {
     /// cosign signature verified with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_signer: Option<String>,
+    /// For policy settings or Cedar policy text from an OCI registry (`policy.settings`,
+    /// `policy.cedar`): the manifest digest the config pins, `sha256:…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_digest: Option<String>,
+    /// For policy settings or Cedar policy text from an OCI registry: the name in `oci.keys`
+    /// of the key its cosign signature verified with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_signer: Option<String>,
 }
 
 /// One event, as the caller describes it: a [`kind`](AuditKind) and whichever fields apply.

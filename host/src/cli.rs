@@ -579,6 +579,17 @@ enum AuditCommand {
     },
 }
 
+/// What `policy push` publishes (`--kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PushKind {
+    /// A rules or policy component.
+    Component,
+    /// A policy settings file.
+    Settings,
+    /// Cedar policies.
+    Cedar,
+}
+
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
     /// Print a component's SHA-256, size, worlds, exports and imports; refuse it (exit 1)
@@ -615,18 +626,27 @@ enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Publish a component to an OCI registry as a Wasm artifact and print the reference to
-    /// pin (`oci://REGISTRY/REPOSITORY@sha256:…`). Credentials: `TOOLWARD_REGISTRY_USERNAME`
-    /// and `TOOLWARD_REGISTRY_PASSWORD`, or the static `auths` of `~/.docker/config.json`.
+    /// Publish a component, a policy settings file or Cedar policies to an OCI registry and
+    /// print the reference to pin (`oci://REGISTRY/REPOSITORY@sha256:…`). A component is a
+    /// Wasm artifact (`application/wasm`); settings and Cedar text are artifacts of their own
+    /// media types (`docs/registries.md`). Credentials: `TOOLWARD_REGISTRY_USERNAME` and
+    /// `TOOLWARD_REGISTRY_PASSWORD`, or the static `auths` of `~/.docker/config.json`.
     Push {
-        /// The component (`.wasm`).
+        /// The file: a component (`.wasm`), a settings file, or Cedar policies (`.cedar`).
         file: PathBuf,
         /// Where: `oci://REGISTRY/REPOSITORY[:TAG]`.
         reference: String,
+        /// What FILE is, and so which field may pin it: `component` (`policy.component`,
+        /// `rules.component`), `settings` (`policy.settings`) or `cedar` (`policy.cedar`).
+        /// Without it: a component when FILE starts with the component preamble, `cedar` when
+        /// its name ends in `.cedar`; anything else needs `--kind settings`.
+        #[arg(long, value_enum)]
+        kind: Option<PushKind>,
     },
-    /// Resolve a reference (a tag) to the digest to pin in `policy.component` or
-    /// `rules.component`, and print it; with `--config`, also pull the component into that
-    /// config's state folder and verify its signature with `oci.keys` (exit 1 when refused).
+    /// Resolve a reference (a tag) to the digest to pin in `policy.component`,
+    /// `rules.component`, `policy.settings` or `policy.cedar`, and print it; with `--config`,
+    /// also pull the artifact into that config's state folder and verify its signature with
+    /// `oci.keys` (exit 1 when refused).
     Pull {
         /// `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:…`.
         reference: String,
@@ -634,8 +654,8 @@ enum PolicyCommand {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
-    /// Sign a component in a registry, by digest, with cosign's keyed scheme (the
-    /// `sha256-<hex>.sig` tag; `cosign verify --key` reads it).
+    /// Sign a component, settings or Cedar artifact in a registry, by digest, with cosign's
+    /// keyed scheme (the `sha256-<hex>.sig` tag; `cosign verify --key` reads it).
     Sign {
         /// `oci://REGISTRY/REPOSITORY@sha256:…`.
         reference: String,
@@ -1022,8 +1042,13 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             command: PolicyCommand::Validate { config },
         } => policy_validate(&config).await,
         Command::Policy {
-            command: PolicyCommand::Push { file, reference },
-        } => registries::push(&file, &reference).await,
+            command:
+                PolicyCommand::Push {
+                    file,
+                    reference,
+                    kind,
+                },
+        } => registries::push(&file, &reference, kind).await,
         Command::Policy {
             command: PolicyCommand::Pull { reference, config },
         } => registries::pull(&reference, config.as_deref()).await,

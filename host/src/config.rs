@@ -20,11 +20,13 @@
 //!   (`${NAME:-default}` is an error). A variable that is not set is an error naming the
 //!   server, key and variable. `$${` is a literal `${`; any other `$` is taken literally. No
 //!   other field is expanded: `command`, `args` and `url` are passed as written.
-//! - `rules.component` and `policy.component` name a file, or a component in an OCI registry
-//!   pinned by digest: `oci://REGISTRY/REPOSITORY@sha256:HEX` ([`ComponentSource::Oci`]; a
-//!   tag alone is refused, `toolward policy pull` resolves one). Such a component must be
+//! - `rules.component`, `policy.component`, `policy.settings` and `policy.cedar` name a
+//!   file, or an artifact in an OCI registry pinned by digest:
+//!   `oci://REGISTRY/REPOSITORY@sha256:HEX` ([`ComponentSource::Oci`], [`TextSource::Oci`];
+//!   a tag alone is refused, `toolward policy pull` resolves one). Such an artifact must be
 //!   signed with a key of `oci.keys`, which then must name at least one.
 //! - Relative paths (`rules.file`, `rules.component`, `policy.component`, `policy.settings`,
+//!   `policy.cedar`,
 //!   `manifest`, `audit.file`, `state_dir`, `servers_dir`, `confine.deny`,
 //!   `confine.launcher`) resolve against the folder of the config file (the `base_dir` given
 //!   to [`Config::from_value`]). A server's `command` resolves there too when it contains a
@@ -59,7 +61,7 @@ pub use sections::{
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
     NotifyConfig, OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, SecretSource,
     ServerConfig, ServerConfine,
-    ServerTransport, StoreConfig, TelemetryConfig,
+    ServerTransport, StoreConfig, TelemetryConfig, TextSource,
 };
 use strict_json::parse_strict;
 

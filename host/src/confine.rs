@@ -454,8 +454,12 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
             .filter_map(|source| source.file().map(Path::to_path_buf)),
     );
     deny.extend(config.oci.keys.values().cloned());
-    deny.extend(config.policy.settings.iter().cloned());
-    deny.extend(config.policy.cedar.iter().cloned());
+    deny.extend(
+        [&config.policy.settings, &config.policy.cedar]
+            .into_iter()
+            .flatten()
+            .filter_map(|source| source.file().map(Path::to_path_buf)),
+    );
     deny.push(config.manifest.clone());
     deny.push(config.audit.file.clone());
     deny.extend(config.audit.checkpoint.iter().map(|c| c.key.clone()));

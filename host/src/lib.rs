@@ -22,7 +22,7 @@
 //! | 3 | database, component | the PostgreSQL connection; wasmtime hosting policy components |
 //! | 4 | audit, facts, labels, review | the audit chain and its store interface; fact counters; sessions' labels; a result as a review sees it, and redactions applied |
 //! | 5 | config, approval, checkpoint | the operator's config; held calls and answers; signed checkpoints of the audit log |
-//! | 6 | confine, manifest, store, client_config, policy_test, telemetry, oauth, oci | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP; signing in to HTTP servers (OAuth 2.1); components from OCI registries and their cosign signatures |
+//! | 6 | confine, manifest, store, client_config, policy_test, telemetry, oauth, oci | server confinement; pins; the store's backends; MCP clients' config files; `policy test`; OTLP; signing in to HTTP servers (OAuth 2.1); components, policy settings and Cedar text from OCI registries and their cosign signatures |
 //! | 7 | transport | the MCP client to a server, started confined |
 //! | 8 | listing, registry | `tools/list`; the tools as the model sees them |
 //! | 9 | pin, call, cedar | pinning a server's tools; the call path; Cedar policies |
@@ -54,7 +54,7 @@
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
 //! | `checkpoints` | signed checkpoints of the audit log, `audit.checkpoint` (`checkpoint`; the Merkle tree itself, `merkle`, is always built) | ed25519-dalek (`std`, `zeroize`, `fast`: no `rand_core`, keys are made from `getrandom` bytes) |
-//! | `oci` | rules and policy components from OCI registries by digest, `oci://` in `rules.component` and `policy.component`, their cosign signatures checked with `oci.keys` (`oci`) | oci-client (on the reqwest and rustls above, no second TLS stack), p256 (`ecdsa`, `pem`, `pkcs8`) |
+//! | `oci` | rules and policy components, policy settings and Cedar policy text from OCI registries by digest, `oci://` in `rules.component`, `policy.component`, `policy.settings` and `policy.cedar`, their cosign signatures checked with `oci.keys` (`oci`) | oci-client and reqwest (the one it rides, for manifests read with a bound; rustls as above, no second TLS stack), p256 (`ecdsa`, `pem`, `pkcs8`) |
 //! | `cli` | `cli_main` and the modules only the command line uses (`cli`, `init`, `client_config`, `policy_test`); needs `gateway`, `listen`, `listen-oauth`, `postgres`, `cedar`, `console`, `checkpoints`, `oci` | clap, toml_edit, jsonc-parser, tracing-subscriber |
 #![deny(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
@@ -163,7 +163,7 @@ pub use config::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, Config, ConfigError, ConfineConfig,
     IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant,
     OciConfig, OciReference, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
-    ServerTransport, StoreConfig, TelemetryConfig,
+    ServerTransport, StoreConfig, TelemetryConfig, TextSource,
 };
 
 // Pinning: the manifest of reviewed tools.
@@ -191,7 +191,8 @@ pub use state_dir::StateDir;
 #[cfg(feature = "checkpoints")]
 pub use checkpoint::CheckpointError;
 
-// Components from OCI registries (`oci://` in `policy.component`): why one is refused.
+// Components, settings and Cedar text from OCI registries (`oci://` in `policy.component`,
+// `policy.settings`, `policy.cedar`): why one is refused.
 #[cfg(feature = "oci")]
 pub use oci::OciError;
 

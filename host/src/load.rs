@@ -31,7 +31,7 @@ use crate::component::{
     Classification, ComponentCache, ComponentError, ComponentHost, Effect, GuestLimits,
     LoadedComponent, Policy, Rules, ToolView, built_in_for,
 };
-use crate::config::{ComponentSource, Config};
+use crate::config::{ComponentSource, Config, TextSource};
 use crate::config::operator_file::{
     self, MAX_COMPONENT_BYTES, MAX_RULES_BYTES, MAX_SETTINGS_BYTES, OperatorFileError,
 };
@@ -1116,9 +1116,12 @@ pub struct Components {
     pub policy: Arc<Policy>,
     /// SHA-256 of each component by role (`rules`, `policy`).
     pub digests: BTreeMap<String, String>,
-    /// For each component from an OCI registry, by role: the name in `oci.keys` of the key
-    /// its signature verified with.
+    /// For each artifact from an OCI registry, by role (`rules`, `policy`, and `settings` for
+    /// `policy.settings` or `policy.cedar`): the name in `oci.keys` of the key its signature
+    /// verified with.
     pub signers: BTreeMap<String, String>,
+    /// For policy settings or Cedar text from an OCI registry: the manifest digest pinned.
+    pub settings_digest: Option<String>,
     /// The scopes whose facts the policy reads (`docs/facts.md`): from the rules' `limits`
     /// for the built-in default component, from the `facts@0.2.0` export of a component
     /// that has one (the Cedar component), every scope otherwise.
@@ -1175,7 +1178,7 @@ pub fn prepare_components(
                 Ok(host.load(&bytes, &path.display().to_string())?)
             }
             Some(ComponentSource::Oci(reference)) => {
-                let (bytes, signer) = fetch_oci(config, reference, state)?;
+                let (bytes, signer) = fetch_oci(config, reference, OciKind::Component, state)?;
                 signers.insert(role.to_owned(), signer);
                 Ok(host.load(&bytes, &reference.to_string())?)
             }
@@ -1193,19 +1196,20 @@ pub fn prepare_components(
     } else {
         load_component(&config.policy.component, "policy component", "policy")?
     };
-    let policy_text = match config
-        .policy
-        .cedar
-        .as_ref()
-        .or(config.policy.settings.as_ref())
-    {
-        Some(path) => {
-            let what = if config.policy.cedar.is_some() {
-                "Cedar policy"
-            } else {
-                "policy settings"
-            };
+    let (settings_source, settings_kind, what) = match (&config.policy.cedar, &config.policy.settings) {
+        (Some(cedar), _) => (Some(cedar), OciKind::CedarPolicies, "Cedar policy"),
+        (None, settings) => (settings.as_ref(), OciKind::PolicySettings, "policy settings"),
+    };
+    let mut settings_digest = None;
+    let policy_text = match settings_source {
+        Some(TextSource::File(path)) => {
             let bytes = operator_file::read(path, what, MAX_SETTINGS_BYTES)?;
+            String::from_utf8_lossy(operator_file::without_bom(&bytes)).into_owned()
+        }
+        Some(TextSource::Oci(reference)) => {
+            let (bytes, signer) = fetch_oci(config, reference, settings_kind, state)?;
+            signers.insert("settings".to_owned(), signer);
+            settings_digest = reference.digest.clone();
             String::from_utf8_lossy(operator_file::without_bom(&bytes)).into_owned()
         }
         None => rules_text.clone(),
@@ -1238,15 +1242,15 @@ pub fn prepare_components(
     let rules = host
         .configure_rules(&rules_component, &rules_text)
         .map_err(in_file(&config.rules.file))?;
-    let policy_path = config
-        .policy
-        .cedar
-        .as_deref()
-        .or(config.policy.settings.as_deref())
-        .unwrap_or(&config.rules.file);
+    // Where a settings fault is, in the message: the file, or the reference it came from.
+    let policy_path = match settings_source {
+        Some(TextSource::File(path)) => path.clone(),
+        Some(TextSource::Oci(reference)) => PathBuf::from(reference.to_string()),
+        None => config.rules.file.clone(),
+    };
     let policy = host
         .configure_policy(&policy_component, &policy_text)
-        .map_err(in_file(policy_path))?;
+        .map_err(in_file(policy_path.as_path()))?;
     let fact_scopes = if config.policy.cedar.is_none() && config.policy.component.is_none() {
         // The built-in default component decides with this very crate's table: its limits
         // are the facts it reads. Its settings were configured above, so they parse.
@@ -1268,21 +1272,36 @@ pub fn prepare_components(
         policy: Arc::new(policy),
         digests,
         signers,
+        settings_digest,
         fact_scopes,
     })
 }
 
-/// The component `reference` pins, from the state folder's cache or pulled, with its
-/// signature verified with `oci.keys`: its bytes and the name of the key that signed it.
+/// The artifact of `kind` `reference` pins (a component, settings or Cedar text), from the
+/// state folder's cache or pulled, with its signature verified with `oci.keys`: its bytes and
+/// the name of the key that signed it.
 #[cfg(feature = "oci")]
 fn fetch_oci(
     config: &Config,
     reference: &crate::config::OciReference,
+    kind: OciKind,
     state: &StateDir,
 ) -> Result<(Vec<u8>, String), StartError> {
     let keys = crate::oci::TrustedKeys::read(&config.oci.keys)?;
-    let verified = crate::oci::fetch_verified(reference, state, &keys)?;
-    Ok((verified.wasm, verified.signer))
+    let verified = crate::oci::fetch_verified(reference, kind, state, &keys)?;
+    Ok((verified.bytes, verified.signer))
+}
+
+#[cfg(feature = "oci")]
+use crate::oci::ArtifactKind as OciKind;
+
+/// What an `oci://` field names, in a build without the `oci` feature.
+#[cfg(not(feature = "oci"))]
+#[derive(Debug, Clone, Copy)]
+enum OciKind {
+    Component,
+    PolicySettings,
+    CedarPolicies,
 }
 
 /// Without the `oci` feature the config reader already refuses `oci://`; refused here too.
@@ -1290,6 +1309,7 @@ fn fetch_oci(
 fn fetch_oci(
     _config: &Config,
     _reference: &crate::config::OciReference,
+    _kind: OciKind,
     _state: &StateDir,
 ) -> Result<(Vec<u8>, String), StartError> {
     Err(StartError::OciFeatureOff)

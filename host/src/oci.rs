@@ -1,34 +1,58 @@
-//! Rules and policy components from OCI registries (`oci://…@sha256:…` in `rules.component`
-//! and `policy.component`), with cosign's keyed signatures (`docs/registries.md`).
+//! Rules and policy components, policy settings and Cedar policy text from OCI registries
+//! (`oci://…@sha256:…` in `rules.component`, `policy.component`, `policy.settings` and
+//! `policy.cedar`), with cosign's keyed signatures (`docs/registries.md`).
 //!
-//! # The artifact
+//! # The artifacts
 //!
-//! A component is published in the layout the CNCF Wasm working group describes for Wasm
-//! OCI artifacts: an OCI image manifest whose config has the media type
-//! [`WASM_CONFIG_MEDIA_TYPE`] and whose one layer, of media type [`WASM_LAYER_MEDIA_TYPE`],
-//! is the component's bytes. A config pins the manifest's digest; the manifest names the
-//! layer's digest, so the bytes follow from the pin. Anything else under the digest (an image
-//! index, a manifest list, two layers, another media type) is refused, never resolved.
+//! Each is an OCI image manifest with one layer, the file's bytes; its [`ArtifactKind`] says
+//! which media types it carries, and the config field that names it says which kind it must
+//! be (a Cedar artifact named by `policy.settings` is refused, and so is a component there):
+//!
+//! | kind | `config.mediaType` | the layer's `mediaType` (and `artifactType`) | limit |
+//! |---|---|---|---|
+//! | component | [`WASM_CONFIG_MEDIA_TYPE`] | [`WASM_LAYER_MEDIA_TYPE`] | `MAX_COMPONENT_BYTES` |
+//! | policy settings | [`EMPTY_CONFIG_MEDIA_TYPE`] | [`SETTINGS_MEDIA_TYPE`] | `MAX_SETTINGS_BYTES` |
+//! | Cedar policies | [`EMPTY_CONFIG_MEDIA_TYPE`] | [`CEDAR_MEDIA_TYPE`] | `MAX_SETTINGS_BYTES` |
+//!
+//! A component follows the layout the CNCF Wasm working group describes for Wasm OCI
+//! artifacts. Settings and Cedar text follow the OCI image specification's guidelines for
+//! artifacts (v1.1, as ORAS pushes them): the empty config `{}`, `artifactType` set to the
+//! layer's media type. toolward's media types are in the vendor tree without a structured
+//! syntax suffix: settings are whatever text the policy component reads (not always JSON),
+//! and `+text` is no registered suffix. A config pins the manifest's digest; the manifest
+//! names the layer's digest, so the bytes follow from the pin. Anything else under the digest
+//! (an image index, a manifest list, two layers, another media type) is refused, never
+//! resolved.
 //!
 //! # Signatures
 //!
 //! cosign's keyed scheme, as `cosign sign --key` writes it and `cosign verify --key` reads it:
-//! beside the component, the tag `sha256-<hex>.sig` holds a manifest whose layers (media type
+//! beside the artifact, the tag `sha256-<hex>.sig` holds a manifest whose layers (media type
 //! [`SIMPLE_SIGNING_MEDIA_TYPE`]) are "simple signing" payloads naming the manifest digest,
 //! each with the annotation [`SIGNATURE_ANNOTATION`]: the base64 of an ECDSA P-256 signature
-//! (ASN.1 DER) over the payload's bytes with SHA-256. A component loads only when one of those
-//! signatures verifies with a key of `oci.keys` and its payload names the pinned digest; the
-//! key's name is recorded in the audit. The tag scheme rather than the OCI referrers API
-//! because Debian's registry (distribution 2.8) has no referrers API.
+//! (ASN.1 DER) over the payload's bytes with SHA-256. An artifact is used only when one of
+//! those signatures verifies with a key of `oci.keys` and its payload names the pinned
+//! digest; the key's name is recorded in the audit. The tag scheme rather than the OCI
+//! referrers API because Debian's registry (distribution 2.8) has no referrers API.
+//!
+//! # Bounds
+//!
+//! Every manifest (the artifact's, its signature manifest, and what `resolve` reads) is read
+//! by toolward's own request, not oci-client's (which reads a whole body, however long): a
+//! `Content-Length` over [`MAX_MANIFEST_BYTES`] is refused before the body, and the body is
+//! read no further than the limit. Blobs are streamed and stop at the descriptor's size or
+//! the kind's limit, whichever is smaller.
 //!
 //! # The cache
 //!
 //! Pulled blobs are kept in the state folder by digest, `<state_dir>/oci/blobs/sha256/<hex>`
-//! (the component's manifest, its layer, its signature manifest and payloads), and
+//! (the artifact's manifest, its layer, its signature manifest and payloads), and
 //! `<state_dir>/oci/signatures/<hex>` names the signature manifest of the manifest `<hex>`.
-//! Every load reads them again and checks each blob's SHA-256 against the digest it is kept
-//! under and the signature against the config's keys of that moment; what is missing is
-//! pulled. A key taken out of `oci.keys` refuses the next load of what only it signed.
+//! Only what verified is kept. Every load reads them again and checks each blob's SHA-256
+//! against the digest it is kept under and the signature against the config's keys of that
+//! moment; what is missing is pulled. When no kept signature verifies, the signatures are
+//! pulled again (a key rotation signs with a new key after the pull): a key taken out of
+//! `oci.keys` refuses the next load of what only it signed.
 //!
 //! # Where ambient authority is used
 //!
@@ -45,22 +69,33 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cap_std::fs::Dir;
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use crate::config::OciReference;
-use crate::config::operator_file::{self, MAX_COMPONENT_BYTES};
+use crate::config::operator_file::{self, MAX_COMPONENT_BYTES, MAX_SETTINGS_BYTES};
 use crate::state_dir::{StateDir, StateError, open_private_in, replace_private_in};
 
 /// The media type of a Wasm artifact's config (CNCF Wasm OCI artifact layout).
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of a Wasm artifact's one layer: the component's bytes.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The empty config of an artifact that needs none (`{}`, OCI image specification v1.1,
+/// "Guidance for an empty descriptor"): the config of settings and Cedar artifacts.
+pub const EMPTY_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
+/// The empty config's bytes.
+pub const EMPTY_CONFIG: &[u8] = b"{}";
+/// The media type of a policy settings artifact's one layer (`policy.settings`), and its
+/// `artifactType`.
+pub const SETTINGS_MEDIA_TYPE: &str = "application/vnd.toolward.policy-settings.v1";
+/// The media type of a Cedar policies artifact's one layer (`policy.cedar`), and its
+/// `artifactType`.
+pub const CEDAR_MEDIA_TYPE: &str = "application/vnd.toolward.cedar-policies.v1";
 /// The OCI image manifest's media type, the only kind of manifest pulled.
 pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The media type of an OCI image config (what cosign's signature manifests carry).
@@ -73,13 +108,14 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 pub const COSIGN_SIGNATURE_TYPE: &str = "cosign container image signature";
 /// The cache's folder in the state folder: `oci`.
 pub const CACHE_FOLDER: &str = "oci";
-/// Largest manifest kept or parsed, in bytes: 64 KiB. A component's manifest is under 1 KiB;
-/// a signature manifest grows by about 1 KiB per signature.
+/// Largest manifest read, kept or parsed, in bytes: 64 KiB. An artifact's manifest is under
+/// 1 KiB; a signature manifest grows by about 1 KiB per signature. A registry's answer is
+/// refused by its `Content-Length` before its body, and read no further than this.
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 /// Largest signature payload read, in bytes: 16 KiB. cosign's are about 250 bytes, more with
 /// annotations.
 pub const MAX_PAYLOAD_BYTES: u64 = 16 * 1024;
-/// Most signatures checked on one component: 32. Each is one ECDSA verification per key.
+/// Most signatures checked on one artifact: 32. Each is one ECDSA verification per key.
 pub const MAX_SIGNATURES: usize = 32;
 /// Longest wait for a registry to connect, and for each read from it: 30 s.
 pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -90,8 +126,87 @@ pub const USERNAME_VAR: &str = "TOOLWARD_REGISTRY_USERNAME";
 /// See [`USERNAME_VAR`].
 pub const PASSWORD_VAR: &str = "TOOLWARD_REGISTRY_PASSWORD";
 
-/// Why a component from a registry is not loaded, pushed, pulled or signed. Every message
-/// about a component names its reference; those about its bytes or signature name the digest.
+/// What an artifact holds, and so its media types, its size limit and the config field that
+/// may name it (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArtifactKind {
+    /// A rules or policy component (`rules.component`, `policy.component`): the CNCF Wasm OCI
+    /// artifact layout.
+    Component,
+    /// The text a policy component is configured with (`policy.settings`).
+    PolicySettings,
+    /// Cedar policies for the built-in Cedar component (`policy.cedar`).
+    CedarPolicies,
+}
+
+impl ArtifactKind {
+    /// Every kind.
+    pub const ALL: [Self; 3] = [Self::Component, Self::PolicySettings, Self::CedarPolicies];
+
+    /// The media type of the manifest's config.
+    #[must_use]
+    pub fn config_media_type(self) -> &'static str {
+        match self {
+            Self::Component => WASM_CONFIG_MEDIA_TYPE,
+            Self::PolicySettings | Self::CedarPolicies => EMPTY_CONFIG_MEDIA_TYPE,
+        }
+    }
+
+    /// The media type of the one layer (and the manifest's `artifactType`).
+    #[must_use]
+    pub fn layer_media_type(self) -> &'static str {
+        match self {
+            Self::Component => WASM_LAYER_MEDIA_TYPE,
+            Self::PolicySettings => SETTINGS_MEDIA_TYPE,
+            Self::CedarPolicies => CEDAR_MEDIA_TYPE,
+        }
+    }
+
+    /// The largest layer read, in bytes: the limit on the same file read from disk.
+    #[must_use]
+    pub fn max_bytes(self) -> u64 {
+        match self {
+            Self::Component => MAX_COMPONENT_BYTES,
+            Self::PolicySettings | Self::CedarPolicies => MAX_SETTINGS_BYTES,
+        }
+    }
+
+    /// What the artifact is, in a message: `a Wasm component artifact`.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Component => "a Wasm component artifact",
+            Self::PolicySettings => "a policy settings artifact",
+            Self::CedarPolicies => "a Cedar policies artifact",
+        }
+    }
+
+    /// The word `toolward policy push --kind` takes: `component`, `settings`, `cedar`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Component => "component",
+            Self::PolicySettings => "settings",
+            Self::CedarPolicies => "cedar",
+        }
+    }
+
+    /// The kind whose layer has `media_type`.
+    fn of_layer(media_type: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.layer_media_type() == media_type)
+    }
+}
+
+impl std::fmt::Display for ArtifactKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why an artifact from a registry is not loaded, pushed, pulled or signed. Every message
+/// about an artifact names its reference; those about its bytes or signature name the digest.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
     /// A reference that is not one, or not of the kind the command needs.
@@ -111,13 +226,17 @@ pub enum OciError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// What the registry holds under the reference is not a Wasm component artifact.
-    #[error("`{reference}` (`{digest}`) is not a Wasm component artifact: {reason}")]
-    NotWasm {
+    /// What the registry holds under the reference is not the kind of artifact asked for
+    /// (a component where the config names a component, settings where it names settings).
+    #[error("`{reference}` (`{digest}`) is not {expected}: {reason}")]
+    WrongArtifact {
         /// The reference.
         reference: String,
-        /// The manifest's digest.
+        /// The manifest's digest (of the file, for one refused before a push).
         digest: String,
+        /// What was asked for: `a Wasm component artifact`, `a policy settings artifact` or
+        /// `a Cedar policies artifact`.
+        expected: &'static str,
         /// What is wrong.
         reason: String,
     },
@@ -196,7 +315,7 @@ pub enum OciError {
     },
 }
 
-/// The public keys a component's signature may verify with (`oci.keys`), by name.
+/// The public keys an artifact's signature may verify with (`oci.keys`), by name.
 #[derive(Debug, Clone, Default)]
 pub struct TrustedKeys {
     keys: Vec<(String, VerifyingKey)>,
@@ -294,11 +413,11 @@ pub fn generate_key(path: &Path) -> Result<(String, String), OciError> {
     Ok((private.to_string(), public))
 }
 
-/// A component pulled and verified: its bytes, and who signed it.
+/// An artifact pulled and verified: its bytes, and who signed it.
 #[derive(Debug, Clone)]
 pub struct Verified {
-    /// The component (the artifact's layer).
-    pub wasm: Vec<u8>,
+    /// The artifact's layer: the component, the settings or the Cedar text.
+    pub bytes: Vec<u8>,
     /// The name in `oci.keys` of the key its signature verified with.
     pub signer: String,
 }
@@ -406,33 +525,113 @@ fn parse_manifest(bytes: &[u8]) -> Result<Manifest, String> {
     Ok(manifest)
 }
 
-/// The one `application/wasm` layer of a component's manifest.
-fn component_layer(manifest: &Manifest) -> Result<&Descriptor, String> {
-    if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
-        return Err(format!(
-            "the config's media type is `{}`, not `{WASM_CONFIG_MEDIA_TYPE}`",
-            crate::text::escape(&manifest.config.media_type)
-        ));
-    }
+/// The one layer of an artifact of `kind`, from its manifest.
+fn artifact_layer(manifest: &Manifest, kind: ArtifactKind) -> Result<&Descriptor, String> {
     let [layer] = manifest.layers.as_slice() else {
         return Err(format!(
-            "{} layers, where a component has one",
+            "{} layers, where an artifact has one",
             manifest.layers.len()
         ));
     };
-    if layer.media_type != WASM_LAYER_MEDIA_TYPE {
+    if layer.media_type != kind.layer_media_type() {
+        let found = match ArtifactKind::of_layer(&layer.media_type) {
+            Some(other) => format!(" ({})", other.describe()),
+            None => String::new(),
+        };
         return Err(format!(
-            "the layer's media type is `{}`, not `{WASM_LAYER_MEDIA_TYPE}`",
-            crate::text::escape(&layer.media_type)
+            "the layer's media type is `{}`{found}, not `{}`",
+            crate::text::escape(&layer.media_type),
+            kind.layer_media_type()
         ));
     }
-    if layer.size > MAX_COMPONENT_BYTES {
+    if manifest.config.media_type != kind.config_media_type() {
         return Err(format!(
-            "the layer is {} bytes, over the limit of {MAX_COMPONENT_BYTES} bytes for a component",
-            layer.size
+            "the config's media type is `{}`, not `{}`",
+            crate::text::escape(&manifest.config.media_type),
+            kind.config_media_type()
+        ));
+    }
+    if layer.size > kind.max_bytes() {
+        return Err(format!(
+            "the layer is {} bytes, over the limit of {} bytes for {}",
+            layer.size,
+            kind.max_bytes(),
+            kind.describe()
         ));
     }
     Ok(layer)
+}
+
+/// The kind of artifact a manifest holds, by its one layer's media type.
+fn kind_of(manifest: &Manifest) -> Result<ArtifactKind, String> {
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(format!(
+            "{} layers, where an artifact has one",
+            manifest.layers.len()
+        ));
+    };
+    ArtifactKind::of_layer(&layer.media_type).ok_or_else(|| {
+        format!(
+            "the layer's media type `{}` is none of toolward's (`{WASM_LAYER_MEDIA_TYPE}`, `{SETTINGS_MEDIA_TYPE}`, `{CEDAR_MEDIA_TYPE}`)",
+            crate::text::escape(&layer.media_type)
+        )
+    })
+}
+
+/// The signature layers of a signature manifest: at most [`MAX_SIGNATURES`] of cosign's
+/// simple-signing payloads no larger than [`MAX_PAYLOAD_BYTES`]; other layers are skipped.
+fn signature_layers(
+    reference: &OciReference,
+    digest: &str,
+    tag: &str,
+    bytes: &[u8],
+) -> Result<Vec<Descriptor>, OciError> {
+    let manifest = parse_manifest(bytes).map_err(|reason| OciError::BadSignature {
+        reference: reference.to_string(),
+        digest: digest.to_owned(),
+        reason: format!("its signature manifest `{tag}`: {reason}"),
+    })?;
+    Ok(manifest
+        .layers
+        .into_iter()
+        .take(MAX_SIGNATURES)
+        .filter(|layer| {
+            layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE && layer.size <= MAX_PAYLOAD_BYTES
+        })
+        .collect())
+}
+
+/// An artifact as read from the registry or the cache, each blob checked against its digest
+/// and each manifest parsed once: what [`Parts::verify`] reads and [`OciCache::keep`] stores.
+struct Parts {
+    /// The manifest's digest (the pin).
+    digest: String,
+    manifest: Vec<u8>,
+    layer: Descriptor,
+    content: Vec<u8>,
+    signature_digest: String,
+    signature_manifest: Vec<u8>,
+    payloads: Vec<(Descriptor, Vec<u8>)>,
+}
+
+impl Parts {
+    /// The artifact's bytes and signer, when one of its signatures verifies with `keys`; with
+    /// `keep`, kept in that cache first (only what verified is kept).
+    fn verify(
+        self,
+        reference: &OciReference,
+        keys: &TrustedKeys,
+        keep: Option<&OciCache>,
+    ) -> Result<Verified, OciError> {
+        let signer = verify_signatures(reference, &self.digest, &self.payloads, keys)?;
+        if let Some(cache) = keep {
+            cache.keep(&self)?;
+        }
+        Ok(Verified {
+            bytes: self.content,
+            signer,
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,14 +644,6 @@ pub struct OciCache {
     blobs_path: PathBuf,
     signatures: Dir,
     signatures_path: PathBuf,
-}
-
-/// What the cache holds for a reference.
-enum Cached {
-    /// Verified.
-    Verified(Verified),
-    /// Something is not there yet (pull it).
-    Missing,
 }
 
 impl OciCache {
@@ -532,64 +723,78 @@ impl OciCache {
         Ok(crate::config::is_sha256_digest(&text).then_some(text))
     }
 
-    fn put_signature_manifest_digest(&self, digest: &str, sig: &str) -> Result<(), OciError> {
-        let hex = hex_of(digest);
+    /// Keeps a verified artifact's blobs, the signature manifest's name last: a load that
+    /// finds it finds the rest.
+    fn keep(&self, parts: &Parts) -> Result<(), OciError> {
+        self.put_blob(&parts.digest, &parts.manifest)?;
+        self.put_blob(&parts.layer.digest, &parts.content)?;
+        for (layer, payload) in &parts.payloads {
+            self.put_blob(&layer.digest, payload)?;
+        }
+        self.put_blob(&parts.signature_digest, &parts.signature_manifest)?;
+        let hex = hex_of(&parts.digest);
         replace_private_in(
             &self.signatures,
             hex,
-            sig.as_bytes(),
+            parts.signature_digest.as_bytes(),
             &self.signatures_path.join(hex),
         )?;
         Ok(())
     }
 
-    /// The component `reference` pins, from the cache, its blobs checked and its signature
-    /// verified with `keys`.
-    fn load(&self, reference: &OciReference, keys: &TrustedKeys) -> Result<Cached, OciError> {
+    /// The artifact of `kind` `reference` pins, read from the cache (each blob checked against
+    /// its digest); `None` when something is not there (pull it).
+    fn read(&self, reference: &OciReference, kind: ArtifactKind) -> Result<Option<Parts>, OciError> {
         let digest = pinned_digest(reference)?;
         let Some(manifest_bytes) = self.blob(reference, "the manifest", digest, MAX_MANIFEST_BYTES)?
         else {
-            return Ok(Cached::Missing);
+            return Ok(None);
         };
-        let not_wasm = |reason| OciError::NotWasm {
+        let wrong = |reason| OciError::WrongArtifact {
             reference: reference.to_string(),
             digest: digest.to_owned(),
+            expected: kind.describe(),
             reason,
         };
-        let manifest = parse_manifest(&manifest_bytes).map_err(not_wasm)?;
-        let layer = component_layer(&manifest).map_err(not_wasm)?;
-        let Some(wasm) = self.blob(reference, "the layer", &layer.digest, layer.size)? else {
-            return Ok(Cached::Missing);
+        let manifest = parse_manifest(&manifest_bytes).map_err(wrong)?;
+        let layer = artifact_layer(&manifest, kind).map_err(wrong)?.clone();
+        let Some(content) = self.blob(reference, "the layer", &layer.digest, layer.size)? else {
+            return Ok(None);
         };
-        if wasm.len() as u64 != layer.size {
-            return Ok(Cached::Missing);
+        if content.len() as u64 != layer.size {
+            return Ok(None);
         }
-        let Some(sig_digest) = self.signature_manifest_digest(digest)? else {
-            return Ok(Cached::Missing);
+        let Some(signature_digest) = self.signature_manifest_digest(digest)? else {
+            return Ok(None);
         };
-        let Some(sig_bytes) =
-            self.blob(reference, "the signature manifest", &sig_digest, MAX_MANIFEST_BYTES)?
+        let Some(signature_manifest) = self.blob(
+            reference,
+            "the signature manifest",
+            &signature_digest,
+            MAX_MANIFEST_BYTES,
+        )?
         else {
-            return Ok(Cached::Missing);
+            return Ok(None);
         };
-        let sig_manifest = parse_manifest(&sig_bytes).map_err(|reason| OciError::BadSignature {
-            reference: reference.to_string(),
-            digest: digest.to_owned(),
-            reason: format!("its signature manifest: {reason}"),
-        })?;
+        let tag = signature_tag(digest);
         let mut payloads = Vec::new();
-        for layer in sig_manifest.layers.iter().take(MAX_SIGNATURES) {
-            if layer.media_type != SIMPLE_SIGNING_MEDIA_TYPE || layer.size > MAX_PAYLOAD_BYTES {
-                continue;
-            }
-            let Some(payload) = self.blob(reference, "a signature payload", &layer.digest, MAX_PAYLOAD_BYTES)?
+        for layer in signature_layers(reference, digest, &tag, &signature_manifest)? {
+            let Some(payload) =
+                self.blob(reference, "a signature payload", &layer.digest, MAX_PAYLOAD_BYTES)?
             else {
-                return Ok(Cached::Missing);
+                return Ok(None);
             };
-            payloads.push((layer.clone(), payload));
+            payloads.push((layer, payload));
         }
-        let signer = verify_signatures(reference, digest, &payloads, keys)?;
-        Ok(Cached::Verified(Verified { wasm, signer }))
+        Ok(Some(Parts {
+            digest: digest.to_owned(),
+            manifest: manifest_bytes,
+            layer,
+            content,
+            signature_digest,
+            signature_manifest,
+            payloads,
+        }))
     }
 }
 
@@ -695,9 +900,12 @@ pub fn is_loopback(registry: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// A client of one registry, with its credentials.
+/// A client of one registry, with its credentials: oci-client for authentication, blobs and
+/// pushes; toolward's own bounded request for manifests (see the module documentation).
 pub struct RegistryClient {
     client: Client,
+    http: reqwest::Client,
+    scheme: &'static str,
     auth: RegistryAuth,
 }
 
@@ -709,13 +917,14 @@ impl std::fmt::Debug for RegistryClient {
 
 impl RegistryClient {
     /// A client of `registry`: HTTPS (rustls, the bundled Mozilla roots), plain HTTP only to a
-    /// loopback registry; image indexes are never resolved to a platform's manifest; credentials
-    /// from [`credentials`].
+    /// loopback registry; image indexes are never resolved to a platform's manifest; a
+    /// manifest request follows no redirect; credentials from [`credentials`].
     ///
     /// # Errors
-    /// [`OciError::Credentials`].
+    /// [`OciError::Credentials`], and [`OciError::Registry`] when no HTTP client can be built.
     pub fn new(registry: &str) -> Result<Self, OciError> {
-        let protocol = if is_loopback(registry) {
+        let loopback = is_loopback(registry);
+        let protocol = if loopback {
             ClientProtocol::HttpsExcept(vec![registry.to_owned()])
         } else {
             ClientProtocol::Https
@@ -727,8 +936,20 @@ impl RegistryClient {
             connect_timeout: Some(REGISTRY_TIMEOUT),
             ..ClientConfig::default()
         };
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .https_only(!loopback)
+            .read_timeout(REGISTRY_TIMEOUT)
+            .connect_timeout(REGISTRY_TIMEOUT)
+            .build()
+            .map_err(|e| OciError::Registry {
+                reference: registry.to_owned(),
+                source: Box::new(e),
+            })?;
         Ok(Self {
             client: Client::new(config),
+            http,
+            scheme: if loopback { "http" } else { "https" },
             auth: credentials(registry)?,
         })
     }
@@ -740,45 +961,100 @@ impl RegistryClient {
         }
     }
 
-    /// The raw manifest at `reference` (its digest if pinned, else its tag) and its digest
-    /// (SHA-256 of the bytes received, equal to the pin when there is one).
-    async fn manifest(&self, reference: &OciReference) -> Result<Option<(Vec<u8>, String)>, OciError> {
-        let target = to_client_reference(reference);
-        let accepted = [OCI_MANIFEST_MEDIA_TYPE];
-        match self
-            .client
-            .pull_manifest_raw(&target, &self.auth, &accepted)
-            .await
-        {
-            Ok((bytes, _)) => {
-                if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-                    return Err(OciError::TooLarge {
-                        reference: reference.to_string(),
-                        what: "the manifest",
-                        bytes: bytes.len() as u64,
-                        limit: MAX_MANIFEST_BYTES,
-                    });
-                }
-                let actual = sha256_digest(&bytes);
-                if let Some(expected) = &reference.digest
-                    && *expected != actual
-                {
-                    return Err(OciError::DigestMismatch {
-                        reference: reference.to_string(),
-                        what: "the manifest",
-                        expected: expected.clone(),
-                        actual,
-                    });
-                }
-                Ok(Some((bytes, actual)))
-            }
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(OciDistributionError::DigestError(e)) => Err(OciError::Reference {
-                reference: reference.to_string(),
-                reason: format!("the registry served a manifest of another digest ({e})"),
-            }),
-            Err(e) => Err(Self::registry_error(reference, e)),
+    fn failed(reference: &OciReference, reason: String) -> OciError {
+        OciError::Registry {
+            reference: reference.to_string(),
+            source: reason.into(),
         }
+    }
+
+    /// The raw manifest at `reference` (its digest if pinned, else its tag) and its digest
+    /// (SHA-256 of the bytes received, equal to the pin when there is one); `None` when the
+    /// registry has none there. At most [`MAX_MANIFEST_BYTES`] are read: a longer
+    /// `Content-Length` is refused before the body, a longer body when it passes the limit.
+    async fn manifest(
+        &self,
+        reference: &OciReference,
+    ) -> Result<Option<(Vec<u8>, String)>, OciError> {
+        let target = to_client_reference(reference);
+        let url = format!(
+            "{}://{}/v2/{}/manifests/{}",
+            self.scheme,
+            target.resolve_registry(),
+            target.repository(),
+            target.digest().or(target.tag()).unwrap_or("latest")
+        );
+        // oci-client's token dance (a bearer token for the repository, or none); a registry
+        // that asks for HTTP Basic instead answers 401 to the first request.
+        let token = self
+            .client
+            .auth(&target, &self.auth, RegistryOperation::Pull)
+            .await
+            .map_err(|e| Self::registry_error(reference, e))?;
+        let request = |basic: bool| {
+            let request = self.http.get(&url).header(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE),
+            );
+            match (&token, &self.auth) {
+                (Some(token), _) => request.bearer_auth(token),
+                (None, RegistryAuth::Basic(user, password)) if basic => {
+                    request.basic_auth(user, Some(password))
+                }
+                _ => request,
+            }
+        };
+        let send_error = |e: reqwest::Error| OciError::Registry {
+            reference: reference.to_string(),
+            source: Box::new(e.without_url()),
+        };
+        let mut response = request(false).send().await.map_err(send_error)?;
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED
+            && token.is_none()
+            && matches!(self.auth, RegistryAuth::Basic(..))
+        {
+            response = request(true).send().await.map_err(send_error)?;
+        }
+        let status = response.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(Self::failed(
+                reference,
+                format!("the manifest request answered HTTP {status}"),
+            ));
+        }
+        let too_large = |bytes| OciError::TooLarge {
+            reference: reference.to_string(),
+            what: "the manifest",
+            bytes,
+            limit: MAX_MANIFEST_BYTES,
+        };
+        if let Some(length) = response.content_length()
+            && length > MAX_MANIFEST_BYTES
+        {
+            return Err(too_large(length));
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(send_error)? {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+                return Err(too_large(bytes.len() as u64));
+            }
+        }
+        let actual = sha256_digest(&bytes);
+        if let Some(expected) = &reference.digest
+            && *expected != actual
+        {
+            return Err(OciError::DigestMismatch {
+                reference: reference.to_string(),
+                what: "the manifest",
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        Ok(Some((bytes, actual)))
     }
 
     /// The blob `descriptor` of `reference`'s repository, at most `limit` bytes, its digest
@@ -801,6 +1077,10 @@ impl RegistryClient {
         if descriptor.size > limit {
             return Err(too_large(descriptor.size));
         }
+        // The blob request is oci-client's: it sends the credentials it keeps per registry.
+        self.client
+            .store_auth_if_needed(target.resolve_registry(), &self.auth)
+            .await;
         let mut stream = self
             .client
             .pull_blob_stream(&target, descriptor.digest.as_str())
@@ -845,55 +1125,60 @@ impl RegistryClient {
         Ok(bytes)
     }
 
-    /// Resolves `reference` (a tag, or a digest checked) to its manifest digest, checking that
-    /// it is a Wasm component artifact.
+    /// Resolves `reference` (a tag, or a digest checked) to its manifest digest and the kind
+    /// of artifact it holds.
     ///
     /// # Errors
-    /// [`OciError::Reference`] when nothing is there, [`OciError::NotWasm`], and registry
-    /// errors.
-    pub async fn resolve(&self, reference: &OciReference) -> Result<String, OciError> {
+    /// [`OciError::Reference`] when nothing is there, [`OciError::WrongArtifact`] when it is
+    /// none of toolward's kinds, and registry errors.
+    pub async fn resolve(
+        &self,
+        reference: &OciReference,
+    ) -> Result<(String, ArtifactKind), OciError> {
         let Some((bytes, digest)) = self.manifest(reference).await? else {
             return Err(OciError::Reference {
                 reference: reference.to_string(),
                 reason: "the registry has no manifest there".to_owned(),
             });
         };
-        let manifest = parse_manifest(&bytes).and_then(|m| component_layer(&m).map(|_| ()));
-        manifest.map_err(|reason| OciError::NotWasm {
+        let kind = parse_manifest(&bytes).and_then(|manifest| {
+            let kind = kind_of(&manifest)?;
+            artifact_layer(&manifest, kind)?;
+            Ok(kind)
+        });
+        let kind = kind.map_err(|reason| OciError::WrongArtifact {
             reference: reference.to_string(),
             digest: digest.clone(),
+            expected: "a component, policy settings or Cedar policies artifact",
             reason,
         })?;
-        Ok(digest)
+        Ok((digest, kind))
     }
 
-    /// Pulls what the pinned `reference` needs into `cache`: its manifest, its layer, its
-    /// signature manifest and payloads (each checked against its digest).
+    /// Pulls the artifact of `kind` the pinned `reference` names: its manifest, its layer,
+    /// its signature manifest and payloads, each read once and checked against its digest.
     ///
     /// # Errors
-    /// [`OciError::Unsigned`] when no signature tag exists, [`OciError::NotWasm`],
+    /// [`OciError::Unsigned`] when no signature tag exists, [`OciError::WrongArtifact`],
     /// [`OciError::DigestMismatch`], [`OciError::TooLarge`] and registry errors.
-    pub async fn pull_into(
-        &self,
-        reference: &OciReference,
-        cache: &OciCache,
-    ) -> Result<(), OciError> {
+    async fn pull(&self, reference: &OciReference, kind: ArtifactKind) -> Result<Parts, OciError> {
         let digest = pinned_digest(reference)?.to_owned();
-        let Some((bytes, _)) = self.manifest(reference).await? else {
+        let Some((manifest_bytes, _)) = self.manifest(reference).await? else {
             return Err(OciError::Reference {
                 reference: reference.to_string(),
                 reason: "the registry has no manifest with this digest".to_owned(),
             });
         };
-        let not_wasm = |reason| OciError::NotWasm {
+        let wrong = |reason| OciError::WrongArtifact {
             reference: reference.to_string(),
             digest: digest.clone(),
+            expected: kind.describe(),
             reason,
         };
-        let manifest = parse_manifest(&bytes).map_err(not_wasm)?;
-        let layer = component_layer(&manifest).map_err(not_wasm)?.clone();
-        let wasm = self
-            .blob(reference, "the layer", &layer, MAX_COMPONENT_BYTES)
+        let manifest = parse_manifest(&manifest_bytes).map_err(wrong)?;
+        let layer = artifact_layer(&manifest, kind).map_err(wrong)?.clone();
+        let content = self
+            .blob(reference, "the layer", &layer, kind.max_bytes())
             .await?;
         let tag = signature_tag(&digest);
         let sig_reference = OciReference {
@@ -901,41 +1186,38 @@ impl RegistryClient {
             digest: None,
             ..reference.clone()
         };
-        let Some((sig_bytes, sig_digest)) = self.manifest(&sig_reference).await? else {
+        let Some((signature_manifest, signature_digest)) = self.manifest(&sig_reference).await?
+        else {
             return Err(OciError::Unsigned {
                 reference: reference.to_string(),
                 digest,
                 tag,
             });
         };
-        let sig_manifest = parse_manifest(&sig_bytes).map_err(|reason| OciError::BadSignature {
-            reference: reference.to_string(),
-            digest: digest.clone(),
-            reason: format!("its signature manifest `{tag}`: {reason}"),
-        })?;
         let mut payloads = Vec::new();
-        for layer in sig_manifest.layers.iter().take(MAX_SIGNATURES) {
-            if layer.media_type != SIMPLE_SIGNING_MEDIA_TYPE {
-                continue;
-            }
+        for layer in signature_layers(reference, &digest, &tag, &signature_manifest)? {
             let payload = self
-                .blob(reference, "a signature payload", layer, MAX_PAYLOAD_BYTES)
+                .blob(reference, "a signature payload", &layer, MAX_PAYLOAD_BYTES)
                 .await?;
-            payloads.push((layer.digest.clone(), payload));
+            payloads.push((layer, payload));
         }
-        cache.put_blob(&digest, &bytes)?;
-        cache.put_blob(&layer.digest, &wasm)?;
-        for (payload_digest, payload) in &payloads {
-            cache.put_blob(payload_digest, payload)?;
-        }
-        cache.put_blob(&sig_digest, &sig_bytes)?;
-        cache.put_signature_manifest_digest(&digest, &sig_digest)?;
-        Ok(())
+        Ok(Parts {
+            digest,
+            manifest: manifest_bytes,
+            layer,
+            content,
+            signature_digest,
+            signature_manifest,
+            payloads,
+        })
     }
 
     async fn push_blob(&self, reference: &OciReference, bytes: &[u8]) -> Result<String, OciError> {
         let digest = sha256_digest(bytes);
         let target = to_client_reference(reference);
+        self.client
+            .store_auth_if_needed(target.resolve_registry(), &self.auth)
+            .await;
         self.client
             .push_blob(&target, bytes, &digest)
             .await
@@ -960,46 +1242,80 @@ impl RegistryClient {
         Ok(())
     }
 
-    /// Publishes `wasm` at `reference` (its tag, or by digest alone) as a Wasm OCI artifact;
-    /// the manifest digest. The same bytes always give the same digest (no time in the config).
+    /// Publishes `bytes` at `reference` (its tag, or by digest alone) as an artifact of `kind`
+    /// (see the module documentation); the manifest digest. The same bytes always give the
+    /// same digest (no time in the config or the manifest).
     ///
     /// # Errors
-    /// [`OciError::NotWasm`] when `wasm` is not a component; registry errors.
-    pub async fn push(&self, reference: &OciReference, wasm: &[u8]) -> Result<String, OciError> {
-        const COMPONENT_PREAMBLE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
-        if !wasm.starts_with(&COMPONENT_PREAMBLE) {
-            return Err(OciError::NotWasm {
+    /// [`OciError::WrongArtifact`] when `bytes` are not a component (for a component) or not
+    /// UTF-8 text (for settings or Cedar policies); [`OciError::TooLarge`]; registry errors.
+    pub async fn push(
+        &self,
+        reference: &OciReference,
+        kind: ArtifactKind,
+        bytes: &[u8],
+    ) -> Result<String, OciError> {
+        let wrong = |reason: &str| OciError::WrongArtifact {
+            reference: reference.to_string(),
+            digest: sha256_digest(bytes),
+            expected: kind.describe(),
+            reason: reason.to_owned(),
+        };
+        if bytes.len() as u64 > kind.max_bytes() {
+            return Err(OciError::TooLarge {
                 reference: reference.to_string(),
-                digest: sha256_digest(wasm),
-                reason: "the file is not a WebAssembly component (no component preamble)"
-                    .to_owned(),
+                what: "the file",
+                bytes: bytes.len() as u64,
+                limit: kind.max_bytes(),
             });
         }
-        let layer_digest = self.push_blob(reference, wasm).await?;
-        let config = serde_json::json!({
-            "architecture": "wasm",
-            "os": "wasip2",
-            "layerDigests": [layer_digest],
-        })
-        .to_string();
-        let config_digest = self.push_blob(reference, config.as_bytes()).await?;
+        let config = match kind {
+            ArtifactKind::Component => {
+                if !is_component(bytes) {
+                    return Err(wrong(
+                        "the file is not a WebAssembly component (no component preamble)",
+                    ));
+                }
+                serde_json::json!({
+                    "architecture": "wasm",
+                    "os": "wasip2",
+                    "layerDigests": [sha256_digest(bytes)],
+                })
+                .to_string()
+                .into_bytes()
+            }
+            ArtifactKind::PolicySettings | ArtifactKind::CedarPolicies => {
+                if std::str::from_utf8(bytes).is_err() {
+                    return Err(wrong("the file is not UTF-8 text"));
+                }
+                if is_component(bytes) {
+                    return Err(wrong("the file is a WebAssembly component"));
+                }
+                EMPTY_CONFIG.to_vec()
+            }
+        };
+        let layer_digest = self.push_blob(reference, bytes).await?;
+        let config_digest = self.push_blob(reference, &config).await?;
+        let artifact_type = match kind {
+            ArtifactKind::Component => WASM_CONFIG_MEDIA_TYPE,
+            ArtifactKind::PolicySettings | ArtifactKind::CedarPolicies => kind.layer_media_type(),
+        };
         let manifest = serde_json::json!({
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST_MEDIA_TYPE,
-            "artifactType": WASM_CONFIG_MEDIA_TYPE,
+            "artifactType": artifact_type,
             "config": {
-                "mediaType": WASM_CONFIG_MEDIA_TYPE,
+                "mediaType": kind.config_media_type(),
                 "digest": config_digest,
                 "size": config.len(),
             },
             "layers": [{
-                "mediaType": WASM_LAYER_MEDIA_TYPE,
+                "mediaType": kind.layer_media_type(),
                 "digest": layer_digest,
-                "size": wasm.len(),
+                "size": bytes.len(),
             }],
-        })
-        .to_string()
-        .into_bytes();
+        });
+        let manifest = manifest.to_string().into_bytes();
         let digest = sha256_digest(&manifest);
         let target = match &reference.tag {
             Some(_) => OciReference {
@@ -1012,16 +1328,20 @@ impl RegistryClient {
         Ok(digest)
     }
 
-    /// Signs the component `reference` pins with `key`, cosign's way: a simple-signing payload
+    /// Signs the artifact `reference` pins with `key`, cosign's way: a simple-signing payload
     /// layer with its signature annotated, added to the manifest at `sha256-<hex>.sig` (the
-    /// signatures already there are kept). The signature tag.
+    /// signatures already there are kept). The signature tag and the kind of artifact signed.
     ///
     /// # Errors
     /// [`OciError::Reference`] for a reference without a digest or with nothing there;
-    /// [`OciError::NotWasm`]; registry errors.
-    pub async fn sign(&self, reference: &OciReference, key: &SigningKey) -> Result<String, OciError> {
+    /// [`OciError::WrongArtifact`]; registry errors.
+    pub async fn sign(
+        &self,
+        reference: &OciReference,
+        key: &SigningKey,
+    ) -> Result<(String, ArtifactKind), OciError> {
         let digest = pinned_digest(reference)?.to_owned();
-        self.resolve(reference).await?;
+        let (_, kind) = self.resolve(reference).await?;
         let payload = signature_payload(reference, &digest);
         let signature: Signature = key.sign(payload.as_bytes());
         let annotation = BASE64.encode(signature.to_der().as_bytes());
@@ -1074,8 +1394,15 @@ impl RegistryClient {
         .to_string()
         .into_bytes();
         self.push_manifest(&sig_reference, manifest).await?;
-        Ok(tag)
+        Ok((tag, kind))
     }
+}
+
+/// Whether `bytes` start with the WebAssembly component preamble (magic, version 0x0d, layer 1).
+#[must_use]
+pub fn is_component(bytes: &[u8]) -> bool {
+    const COMPONENT_PREAMBLE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+    bytes.starts_with(&COMPONENT_PREAMBLE)
 }
 
 fn to_client_reference(reference: &OciReference) -> Reference {
@@ -1095,20 +1422,6 @@ fn to_client_reference(reference: &OciReference) -> Reference {
             reference.repository.clone(),
             "latest".to_owned(),
         ),
-    }
-}
-
-fn is_not_found(error: &OciDistributionError) -> bool {
-    match error {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            matches!(
-                e.code,
-                OciErrorCode::ManifestUnknown | OciErrorCode::NotFound | OciErrorCode::NameUnknown
-            )
-        }),
-        _ => false,
     }
 }
 
@@ -1190,34 +1503,41 @@ pub fn credentials(registry: &str) -> Result<RegistryAuth, OciError> {
     }
 }
 
-/// The component `reference` pins, verified: from the cache in `state`, pulling what is
-/// missing from the registry first. Synchronous, for the load: the pull runs on a thread of
-/// its own with a runtime of its own, so it may be called from inside an async runtime.
+/// The artifact of `kind` `reference` pins, verified: from the cache in `state`, else pulled
+/// from the registry, verified and then kept. Synchronous, for the load: the pull runs on a
+/// thread of its own with a runtime of its own, so it may be called from inside an async
+/// runtime.
 ///
 /// # Errors
 /// Every [`OciError`]: each names the reference, and the digest where the bytes or the
 /// signature are at fault.
 pub fn fetch_verified(
     reference: &OciReference,
+    kind: ArtifactKind,
     state: &StateDir,
     keys: &TrustedKeys,
 ) -> Result<Verified, OciError> {
     let cache = OciCache::open(state)?;
-    if let Cached::Verified(verified) = cache.load(reference, keys)? {
-        return Ok(verified);
-    }
-    pull_blocking(reference, &cache)?;
-    match cache.load(reference, keys)? {
-        Cached::Verified(verified) => Ok(verified),
-        Cached::Missing => Err(OciError::Reference {
-            reference: reference.to_string(),
-            reason: "pulled, and still not complete in the state folder's cache".to_owned(),
-        }),
+    let Some(parts) = cache.read(reference, kind)? else {
+        return pull_blocking(reference, kind)?.verify(reference, keys, Some(&cache));
+    };
+    match parts.verify(reference, keys, None) {
+        // The signatures kept may predate a key rotation (signed with the new key since, the
+        // old one then taken out of `oci.keys`): the registry's are read again. When the
+        // registry cannot be reached, the refusal is the cache's.
+        Err(cached @ OciError::BadSignature { .. }) => {
+            match pull_blocking(reference, kind) {
+                Ok(parts) => parts.verify(reference, keys, Some(&cache)),
+                Err(OciError::Registry { .. } | OciError::Runtime { .. }) => Err(cached),
+                Err(other) => Err(other),
+            }
+        }
+        verified => verified,
     }
 }
 
-/// Pulls into `cache` on a thread of its own (see [`fetch_verified`]).
-fn pull_blocking(reference: &OciReference, cache: &OciCache) -> Result<(), OciError> {
+/// Pulls on a thread of its own (see [`fetch_verified`]).
+fn pull_blocking(reference: &OciReference, kind: ArtifactKind) -> Result<Parts, OciError> {
     let runtime_error = |reason: String| OciError::Runtime {
         reference: reference.to_string(),
         reason,
@@ -1230,7 +1550,7 @@ fn pull_blocking(reference: &OciReference, cache: &OciCache) -> Result<(), OciEr
                 .map_err(|e| runtime_error(e.to_string()))?;
             runtime.block_on(async {
                 let client = RegistryClient::new(&reference.registry)?;
-                client.pull_into(reference, cache).await
+                client.pull(reference, kind).await
             })
         });
         pulled
@@ -1239,26 +1559,21 @@ fn pull_blocking(reference: &OciReference, cache: &OciCache) -> Result<(), OciEr
     })
 }
 
-/// Pulls `reference` into `state`'s cache and verifies it with `keys` (`toolward policy pull
-/// --config`).
+/// Pulls the artifact of `kind` `reference` pins from the registry, verifies it with `keys`
+/// and keeps it in `state`'s cache (`toolward policy pull --config`): the signer's name.
 ///
 /// # Errors
 /// As [`fetch_verified`].
 pub async fn pull_verified(
     reference: &OciReference,
+    kind: ArtifactKind,
     state: &StateDir,
     keys: &TrustedKeys,
 ) -> Result<String, OciError> {
     let cache = OciCache::open(state)?;
     let client = RegistryClient::new(&reference.registry)?;
-    client.pull_into(reference, &cache).await?;
-    match cache.load(reference, keys)? {
-        Cached::Verified(verified) => Ok(verified.signer),
-        Cached::Missing => Err(OciError::Reference {
-            reference: reference.to_string(),
-            reason: "pulled, and still not complete in the state folder's cache".to_owned(),
-        }),
-    }
+    let parts = client.pull(reference, kind).await?;
+    Ok(parts.verify(reference, keys, Some(&cache))?.signer)
 }
 
 #[cfg(test)]
@@ -1294,5 +1609,134 @@ mod tests {
         assert!(parse_manifest(index).is_err());
         let list = br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.list.v2+json","manifests":[]}"#;
         assert!(parse_manifest(list).is_err());
+    }
+
+    /// A registry on loopback that answers `/v2/` (no authentication) and any other request
+    /// with what `answer` writes: its address.
+    fn hostile_registry(
+        answer: fn(&mut std::net::TcpStream) -> std::io::Result<()>,
+    ) -> String {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                std::thread::spawn(move || {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if stream.read(&mut byte).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    if head.starts_with(b"GET /v2/ ") {
+                        let _ = stream.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                        );
+                    } else {
+                        let _ = answer(&mut stream);
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    fn pull_manifest(reference: &str) -> Result<Option<(Vec<u8>, String)>, OciError> {
+        let reference = OciReference::parse(reference).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let client = RegistryClient::new(&reference.registry).unwrap();
+            client.manifest(&reference).await
+        })
+    }
+
+    #[test]
+    fn a_manifest_announced_over_the_limit_is_refused_before_its_body() {
+        // 10 MiB announced, and no byte of it sent: reading the body would wait for the
+        // timeout; the refusal comes from the head alone.
+        let registry = hostile_registry(|stream| {
+            use std::io::Write as _;
+            stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\nConnection: close\r\n\r\n",
+            )?;
+            std::thread::sleep(Duration::from_secs(60));
+            Ok(())
+        });
+        let started = std::time::Instant::now();
+        let refused = pull_manifest(&format!("{registry}/p/big@sha256:{}", "ab".repeat(32)));
+        assert!(
+            matches!(
+                refused,
+                Err(OciError::TooLarge { bytes: 10_485_760, limit: MAX_MANIFEST_BYTES, .. })
+            ),
+            "{refused:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_manifest_without_a_length_is_read_no_further_than_the_limit() {
+        // Chunked, 16 MiB: the read stops past 64 KiB, within one read of the client (which
+        // may join chunks) of it.
+        let registry = hostile_registry(|stream| {
+            use std::io::Write as _;
+            stream.write_all(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            )?;
+            let chunk = vec![b' '; 4096];
+            for _ in 0..4096 {
+                stream.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())?;
+                stream.write_all(&chunk)?;
+                stream.write_all(b"\r\n")?;
+            }
+            stream.write_all(b"0\r\n\r\n")
+        });
+        let refused = pull_manifest(&format!("{registry}/p/big:v1"));
+        let Err(OciError::TooLarge { bytes, limit, .. }) = refused else {
+            panic!("{refused:?}");
+        };
+        assert_eq!(limit, MAX_MANIFEST_BYTES);
+        assert!(
+            bytes > MAX_MANIFEST_BYTES && bytes < MAX_MANIFEST_BYTES + 512 * 1024,
+            "{bytes}"
+        );
+    }
+
+    fn manifest_with(config: &str, layer: &str) -> Manifest {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let text = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+            "config": {"mediaType": config, "digest": digest, "size": 2},
+            "layers": [{"mediaType": layer, "digest": digest, "size": 10}],
+        })
+        .to_string();
+        parse_manifest(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn an_artifact_is_read_only_as_the_kind_its_field_names() {
+        for kind in ArtifactKind::ALL {
+            let manifest = manifest_with(kind.config_media_type(), kind.layer_media_type());
+            assert_eq!(kind_of(&manifest).unwrap(), kind);
+            for other in ArtifactKind::ALL {
+                let read = artifact_layer(&manifest, other);
+                assert_eq!(read.is_ok(), other == kind, "{kind} read as {other}: {read:?}");
+                if other != kind {
+                    // The refusal says what the artifact is.
+                    assert!(read.unwrap_err().contains(kind.describe()));
+                }
+            }
+        }
+        // Settings published with an image config (an older ORAS habit) are not settings.
+        let manifest = manifest_with(OCI_CONFIG_MEDIA_TYPE, SETTINGS_MEDIA_TYPE);
+        let refused = artifact_layer(&manifest, ArtifactKind::PolicySettings).unwrap_err();
+        assert!(refused.contains(EMPTY_CONFIG_MEDIA_TYPE), "{refused}");
     }
 }

@@ -288,6 +288,8 @@ impl Toolward {
             policy_sha256: components.digests.get("policy").cloned(),
             rules_signer: components.signers.get("rules").cloned(),
             policy_signer: components.signers.get("policy").cloned(),
+            settings_digest: components.settings_digest.clone(),
+            settings_signer: components.signers.get("settings").cloned(),
         };
         audit.set_components(hashes.clone());
         audit.append(AuditEvent {

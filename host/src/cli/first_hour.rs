@@ -625,10 +625,16 @@ pub(super) fn audit_replay(
     let settings_path = if is_cedar {
         PathBuf::from(policy)
     } else {
-        settings
-            .map(Path::to_path_buf)
-            .or_else(|| config.policy.settings.clone())
-            .unwrap_or_else(|| config.rules.file.clone())
+        match (settings, &config.policy.settings) {
+            (Some(path), _) => path.to_path_buf(),
+            (None, Some(crate::config::TextSource::File(path))) => path.clone(),
+            (None, Some(crate::config::TextSource::Oci(reference))) => {
+                return Err(usage(anyhow!(
+                    "`policy.settings` is `{reference}`, in a registry: give the settings to replay with as a file, `--settings FILE`"
+                )));
+            }
+            (None, None) => config.rules.file.clone(),
+        }
     };
     let mut settings_text = crate::policy_test::read_text(
         &settings_path,

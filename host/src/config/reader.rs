@@ -16,7 +16,7 @@ use super::sections::{
     CheckpointConfig, DEFAULT_CHECKPOINT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
 };
 use super::{
-    AuditConfig, CaBundle, ComponentSource, Config, ConfigError, ConfineConfig, ConsoleConfig,
+    AuditConfig, CaBundle, ComponentSource, TextSource, Config, ConfigError, ConfineConfig, ConsoleConfig,
     ConsoleOidcConfig, DEFAULT_AUDIT_FILE, DEFAULT_OIDC_GROUPS_CLAIM, DEFAULT_OIDC_USER_CLAIM,
     SecretSource,
     DEFAULT_MANIFEST, DEFAULT_OAUTH_ALGORITHMS, DEFAULT_OAUTH_LEEWAY_MS, DEFAULT_PRINCIPAL,
@@ -451,12 +451,18 @@ impl Reader<'_> {
             None => OciConfig::default(),
             Some(value) => self.oci(value, &root.key("oci"))?,
         };
-        for (section, component) in [("rules", &rules.component), ("policy", &policy.component)] {
-            if let Some(ComponentSource::Oci(reference)) = component
+        let from_registries = [
+            ("rules.component", rules.component.as_ref().and_then(ComponentSource::oci)),
+            ("policy.component", policy.component.as_ref().and_then(ComponentSource::oci)),
+            ("policy.settings", policy.settings.as_ref().and_then(TextSource::oci)),
+            ("policy.cedar", policy.cedar.as_ref().and_then(TextSource::oci)),
+        ];
+        for (field, reference) in from_registries {
+            if let Some(reference) = reference
                 && oci.keys.is_empty()
             {
                 return Err(root.key("oci").key("keys").invalid(format!(
-                    "`{section}.component` is `{reference}`, whose signature is verified with a key named here, and none is: add the publisher's public key (`\"oci\": {{\"keys\": {{\"NAME\": \"cosign.pub\"}}}}`)"
+                    "`{field}` is `{reference}`, whose signature is verified with a key named here, and none is: add the publisher's public key (`\"oci\": {{\"keys\": {{\"NAME\": \"cosign.pub\"}}}}`)"
                 )));
             }
         }
@@ -832,17 +838,32 @@ impl Reader<'_> {
         map: &Map<String, Value>,
         parent: &JsonPath,
     ) -> Result<Option<ComponentSource>, ConfigError> {
-        let Some(value) = map.get("component") else {
+        Ok(match self.text_source(map, parent, "component")? {
+            None => None,
+            Some(TextSource::File(path)) => Some(ComponentSource::File(path)),
+            Some(TextSource::Oci(reference)) => Some(ComponentSource::Oci(reference)),
+        })
+    }
+
+    /// `key` of `parent` (`settings` or `cedar` of `policy`, and `component` through
+    /// [`Self::component_source`]): a path, or `oci://…@sha256:…`.
+    fn text_source(
+        &self,
+        map: &Map<String, Value>,
+        parent: &JsonPath,
+        key: &str,
+    ) -> Result<Option<TextSource>, ConfigError> {
+        let Some(value) = map.get(key) else {
             return Ok(None);
         };
-        let path = parent.key("component");
+        let path = parent.key(key);
         let text = non_empty_str(value, &path)?;
         if !text.starts_with(OCI_SCHEME) {
-            return self.path(value, &path).map(|p| Some(ComponentSource::File(p)));
+            return self.path(value, &path).map(|p| Some(TextSource::File(p)));
         }
         if !cfg!(feature = "oci") {
             return Err(path.invalid(format!(
-                "`{}` is in an OCI registry, and this build of toolward has no `oci` feature (components from registries)",
+                "`{}` is in an OCI registry, and this build of toolward has no `oci` feature (artifacts from registries)",
                 crate::text::escape(text)
             )));
         }
@@ -857,7 +878,7 @@ impl Reader<'_> {
                 "`{reference}` names a tag, which the registry can move to other bytes: pin the digest that `toolward policy pull {reference}` prints (`oci://…@sha256:…`)"
             )));
         }
-        Ok(Some(ComponentSource::Oci(reference)))
+        Ok(Some(TextSource::Oci(reference)))
     }
 
     fn oci(&self, value: &Value, path: &JsonPath) -> Result<OciConfig, ConfigError> {
@@ -946,7 +967,7 @@ impl Reader<'_> {
     fn policy(&self, value: &Value, path: &JsonPath) -> Result<PolicyConfig, ConfigError> {
         let map = as_object(value, path)?;
         check_keys(map, path, POLICY_KEYS)?;
-        let cedar = self.optional_path(map, path, "cedar")?;
+        let cedar = self.text_source(map, path, "cedar")?;
         if cedar.is_some() && (map.contains_key("component") || map.contains_key("settings")) {
             return Err(path.invalid(
                 "`cedar` names the policy by itself: the built-in Cedar component decides with that file; drop `component` and `settings`, or `cedar`",
@@ -954,7 +975,7 @@ impl Reader<'_> {
         }
         Ok(PolicyConfig {
             component: self.component_source(map, path)?,
-            settings: self.optional_path(map, path, "settings")?,
+            settings: self.text_source(map, path, "settings")?,
             cedar,
         })
     }

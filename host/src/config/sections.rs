@@ -560,6 +560,15 @@ impl ComponentSource {
             Self::Oci(_) => None,
         }
     }
+
+    /// The reference, for a component from an OCI registry.
+    #[must_use]
+    pub fn oci(&self) -> Option<&OciReference> {
+        match self {
+            Self::File(_) => None,
+            Self::Oci(reference) => Some(reference),
+        }
+    }
 }
 
 impl fmt::Display for ComponentSource {
@@ -571,10 +580,52 @@ impl fmt::Display for ComponentSource {
     }
 }
 
-/// `oci`: what components from OCI registries are trusted with.
+/// Where policy settings or Cedar policy text come from (`policy.settings`, `policy.cedar`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextSource {
+    /// A file, its path resolved against the config's folder.
+    File(PathBuf),
+    /// `oci://REGISTRY/REPOSITORY@sha256:HEX`: the settings or Cedar artifact published at
+    /// that manifest digest (a reference by tag alone is refused when the config is read),
+    /// pulled into the state folder and used only with a signature that verifies with a key of
+    /// `oci.keys` (`docs/registries.md`).
+    Oci(OciReference),
+}
+
+impl TextSource {
+    /// The file, for text read from one.
+    #[must_use]
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Self::File(path) => Some(path),
+            Self::Oci(_) => None,
+        }
+    }
+
+    /// The reference, for text from an OCI registry.
+    #[must_use]
+    pub fn oci(&self) -> Option<&OciReference> {
+        match self {
+            Self::File(_) => None,
+            Self::Oci(reference) => Some(reference),
+        }
+    }
+}
+
+impl fmt::Display for TextSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Oci(reference) => write!(f, "{reference}"),
+        }
+    }
+}
+
+/// `oci`: what artifacts from OCI registries (components, policy settings, Cedar policy text)
+/// are trusted with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OciConfig {
-    /// The public keys a component's cosign signature may verify with, by name (`oci.keys`:
+    /// The public keys an artifact's cosign signature may verify with, by name (`oci.keys`:
     /// `{"release-2026": "keys/cosign.pub"}`, PEM `PUBLIC KEY` files of ECDSA P-256 keys,
     /// relative to the config's folder). Several are accepted at once, so a key is rotated by
     /// adding the new one before removing the old. The name of the key that verified is
@@ -623,13 +674,13 @@ impl std::fmt::Debug for NotifyConfig {
 pub struct PolicyConfig {
     /// A policy component (`policy.component`); `None` is the default component.
     pub component: Option<ComponentSource>,
-    /// A settings file given to the policy's `configure` (`policy.settings`); `None` gives
-    /// it empty settings.
-    pub settings: Option<PathBuf>,
-    /// A Cedar policy file (`policy.cedar`, `docs/cedar.md`): calls are decided by the
-    /// built-in Cedar component with this file's text as its settings. Excludes
-    /// `component` and `settings`.
-    pub cedar: Option<PathBuf>,
+    /// The settings given to the policy's `configure` (`policy.settings`): a file, or an
+    /// `oci://…@sha256:…` settings artifact; `None` gives it the rules file's text.
+    pub settings: Option<TextSource>,
+    /// Cedar policies (`policy.cedar`, `docs/cedar.md`): calls are decided by the built-in
+    /// Cedar component with this text as its settings. A `.cedar` file, or an
+    /// `oci://…@sha256:…` Cedar artifact. Excludes `component` and `settings`.
+    pub cedar: Option<TextSource>,
 }
 
 /// `store`: where the audit log, the approvals queue, the fact counters and the

@@ -384,7 +384,10 @@ fn relative_paths_resolve_against_config_folder() {
         config.policy.component,
         Some(ComponentSource::File(sub.join("../policy.wasm")))
     );
-    assert_eq!(config.policy.settings, Some(sub.join("settings.json")));
+    assert_eq!(
+        config.policy.settings,
+        Some(TextSource::File(sub.join("settings.json")))
+    );
     assert_eq!(config.audit.file, sub.join("logs/audit.jsonl"));
     assert_eq!(config.manifest, sub.join(DEFAULT_MANIFEST));
     assert_eq!(config.state_dir, sub.join(DEFAULT_STATE_DIR));
@@ -1381,6 +1384,67 @@ fn a_component_by_tag_alone_is_refused_naming_it_and_policy_pull() {
     assert_eq!(
         message,
         "rules.component: `oci://ghcr.io/org/rules:v1` names a tag, which the registry can move to other bytes: pin the digest that `toolward policy pull oci://ghcr.io/org/rules:v1` prints (`oci://…@sha256:…`)"
+    );
+}
+
+#[test]
+#[cfg(feature = "oci")]
+fn policy_settings_and_cedar_text_are_read_from_a_file_or_pinned_by_digest_and_need_a_key() {
+    let digest = format!("sha256:{}", "0b".repeat(32));
+    let reference = format!("oci://127.0.0.1:5000/policies/settings@{digest}");
+    for field in ["settings", "cedar"] {
+        let config = Config::from_value_with_env(
+            json!({
+                "mcpServers": {"fs": {"command": "node"}},
+                "rules": {"file": "rules.json"},
+                "policy": {field: reference},
+                "oci": {"keys": {"release": "keys/cosign.pub"}},
+            }),
+            &base(),
+            &no_env,
+        )
+        .unwrap();
+        let source = match field {
+            "settings" => &config.policy.settings,
+            _ => &config.policy.cedar,
+        };
+        let Some(TextSource::Oci(pinned)) = source else {
+            panic!("{field}: {source:?}");
+        };
+        assert_eq!(pinned.to_string(), reference);
+        let without_keys = err_text(json!({
+            "mcpServers": {"fs": {"command": "node"}},
+            "rules": {"file": "rules.json"},
+            "policy": {field: reference},
+        }));
+        assert!(
+            without_keys.starts_with(&format!("oci.keys: `policy.{field}` is `oci://")),
+            "{without_keys}"
+        );
+        let tagged = err_text(json!({
+            "mcpServers": {"fs": {"command": "node"}},
+            "rules": {"file": "rules.json"},
+            "policy": {field: "oci://ghcr.io/org/p:v1"},
+            "oci": {"keys": {"release": "cosign.pub"}},
+        }));
+        assert!(
+            tagged.starts_with(&format!("policy.{field}: `oci://ghcr.io/org/p:v1` names a tag")),
+            "{tagged}"
+        );
+    }
+    let config = Config::from_value_with_env(
+        json!({
+            "mcpServers": {"fs": {"command": "node"}},
+            "rules": {"file": "rules.json"},
+            "policy": {"cedar": "team.cedar"},
+        }),
+        &base(),
+        &no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        config.policy.cedar,
+        Some(TextSource::File(PathBuf::from("/etc/toolward/team.cedar")))
     );
 }
 
