@@ -75,8 +75,8 @@
 //!    over the database instead of the state folder: the held calls of every gateway,
 //!    answered as the signed-in user with the channel and groups kept in the row (so the
 //!    waiting gateway judges and records them as on one machine); the database's chain
-//!    checked from its first record against its head row; the console's records appended at
-//!    the head; the gateways' rows of `toolward_gateways`, one not written for
+//!    checked from its first record against its head row (and records past it counted); the
+//!    console's own records kept in its machine's log, not the fleet's chain; the gateways' rows of `toolward_gateways`, one not written for
 //!    [`GONE_AFTER`] shown as gone. Accept shows the command to run.
 //!
 //! Not here yet (issue 32): TLS built in (run it behind a TLS proxy and name the proxy's
@@ -116,7 +116,7 @@ use crate::http_server::{AcceptLimits, accept_loop};
 
 pub use notify::{NotifyFormat, NotifySettings, NotifyTarget};
 pub use oidc::{CALLBACK_PATH as OIDC_CALLBACK_PATH, MAX_ID_TOKEN_AGE};
-pub use pages::{ChainState, MAX_REFUSALS_RECORDED};
+pub use pages::{ChainState, MAX_REFUSALS_RECORDED, MAX_SIGN_INS_PER_MINUTE};
 
 /// The console's session cookie.
 pub const SESSION_COOKIE: &str = "toolward_console";
@@ -193,8 +193,8 @@ pub struct ConsoleSettings {
     /// The audit log (`audit.file`).
     pub audit_file: PathBuf,
     /// A fleet's database (`store.postgres`): held calls, the audit chain and the gateways'
-    /// states are read there, and answers and the console's records written there, instead
-    /// of `state_dir` and `audit_file`.
+    /// states are read there, and answers written there, instead of `state_dir` and
+    /// `audit_file`; the console's own records still go to `audit_file`.
     #[cfg(feature = "postgres")]
     pub database: Option<crate::store::postgres::PgStore>,
     /// Who may sign in: token by user name (the listener's named tokens).
@@ -385,7 +385,8 @@ pub async fn serve_console(settings: ConsoleSettings) -> Result<Console, Console
         chain: Arc::clone(&chain),
         approvers: settings.approvers.clone(),
         tools: tools::Tools::new(settings.config.clone()),
-        refusals: Mutex::new(std::collections::HashMap::new()),
+        refusals: pages::PerMinute::default(),
+        sign_ins: pages::PerMinute::default(),
     });
     let stop = CancellationToken::new();
     let mut notify = settings.notify.clone();
@@ -424,7 +425,11 @@ async fn open_store(settings: &ConsoleSettings) -> Result<store::Store, ConsoleE
     #[cfg(feature = "postgres")]
     if let Some(database) = &settings.database {
         let name = database.name().to_owned();
-        return store::Database::open(database.clone())
+        return store::Database::open(
+            database.clone(),
+            settings.state_dir.clone(),
+            settings.audit_file.clone(),
+        )
             .await
             .map(|database| store::Store::Database(Box::new(database)))
             .map_err(|reason| ConsoleError::Store { store: name, reason });

@@ -114,9 +114,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_gateways TO toolward_gateway;
 GRANT SELECT ON toolward_schema TO toolward_approver;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms) ON toolward_approvals TO toolward_approver;
 GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head TO toolward_auditor;
-GRANT SELECT ON toolward_schema, toolward_audit, toolward_gateways TO toolward_console;
-GRANT INSERT ON toolward_audit TO toolward_console;
-GRANT SELECT, UPDATE ON toolward_audit_head TO toolward_console;
+GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head, toolward_gateways TO toolward_console;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms, answered_through, answerer_groups) ON toolward_approvals TO toolward_console;
 ";
 
@@ -618,6 +616,19 @@ impl PgStore {
                 found,
             });
         }
+        // The chain's tables first, in the order an append takes them (the head row, then the
+        // records): the triggers made below lock both, and taken in the other order while a
+        // gateway appends, the two transactions deadlock (the tests' shared database did).
+        tx.batch_execute(
+            "DO $$ BEGIN \
+               IF pg_catalog.to_regclass('toolward_audit_head') IS NOT NULL \
+                  AND pg_catalog.to_regclass('toolward_audit') IS NOT NULL THEN \
+                 LOCK TABLE toolward_audit_head, toolward_audit IN ACCESS EXCLUSIVE MODE; \
+               END IF; \
+             END $$",
+        )
+        .await
+        .map_err(|e| self.query_error("lock the audit chain's tables", e))?;
         tx.batch_execute(SCHEMA)
             .await
             .map_err(|e| self.query_error("create the schema", e))?;
@@ -1108,7 +1119,7 @@ CREATE TABLE IF NOT EXISTS toolward_gateways (
     id text PRIMARY KEY,
     state text NOT NULL,
     updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0),
-    writer text NOT NULL DEFAULT current_user
+    writer text NOT NULL DEFAULT session_user
 );
 ";
 
@@ -1129,16 +1140,15 @@ CREATE TABLE IF NOT EXISTS toolward_gateways (
 ///   transaction, so it passes; a stray insert far past the head (which would collide later
 ///   with the chain's own `seq` and refuse every call of the fleet) does not commit.
 ///
-/// Version 6 adds three (an outside attack on the fleet's console found what they refuse):
+/// Version 6 adds two (outside attacks on the fleet's console found what they refuse):
 ///
-/// - `toolward_audit_head_forward`: the head row's `next_seq` never moves back. Moved back by
-///   a role that may update it, the records past it would collide with every later append
-///   and refuse every call of the fleet.
-/// - `toolward_audit_console_kind`: a role in `toolward_console` and not in
-///   `toolward_gateway` inserts records of kind `console` only, so a console's login cannot
-///   write an `approval-answered` or a decision into the chain.
-/// - `toolward_gateways_own_row`: a gateway's row is its writer's (the role that inserted
-///   it, kept in `writer`): another role's update or delete of it is refused, and every
+/// - `toolward_audit_head_forward`: the head row's `next_seq` never moves back, nor past
+///   the last record plus one. Moved back by a role that may update it, the records past it
+///   would collide with every later append; moved to the largest `bigint`, the next append
+///   could not follow it: either refuses every call of the fleet.
+/// - `toolward_gateways_own_row`: a gateway's row is its writer's (the login role that
+///   inserted it, `session_user`, kept in `writer`, so a `SET ROLE` makes no other writer):
+///   another login's update or delete of it is refused, and every
 ///   insert or update is stamped with the database's clock, not the writer's. One stolen
 ///   gateway login can neither hide another gateway's refused tools nor keep a fake row
 ///   live by dating it ahead.
@@ -1198,25 +1208,9 @@ BEGIN
         RAISE EXCEPTION 'toolward_audit_head: the head moves forward only (next_seq % to %): moved back, every append of the fleet would collide with a record past it', OLD.next_seq, NEW.next_seq
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    RETURN NEW;
-END
-$$;
-CREATE OR REPLACE FUNCTION toolward_audit_console_kind() RETURNS trigger
-    LANGUAGE plpgsql SECURITY INVOKER AS $$
-DECLARE
-    console oid;
-    gateway oid;
-BEGIN
-    SELECT r.oid INTO console FROM pg_catalog.pg_roles r WHERE r.rolname = 'toolward_console';
-    IF console IS NULL OR NOT pg_catalog.pg_has_role(current_user, console, 'USAGE') THEN
-        RETURN NEW;
-    END IF;
-    SELECT r.oid INTO gateway FROM pg_catalog.pg_roles r WHERE r.rolname = 'toolward_gateway';
-    IF gateway IS NOT NULL AND pg_catalog.pg_has_role(current_user, gateway, 'USAGE') THEN
-        RETURN NEW;
-    END IF;
-    IF (pg_catalog.convert_from(NEW.line, 'UTF8')::pg_catalog.jsonb OPERATOR(pg_catalog.->>) 'kind') IS DISTINCT FROM 'console' THEN
-        RAISE EXCEPTION 'toolward_audit: the console''s role appends records of kind `console` only'
+    IF NEW.next_seq > OLD.next_seq
+        AND NEW.next_seq > COALESCE((SELECT max(a.seq) FROM toolward_audit a), -1) + 1 THEN
+        RAISE EXCEPTION 'toolward_audit_head: next_seq % is past the last record (%) plus one: the head moves past the records its transaction appended, no further', NEW.next_seq, (SELECT max(a.seq) FROM toolward_audit a)
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     RETURN NEW;
@@ -1226,9 +1220,9 @@ CREATE OR REPLACE FUNCTION toolward_gateways_own_row() RETURNS trigger
     LANGUAGE plpgsql SECURITY INVOKER AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        NEW.writer := current_user;
+        NEW.writer := session_user;
     ELSE
-        IF OLD.writer IS DISTINCT FROM current_user THEN
+        IF OLD.writer IS DISTINCT FROM session_user THEN
             RAISE EXCEPTION 'toolward_gateways: the row of gateway % is %''s: a role changes or deletes its own gateways'' rows only', OLD.id, OLD.writer
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
@@ -1246,11 +1240,10 @@ BEGIN
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_at_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_head_forward() SET search_path = %I, pg_temp', pg_catalog.current_schema());
-    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_console_kind() SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_gateways_own_row() SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $$;
-REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head(), toolward_audit_head_forward(), toolward_audit_console_kind(), toolward_gateways_own_row() FROM PUBLIC;
+REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head(), toolward_audit_head_forward(), toolward_gateways_own_row() FROM PUBLIC;
 DROP TRIGGER IF EXISTS toolward_approvals_answered_once ON toolward_approvals;
 CREATE TRIGGER toolward_approvals_answered_once BEFORE UPDATE ON toolward_approvals
     FOR EACH ROW EXECUTE FUNCTION toolward_approvals_answered_once();
@@ -1264,9 +1257,6 @@ CREATE CONSTRAINT TRIGGER toolward_audit_below_head AFTER INSERT ON toolward_aud
 DROP TRIGGER IF EXISTS toolward_audit_head_forward ON toolward_audit_head;
 CREATE TRIGGER toolward_audit_head_forward BEFORE UPDATE ON toolward_audit_head
     FOR EACH ROW EXECUTE FUNCTION toolward_audit_head_forward();
-DROP TRIGGER IF EXISTS toolward_audit_console_kind ON toolward_audit;
-CREATE TRIGGER toolward_audit_console_kind BEFORE INSERT ON toolward_audit
-    FOR EACH ROW EXECUTE FUNCTION toolward_audit_console_kind();
 DROP TRIGGER IF EXISTS toolward_gateways_own_row ON toolward_gateways;
 CREATE TRIGGER toolward_gateways_own_row BEFORE INSERT OR UPDATE OR DELETE ON toolward_gateways
     FOR EACH ROW EXECUTE FUNCTION toolward_gateways_own_row();
@@ -1279,7 +1269,6 @@ const OWN_TRIGGERS: &[(&str, &str)] = &[
     ("toolward_audit", "toolward_audit_at_head"),
     ("toolward_audit", "toolward_audit_below_head"),
     ("toolward_audit_head", "toolward_audit_head_forward"),
-    ("toolward_audit", "toolward_audit_console_kind"),
     ("toolward_gateways", "toolward_gateways_own_row"),
 ];
 
@@ -1431,7 +1420,7 @@ mod tests {
             privilege: "UPDATE",
             column: Some("answerer_groups"),
         }));
-        assert_eq!(granted.len(), 54);
+        assert_eq!(granted.len(), 52);
     }
 
     #[test]

@@ -353,7 +353,8 @@ async fn an_approver_role_answers_a_held_call_but_cannot_insert_audit_rows() {
 /// gateway wrote, answers a held call with its channel and the user's groups, appends its own
 /// record at the head) and nothing a gateway, an owner or another reader alone may.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_writes_nothing_else() {
+async fn a_console_role_reads_the_chain_and_gateways_and_answers_as_its_user_but_writes_nothing_else()
+ {
     use toolward::approval::Channel;
     use toolward::identity::{AnsweredBy, Approvers};
     let Some(db) = RoleDatabase::new("console role").await else {
@@ -409,24 +410,20 @@ async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_write
         Some(vec![String::from("sre")])
     );
 
-    // Its own record, at the head.
-    let audit = toolward::store::postgres::PgAudit::open(&console)
+    // It reads the chain and its head, as the audit page does.
+    let mut reader = toolward::store::postgres::audit::Reader::open(&console)
         .await
         .unwrap();
-    toolward::audit::AuditStore::append(
-        &audit,
-        toolward::audit::AuditEvent::new(toolward::audit::AuditKind::Console),
-    )
-    .unwrap();
-    drop(audit);
-    assert!(exported(&db).iter().any(|r| r["kind"] == "console"));
+    let read = reader.read_new().await.unwrap();
+    assert!(read.first_break.is_none() && read.head_problem.is_none());
 
     let client = db.connect(CONSOLE).await;
     for statement in [
-        // The head moved back would make every append of the fleet collide (an outside
-        // attack did it with this role); a record of another kind than `console` would be a
-        // forged answer or decision in the chain (the same attack wrote one).
+        // The chain is the gateways' to append to: with the head's `UPDATE`, outside attacks
+        // stopped every call of the fleet with this role (the head moved back, or to the
+        // largest `bigint`) and wrote a forged answer into the chain.
         "UPDATE toolward_audit_head SET next_seq = next_seq - 1",
+        "UPDATE toolward_audit_head SET last_hash = 'x'",
         "INSERT INTO toolward_audit (seq, line) SELECT next_seq, convert_to('{\"kind\":\"approval-answered\"}', 'UTF8') FROM toolward_audit_head",
         "UPDATE toolward_audit SET line = '\\x7b7d'",
         "DELETE FROM toolward_audit",
@@ -437,9 +434,12 @@ async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_write
         "SELECT * FROM toolward_oauth_grants",
         "UPDATE toolward_approvals SET request = '{}'",
         "INSERT INTO toolward_approvals (call_id, request, held_by, held_at_ms, expires_at_ms) VALUES ('x', '{}', 'x', 0, 0)",
+        // Last: it leaves the transaction it opens aborted.
+        "BEGIN; LOCK TABLE toolward_audit_head IN ACCESS EXCLUSIVE MODE",
     ] {
         assert_denied(&client, CONSOLE.0, statement).await;
     }
+    client.batch_execute("ROLLBACK").await.unwrap();
     drop((client, owner));
 
     // A gateway's row is its writer's, stamped by the database's clock: another gateway's
@@ -478,8 +478,19 @@ async fn a_console_role_reads_gateways_answers_as_its_user_and_records_but_write
     for statement in [
         "UPDATE toolward_gateways SET state = '{\"servers\": []}' WHERE id = 'planted'",
         "DELETE FROM toolward_gateways WHERE id = 'planted'",
+        // As the group role, it is still the same login: no second writer.
+        "SET ROLE toolward_gateway; UPDATE toolward_gateways SET state = '{}' WHERE id = 'planted'",
     ] {
         assert_denied(&second, "toolward_gw2", statement).await;
+    }
+    second.batch_execute("RESET ROLE").await.unwrap();
+    // A gateway's role moves the head, but never back and never past the last record plus
+    // one: at the largest `bigint`, no append could follow it.
+    for statement in [
+        "UPDATE toolward_audit_head SET next_seq = 9223372036854775807",
+        "UPDATE toolward_audit_head SET next_seq = next_seq - 1",
+    ] {
+        assert_denied(&other, GATEWAY.0, statement).await;
     }
 
     // Records past the head (the head moved back by someone who first dropped the trigger,

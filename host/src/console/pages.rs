@@ -43,8 +43,31 @@ pub(super) struct Shared {
     /// The OpenID provider users may also sign in with (`console.oidc`).
     pub(super) oidc: Option<super::oidc::Provider>,
     /// Refusals recorded per user in the current minute (see [`MAX_REFUSALS_RECORDED`]).
-    pub(super) refusals: Mutex<std::collections::HashMap<String, (std::time::Instant, u32)>>,
+    pub(super) refusals: PerMinute,
+    /// Sign-ins per user in the current minute (see [`MAX_SIGN_INS_PER_MINUTE`]).
+    pub(super) sign_ins: PerMinute,
 }
+
+/// Counts per user, for the minute since each user's first count.
+#[derive(Default)]
+pub(super) struct PerMinute(Mutex<std::collections::HashMap<String, (std::time::Instant, u32)>>);
+
+impl PerMinute {
+    /// Counts one for `user`; whether that keeps them within `max` this minute.
+    fn within(&self, user: &str, max: u32) -> bool {
+        let now = std::time::Instant::now();
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Forget the minutes that ended, so the table holds this minute's users only.
+        counts.retain(|_, (since, _)| now.duration_since(*since) < std::time::Duration::from_secs(60));
+        let (_, count) = counts.entry(user.to_owned()).or_insert((now, 0));
+        *count = count.saturating_add(1);
+        *count <= max
+    }
+}
+
+/// Most sign-ins of one user a minute: 10. Each is an audit record; past it a sign-in is
+/// refused (429), so a token holder cannot grow the chain by signing in again and again.
+pub const MAX_SIGN_INS_PER_MINUTE: u32 = 10;
 
 /// Most refused answers and accepts recorded in the audit chain per user and minute: 10.
 /// Past it a refusal is logged, not recorded: a signed-in user who may answer nothing would
@@ -53,18 +76,6 @@ pub(super) struct Shared {
 pub const MAX_REFUSALS_RECORDED: u32 = 10;
 
 impl Shared {
-    /// Whether `user`'s refusal may still be recorded this minute
-    /// ([`MAX_REFUSALS_RECORDED`]); counts it.
-    pub(super) fn refusal_recorded(&self, user: &str) -> bool {
-        let now = std::time::Instant::now();
-        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
-        // Forget the minutes that ended, so the table holds this minute's users only.
-        refusals.retain(|_, (since, _)| now.duration_since(*since) < std::time::Duration::from_secs(60));
-        let (_, count) = refusals.entry(user.to_owned()).or_insert((now, 0));
-        *count = count.saturating_add(1);
-        *count <= MAX_REFUSALS_RECORDED
-    }
-
     /// Records a refusal of `user`'s (`answer-refused`, `accept-refused`), unless they had
     /// [`MAX_REFUSALS_RECORDED`] this minute already: then it is logged.
     pub(super) async fn record_refusal(
@@ -75,7 +86,7 @@ impl Shared {
         reason: String,
         detail: serde_json::Map<String, serde_json::Value>,
     ) {
-        if self.refusal_recorded(user) {
+        if self.refusals.within(user, MAX_REFUSALS_RECORDED) {
             // Logged inside when it cannot be written; the refusal stands either way.
             let _ = self.record(user, groups, action, reason, detail).await;
         } else {
@@ -539,6 +550,14 @@ async fn signed_in(
     groups: Vec<String>,
     how: &'static str,
 ) -> Response<Body> {
+    if !shared.sign_ins.within(&user, MAX_SIGN_INS_PER_MINUTE) {
+        return login_page(
+            shared,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some("too many sign-ins of this user this minute; wait a minute"),
+            None,
+        );
+    }
     // A sign-in that cannot be recorded is refused: the chain names who could answer.
     if !shared
         .record(

@@ -1,11 +1,13 @@
 //! Where the console reads and answers: the state folder of one machine, or a fleet's
 //! PostgreSQL database (`store.postgres`). Both give the pages the same things: the held
 //! calls, an answer given as the signed-in user, the audit records that pass a filter, the
-//! chain's state against its head, the console's own audit records, and the gateways'
-//! published states.
+//! chain's state against its head, and the gateways' published states. The console's own
+//! audit records (sign-ins, refusals) go to the state folder's log of the machine it runs
+//! on, in a fleet too: the database's chain is the gateways' to append to, and a role that
+//! may move its head can stop every call of the fleet (an outside attack did, with the
+//! console's role, when it could).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -36,8 +38,10 @@ pub(crate) enum Store {
 pub(crate) struct Database {
     store: crate::store::postgres::PgStore,
     approvals: crate::store::postgres::PgApprovals,
-    audit: Arc<crate::store::postgres::PgAudit>,
     gateways: crate::store::postgres::PgGateways,
+    /// The console machine's state folder and log, where the console's own records go.
+    state_dir: PathBuf,
+    audit_file: PathBuf,
 }
 
 #[cfg(feature = "postgres")]
@@ -46,22 +50,26 @@ impl Database {
     ///
     /// # Errors
     /// The database's error, as text naming the store.
-    pub(crate) async fn open(store: crate::store::postgres::PgStore) -> Result<Database, String> {
+    pub(crate) async fn open(
+        store: crate::store::postgres::PgStore,
+        state_dir: PathBuf,
+        audit_file: PathBuf,
+    ) -> Result<Database, String> {
         let error = |e: crate::database::PgError| crate::text::error_chain(&e);
         // No call is held here: the approval timeout of a held call is its gateway's.
         let approvals =
             crate::store::postgres::PgApprovals::new(&store, std::time::Duration::ZERO)
                 .map_err(error)?;
         approvals.check_schema().await.map_err(error)?;
-        let audit = crate::store::postgres::PgAudit::open(&store).await.map_err(error)?;
         let gateways = crate::store::postgres::PgGateways::open(&store)
             .await
             .map_err(error)?;
         Ok(Database {
             store,
             approvals,
-            audit: Arc::new(audit),
             gateways,
+            state_dir,
+            audit_file,
         })
     }
 
@@ -260,41 +268,30 @@ impl Store {
         }
     }
 
-    /// Appends `event` to the chain.
+    /// Appends `event` to the console machine's own log (the state folder's).
     pub(crate) async fn record(&self, event: AuditEvent) -> Result<(), String> {
-        match self {
+        let (state_dir, audit_file) = match self {
             Store::Folder {
                 state_dir,
                 audit_file,
-            } => {
-                let (state_dir, audit_file) = (state_dir.clone(), audit_file.clone());
-                tokio::task::spawn_blocking(move || {
-                    let state = StateDir::open(&state_dir).map_err(|e| e.to_string())?;
-                    let log = crate::audit::AuditLog::open_with_head(
-                        &audit_file,
-                        crate::audit::AuditSync::Always,
-                        &state,
-                    )
-                    .map_err(|e| e.to_string())?;
-                    crate::audit::AuditStore::append(&log, event)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                })
-                .await
-                .map_err(|_| String::from("the record could not be written"))?
-            }
+            } => (state_dir.clone(), audit_file.clone()),
             #[cfg(feature = "postgres")]
-            Store::Database(db) => {
-                let audit = Arc::clone(&db.audit);
-                tokio::task::spawn_blocking(move || {
-                    crate::audit::AuditStore::append(audit.as_ref(), event)
-                        .map(|_| ())
-                        .map_err(|e| crate::text::error_chain(&e))
-                })
-                .await
-                .map_err(|_| String::from("the record could not be written"))?
-            }
-        }
+            Store::Database(db) => (db.state_dir.clone(), db.audit_file.clone()),
+        };
+        tokio::task::spawn_blocking(move || {
+            let state = StateDir::open(&state_dir).map_err(|e| e.to_string())?;
+            let log = crate::audit::AuditLog::open_with_head(
+                &audit_file,
+                crate::audit::AuditSync::Always,
+                &state,
+            )
+            .map_err(|e| e.to_string())?;
+            crate::audit::AuditStore::append(&log, event)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|_| String::from("the record could not be written"))?
     }
 
     /// The gateways' published states, newest first, and how many more were left unread.
