@@ -119,6 +119,10 @@ pub const MAX_PAYLOAD_BYTES: u64 = 16 * 1024;
 pub const MAX_SIGNATURES: usize = 32;
 /// Longest wait for a registry to connect, and for each read from it: 30 s.
 pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a whole pull may take (manifest, layer, signatures): 5 minutes. Each read has
+/// [`REGISTRY_TIMEOUT`], but a registry sending a byte every few seconds would otherwise hold
+/// a load for days (an outside attack held `check` so).
+pub const PULL_DEADLINE: Duration = Duration::from_secs(300);
 /// Largest `~/.docker/config.json` read, in bytes: 1 MiB.
 pub const MAX_DOCKER_CONFIG_BYTES: u64 = 1024 * 1024;
 /// The variables registry credentials are read from first (both or neither).
@@ -1550,7 +1554,18 @@ fn pull_blocking(reference: &OciReference, kind: ArtifactKind) -> Result<Parts, 
                 .map_err(|e| runtime_error(e.to_string()))?;
             runtime.block_on(async {
                 let client = RegistryClient::new(&reference.registry)?;
-                client.pull(reference, kind).await
+                tokio::time::timeout(PULL_DEADLINE, client.pull(reference, kind))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(OciError::Registry {
+                            reference: reference.to_string(),
+                            source: format!(
+                                "the pull took longer than {} s: a registry this slow is not waited for",
+                                PULL_DEADLINE.as_secs()
+                            )
+                            .into(),
+                        })
+                    })
             })
         });
         pulled
