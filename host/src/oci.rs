@@ -911,6 +911,9 @@ pub struct RegistryClient {
     http: reqwest::Client,
     scheme: &'static str,
     auth: RegistryAuth,
+    registry: String,
+    /// Set once the registry's token endpoint was found fit for the credentials.
+    realm_checked: std::sync::OnceLock<()>,
 }
 
 impl std::fmt::Debug for RegistryClient {
@@ -955,6 +958,8 @@ impl RegistryClient {
             http,
             scheme: if loopback { "http" } else { "https" },
             auth: credentials(registry)?,
+            registry: registry.to_owned(),
+            realm_checked: std::sync::OnceLock::new(),
         })
     }
 
@@ -970,6 +975,57 @@ impl RegistryClient {
             reference: reference.to_string(),
             source: reason.into(),
         }
+    }
+
+    /// With credentials, whether the token endpoint the registry names (its
+    /// `WWW-Authenticate: Bearer realm=…` on `/v2/`) may be sent them: https, or plain http
+    /// to a loopback address for a loopback registry. oci-client sends the credentials to
+    /// whatever realm the registry names; an outside attack had a registry name a plain-http
+    /// endpoint on another address and received the password. Without credentials, nothing
+    /// to check.
+    async fn check_token_realm(&self) -> Result<(), OciError> {
+        if matches!(self.auth, RegistryAuth::Anonymous) || self.realm_checked.get().is_some() {
+            return Ok(());
+        }
+        let refused = |reason: String| OciError::Credentials {
+            registry: self.registry.clone(),
+            reason,
+        };
+        let url = format!("{}://{}/v2/", self.scheme, self.registry);
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| refused(format!("`/v2/` could not be asked: {}", e.without_url())))?;
+        let challenge = response
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(realm) = bearer_realm(&challenge) {
+            let fit = reqwest::Url::parse(&realm).is_ok_and(|url| match url.scheme() {
+                "https" => true,
+                "http" => {
+                    self.scheme == "http"
+                        && url.host_str().is_some_and(|host| {
+                            host.trim_matches(|c| c == '[' || c == ']')
+                                .parse::<std::net::IpAddr>()
+                                .is_ok_and(|ip| ip.is_loopback())
+                        })
+                }
+                _ => false,
+            });
+            if !fit {
+                return Err(refused(format!(
+                    "the registry names the token endpoint `{}`: credentials are sent over https only (plain http only to a loopback address, for a loopback registry), so they were not sent",
+                    crate::text::escape(&realm)
+                )));
+            }
+        }
+        let _ = self.realm_checked.set(());
+        Ok(())
     }
 
     /// The raw manifest at `reference` (its digest if pinned, else its tag) and its digest
@@ -988,6 +1044,7 @@ impl RegistryClient {
             target.repository(),
             target.digest().or(target.tag()).unwrap_or("latest")
         );
+        self.check_token_realm().await?;
         // oci-client's token dance (a bearer token for the repository, or none); a registry
         // that asks for HTTP Basic instead answers 401 to the first request.
         let token = self
@@ -1259,6 +1316,7 @@ impl RegistryClient {
         kind: ArtifactKind,
         bytes: &[u8],
     ) -> Result<String, OciError> {
+        self.check_token_realm().await?;
         let wrong = |reason: &str| OciError::WrongArtifact {
             reference: reference.to_string(),
             digest: sha256_digest(bytes),
@@ -1507,6 +1565,22 @@ pub fn credentials(registry: &str) -> Result<RegistryAuth, OciError> {
     }
 }
 
+/// The `realm` of a `Bearer` challenge (`WWW-Authenticate: Bearer realm="…",service="…"`),
+/// when `challenge` is one.
+fn bearer_realm(challenge: &str) -> Option<String> {
+    let (scheme, params) = challenge.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let at = params.to_ascii_lowercase().find("realm=")?;
+    let rest = &params[at + "realm=".len()..];
+    let value = match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next()?,
+        None => rest.split(',').next()?.trim(),
+    };
+    Some(value.to_owned())
+}
+
 /// The artifact of `kind` `reference` pins, verified: from the cache in `state`, else pulled
 /// from the registry, verified and then kept. Synchronous, for the load: the pull runs on a
 /// thread of its own with a runtime of its own, so it may be called from inside an async
@@ -1596,6 +1670,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bearer_challenges_realm_is_read_quoted_or_not() {
+        assert_eq!(
+            bearer_realm(r#"Bearer realm="https://auth.example/token",service="r""#).as_deref(),
+            Some("https://auth.example/token")
+        );
+        assert_eq!(
+            bearer_realm("bearer Realm=http://192.0.2.2/t,service=r").as_deref(),
+            Some("http://192.0.2.2/t")
+        );
+        assert_eq!(bearer_realm(r#"Basic realm="registry""#), None);
+    }
+
+    #[test]
     fn signature_payload_is_cosigns_byte_for_byte() {
         let reference = OciReference::parse("oci://127.0.0.1:5000/p/deny").unwrap();
         let digest = format!("sha256:{}", "ab".repeat(32));
@@ -1669,6 +1756,50 @@ mod tests {
             let client = RegistryClient::new(&reference.registry).unwrap();
             client.manifest(&reference).await
         })
+    }
+
+    #[test]
+    fn credentials_are_not_sent_to_a_plain_http_token_endpoint_the_registry_names() {
+        use std::io::{Read as _, Write as _};
+        // `/v2/` names a token endpoint on plain http at another address; any request that
+        // carries credentials is remembered.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let registry = listener.local_addr().unwrap().to_string();
+        let (saw, seen) = std::sync::mpsc::channel::<bool>();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let _ = saw.send(text.contains("authorization:"));
+                let _ = stream.write_all(
+                    b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"http://192.0.2.2/token\",service=\"r\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+        let reference =
+            OciReference::parse(&format!("{registry}/p/c@sha256:{}", "ab".repeat(32))).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let refused = runtime.block_on(async {
+            let mut client = RegistryClient::new(&reference.registry).unwrap();
+            client.auth = RegistryAuth::Basic(String::from("u"), String::from("secret"));
+            client.manifest(&reference).await
+        });
+        let Err(OciError::Credentials { reason, .. }) = refused else {
+            panic!("{refused:?}");
+        };
+        assert!(reason.contains("http://192.0.2.2/token"), "{reason}");
+        assert!(!seen.try_iter().any(|authorized| authorized));
     }
 
     #[test]
