@@ -55,7 +55,7 @@ pub(crate) use reader::type_name;
 use reader::Reader;
 pub use oci_reference::{OCI_SCHEME, OciReference, is_sha256_digest};
 pub use sections::{
-    AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, ConsoleConfig,
+    AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, PolicySource, ConsoleConfig,
     ConsoleOidcConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,

@@ -162,7 +162,7 @@ pub use start::{StartFailure, Toolward};
 pub use config::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, Config, ConfigError, ConfineConfig,
     IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant,
-    OciConfig, OciReference, PolicyConfig, RulesConfig, ServerConfig, ServerConfine,
+    OciConfig, OciReference, PolicyConfig, PolicySource, RulesConfig, ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig, TextSource,
 };
 

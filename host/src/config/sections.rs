@@ -539,61 +539,28 @@ pub struct RulesConfig {
     pub component: Option<ComponentSource>,
 }
 
-/// Where a rules or policy component comes from (`rules.component`, `policy.component`).
+/// Where a part of the policy comes from: a rules or policy component (`rules.component`,
+/// `policy.component`), policy settings or Cedar policy text (`policy.settings`,
+/// `policy.cedar`). Which kind of artifact a reference must hold is the field's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ComponentSource {
-    /// A `.wasm` file, its path resolved against the config's folder.
+pub enum PolicySource {
+    /// A file, its path resolved against the config's folder.
     File(PathBuf),
-    /// `oci://REGISTRY/REPOSITORY@sha256:HEX`: the component published at that manifest
+    /// `oci://REGISTRY/REPOSITORY@sha256:HEX`: the artifact published at that manifest
     /// digest (a reference by tag alone is refused when the config is read), pulled into the
-    /// state folder and loaded only with a signature that verifies with a key of `oci.keys`
+    /// state folder and used only with a signature that verifies with a key of `oci.keys`
     /// (`docs/registries.md`).
     Oci(OciReference),
 }
 
-impl ComponentSource {
-    /// The file, for a component read from one.
-    #[must_use]
-    pub fn file(&self) -> Option<&Path> {
-        match self {
-            Self::File(path) => Some(path),
-            Self::Oci(_) => None,
-        }
-    }
-
-    /// The reference, for a component from an OCI registry.
-    #[must_use]
-    pub fn oci(&self) -> Option<&OciReference> {
-        match self {
-            Self::File(_) => None,
-            Self::Oci(reference) => Some(reference),
-        }
-    }
-}
-
-impl fmt::Display for ComponentSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::File(path) => write!(f, "{}", path.display()),
-            Self::Oci(reference) => write!(f, "{reference}"),
-        }
-    }
-}
+/// Where a rules or policy component comes from (`rules.component`, `policy.component`).
+pub type ComponentSource = PolicySource;
 
 /// Where policy settings or Cedar policy text come from (`policy.settings`, `policy.cedar`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TextSource {
-    /// A file, its path resolved against the config's folder.
-    File(PathBuf),
-    /// `oci://REGISTRY/REPOSITORY@sha256:HEX`: the settings or Cedar artifact published at
-    /// that manifest digest (a reference by tag alone is refused when the config is read),
-    /// pulled into the state folder and used only with a signature that verifies with a key of
-    /// `oci.keys` (`docs/registries.md`).
-    Oci(OciReference),
-}
+pub type TextSource = PolicySource;
 
-impl TextSource {
-    /// The file, for text read from one.
+impl PolicySource {
+    /// The file, for a part read from one.
     #[must_use]
     pub fn file(&self) -> Option<&Path> {
         match self {
@@ -602,7 +569,7 @@ impl TextSource {
         }
     }
 
-    /// The reference, for text from an OCI registry.
+    /// The reference, for a part from an OCI registry.
     #[must_use]
     pub fn oci(&self) -> Option<&OciReference> {
         match self {
@@ -612,7 +579,7 @@ impl TextSource {
     }
 }
 
-impl fmt::Display for TextSource {
+impl fmt::Display for PolicySource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::File(path) => write!(f, "{}", path.display()),
