@@ -1718,21 +1718,16 @@ mod tests {
     fn hostile_registry(
         answer: fn(&mut std::net::TcpStream) -> std::io::Result<()>,
     ) -> String {
-        use std::io::{Read as _, Write as _};
+        use std::io::Write as _;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 std::thread::spawn(move || {
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n") {
-                        if stream.read(&mut byte).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        head.push(byte[0]);
-                    }
+                    let Some(head) = read_head(&mut stream) else {
+                        return;
+                    };
                     if head.starts_with(b"GET /v2/ ") {
                         let _ = stream.write_all(
                             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
@@ -1746,21 +1741,48 @@ mod tests {
         address
     }
 
+    /// A request's head, read a byte at a time up to its blank line; `None` when the
+    /// connection ends first.
+    fn read_head(stream: &mut std::net::TcpStream) -> Option<Vec<u8>> {
+        use std::io::Read as _;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).unwrap_or(0) == 0 {
+                return None;
+            }
+            head.push(byte[0]);
+        }
+        Some(head)
+    }
+
     fn pull_manifest(reference: &str) -> Result<Option<(Vec<u8>, String)>, OciError> {
+        pull_manifest_as(reference, None)
+    }
+
+    /// The manifest at `reference`, asked for with `auth` instead of the environment's
+    /// credentials when given.
+    fn pull_manifest_as(
+        reference: &str,
+        auth: Option<RegistryAuth>,
+    ) -> Result<Option<(Vec<u8>, String)>, OciError> {
         let reference = OciReference::parse(reference).unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         runtime.block_on(async {
-            let client = RegistryClient::new(&reference.registry).unwrap();
+            let mut client = RegistryClient::new(&reference.registry).unwrap();
+            if let Some(auth) = auth {
+                client.auth = auth;
+            }
             client.manifest(&reference).await
         })
     }
 
     #[test]
     fn credentials_are_not_sent_to_a_plain_http_token_endpoint_the_registry_names() {
-        use std::io::{Read as _, Write as _};
+        use std::io::Write as _;
         // `/v2/` names a token endpoint on plain http at another address; any request that
         // carries credentials is remembered.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1769,14 +1791,7 @@ mod tests {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if stream.read(&mut byte).unwrap_or(0) == 0 {
-                        break;
-                    }
-                    head.push(byte[0]);
-                }
+                let head = read_head(&mut stream).unwrap_or_default();
                 let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
                 let _ = saw.send(text.contains("authorization:"));
                 let _ = stream.write_all(
@@ -1784,17 +1799,10 @@ mod tests {
                 );
             }
         });
-        let reference =
-            OciReference::parse(&format!("{registry}/p/c@sha256:{}", "ab".repeat(32))).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let refused = runtime.block_on(async {
-            let mut client = RegistryClient::new(&reference.registry).unwrap();
-            client.auth = RegistryAuth::Basic(String::from("u"), String::from("secret"));
-            client.manifest(&reference).await
-        });
+        let refused = pull_manifest_as(
+            &format!("{registry}/p/c@sha256:{}", "ab".repeat(32)),
+            Some(RegistryAuth::Basic(String::from("u"), String::from("secret"))),
+        );
         let Err(OciError::Credentials { reason, .. }) = refused else {
             panic!("{refused:?}");
         };
