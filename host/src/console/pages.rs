@@ -500,15 +500,27 @@ fn login_page(
     response
 }
 
-async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
-    let brought = cookie_values(request.headers(), LOGIN_COOKIE);
-    let Some(fields) = form(request).await else {
-        return login_page(
+/// A sign-in's form (the token's, or the provider's answer), or the sign-in page saying it
+/// could not be read (400).
+async fn sign_in_form(
+    shared: &Shared,
+    request: Request<Incoming>,
+) -> Result<Vec<(String, String)>, Response<Body>> {
+    form(request).await.ok_or_else(|| {
+        login_page(
             shared,
             StatusCode::BAD_REQUEST,
             Some("the form could not be read"),
             None,
-        );
+        )
+    })
+}
+
+async fn login(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    let brought = cookie_values(request.headers(), LOGIN_COOKIE);
+    let fields = match sign_in_form(shared, request).await {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
     };
     // The form's nonce must be the one its cookie carries and one this console issued: a
     // sign-in form posted from another site has neither (login CSRF).
@@ -651,13 +663,9 @@ async fn oidc_finish(shared: &Shared, request: Request<Incoming>) -> Response<Bo
     let Some(provider) = &shared.oidc else {
         return not_found();
     };
-    let Some(fields) = form(request).await else {
-        return login_page(
-            shared,
-            StatusCode::BAD_REQUEST,
-            Some("the form could not be read"),
-            None,
-        );
+    let fields = match sign_in_form(shared, request).await {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
     };
     let flow = field(&fields, "flow").unwrap_or_default();
     let query = field(&fields, "query").unwrap_or_default();
