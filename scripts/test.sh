@@ -5,8 +5,16 @@
 # fresh machine with Rust, Node.js and Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's wall time, printed when the script ends: CI's time is a target (issue 34.6).
+phase_times=()
+phase_started=$SECONDS
+phase_done() {
+  phase_times+=("$(printf '%6ds  %s' $((SECONDS - phase_started)) "$1")")
+  phase_started=$SECONDS
+}
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
 bash tests/real-servers/install.sh
+phase_done "real MCP servers and clients installed"
 export TOOLWARD_REAL_SERVERS="$PWD/tests/real-servers/.installed"
 # The PostgreSQL store's tests (tests/all/store_contract.rs, tests/all/fleet.rs) use
 # TOOLWARD_TEST_DATABASE_URL; without one, a throwaway server is started when PostgreSQL's
@@ -16,6 +24,8 @@ stop_all() {
   for service in "${stop_services[@]}"; do
     bash "scripts/$service.sh" stop || true
   done
+  echo "== scripts/test.sh, time per phase (wall seconds)"
+  printf '%s\n' "${phase_times[@]}"
 }
 trap stop_all EXIT
 if [ -z "${TOOLWARD_TEST_DATABASE_URL:-}" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
@@ -34,20 +44,26 @@ fi
 # features the tests' dev-dependencies unify (`cargo build -p toolward` alone would build
 # wasmtime a second time with other features).
 cargo build -q --workspace --bins --tests
+phase_done "cargo build (binaries and tests)"
 export TOOLWARD_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/toolward"
 cargo test --workspace
+phase_done "cargo test --workspace"
 
 # Acceptance with real MCP clients (tests/clients/): the Python `mcp` client library and the
 # MCP Inspector's CLI each start `toolward serve` on a temp copy of examples/mcp.
 clients_failed=0
 echo "== acceptance: Python mcp client (tests/clients/test_acceptance.py)"
 "$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/test_acceptance.py || clients_failed=1
+phase_done "test_acceptance.py"
 echo "== acceptance: MCP Inspector CLI (tests/clients/inspector.py)"
 "$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/inspector.py || clients_failed=1
+phase_done "inspector.py"
 echo "== acceptance: data flow, Python mcp client (tests/clients/test_data_flow.py)"
 "$TOOLWARD_REAL_SERVERS/venv/bin/python" tests/clients/test_data_flow.py || clients_failed=1
+phase_done "test_data_flow.py"
 echo "== acceptance: the web console in Chromium, with a real client (tests/clients/test_console_browser.py)"
 "$TOOLWARD_REAL_SERVERS/browser-venv/bin/python" tests/clients/test_console_browser.py || clients_failed=1
+phase_done "test_console_browser.py"
 if [ "$clients_failed" -ne 0 ]; then
   echo "acceptance with real clients: FAILED" >&2
   exit 1
