@@ -630,7 +630,8 @@ enum PolicyCommand {
     /// print the reference to pin (`oci://REGISTRY/REPOSITORY@sha256:…`). A component is a
     /// Wasm artifact (`application/wasm`); settings and Cedar text are artifacts of their own
     /// media types (`docs/registries.md`). Credentials: `TOOLWARD_REGISTRY_USERNAME` and
-    /// `TOOLWARD_REGISTRY_PASSWORD`, or the static `auths` of `~/.docker/config.json`.
+    /// `TOOLWARD_REGISTRY_PASSWORD` for the registry `TOOLWARD_REGISTRY_HOST` names, or the
+    /// static `auths` of `~/.docker/config.json`.
     Push {
         /// The file: a component (`.wasm`), a settings file, or Cedar policies (`.cedar`).
         file: PathBuf,

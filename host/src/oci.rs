@@ -37,18 +37,22 @@
 //!
 //! # Bounds
 //!
-//! Every manifest (the artifact's, its signature manifest, and what `resolve` reads) is read
-//! by toolward's own request, not oci-client's (which reads a whole body, however long): a
-//! `Content-Length` over [`MAX_MANIFEST_BYTES`] is refused before the body, and the body is
-//! read no further than the limit. Blobs are streamed and stop at the descriptor's size or
-//! the kind's limit, whichever is smaller.
+//! Every manifest (the artifact's, its signature manifest, and what `resolve` reads), every
+//! blob and the bearer token are read by toolward's own requests (`transport`), not
+//! oci-client's (which reads a whole body, however long): a `Content-Length` over the limit is
+//! refused before the body, and the body is read no further than the limit
+//! ([`MAX_MANIFEST_BYTES`]; [`MAX_TOKEN_BYTES`]; for a blob, the descriptor's size or the
+//! kind's limit, whichever is smaller). A blob's redirect is followed at most
+//! [`MAX_REDIRECTS`] times, only to https (plain http only to loopback, for a loopback
+//! registry), never with `Authorization`. oci-client only pushes, with the token found here.
 //!
 //! # The cache
 //!
 //! Pulled blobs are kept in the state folder by digest, `<state_dir>/oci/blobs/sha256/<hex>`
 //! (the artifact's manifest, its layer, its signature manifest and payloads), and
 //! `<state_dir>/oci/signatures/<hex>` names the signature manifest of the manifest `<hex>`.
-//! Only what verified is kept. Every load reads them again and checks each blob's SHA-256
+//! Only what verified is kept. A kept file that is no regular file, larger than its size or
+//! other bytes is treated as absent: pulled again and replaced. Every load reads them again and checks each blob's SHA-256
 //! against the digest it is kept under and the signature against the config's keys of that
 //! moment; what is missing is pulled. When no kept signature verifies, the signatures are
 //! pulled again (a key rotation signs with a new key after the pull): a key taken out of
@@ -71,7 +75,7 @@ use cap_std::fs::Dir;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference, RegistryOperation};
+use oci_client::{Client, Reference};
 use p256::ecdsa::signature::{Signer as _, Verifier as _};
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use serde::Deserialize;
@@ -80,6 +84,9 @@ use sha2::{Digest as _, Sha256};
 use crate::config::OciReference;
 use crate::config::operator_file::{self, MAX_COMPONENT_BYTES, MAX_SETTINGS_BYTES};
 use crate::state_dir::{StateDir, StateError, open_private_in, replace_private_in};
+
+mod transport;
+pub use transport::{MAX_REDIRECTS, MAX_TOKEN_BYTES};
 
 /// The media type of a Wasm artifact's config (CNCF Wasm OCI artifact layout).
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -115,8 +122,13 @@ pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 /// Largest signature payload read, in bytes: 16 KiB. cosign's are about 250 bytes, more with
 /// annotations.
 pub const MAX_PAYLOAD_BYTES: u64 = 16 * 1024;
-/// Most signatures checked on one artifact: 32. Each is one ECDSA verification per key.
+/// Most signatures `policy sign` keeps in a signature manifest: 32 (the one it adds and 31 of
+/// those there). A load checks every signature layer a signature manifest holds (at most
+/// [`MAX_MANIFEST_BYTES`] of them), so junk ones ahead of a valid one cannot hide it.
 pub const MAX_SIGNATURES: usize = 32;
+/// Most reasons a refusal for no valid signature lists, one per signature: 8 (then how many
+/// more there were).
+const MAX_REASONS_SHOWN: usize = 8;
 /// Longest wait for a registry to connect, and for each read from it: 30 s.
 pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest a whole pull may take (manifest, layer, signatures): 5 minutes. Each read has
@@ -125,10 +137,15 @@ pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const PULL_DEADLINE: Duration = Duration::from_secs(300);
 /// Largest `~/.docker/config.json` read, in bytes: 1 MiB.
 pub const MAX_DOCKER_CONFIG_BYTES: u64 = 1024 * 1024;
-/// The variables registry credentials are read from first (both or neither).
+/// The variables registry credentials are read from first (both or neither, with
+/// [`REGISTRY_VAR`]).
 pub const USERNAME_VAR: &str = "TOOLWARD_REGISTRY_USERNAME";
 /// See [`USERNAME_VAR`].
 pub const PASSWORD_VAR: &str = "TOOLWARD_REGISTRY_PASSWORD";
+/// The variable naming the one registry (`host[:port]`, as in the reference) the credentials
+/// of [`USERNAME_VAR`] and [`PASSWORD_VAR`] are for: required with them, so they are never
+/// sent to another registry a config names.
+pub const REGISTRY_VAR: &str = "TOOLWARD_REGISTRY_HOST";
 
 /// What an artifact holds, and so its media types, its size limit and the config field that
 /// may name it (see the module documentation).
@@ -582,8 +599,9 @@ fn kind_of(manifest: &Manifest) -> Result<ArtifactKind, String> {
     })
 }
 
-/// The signature layers of a signature manifest: at most [`MAX_SIGNATURES`] of cosign's
-/// simple-signing payloads no larger than [`MAX_PAYLOAD_BYTES`]; other layers are skipped.
+/// The signature layers of a signature manifest: every one of cosign's simple-signing payloads
+/// no larger than [`MAX_PAYLOAD_BYTES`] (the manifest's own limit bounds how many); other
+/// layers are skipped.
 fn signature_layers(
     reference: &OciReference,
     digest: &str,
@@ -598,7 +616,6 @@ fn signature_layers(
     Ok(manifest
         .layers
         .into_iter()
-        .take(MAX_SIGNATURES)
         .filter(|layer| {
             layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE && layer.size <= MAX_PAYLOAD_BYTES
         })
@@ -672,43 +689,36 @@ impl OciCache {
         Ok(())
     }
 
-    /// The blob `digest`, at most `limit` bytes, its SHA-256 checked; `None` when not kept.
-    fn blob(
-        &self,
-        reference: &OciReference,
-        what: &'static str,
-        digest: &str,
-        limit: u64,
-    ) -> Result<Option<Vec<u8>>, OciError> {
+    /// The blob `digest`, at most `limit` bytes, its SHA-256 checked; `None` when not kept,
+    /// or when what is kept is no regular file, larger than `limit` or other bytes (changed
+    /// in the state folder since it was pulled): it is then pulled again and replaced, with a
+    /// warning naming the file. The file is opened without following a symlink and without
+    /// blocking (a FIFO put there would hold the load), and read no further than `limit`
+    /// and one byte.
+    fn blob(&self, what: &'static str, digest: &str, limit: u64) -> Option<Vec<u8>> {
         let hex = hex_of(digest);
-        let file = match open_private_in(&self.blobs, Path::new(hex), &self.blobs_path.join(hex))
-        {
+        let path = self.blobs_path.join(hex);
+        let bad = |reason: String| {
+            tracing::warn!(file = %path.display(), what, "a cached blob is not usable ({reason}); pulling it again");
+            None
+        };
+        let file = match open_private_in(&self.blobs, Path::new(hex), &path) {
             Ok(file) => file,
-            Err(e) if e.not_found() => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) if e.not_found() => return None,
+            Err(e) => return bad(e.to_string()),
         };
         let mut bytes = Vec::new();
-        file.take(limit + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|source| StateError::Io {
-                path: self.blobs_path.join(hex),
-                source,
-            })?;
+        if let Err(e) = file.take(limit + 1).read_to_end(&mut bytes) {
+            return bad(e.to_string());
+        }
         if bytes.len() as u64 > limit {
-            return Err(OciError::TooLarge {
-                reference: reference.to_string(),
-                what,
-                bytes: bytes.len() as u64,
-                limit,
-            });
+            return bad(format!("larger than the {limit} bytes expected"));
         }
         let actual = sha256_digest(&bytes);
         if actual != digest {
-            // Changed in the state folder since it was pulled: pulled again.
-            tracing::warn!(reference = %reference, what, expected = digest, actual = %actual, "a cached blob does not match its digest; pulling it again");
-            return Ok(None);
+            return bad(format!("its digest is `{actual}`, not `{digest}`"));
         }
-        Ok(Some(bytes))
+        Some(bytes)
     }
 
     fn signature_manifest_digest(&self, digest: &str) -> Result<Option<String>, OciError> {
@@ -717,12 +727,15 @@ impl OciCache {
         let file = match open_private_in(&self.signatures, Path::new(hex), &full) {
             Ok(file) => file,
             Err(e) if e.not_found() => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(file = %full.display(), "a cached signature name is not usable ({e}); pulling the signatures again");
+                return Ok(None);
+            }
         };
         let mut text = String::new();
-        file.take(128)
-            .read_to_string(&mut text)
-            .map_err(|source| StateError::Io { path: full, source })?;
+        if file.take(128).read_to_string(&mut text).is_err() {
+            return Ok(None);
+        }
         let text = text.trim().to_owned();
         Ok(crate::config::is_sha256_digest(&text).then_some(text))
     }
@@ -750,8 +763,7 @@ impl OciCache {
     /// its digest); `None` when something is not there (pull it).
     fn read(&self, reference: &OciReference, kind: ArtifactKind) -> Result<Option<Parts>, OciError> {
         let digest = pinned_digest(reference)?;
-        let Some(manifest_bytes) = self.blob(reference, "the manifest", digest, MAX_MANIFEST_BYTES)?
-        else {
+        let Some(manifest_bytes) = self.blob("the manifest", digest, MAX_MANIFEST_BYTES) else {
             return Ok(None);
         };
         let wrong = |reason| OciError::WrongArtifact {
@@ -762,7 +774,7 @@ impl OciCache {
         };
         let manifest = parse_manifest(&manifest_bytes).map_err(wrong)?;
         let layer = artifact_layer(&manifest, kind).map_err(wrong)?.clone();
-        let Some(content) = self.blob(reference, "the layer", &layer.digest, layer.size)? else {
+        let Some(content) = self.blob("the layer", &layer.digest, layer.size) else {
             return Ok(None);
         };
         if content.len() as u64 != layer.size {
@@ -771,24 +783,21 @@ impl OciCache {
         let Some(signature_digest) = self.signature_manifest_digest(digest)? else {
             return Ok(None);
         };
-        let Some(signature_manifest) = self.blob(
-            reference,
-            "the signature manifest",
-            &signature_digest,
-            MAX_MANIFEST_BYTES,
-        )?
+        let Some(signature_manifest) =
+            self.blob("the signature manifest", &signature_digest, MAX_MANIFEST_BYTES)
         else {
             return Ok(None);
         };
         let tag = signature_tag(digest);
         let mut payloads = Vec::new();
+        // Only the payloads read up to the one that verified were kept: the others are not
+        // there, and need not be.
         for layer in signature_layers(reference, digest, &tag, &signature_manifest)? {
-            let Some(payload) =
-                self.blob(reference, "a signature payload", &layer.digest, MAX_PAYLOAD_BYTES)?
-            else {
-                return Ok(None);
-            };
-            payloads.push((layer, payload));
+            if let Some(payload) =
+                self.blob("a signature payload", &layer.digest, MAX_PAYLOAD_BYTES)
+            {
+                payloads.push((layer, payload));
+            }
         }
         Ok(Some(Parts {
             digest: digest.to_owned(),
@@ -838,52 +847,68 @@ fn verify_signatures(
     }
     let mut reasons = Vec::new();
     for (index, (layer, payload)) in payloads.iter().enumerate() {
-        let n = index + 1;
-        let Some(encoded) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
-            reasons.push(format!("signature {n} has no `{SIGNATURE_ANNOTATION}` annotation"));
-            continue;
-        };
-        let Ok(der) = BASE64.decode(encoded.trim()) else {
-            reasons.push(format!("signature {n} is not base64"));
-            continue;
-        };
-        let Ok(signature) = Signature::from_der(&der) else {
-            reasons.push(format!("signature {n} is not an ECDSA signature in ASN.1 DER"));
-            continue;
-        };
-        let Some((name, _)) = keys
-            .keys
-            .iter()
-            .find(|(_, key)| key.verify(payload, &signature).is_ok())
-        else {
-            reasons.push(format!(
-                "signature {n} verifies with no key of `oci.keys` ({})",
-                keys.names()
-            ));
-            continue;
-        };
-        // Only a verified payload is read: what it says is the signer's claim.
-        match serde_json::from_slice::<Payload>(payload) {
-            Ok(p) if p.critical.kind == COSIGN_SIGNATURE_TYPE && p.critical.image.digest == digest => {
-                return Ok(name.clone());
-            }
-            Ok(p) if p.critical.kind != COSIGN_SIGNATURE_TYPE => reasons.push(format!(
-                "signature {n} (key `{}`) is of type `{}`, not `{COSIGN_SIGNATURE_TYPE}`",
-                crate::text::escape(name),
-                crate::text::escape(&p.critical.kind)
-            )),
-            Ok(p) => reasons.push(format!(
-                "signature {n} (key `{}`) is for `{}`, another digest",
-                crate::text::escape(name),
-                crate::text::escape(&p.critical.image.digest)
-            )),
-            Err(e) => reasons.push(format!(
-                "signature {n} (key `{}`) signs a payload that is not cosign's ({e})",
-                crate::text::escape(name)
-            )),
+        match check_signature(index + 1, layer, payload, digest, keys) {
+            Ok(name) => return Ok(name),
+            Err(reason) => reasons.push(reason),
         }
     }
-    Err(bad(reasons.join("; ")))
+    let more = reasons.len().saturating_sub(MAX_REASONS_SHOWN);
+    reasons.truncate(MAX_REASONS_SHOWN);
+    let mut reason = reasons.join("; ");
+    if more > 0 {
+        reason.push_str(&format!("; and {more} more signatures not accepted"));
+    }
+    Err(bad(reason))
+}
+
+/// The name of the key of `keys` signature `n` (`layer`, over `payload`) verifies with, when
+/// its payload names `digest`; else why not.
+fn check_signature(
+    n: usize,
+    layer: &Descriptor,
+    payload: &[u8],
+    digest: &str,
+    keys: &TrustedKeys,
+) -> Result<String, String> {
+    let Some(encoded) = layer.annotations.get(SIGNATURE_ANNOTATION) else {
+        return Err(format!("signature {n} has no `{SIGNATURE_ANNOTATION}` annotation"));
+    };
+    let Ok(der) = BASE64.decode(encoded.trim()) else {
+        return Err(format!("signature {n} is not base64"));
+    };
+    let Ok(signature) = Signature::from_der(&der) else {
+        return Err(format!("signature {n} is not an ECDSA signature in ASN.1 DER"));
+    };
+    let Some((name, _)) = keys
+        .keys
+        .iter()
+        .find(|(_, key)| key.verify(payload, &signature).is_ok())
+    else {
+        return Err(format!(
+            "signature {n} verifies with no key of `oci.keys` ({})",
+            keys.names()
+        ));
+    };
+    // Only a verified payload is read: what it says is the signer's claim.
+    match serde_json::from_slice::<Payload>(payload) {
+        Ok(p) if p.critical.kind == COSIGN_SIGNATURE_TYPE && p.critical.image.digest == digest => {
+            Ok(name.clone())
+        }
+        Ok(p) if p.critical.kind != COSIGN_SIGNATURE_TYPE => Err(format!(
+            "signature {n} (key `{}`) is of type `{}`, not `{COSIGN_SIGNATURE_TYPE}`",
+            crate::text::escape(name),
+            crate::text::escape(&p.critical.kind)
+        )),
+        Ok(p) => Err(format!(
+            "signature {n} (key `{}`) is for `{}`, another digest",
+            crate::text::escape(name),
+            crate::text::escape(&p.critical.image.digest)
+        )),
+        Err(e) => Err(format!(
+            "signature {n} (key `{}`) signs a payload that is not cosign's ({e})",
+            crate::text::escape(name)
+        )),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -912,8 +937,8 @@ pub struct RegistryClient {
     scheme: &'static str,
     auth: RegistryAuth,
     registry: String,
-    /// Set once the registry's token endpoint was found fit for the credentials.
-    realm_checked: std::sync::OnceLock<()>,
+    /// What requests to each repository carry (see [`transport::Authorization`]).
+    tokens: transport::Tokens,
 }
 
 impl std::fmt::Debug for RegistryClient {
@@ -959,7 +984,7 @@ impl RegistryClient {
             scheme: if loopback { "http" } else { "https" },
             auth: credentials(registry)?,
             registry: registry.to_owned(),
-            realm_checked: std::sync::OnceLock::new(),
+            tokens: transport::Tokens::default(),
         })
     }
 
@@ -975,215 +1000,6 @@ impl RegistryClient {
             reference: reference.to_string(),
             source: reason.into(),
         }
-    }
-
-    /// With credentials, whether the token endpoint the registry names (its
-    /// `WWW-Authenticate: Bearer realm=…` on `/v2/`) may be sent them: https, or plain http
-    /// to a loopback address for a loopback registry. oci-client sends the credentials to
-    /// whatever realm the registry names; an outside attack had a registry name a plain-http
-    /// endpoint on another address and received the password. Without credentials, nothing
-    /// to check.
-    async fn check_token_realm(&self) -> Result<(), OciError> {
-        if matches!(self.auth, RegistryAuth::Anonymous) || self.realm_checked.get().is_some() {
-            return Ok(());
-        }
-        let refused = |reason: String| OciError::Credentials {
-            registry: self.registry.clone(),
-            reason,
-        };
-        let url = format!("{}://{}/v2/", self.scheme, self.registry);
-        let response = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| refused(format!("`/v2/` could not be asked: {}", e.without_url())))?;
-        let challenge = response
-            .headers()
-            .get(http::header::WWW_AUTHENTICATE)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        if let Some(realm) = bearer_realm(&challenge) {
-            let fit = reqwest::Url::parse(&realm).is_ok_and(|url| match url.scheme() {
-                "https" => true,
-                "http" => {
-                    self.scheme == "http"
-                        && url.host_str().is_some_and(|host| {
-                            host.trim_matches(|c| c == '[' || c == ']')
-                                .parse::<std::net::IpAddr>()
-                                .is_ok_and(|ip| ip.is_loopback())
-                        })
-                }
-                _ => false,
-            });
-            if !fit {
-                return Err(refused(format!(
-                    "the registry names the token endpoint `{}`: credentials are sent over https only (plain http only to a loopback address, for a loopback registry), so they were not sent",
-                    crate::text::escape(&realm)
-                )));
-            }
-        }
-        let _ = self.realm_checked.set(());
-        Ok(())
-    }
-
-    /// The raw manifest at `reference` (its digest if pinned, else its tag) and its digest
-    /// (SHA-256 of the bytes received, equal to the pin when there is one); `None` when the
-    /// registry has none there. At most [`MAX_MANIFEST_BYTES`] are read: a longer
-    /// `Content-Length` is refused before the body, a longer body when it passes the limit.
-    async fn manifest(
-        &self,
-        reference: &OciReference,
-    ) -> Result<Option<(Vec<u8>, String)>, OciError> {
-        let target = to_client_reference(reference);
-        let url = format!(
-            "{}://{}/v2/{}/manifests/{}",
-            self.scheme,
-            target.resolve_registry(),
-            target.repository(),
-            target.digest().or(target.tag()).unwrap_or("latest")
-        );
-        self.check_token_realm().await?;
-        // oci-client's token dance (a bearer token for the repository, or none); a registry
-        // that asks for HTTP Basic instead answers 401 to the first request.
-        let token = self
-            .client
-            .auth(&target, &self.auth, RegistryOperation::Pull)
-            .await
-            .map_err(|e| Self::registry_error(reference, e))?;
-        let request = |basic: bool| {
-            let request = self.http.get(&url).header(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE),
-            );
-            match (&token, &self.auth) {
-                (Some(token), _) => request.bearer_auth(token),
-                (None, RegistryAuth::Basic(user, password)) if basic => {
-                    request.basic_auth(user, Some(password))
-                }
-                _ => request,
-            }
-        };
-        let send_error = |e: reqwest::Error| OciError::Registry {
-            reference: reference.to_string(),
-            source: Box::new(e.without_url()),
-        };
-        let mut response = request(false).send().await.map_err(send_error)?;
-        if response.status() == reqwest::StatusCode::UNAUTHORIZED
-            && token.is_none()
-            && matches!(self.auth, RegistryAuth::Basic(..))
-        {
-            response = request(true).send().await.map_err(send_error)?;
-        }
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        if !status.is_success() {
-            return Err(Self::failed(
-                reference,
-                format!("the manifest request answered HTTP {status}"),
-            ));
-        }
-        let too_large = |bytes| OciError::TooLarge {
-            reference: reference.to_string(),
-            what: "the manifest",
-            bytes,
-            limit: MAX_MANIFEST_BYTES,
-        };
-        if let Some(length) = response.content_length()
-            && length > MAX_MANIFEST_BYTES
-        {
-            return Err(too_large(length));
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(send_error)? {
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-                return Err(too_large(bytes.len() as u64));
-            }
-        }
-        let actual = sha256_digest(&bytes);
-        if let Some(expected) = &reference.digest
-            && *expected != actual
-        {
-            return Err(OciError::DigestMismatch {
-                reference: reference.to_string(),
-                what: "the manifest",
-                expected: expected.clone(),
-                actual,
-            });
-        }
-        Ok(Some((bytes, actual)))
-    }
-
-    /// The blob `descriptor` of `reference`'s repository, at most `limit` bytes, its digest
-    /// checked.
-    async fn blob(
-        &self,
-        reference: &OciReference,
-        what: &'static str,
-        descriptor: &Descriptor,
-        limit: u64,
-    ) -> Result<Vec<u8>, OciError> {
-        use futures::StreamExt as _;
-        let target = to_client_reference(reference);
-        let too_large = |bytes| OciError::TooLarge {
-            reference: reference.to_string(),
-            what,
-            bytes,
-            limit,
-        };
-        if descriptor.size > limit {
-            return Err(too_large(descriptor.size));
-        }
-        // The blob request is oci-client's: it sends the credentials it keeps per registry.
-        self.client
-            .store_auth_if_needed(target.resolve_registry(), &self.auth)
-            .await;
-        let mut stream = self
-            .client
-            .pull_blob_stream(&target, descriptor.digest.as_str())
-            .await
-            .map_err(|e| Self::registry_error(reference, e))?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = match chunk {
-                Ok(chunk) => chunk,
-                // The client's own digest check ends the stream with an error after the last
-                // byte: report it as the mismatch it is, with both digests.
-                Err(e) => {
-                    let actual = sha256_digest(&bytes);
-                    if bytes.len() as u64 == descriptor.size && actual != descriptor.digest {
-                        return Err(OciError::DigestMismatch {
-                            reference: reference.to_string(),
-                            what,
-                            expected: descriptor.digest.clone(),
-                            actual,
-                        });
-                    }
-                    return Err(Self::registry_error(
-                        reference,
-                        OciDistributionError::IoError(e),
-                    ));
-                }
-            };
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() as u64 > limit.min(descriptor.size) {
-                return Err(too_large(bytes.len() as u64));
-            }
-        }
-        let actual = sha256_digest(&bytes);
-        if actual != descriptor.digest {
-            return Err(OciError::DigestMismatch {
-                reference: reference.to_string(),
-                what,
-                expected: descriptor.digest.clone(),
-                actual,
-            });
-        }
-        Ok(bytes)
     }
 
     /// Resolves `reference` (a tag, or a digest checked) to its manifest digest and the kind
@@ -1222,7 +1038,13 @@ impl RegistryClient {
     /// # Errors
     /// [`OciError::Unsigned`] when no signature tag exists, [`OciError::WrongArtifact`],
     /// [`OciError::DigestMismatch`], [`OciError::TooLarge`] and registry errors.
-    async fn pull(&self, reference: &OciReference, kind: ArtifactKind) -> Result<Parts, OciError> {
+    /// Signature payloads are read in order up to the first that verifies with `keys`.
+    async fn pull(
+        &self,
+        reference: &OciReference,
+        kind: ArtifactKind,
+        keys: &TrustedKeys,
+    ) -> Result<Parts, OciError> {
         let digest = pinned_digest(reference)?.to_owned();
         let Some((manifest_bytes, _)) = self.manifest(reference).await? else {
             return Err(OciError::Reference {
@@ -1256,11 +1078,18 @@ impl RegistryClient {
             });
         };
         let mut payloads = Vec::new();
-        for layer in signature_layers(reference, &digest, &tag, &signature_manifest)? {
+        for (index, layer) in signature_layers(reference, &digest, &tag, &signature_manifest)?
+            .into_iter()
+            .enumerate()
+        {
             let payload = self
                 .blob(reference, "a signature payload", &layer, MAX_PAYLOAD_BYTES)
                 .await?;
+            let verified = check_signature(index + 1, &layer, &payload, &digest, keys).is_ok();
             payloads.push((layer, payload));
+            if verified {
+                break;
+            }
         }
         Ok(Parts {
             digest,
@@ -1273,12 +1102,30 @@ impl RegistryClient {
         })
     }
 
+    /// [`Self::pull`], refused once it takes longer than [`PULL_DEADLINE`].
+    async fn pull_within_deadline(
+        &self,
+        reference: &OciReference,
+        kind: ArtifactKind,
+        keys: &TrustedKeys,
+    ) -> Result<Parts, OciError> {
+        tokio::time::timeout(PULL_DEADLINE, self.pull(reference, kind, keys))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Self::failed(
+                    reference,
+                    format!(
+                        "the pull took longer than {} s: a registry this slow is not waited for",
+                        PULL_DEADLINE.as_secs()
+                    ),
+                ))
+            })
+    }
+
     async fn push_blob(&self, reference: &OciReference, bytes: &[u8]) -> Result<String, OciError> {
         let digest = sha256_digest(bytes);
         let target = to_client_reference(reference);
-        self.client
-            .store_auth_if_needed(target.resolve_registry(), &self.auth)
-            .await;
+        self.authorize_push(reference).await?;
         self.client
             .push_blob(&target, bytes, &digest)
             .await
@@ -1292,6 +1139,7 @@ impl RegistryClient {
         bytes: Vec<u8>,
     ) -> Result<(), OciError> {
         let target = to_client_reference(reference);
+        self.authorize_push(reference).await?;
         self.client
             .push_manifest_raw(
                 &target,
@@ -1316,7 +1164,6 @@ impl RegistryClient {
         kind: ArtifactKind,
         bytes: &[u8],
     ) -> Result<String, OciError> {
-        self.check_token_realm().await?;
         let wrong = |reason: &str| OciError::WrongArtifact {
             reference: reference.to_string(),
             digest: sha256_digest(bytes),
@@ -1488,27 +1335,64 @@ fn to_client_reference(reference: &OciReference) -> Reference {
 }
 
 /// The credentials for `registry`: `TOOLWARD_REGISTRY_USERNAME` and `_PASSWORD` when both are
-/// set, else the static `auths` entry of the Docker config file (`$DOCKER_CONFIG/config.json`,
+/// set and `TOOLWARD_REGISTRY_HOST` names `registry`, else the static `auths` entry of the Docker config file (`$DOCKER_CONFIG/config.json`,
 /// else `~/.docker/config.json`), else none. Credential helpers (`credsStore`, `credHelpers`)
 /// are never run: a helper is a program the config file names.
 ///
 /// # Errors
-/// [`OciError::Credentials`] for one variable without the other, or an entry that cannot be
-/// decoded.
+/// [`OciError::Credentials`] for one variable without the other, the two without
+/// `TOOLWARD_REGISTRY_HOST` (or it without them), or an entry that cannot be decoded.
 pub fn credentials(registry: &str) -> Result<RegistryAuth, OciError> {
+    let from_environment =
+        environment_credentials(registry, |name| std::env::var(name).ok())?;
+    match from_environment {
+        Some(auth) => Ok(auth),
+        None => docker_credentials(registry),
+    }
+}
+
+/// The credentials of [`USERNAME_VAR`] and [`PASSWORD_VAR`] (read by `var`) when
+/// [`REGISTRY_VAR`] names `registry`; `None` when none are set or they are for another
+/// registry.
+fn environment_credentials(
+    registry: &str,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Option<RegistryAuth>, OciError> {
     let fail = |reason: String| OciError::Credentials {
         registry: registry.to_owned(),
         reason,
     };
-    match (std::env::var(USERNAME_VAR), std::env::var(PASSWORD_VAR)) {
-        (Ok(user), Ok(password)) => return Ok(RegistryAuth::Basic(user, password)),
-        (Ok(_), Err(_)) | (Err(_), Ok(_)) => {
-            return Err(fail(format!(
-                "set both `{USERNAME_VAR}` and `{PASSWORD_VAR}`, or neither"
-            )));
+    match (var(USERNAME_VAR), var(PASSWORD_VAR), var(REGISTRY_VAR)) {
+        (Some(user), Some(password), Some(host)) => {
+            let host = host.trim();
+            let host = host
+                .strip_prefix("https://")
+                .or_else(|| host.strip_prefix("http://"))
+                .unwrap_or(host)
+                .trim_end_matches('/');
+            Ok(host
+                .eq_ignore_ascii_case(registry)
+                .then_some(RegistryAuth::Basic(user, password)))
         }
-        (Err(_), Err(_)) => {}
+        (Some(_), Some(_), None) => Err(fail(format!(
+            "`{USERNAME_VAR}` and `{PASSWORD_VAR}` are set without `{REGISTRY_VAR}`: set it to the one registry they are for (`host[:port]`, as in the reference), so they are sent to no other"
+        ))),
+        (Some(_), None, _) | (None, Some(_), _) => Err(fail(format!(
+            "set both `{USERNAME_VAR}` and `{PASSWORD_VAR}`, or neither"
+        ))),
+        (None, None, Some(_)) => Err(fail(format!(
+            "`{REGISTRY_VAR}` is set without `{USERNAME_VAR}` and `{PASSWORD_VAR}`"
+        ))),
+        (None, None, None) => Ok(None),
     }
+}
+
+/// The static `auths` entry of the Docker config file for `registry` (see [`credentials`]).
+fn docker_credentials(registry: &str) -> Result<RegistryAuth, OciError> {
+    let fail = |reason: String| OciError::Credentials {
+        registry: registry.to_owned(),
+        reason,
+    };
     let file = match std::env::var_os("DOCKER_CONFIG") {
         Some(dir) => PathBuf::from(dir).join("config.json"),
         None => match std::env::var_os("HOME") {
@@ -1565,20 +1449,23 @@ pub fn credentials(registry: &str) -> Result<RegistryAuth, OciError> {
     }
 }
 
-/// The `realm` of a `Bearer` challenge (`WWW-Authenticate: Bearer realm="…",service="…"`),
-/// when `challenge` is one.
-fn bearer_realm(challenge: &str) -> Option<String> {
+/// The `realm` and `service` of a `Bearer` challenge
+/// (`WWW-Authenticate: Bearer realm="…",service="…"`), when `challenge` is one.
+fn bearer_challenge(challenge: &str) -> Option<(String, Option<String>)> {
     let (scheme, params) = challenge.trim().split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
     }
-    let at = params.to_ascii_lowercase().find("realm=")?;
-    let rest = &params[at + "realm=".len()..];
-    let value = match rest.strip_prefix('"') {
-        Some(quoted) => quoted.split('"').next()?,
-        None => rest.split(',').next()?.trim(),
+    let param = |name: &str| {
+        let at = params.to_ascii_lowercase().find(&format!("{name}="))?;
+        let rest = &params[at + name.len() + 1..];
+        let value = match rest.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next()?,
+            None => rest.split(',').next()?.trim(),
+        };
+        Some(value.to_owned())
     };
-    Some(value.to_owned())
+    Some((param("realm")?, param("service")))
 }
 
 /// The artifact of `kind` `reference` pins, verified: from the cache in `state`, else pulled
@@ -1597,14 +1484,14 @@ pub fn fetch_verified(
 ) -> Result<Verified, OciError> {
     let cache = OciCache::open(state)?;
     let Some(parts) = cache.read(reference, kind)? else {
-        return pull_blocking(reference, kind)?.verify(reference, keys, Some(&cache));
+        return pull_blocking(reference, kind, keys)?.verify(reference, keys, Some(&cache));
     };
     match parts.verify(reference, keys, None) {
         // The signatures kept may predate a key rotation (signed with the new key since, the
         // old one then taken out of `oci.keys`): the registry's are read again. When the
         // registry cannot be reached, the refusal is the cache's.
         Err(cached @ OciError::BadSignature { .. }) => {
-            match pull_blocking(reference, kind) {
+            match pull_blocking(reference, kind, keys) {
                 Ok(parts) => parts.verify(reference, keys, Some(&cache)),
                 Err(OciError::Registry { .. } | OciError::Runtime { .. }) => Err(cached),
                 Err(other) => Err(other),
@@ -1615,7 +1502,11 @@ pub fn fetch_verified(
 }
 
 /// Pulls on a thread of its own (see [`fetch_verified`]).
-fn pull_blocking(reference: &OciReference, kind: ArtifactKind) -> Result<Parts, OciError> {
+fn pull_blocking(
+    reference: &OciReference,
+    kind: ArtifactKind,
+    keys: &TrustedKeys,
+) -> Result<Parts, OciError> {
     let runtime_error = |reason: String| OciError::Runtime {
         reference: reference.to_string(),
         reason,
@@ -1628,18 +1519,7 @@ fn pull_blocking(reference: &OciReference, kind: ArtifactKind) -> Result<Parts, 
                 .map_err(|e| runtime_error(e.to_string()))?;
             runtime.block_on(async {
                 let client = RegistryClient::new(&reference.registry)?;
-                tokio::time::timeout(PULL_DEADLINE, client.pull(reference, kind))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(OciError::Registry {
-                            reference: reference.to_string(),
-                            source: format!(
-                                "the pull took longer than {} s: a registry this slow is not waited for",
-                                PULL_DEADLINE.as_secs()
-                            )
-                            .into(),
-                        })
-                    })
+                client.pull_within_deadline(reference, kind, keys).await
             })
         });
         pulled
@@ -1661,7 +1541,7 @@ pub async fn pull_verified(
 ) -> Result<String, OciError> {
     let cache = OciCache::open(state)?;
     let client = RegistryClient::new(&reference.registry)?;
-    let parts = client.pull(reference, kind).await?;
+    let parts = client.pull_within_deadline(reference, kind, keys).await?;
     Ok(parts.verify(reference, keys, Some(&cache))?.signer)
 }
 
@@ -1672,14 +1552,14 @@ mod tests {
     #[test]
     fn a_bearer_challenges_realm_is_read_quoted_or_not() {
         assert_eq!(
-            bearer_realm(r#"Bearer realm="https://auth.example/token",service="r""#).as_deref(),
-            Some("https://auth.example/token")
+            bearer_challenge(r#"Bearer realm="https://auth.example/token",service="r""#),
+            Some(("https://auth.example/token".to_owned(), Some("r".to_owned())))
         );
         assert_eq!(
-            bearer_realm("bearer Realm=http://192.0.2.2/t,service=r").as_deref(),
-            Some("http://192.0.2.2/t")
+            bearer_challenge("bearer Realm=http://192.0.2.2/t"),
+            Some(("http://192.0.2.2/t".to_owned(), None))
         );
-        assert_eq!(bearer_realm(r#"Basic realm="registry""#), None);
+        assert_eq!(bearer_challenge(r#"Basic realm="registry""#), None);
     }
 
     #[test]
@@ -1743,7 +1623,7 @@ mod tests {
 
     /// A request's head, read a byte at a time up to its blank line; `None` when the
     /// connection ends first.
-    fn read_head(stream: &mut std::net::TcpStream) -> Option<Vec<u8>> {
+    pub(super) fn read_head(stream: &mut std::net::TcpStream) -> Option<Vec<u8>> {
         use std::io::Read as _;
         let mut head = Vec::new();
         let mut byte = [0u8; 1];
@@ -1756,7 +1636,7 @@ mod tests {
         Some(head)
     }
 
-    fn pull_manifest(reference: &str) -> Result<Option<(Vec<u8>, String)>, OciError> {
+    pub(super) fn pull_manifest(reference: &str) -> Result<Option<(Vec<u8>, String)>, OciError> {
         pull_manifest_as(reference, None)
     }
 
@@ -1892,5 +1772,80 @@ mod tests {
         let manifest = manifest_with(OCI_CONFIG_MEDIA_TYPE, SETTINGS_MEDIA_TYPE);
         let refused = artifact_layer(&manifest, ArtifactKind::PolicySettings).unwrap_err();
         assert!(refused.contains(EMPTY_CONFIG_MEDIA_TYPE), "{refused}");
+    }
+
+    #[test]
+    fn a_fifo_or_a_larger_file_in_the_cache_is_treated_as_absent_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&dir.path().join("state")).unwrap();
+        let cache = OciCache::open(&state).unwrap();
+        let bytes = b"the layer";
+        let digest = sha256_digest(bytes);
+        let file = cache.blobs_path.join(hex_of(&digest));
+        // A FIFO with no writer: opening it to read would wait for one.
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
+            .arg(&file)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (done, finished) = std::sync::mpsc::channel();
+        let blobs = cache.blobs.try_clone().unwrap();
+        let blobs_path = cache.blobs_path.clone();
+        let fifo_digest = digest.clone();
+        std::thread::spawn(move || {
+            let cache = OciCache {
+                signatures: blobs.try_clone().unwrap(),
+                signatures_path: blobs_path.clone(),
+                blobs,
+                blobs_path,
+            };
+            let _ = done.send(cache.blob("the layer", &fifo_digest, 9));
+        });
+        let read = finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("reading a FIFO in the cache waited");
+        assert_eq!(read, None);
+        // The right bytes and one more: absent (pulled again), not refused.
+        std::fs::remove_file(&file).unwrap();
+        cache.put_blob(&digest, b"the layer!").unwrap();
+        assert_eq!(cache.blob("the layer", &digest, 9), None);
+        // Once replaced by what the pull verified, read again.
+        cache.put_blob(&digest, bytes).unwrap();
+        assert_eq!(cache.blob("the layer", &digest, 9).as_deref(), Some(&bytes[..]));
+    }
+
+    #[test]
+    fn the_environments_credentials_are_used_only_for_the_registry_they_name() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(var, _)| *var == name)
+                    .map(|(_, value)| (*value).to_owned())
+            }
+        };
+        let all = &[
+            (USERNAME_VAR, "u"),
+            (PASSWORD_VAR, "p"),
+            (REGISTRY_VAR, "ghcr.io"),
+        ];
+        assert!(matches!(
+            environment_credentials("ghcr.io", env(all)),
+            Ok(Some(RegistryAuth::Basic(user, password))) if user == "u" && password == "p"
+        ));
+        assert!(matches!(
+            environment_credentials("evil.example", env(all)),
+            Ok(None)
+        ));
+        let Err(refused) = environment_credentials(
+            "ghcr.io",
+            env(&[(USERNAME_VAR, "u"), (PASSWORD_VAR, "p")]),
+        ) else {
+            panic!("credentials without the registry they are for were used");
+        };
+        assert!(refused.to_string().contains(REGISTRY_VAR), "{refused}");
+        assert!(environment_credentials("ghcr.io", env(&[(USERNAME_VAR, "u")])).is_err());
+        assert!(environment_credentials("ghcr.io", env(&[(REGISTRY_VAR, "ghcr.io")])).is_err());
+        assert!(matches!(environment_credentials("ghcr.io", env(&[])), Ok(None)));
     }
 }

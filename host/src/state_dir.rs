@@ -315,7 +315,8 @@ impl StateError {
 
 /// Opens the existing regular file `name` of `dir` (`full` is its path, for messages) for
 /// reading: a final symlink is not followed (`O_NOFOLLOW`; cap-std keeps every other
-/// component inside `dir`), and the opened file itself, not the path again, must be a regular
+/// component inside `dir`), the open does not wait (`O_NONBLOCK`: a FIFO put there would
+/// otherwise hold it until a writer came; a regular file reads as ever), and the opened file itself, not the path again, must be a regular
 /// file owned by the effective user with no access for group or others ([`check_private`]).
 ///
 /// # Errors
@@ -332,7 +333,7 @@ pub fn open_private_in(
     let mut options = OpenOptions::new();
     options
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32);
     let file = match dir.open_with(name, &options) {
         Ok(file) => file,
         // ELOOP: the name is a symlink.

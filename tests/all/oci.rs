@@ -157,6 +157,7 @@ impl Setup {
             .current_dir(self.dir.path())
             .env_remove("TOOLWARD_REGISTRY_USERNAME")
             .env_remove("TOOLWARD_REGISTRY_PASSWORD")
+            .env_remove("TOOLWARD_REGISTRY_HOST")
             .env("DOCKER_CONFIG", self.dir.path().join("no-docker-config"))
             .output()
             .unwrap()
@@ -488,6 +489,33 @@ fn a_cached_layer_changed_in_the_state_folder_is_never_loaded() {
         message.contains("registry for `oci://127.0.0.1:9/"),
         "{message}"
     );
+}
+
+/// A cached layer made larger in the state folder (its bytes and more) is not a refusal on
+/// every load: it is treated as absent, pulled again and replaced, with a warning naming the
+/// file.
+#[test]
+fn a_cached_layer_made_larger_in_the_state_folder_is_pulled_again_and_replaced() {
+    let Some(setup) = Setup::new("cached_layer_larger") else {
+        return;
+    };
+    let pinned = setup.push();
+    setup.sign(&pinned, "release.pem");
+    setup.configure(&pinned, &["release"]);
+    let first = setup.run(&["pin", "--config", "toolward.json"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let cached = setup
+        .path("state/oci/blobs/sha256")
+        .join(sha256_hex(&setup.wasm));
+    let mut larger = setup.wasm.clone();
+    larger.extend_from_slice(b"and more");
+    std::fs::write(&cached, &larger).unwrap();
+    let allowed = setup.run(&["call", "s__echo", "--config", "toolward.json"]);
+    assert!(allowed.status.success(), "{}", text(&allowed));
+    let said = text(&allowed);
+    assert!(said.contains("pulling it again"), "{said}");
+    assert!(said.contains(&sha256_hex(&setup.wasm)), "{said}");
+    assert_eq!(std::fs::read(&cached).unwrap(), setup.wasm);
 }
 
 /// The signature `policy sign` publishes, read back from the registry's storage and checked
