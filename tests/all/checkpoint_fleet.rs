@@ -52,10 +52,7 @@ impl FleetDb {
         toolward_binary()?;
         let admin_url = test_database_url(test)?;
         let admin = PgStore::new(&admin_url).unwrap().pool().unwrap();
-        let name = format!(
-            "toolward_ckpt_{}",
-            toolward::ids::new_ulid().to_lowercase()
-        );
+        let name = format!("toolward_ckpt_{}", toolward::ids::new_ulid().to_lowercase());
         admin
             .get()
             .await
@@ -210,7 +207,7 @@ async fn rewrite_chain_as_owner(db: &FleetDb, from: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_one_database_each_sign_its_chain_with_their_own_key_at_their_interval_and_at_shutdown()
  {
-    let Some(db) = FleetDb::new("two gateways sign the fleet's chain", 500).await else {
+    let Some(db) = FleetDb::new("two gateways sign the fleet's chain", 1000).await else {
         return;
     };
     let one = toolward::Toolward::start(Config::from_path(&db.fleet.config(1)).unwrap())
@@ -291,7 +288,11 @@ async fn two_gateways_on_one_database_each_sign_its_chain_with_their_own_key_at_
     }
     // The gateway that shut down last covers every record of the chain.
     let (_, size, _) = open_checkpoint(&db.kept(2).unwrap(), &db.vkeys[1]).unwrap();
-    assert_eq!(size as usize, leaves.len(), "the shutdown checkpoint covers the chain");
+    assert_eq!(
+        size as usize,
+        leaves.len(),
+        "the shutdown checkpoint covers the chain"
+    );
     drop(owner);
     db.drop_database().await;
 }
@@ -352,7 +353,13 @@ async fn the_database_rewritten_by_its_owner_after_a_gateways_checkpoint_was_cop
             }
             let proved = db.run(
                 1,
-                &["audit", "prove", &seq.to_string(), "--size", &tree.to_string()],
+                &[
+                    "audit",
+                    "prove",
+                    &seq.to_string(),
+                    "--size",
+                    &tree.to_string(),
+                ],
             );
             assert!(proved.status.success(), "{}", text(&proved));
             let proved: Value = serde_json::from_slice(&proved.stdout).unwrap();
@@ -369,7 +376,11 @@ async fn the_database_rewritten_by_its_owner_after_a_gateways_checkpoint_was_cop
     }
     let proved = db.run(1, &["audit", "prove", "0"]);
     let proved: Value = serde_json::from_slice(&proved.stdout).unwrap();
-    assert_eq!(proved["tree_size"], leaves.len(), "by default, up to the head row");
+    assert_eq!(
+        proved["tree_size"],
+        leaves.len(),
+        "by default, up to the head row"
+    );
     // The running signer reads only the new records and signs them.
     let grew = chain.sign(true).await.unwrap().unwrap();
     assert_eq!(grew.checkpoint.size as usize, leaves.len());

@@ -1251,7 +1251,10 @@ async fn a_gateway_role_keeps_its_own_checkpoint_rows_which_auditors_and_the_con
     let (ok, stdout, stderr) = toolward(&gateway, &["call", "s__echo"]);
     assert!(ok, "a call as the gateway failed: {stdout}{stderr}");
     let (ok, note, stderr) = toolward(&gateway, &["audit", "checkpoint"]);
-    assert!(ok, "`audit checkpoint` as the gateway failed: {note}{stderr}");
+    assert!(
+        ok,
+        "`audit checkpoint` as the gateway failed: {note}{stderr}"
+    );
     let (ok, proved, stderr) = toolward(&gateway, &["audit", "prove", "0"]);
     assert!(ok, "`audit prove` as the gateway failed: {proved}{stderr}");
 
@@ -1333,7 +1336,10 @@ async fn a_gateway_role_keeps_its_own_checkpoint_rows_which_auditors_and_the_con
         .await
         .unwrap();
     let (ok, again, stderr) = toolward(&gateway, &["audit", "checkpoint"]);
-    assert!(ok, "a planted row stopped the gateway's checkpoint: {again}{stderr}");
+    assert!(
+        ok,
+        "a planted row stopped the gateway's checkpoint: {again}{stderr}"
+    );
     let (ok, latest, stderr) = toolward(&gateway, &["audit", "checkpoint", "--latest"]);
     assert!(ok && latest == again, "{latest}{stderr}");
     drop((own, second, admin, approver));

@@ -1081,7 +1081,10 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_7_wit
         .await
         .unwrap()
         .get(0);
-    assert_eq!(checkpoints, 0, "version 7 adds the gateways' checkpoints, empty");
+    assert_eq!(
+        checkpoints, 0,
+        "version 7 adds the gateways' checkpoints, empty"
+    );
     let keys = fact_keys("fs", "write", "");
     let now = fact_time();
     facts.reserve(&keys, now).await.unwrap();

@@ -137,8 +137,9 @@ async fn sign_store(
         out!("{}", String::from_utf8_lossy(&note))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut chain = checkpoints::ChainSigner::new(&store, std::sync::Arc::new(state), signer, origin)
-        .map_err(usage)?;
+    let mut chain =
+        checkpoints::ChainSigner::new(&store, std::sync::Arc::new(state), signer, origin)
+            .map_err(usage)?;
     let signed = chain
         .sign(false)
         .await
