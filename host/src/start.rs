@@ -195,11 +195,12 @@ impl Toolward {
                 if let Some(file) = &config.file {
                     store = store.with_config_file(file);
                 }
-                let audit: Arc<dyn AuditStore> = Arc::new(PgAudit::open(&store).await?);
+                let pg_audit = Arc::new(PgAudit::open(&store).await?);
                 // Each gateway signs the database's chain with its own key.
                 #[cfg(feature = "checkpoints")]
                 if let Some((signer, origin, interval)) = signer.take() {
                     checkpointer = Some(crate::store::postgres::checkpoints::start_signing(
+                        Arc::clone(&pg_audit),
                         &store,
                         Arc::clone(&state),
                         signer,
@@ -207,6 +208,7 @@ impl Toolward {
                         interval,
                     )?);
                 }
+                let audit: Arc<dyn AuditStore> = pg_audit;
                 let approvals: Arc<dyn ApprovalStore> =
                     Arc::new(PgApprovals::new(&store, config.limits.approval_timeout())?);
                 // The fleet's counters and `requestState` ledger: limits and one-use states

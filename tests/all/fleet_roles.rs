@@ -928,7 +928,7 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 2 to 6"),
+        migrated.contains("migrated the schema from version 2 to 7"),
         "{migrated}"
     );
     let gateway = db.connect(GATEWAY).await;
@@ -967,7 +967,7 @@ async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_whi
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 3 to 6")
+        migrated.contains("migrated the schema from version 3 to 7")
             && migrated.contains("granted the rights of docs/fleet.md")
             && !migrated.contains("drift:"),
         "{migrated}"

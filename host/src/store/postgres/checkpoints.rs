@@ -394,13 +394,14 @@ pub async fn latest_note(
 }
 
 /// Starts signing checkpoints of `store`'s chain with `signer` as `origin`, every
-/// `interval` when the chain grew and once at shutdown, on a thread of its own (with its own
-/// Tokio runtime and pool). A checkpoint that cannot be signed is logged, never a refusal of
-/// calls.
+/// `interval` when the chain grew and once at shutdown (after `audit`, this gateway's writer,
+/// committed what it queued), on a thread of its own (with its own Tokio runtime and pool). A
+/// checkpoint that cannot be signed is logged, never a refusal of calls.
 ///
 /// # Errors
 /// As [`ChainSigner::new`]; [`CheckpointError::Chain`] when no runtime can be made.
 pub fn start_signing(
+    audit: Arc<super::PgAudit>,
     store: &PgStore,
     state: Arc<StateDir>,
     signer: NoteSigner,
@@ -415,7 +416,10 @@ pub fn start_signing(
             store: store.name().to_owned(),
             problem: format!("no runtime for the checkpoint signer: {e}"),
         })?;
-    Ok(Checkpointer::spawn(interval, move |_last| {
+    Ok(Checkpointer::spawn(interval, move |last| {
+        if last && let Err(error) = audit.flush() {
+            tracing::error!(%error, "the last audit records may come after the shutdown checkpoint");
+        }
         match runtime.block_on(chain.sign(true)) {
             Ok(Some(done)) => {
                 tracing::info!(size = done.checkpoint.size, checkpoint = %done.path.display(), "signed an audit checkpoint of the database's chain");
