@@ -676,7 +676,7 @@ pub fn read_latest_named(
     state: &StateDir,
     name: &Path,
 ) -> Result<(Option<Vec<u8>>, PathBuf), CheckpointError> {
-    let path = state.path().join(&name);
+    let path = state.path().join(name);
     let file = match state.open_private_file(name) {
         Ok(file) => file,
         Err(e) if e.not_found() => return Ok((None, path)),
