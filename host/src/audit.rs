@@ -941,6 +941,18 @@ impl Default for ChainCheck {
 }
 
 impl ChainCheck {
+    /// A check that goes on after `records` records that chained, the last hashing to
+    /// `last_hash`: for a reader that keeps what it read (the fleet's checkpoint signer) and
+    /// reads only the records after it.
+    #[must_use]
+    pub fn resume(records: u64, last_hash: &str) -> ChainCheck {
+        ChainCheck {
+            prev: last_hash.to_owned(),
+            next_seq: records,
+            line_no: records,
+        }
+    }
+
     /// Records that chained so far.
     #[must_use]
     pub fn records(&self) -> u64 {

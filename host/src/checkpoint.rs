@@ -38,6 +38,11 @@
 //! machine crash cannot take back a record a checkpoint covers; each reads the log once.
 //! The latest is kept in the state folder ([`CHECKPOINTS_DIR`]); a new one is signed only
 //! when the log still holds the records of the latest, unchanged.
+//!
+//! With `store.postgres`, the database's chain is the tree and each gateway signs with its
+//! own key (`crate::store::postgres::checkpoints`): the leaves are each record's `line`,
+//! the latest is kept in the state folder ([`store_latest_name`]) and in
+//! `toolward_checkpoints`.
 
 use std::fmt;
 use std::io::Read as _;
@@ -183,11 +188,19 @@ pub enum CheckpointError {
     /// No randomness for a new key.
     #[error("no randomness for a new checkpoint key: {0}")]
     Random(String),
-    /// `audit.checkpoint` with a store whose chain toolward does not yet sign.
-    #[error(
-        "`audit.checkpoint` signs the state folder's audit log; with `store.postgres` no gateway signs checkpoints yet (`toolward audit verify --config --checkpoint` still checks the database's chain against one)"
-    )]
-    NotForPostgres,
+    /// The fleet's database cannot be read, or the checkpoint cannot be kept there.
+    #[cfg(feature = "postgres")]
+    #[error(transparent)]
+    Store(#[from] crate::database::PgError),
+    /// The database's chain breaks, does not end at its head row, or no longer holds the
+    /// records a gateway read or its latest checkpoint covers.
+    #[error("PostgreSQL store {store}: {problem}; no checkpoint signed")]
+    Chain {
+        /// The store, as `PgStore::name` names it.
+        store: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// A checkpoint's body: which log, how many records, and the tree's root.
@@ -249,7 +262,7 @@ impl Checkpoint {
 
 /// Checks that `name` can name a key or a log in a note: not empty, at most
 /// [`MAX_NAME_BYTES`], printable, no spaces and no `+`.
-fn check_name(name: &str) -> Result<(), CheckpointError> {
+pub(crate) fn check_name(name: &str) -> Result<(), CheckpointError> {
     let bad = |reason| CheckpointError::BadName {
         name: crate::text::escape(name),
         reason,
@@ -632,6 +645,16 @@ pub fn latest_name(log: &Path) -> Result<PathBuf, AuditError> {
     Ok(Path::new(CHECKPOINTS_DIR).join(format!("{stem}.checkpoint")))
 }
 
+/// Where the latest checkpoint a gateway signed of the database `store` (as `PgStore::name`
+/// names it) is kept, relative to the state folder: `postgres-<sha256 of the name>`.
+#[must_use]
+pub fn store_latest_name(store: &str) -> PathBuf {
+    Path::new(CHECKPOINTS_DIR).join(format!(
+        "postgres-{}.checkpoint",
+        crate::canonical::sha256_hex(store.as_bytes())
+    ))
+}
+
 /// The latest checkpoint of the log at `log` as its file in `state` holds it (a signed
 /// note), and the file's path; `None` when none was written.
 ///
@@ -641,9 +664,20 @@ pub fn read_latest(
     state: &StateDir,
     log: &Path,
 ) -> Result<(Option<Vec<u8>>, PathBuf), CheckpointError> {
-    let name = latest_name(log)?;
-    let path = state.path().join(&name);
-    let file = match state.open_private_file(&name) {
+    read_latest_named(state, &latest_name(log)?)
+}
+
+/// The signed note kept at `name` in `state` ([`latest_name`], [`store_latest_name`]), and
+/// the file's path; `None` when none was written.
+///
+/// # Errors
+/// [`CheckpointError::State`] when the file is not private, or cannot be read.
+pub fn read_latest_named(
+    state: &StateDir,
+    name: &Path,
+) -> Result<(Option<Vec<u8>>, PathBuf), CheckpointError> {
+    let path = state.path().join(name);
+    let file = match state.open_private_file(name) {
         Ok(file) => file,
         Err(e) if e.not_found() => return Ok((None, path)),
         Err(e) => return Err(e.into()),
@@ -750,19 +784,29 @@ pub fn sign_log(
         })?,
     };
     let note = signer.sign(&checkpoint);
-    let dir = state.subdir(CHECKPOINTS_DIR)?;
-    let name = latest_name(log)?;
-    let file_name = name
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    replace_private_in(&dir, &file_name, note.as_bytes(), &latest_path)?;
+    keep_latest(state, &latest_name(log)?, &note)?;
     Ok(Signed {
         grew: earlier.is_none_or(|earlier| earlier.size < size),
         checkpoint,
         note,
         path: latest_path,
     })
+}
+
+/// Keeps `note` as the latest checkpoint at `name` in `state` (a private file, replaced
+/// whole) and returns its path.
+///
+/// # Errors
+/// [`CheckpointError::State`] when the folder or file cannot be written.
+pub fn keep_latest(state: &StateDir, name: &Path, note: &str) -> Result<PathBuf, CheckpointError> {
+    let path = state.path().join(name);
+    let dir = state.subdir(CHECKPOINTS_DIR)?;
+    let file_name = name
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    replace_private_in(&dir, &file_name, note.as_bytes(), &path)?;
+    Ok(path)
 }
 
 fn not_at_head(log: &Path, head: Option<&audit::AuditHead>) -> CheckpointError {
@@ -847,34 +891,40 @@ impl Checkpointer {
         origin: String,
         interval: Duration,
     ) -> Checkpointer {
+        let path = log.path().to_path_buf();
+        let mut signed: Option<u64> = None;
+        Checkpointer::spawn(interval, move |last| {
+            if last && let Err(error) = log.sync() {
+                tracing::error!(%error, "no audit checkpoint at shutdown");
+                return;
+            }
+            let head = audit::read_head(&state, &path).ok().and_then(|(head, _)| head);
+            if head.is_some() && head.map(|head| head.records) == signed {
+                return;
+            }
+            match sign_log(&path, &state, &signer, &origin) {
+                Ok(done) => {
+                    tracing::info!(size = done.checkpoint.size, checkpoint = %done.path.display(), "signed an audit checkpoint");
+                    signed = Some(done.checkpoint.size);
+                }
+                Err(error) => tracing::error!(%error, "no audit checkpoint signed"),
+            }
+        })
+    }
+
+    /// Runs `tick(false)` every `interval` on a thread of its own, and `tick(true)` once when
+    /// stopped; `tick` signs a checkpoint when its log grew, and logs what it cannot sign.
+    #[must_use]
+    pub fn spawn(interval: Duration, mut tick: impl FnMut(bool) + Send + 'static) -> Checkpointer {
         let (stop, stopped) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("toolward-checkpoints".to_owned())
             .spawn(move || {
-                let path = log.path().to_path_buf();
-                let mut signed: Option<u64> = None;
-                let sign = |signed: &mut Option<u64>| {
-                    let head = audit::read_head(&state, &path).ok().and_then(|(head, _)| head);
-                    if head.is_some() && head.map(|head| head.records) == *signed {
-                        return;
-                    }
-                    match sign_log(&path, &state, &signer, &origin) {
-                        Ok(done) => {
-                            tracing::info!(size = done.checkpoint.size, checkpoint = %done.path.display(), "signed an audit checkpoint");
-                            *signed = Some(done.checkpoint.size);
-                        }
-                        Err(error) => tracing::error!(%error, "no audit checkpoint signed"),
-                    }
-                };
                 loop {
                     match stopped.recv_timeout(interval) {
-                        Err(RecvTimeoutError::Timeout) => sign(&mut signed),
+                        Err(RecvTimeoutError::Timeout) => tick(false),
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                            if let Err(error) = log.sync() {
-                                tracing::error!(%error, "no audit checkpoint at shutdown");
-                                return;
-                            }
-                            sign(&mut signed);
+                            tick(true);
                             return;
                         }
                     }

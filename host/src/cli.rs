@@ -1006,10 +1006,10 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
         }
         Command::Audit {
             command: AuditCommand::Checkpoint { config, latest },
-        } => checkpoints::sign(&config, latest),
+        } => checkpoints::sign(&config, latest).await,
         Command::Audit {
             command: AuditCommand::Prove { seq, config, size },
-        } => checkpoints::prove(&config, seq, size),
+        } => checkpoints::prove(&config, seq, size).await,
         Command::Audit {
             command: AuditCommand::Keygen { name, out },
         } => checkpoints::keygen(&name, &out),

@@ -30,13 +30,15 @@
 //! | `toolward_labels` | one per session or sessionless principal that saw labels: what it has seen ([`PgLabels`](crate::store::postgres::PgLabels)) |
 //! | `toolward_oauth_grants` | one per server and principal (`''` for the operator's) signed in to an HTTP server: the grant, sealed under `store.oauth_key` (`crate::oauth::postgres`) |
 //! | `toolward_gateways` | one per running gateway: the state it publishes for the console ([`crate::gateways`]), as JSON text, and when it last wrote it |
+//! | `toolward_checkpoints` | one per signer key, origin and login role: the latest audit checkpoint that gateway signed of the chain (a C2SP signed note), its size, and when |
 //!
 //! Version 2 added the fact counters, the ledger and the key; version 3 the triggers that keep
 //! an answered approval as it was answered and each audit record's `seq` at the head
 //! ([`TRIGGERS`]); version 4 the sessions' labels; version 5 the OAuth grants; version 6 the
 //! gateways' published states and, on a held call, the channel its answer came through and
-//! the answerer's groups (the console's). `migrate` takes
-//! an older database to version 6 (what is missing created, the version row moved),
+//! the answerer's groups (the console's); version 7 the gateways' signed checkpoints of the
+//! chain. `migrate` takes
+//! an older database to version 7 (what is missing created, the version row moved),
 //! after which an older toolward refuses it: upgrade every gateway of the fleet together.
 //! After migrating it reports drift ([`Drift`]): what the tables hold beyond the roles'
 //! contract.
@@ -56,12 +58,13 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
 
-/// The schema version this toolward writes and reads: 6 (5 without the gateways' states and
+/// The schema version this toolward writes and reads: 7 (6 without the gateways' signed
+/// checkpoints, 5 without the gateways' states and
 /// the answer's channel and groups, 4 without the OAuth grants, 3
 /// without the sessions' labels, 2 without the triggers that keep an answered approval and
 /// the chain's `seq` as toolward writes them, 1 without the fact counters and the
 /// `requestState` ledger).
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// The name of the fleet's `requestState` MAC key in `toolward_keys`: `request-state`.
 pub const REQUEST_STATE_KEY_NAME: &str = "request-state";
@@ -100,6 +103,9 @@ pub const ROLES: &[&str] = &[
 /// key), `toolward_labels` (sessions' labels: joined as results are delivered, lapsed rows
 /// deleted) and `toolward_oauth_grants` (sealed OAuth grants: written by `auth login`, renewed
 /// by whichever gateway needs a new token, deleted by `auth logout`) are the gateways' alone.
+/// `toolward_checkpoints` (each gateway's latest signed checkpoint, a row per login: a
+/// trigger keeps another login's rows from it) is written by the gateways and read by the
+/// auditors and the console; nobody but the owner deletes a row.
 pub const GRANTS: &str = "\
 GRANT SELECT ON toolward_schema TO toolward_gateway;
 GRANT SELECT, INSERT ON toolward_audit TO toolward_gateway;
@@ -111,10 +117,11 @@ GRANT SELECT ON toolward_keys TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_labels TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_oauth_grants TO toolward_gateway;
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolward_gateways TO toolward_gateway;
+GRANT SELECT, INSERT, UPDATE (size, note) ON toolward_checkpoints TO toolward_gateway;
 GRANT SELECT ON toolward_schema TO toolward_approver;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms) ON toolward_approvals TO toolward_approver;
-GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head TO toolward_auditor;
-GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head, toolward_gateways TO toolward_console;
+GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head, toolward_checkpoints TO toolward_auditor;
+GRANT SELECT ON toolward_schema, toolward_audit, toolward_audit_head, toolward_gateways, toolward_checkpoints TO toolward_console;
 GRANT SELECT, UPDATE (state, reason, answerer, answerer_uid, answered_from, answered_at_ms, answered_through, answerer_groups) ON toolward_approvals TO toolward_console;
 ";
 
@@ -181,6 +188,7 @@ const TABLES: &[&str] = &[
     "toolward_labels",
     "toolward_oauth_grants",
     "toolward_gateways",
+    "toolward_checkpoints",
 ];
 
 /// One privilege [`GRANTS`] gives: the table, the role, the privilege (`SELECT`) and the
@@ -1042,7 +1050,7 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("`postgres://{host}:{port}/{db}`")
 }
 
-/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 to 5
+/// The tables of the schema, version [`SCHEMA_VERSION`]. Idempotent; on a version 1 to 6
 /// database it adds what is missing and moves the version row (never down: [`PgStore::migrate`] refuses a
 /// newer version before running it).
 const SCHEMA: &str = r"
@@ -1050,8 +1058,8 @@ CREATE TABLE IF NOT EXISTS toolward_schema (
     id integer PRIMARY KEY CHECK (id = 1),
     version integer NOT NULL
 );
-INSERT INTO toolward_schema (id, version) VALUES (1, 6)
-    ON CONFLICT (id) DO UPDATE SET version = 6 WHERE toolward_schema.version < 6;
+INSERT INTO toolward_schema (id, version) VALUES (1, 7)
+    ON CONFLICT (id) DO UPDATE SET version = 7 WHERE toolward_schema.version < 7;
 CREATE TABLE IF NOT EXISTS toolward_audit (
     seq bigint PRIMARY KEY CHECK (seq >= 0),
     line bytea NOT NULL
@@ -1121,6 +1129,15 @@ CREATE TABLE IF NOT EXISTS toolward_gateways (
     updated_at_ms bigint NOT NULL CHECK (updated_at_ms >= 0),
     writer text NOT NULL DEFAULT session_user
 );
+CREATE TABLE IF NOT EXISTS toolward_checkpoints (
+    signer text NOT NULL CHECK (signer <> ''),
+    origin text NOT NULL CHECK (origin <> ''),
+    writer text NOT NULL DEFAULT session_user,
+    size bigint NOT NULL CHECK (size >= 0),
+    note text NOT NULL,
+    updated_at_ms bigint NOT NULL DEFAULT 0 CHECK (updated_at_ms >= 0),
+    PRIMARY KEY (signer, origin, writer)
+);
 ";
 
 /// The triggers of version 3, run by every [`PgStore::migrate`] after [`SCHEMA`]: each
@@ -1152,6 +1169,13 @@ CREATE TABLE IF NOT EXISTS toolward_gateways (
 ///   insert or update is stamped with the database's clock, not the writer's. One stolen
 ///   gateway login can neither hide another gateway's refused tools nor keep a fake row
 ///   live by dating it ahead.
+///
+/// Version 7 adds one:
+///
+/// - `toolward_checkpoints_own_row`: as `toolward_gateways_own_row`, for the gateways'
+///   signed checkpoints: a row is its writer's (`session_user`, part of the key, so one login
+///   cannot take the row of a key it does not hold before that key's gateway writes it),
+///   another login's update is refused, and each write is stamped with the database's clock.
 ///
 /// The functions only raise or stamp (`SECURITY INVOKER`) and read the head row by a `search_path` of
 /// the schema the tables are in, then `pg_temp` last, so a temporary table of the
@@ -1216,6 +1240,27 @@ BEGIN
     RETURN NEW;
 END
 $$;
+CREATE OR REPLACE FUNCTION toolward_checkpoints_own_row() RETURNS trigger
+    LANGUAGE plpgsql SECURITY INVOKER AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        NEW.writer := session_user;
+    ELSE
+        IF OLD.writer IS DISTINCT FROM session_user THEN
+            RAISE EXCEPTION 'toolward_checkpoints: the checkpoint row of % is %''s: a role changes or deletes its own rows only', OLD.signer, OLD.writer
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        NEW.writer := OLD.writer;
+        NEW.signer := OLD.signer;
+        NEW.origin := OLD.origin;
+    END IF;
+    NEW.updated_at_ms := (extract(epoch from clock_timestamp()) * 1000)::bigint;
+    RETURN NEW;
+END
+$$;
 CREATE OR REPLACE FUNCTION toolward_gateways_own_row() RETURNS trigger
     LANGUAGE plpgsql SECURITY INVOKER AS $$
 BEGIN
@@ -1241,9 +1286,10 @@ BEGIN
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_below_head() SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_audit_head_forward() SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format('ALTER FUNCTION toolward_gateways_own_row() SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format('ALTER FUNCTION toolward_checkpoints_own_row() SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $$;
-REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head(), toolward_audit_head_forward(), toolward_gateways_own_row() FROM PUBLIC;
+REVOKE ALL ON FUNCTION toolward_approvals_answered_once(), toolward_audit_at_head(), toolward_audit_below_head(), toolward_audit_head_forward(), toolward_gateways_own_row(), toolward_checkpoints_own_row() FROM PUBLIC;
 DROP TRIGGER IF EXISTS toolward_approvals_answered_once ON toolward_approvals;
 CREATE TRIGGER toolward_approvals_answered_once BEFORE UPDATE ON toolward_approvals
     FOR EACH ROW EXECUTE FUNCTION toolward_approvals_answered_once();
@@ -1260,6 +1306,9 @@ CREATE TRIGGER toolward_audit_head_forward BEFORE UPDATE ON toolward_audit_head
 DROP TRIGGER IF EXISTS toolward_gateways_own_row ON toolward_gateways;
 CREATE TRIGGER toolward_gateways_own_row BEFORE INSERT OR UPDATE OR DELETE ON toolward_gateways
     FOR EACH ROW EXECUTE FUNCTION toolward_gateways_own_row();
+DROP TRIGGER IF EXISTS toolward_checkpoints_own_row ON toolward_checkpoints;
+CREATE TRIGGER toolward_checkpoints_own_row BEFORE INSERT OR UPDATE OR DELETE ON toolward_checkpoints
+    FOR EACH ROW EXECUTE FUNCTION toolward_checkpoints_own_row();
 ";
 
 /// The triggers [`TRIGGERS`] makes, as `(table, trigger)`: `migrate` reports any other
@@ -1270,6 +1319,7 @@ const OWN_TRIGGERS: &[(&str, &str)] = &[
     ("toolward_audit", "toolward_audit_below_head"),
     ("toolward_audit_head", "toolward_audit_head_forward"),
     ("toolward_gateways", "toolward_gateways_own_row"),
+    ("toolward_checkpoints", "toolward_checkpoints_own_row"),
 ];
 
 /// This machine and process, as the approvals table records who held a call and where an
@@ -1476,7 +1526,7 @@ mod tests {
         .to_string();
         assert_eq!(
             error,
-            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 6: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
+            "PostgreSQL store `postgres://db.internal:5433/fleet`: holds schema version 1, and this toolward needs version 7: run `toolward store migrate --config gw.json` as the role that owns the tables (docs/fleet.md)"
         );
     }
 }

@@ -70,7 +70,7 @@ pub enum StartFailure {
     /// The fact counters in the state folder cannot be opened (`docs/facts.md`).
     #[error(transparent)]
     Facts(#[from] crate::facts::FactError),
-    /// The `audit.checkpoint` key cannot be read, or the store does not take checkpoints.
+    /// The `audit.checkpoint` key or origin cannot be used.
     #[error(transparent)]
     #[cfg(feature = "checkpoints")]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
@@ -122,7 +122,7 @@ pub struct Toolward {
     session: String,
     supervisors: std::sync::Mutex<Supervisors>,
     state: Arc<StateDir>,
-    /// Signs checkpoints of the state folder's log (`audit.checkpoint`).
+    /// Signs checkpoints of the state folder's log or the database's chain (`audit.checkpoint`).
     #[cfg(feature = "checkpoints")]
     checkpointer: std::sync::Mutex<Option<crate::checkpoint::Checkpointer>>,
 }
@@ -159,11 +159,8 @@ impl Toolward {
         // The signer key is read before anything starts: a key that cannot be used stops
         // the start, naming it.
         #[cfg(feature = "checkpoints")]
-        let signer = match &config.audit.checkpoint {
+        let mut signer = match &config.audit.checkpoint {
             None => None,
-            Some(_) if !matches!(config.store, StoreConfig::StateDir) => {
-                return Err(crate::checkpoint::CheckpointError::NotForPostgres.into());
-            }
             Some(checkpoint) => {
                 let signer = crate::checkpoint::NoteSigner::read(&checkpoint.key)?;
                 let origin = checkpoint
@@ -187,6 +184,9 @@ impl Toolward {
                 });
             }
         };
+        // Signs checkpoints of the log: the state folder's, or the database's chain.
+        #[cfg(feature = "checkpoints")]
+        let mut checkpointer = None;
         #[cfg(feature = "postgres")]
         let shared = match &config.store {
             StoreConfig::StateDir => None,
@@ -195,7 +195,20 @@ impl Toolward {
                 if let Some(file) = &config.file {
                     store = store.with_config_file(file);
                 }
-                let audit: Arc<dyn AuditStore> = Arc::new(PgAudit::open(&store).await?);
+                let pg_audit = Arc::new(PgAudit::open(&store).await?);
+                // Each gateway signs the database's chain with its own key.
+                #[cfg(feature = "checkpoints")]
+                if let Some((signer, origin, interval)) = signer.take() {
+                    checkpointer = Some(crate::store::postgres::checkpoints::start_signing(
+                        Arc::clone(&pg_audit),
+                        &store,
+                        Arc::clone(&state),
+                        signer,
+                        origin,
+                        interval,
+                    )?);
+                }
+                let audit: Arc<dyn AuditStore> = pg_audit;
                 let approvals: Arc<dyn ApprovalStore> =
                     Arc::new(PgApprovals::new(&store, config.limits.approval_timeout())?);
                 // The fleet's counters and `requestState` ledger: limits and one-use states
@@ -225,8 +238,6 @@ impl Toolward {
         // each under the file's lock. Opened before any server starts: a log made after a
         // server started would not be covered in its namespaces (only Landlock would withhold
         // it, and Landlock does not withhold a file's mode).
-        #[cfg(feature = "checkpoints")]
-        let mut checkpointer = None;
         let (audit, approvals, fleet) = match shared {
             Some(shared) => shared,
             None => {
@@ -239,7 +250,7 @@ impl Toolward {
                     &state,
                 )?);
                 #[cfg(feature = "checkpoints")]
-                if let Some((signer, origin, interval)) = signer {
+                if let Some((signer, origin, interval)) = signer.take() {
                     checkpointer = Some(crate::checkpoint::Checkpointer::start(
                         Arc::clone(&log),
                         Arc::clone(&state),

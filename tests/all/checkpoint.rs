@@ -17,7 +17,7 @@ use crate::support::{FAKE_SERVER, audit_lines, toolward_binary};
 
 // ---- RFC 6962 §2.1, written plainly from the text --------------------------------------
 
-fn sha256(parts: &[&[u8]]) -> [u8; 32] {
+pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update(part);
@@ -35,7 +35,7 @@ fn k_of(n: usize) -> usize {
 }
 
 /// `MTH(D[n])`.
-fn mth(d: &[Vec<u8>]) -> [u8; 32] {
+pub(crate) fn mth(d: &[Vec<u8>]) -> [u8; 32] {
     match d.len() {
         0 => sha256(&[]),
         1 => sha256(&[&[0u8], &d[0]]),
@@ -47,7 +47,7 @@ fn mth(d: &[Vec<u8>]) -> [u8; 32] {
 }
 
 /// `PATH(m, D[n])`.
-fn rfc_path(m: usize, d: &[Vec<u8>]) -> Vec<[u8; 32]> {
+pub(crate) fn rfc_path(m: usize, d: &[Vec<u8>]) -> Vec<[u8; 32]> {
     let n = d.len();
     if n <= 1 {
         return Vec::new();
@@ -83,14 +83,14 @@ fn rfc_subproof(m: usize, d: &[Vec<u8>], b: bool) -> Vec<[u8; 32]> {
 }
 
 /// `PROOF(m, D[n])`.
-fn rfc_proof(m: usize, d: &[Vec<u8>]) -> Vec<[u8; 32]> {
+pub(crate) fn rfc_proof(m: usize, d: &[Vec<u8>]) -> Vec<[u8; 32]> {
     if m == 0 || m == d.len() {
         return Vec::new();
     }
     rfc_subproof(m, d, true)
 }
 
-fn hexes(proof: &[[u8; 32]]) -> Vec<String> {
+pub(crate) fn hexes(proof: &[[u8; 32]]) -> Vec<String> {
     proof.iter().map(hex::encode).collect()
 }
 
@@ -98,7 +98,7 @@ fn hexes(proof: &[[u8; 32]]) -> Vec<String> {
 
 /// The origin, size and root of `note` once its one signature verifies with the verifier key
 /// `vkey` (`name+id+base64(0x01 || key)`); `None` when it does not.
-fn open_checkpoint(note: &str, vkey: &str) -> Option<(String, u64, [u8; 32])> {
+pub(crate) fn open_checkpoint(note: &str, vkey: &str) -> Option<(String, u64, [u8; 32])> {
     let mut fields = vkey.trim().splitn(3, '+');
     let (name, id, key) = (fields.next()?, fields.next()?, fields.next()?);
     let key = BASE64.decode(key).ok()?;
@@ -253,7 +253,7 @@ impl Setup {
     }
 }
 
-fn text(output: &Output) -> String {
+pub(crate) fn text(output: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

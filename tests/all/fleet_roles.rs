@@ -232,15 +232,15 @@ async fn migrate_as_the_owner_creates_the_schema_once_and_says_what_it_did() {
     };
     let first = db.migrate();
     assert!(
-        first.contains("created the schema, version 6")
+        first.contains("created the schema, version 7")
             && first.contains("granted the rights of docs/fleet.md to `toolward_gateway`, `toolward_approver`, `toolward_auditor`")
-            && first.contains("schema version 6")
+            && first.contains("schema version 7")
             && !first.contains("drift:"),
         "{first}"
     );
     let again = db.migrate();
     assert!(
-        again.contains("schema version 6 already; nothing to create")
+        again.contains("schema version 7 already; nothing to create")
             && !again.contains("made the fleet's"),
         "{again}"
     );
@@ -572,7 +572,7 @@ async fn a_gateway_on_an_unmigrated_database_refuses_naming_store_migrate_and_cr
     let (ok, stdout, stderr) = toolward(&config, &["call", "s__echo"]);
     assert!(!ok, "a call on an unmigrated database succeeded: {stdout}");
     let expected = format!(
-        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 6: run `toolward store migrate --config {}` as the role that owns the tables",
+        "PostgreSQL store `{}/{}`: holds no toolward schema, and this toolward needs version 7: run `toolward store migrate --config {}` as the role that owns the tables",
         db.server,
         db.name,
         config.display()
@@ -923,12 +923,12 @@ async fn a_version_2_database_is_refused_until_migrate_adds_the_triggers() {
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 2, and this toolward needs version 6: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 2, and this toolward needs version 7: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 2 to 6"),
+        migrated.contains("migrated the schema from version 2 to 7"),
         "{migrated}"
     );
     let gateway = db.connect(GATEWAY).await;
@@ -962,12 +962,12 @@ async fn a_version_3_database_is_refused_until_migrate_adds_the_labels_table_whi
         .unwrap();
     let (ok, stdout, stderr) = toolward(&db.config(GATEWAY), &["call", "s__echo"]);
     assert!(
-        !ok && stderr.contains("holds schema version 3, and this toolward needs version 6: run `toolward store migrate --config"),
+        !ok && stderr.contains("holds schema version 3, and this toolward needs version 7: run `toolward store migrate --config"),
         "{stdout}{stderr}"
     );
     let migrated = db.migrate();
     assert!(
-        migrated.contains("migrated the schema from version 3 to 6")
+        migrated.contains("migrated the schema from version 3 to 7")
             && migrated.contains("granted the rights of docs/fleet.md")
             && !migrated.contains("drift:"),
         "{migrated}"
@@ -1235,5 +1235,113 @@ async fn migrate_refuses_toolward_tables_another_role_made_before_it() {
     drop(mallory);
     db.run_as_superuser("REVOKE CONNECT ON DATABASE toolward FROM toolward_mallory")
         .await;
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_role_keeps_its_own_checkpoint_rows_which_auditors_and_the_console_read_but_no_other_login_writes()
+ {
+    let Some(db) = RoleDatabase::new("checkpoint rows").await else {
+        return;
+    };
+    db.migrate();
+    let gateway = db.config(GATEWAY);
+    let vkey =
+        crate::checkpoint_fleet::add_checkpoint_key(&gateway, "toolward.test/roles/gw1", 600_000);
+    let (ok, stdout, stderr) = toolward(&gateway, &["call", "s__echo"]);
+    assert!(ok, "a call as the gateway failed: {stdout}{stderr}");
+    let (ok, note, stderr) = toolward(&gateway, &["audit", "checkpoint"]);
+    assert!(
+        ok,
+        "`audit checkpoint` as the gateway failed: {note}{stderr}"
+    );
+    let (ok, proved, stderr) = toolward(&gateway, &["audit", "prove", "0"]);
+    assert!(ok, "`audit prove` as the gateway failed: {proved}{stderr}");
+
+    // The auditors and the console read the row, written by the gateway's login.
+    for role in [AUDITOR, CONSOLE] {
+        let client = db.connect(role).await;
+        let row = client
+            .query_one("SELECT signer, writer, note FROM toolward_checkpoints", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), vkey);
+        assert_eq!(row.get::<_, String>(1), GATEWAY.0);
+        assert_eq!(row.get::<_, String>(2), note);
+        for statement in [
+            "INSERT INTO toolward_checkpoints (signer, origin, size, note) VALUES ('x', 'y', 0, '')",
+            "UPDATE toolward_checkpoints SET size = 0",
+            "DELETE FROM toolward_checkpoints",
+        ] {
+            assert_denied(&client, role.0, statement).await;
+        }
+    }
+    let approver = db.connect(APPROVER).await;
+    assert_denied(&approver, APPROVER.0, "SELECT * FROM toolward_checkpoints").await;
+    // Copied away, the auditor checks the chain against it.
+    let away = db.fleet.dir.path().join("gw1.checkpoint");
+    std::fs::write(&away, &note).unwrap();
+    let (ok, stdout, stderr) = toolward(
+        &db.config(AUDITOR),
+        &[
+            "audit",
+            "verify",
+            "--checkpoint",
+            away.to_str().unwrap(),
+            "--public-key",
+            &vkey,
+        ],
+    );
+    assert!(
+        ok && stdout.contains("the log holds them unchanged"),
+        "{stdout}{stderr}"
+    );
+
+    // The gateway neither deletes its row nor moves it to another key; another gateway's
+    // login neither rewrites nor deletes it, as itself or as the group role.
+    let own = db.connect(GATEWAY).await;
+    for statement in [
+        "DELETE FROM toolward_checkpoints",
+        "UPDATE toolward_checkpoints SET signer = 'x'",
+        "UPDATE toolward_checkpoints SET writer = 'x'",
+    ] {
+        assert_denied(&own, GATEWAY.0, statement).await;
+    }
+    let admin = connect(&db.admin_url).await;
+    admin
+        .batch_execute(
+            "CREATE ROLE toolward_gw2 LOGIN PASSWORD 'GW2-PASSWORD' IN ROLE toolward_gateway",
+        )
+        .await
+        .or_else(|e| {
+            (e.code().map(|c| c.code()) == Some(DUPLICATE_OBJECT))
+                .then_some(())
+                .ok_or(e)
+        })
+        .unwrap();
+    let second = db.connect(("toolward_gw2", "GW2-PASSWORD")).await;
+    for statement in [
+        "UPDATE toolward_checkpoints SET note = 'forged', size = 0",
+        "DELETE FROM toolward_checkpoints",
+        "SET ROLE toolward_gateway; UPDATE toolward_checkpoints SET note = 'forged'",
+    ] {
+        assert_denied(&second, "toolward_gw2", statement).await;
+    }
+    second.batch_execute("RESET ROLE").await.unwrap();
+    // A row of its own for the same key (it cannot sign with it) leaves the gateway's row be.
+    second
+        .batch_execute(&format!(
+            "INSERT INTO toolward_checkpoints (signer, origin, size, note) VALUES ('{vkey}', 'toolward.test/roles/gw1', 0, 'planted')"
+        ))
+        .await
+        .unwrap();
+    let (ok, again, stderr) = toolward(&gateway, &["audit", "checkpoint"]);
+    assert!(
+        ok,
+        "a planted row stopped the gateway's checkpoint: {again}{stderr}"
+    );
+    let (ok, latest, stderr) = toolward(&gateway, &["audit", "checkpoint", "--latest"]);
+    assert!(ok && latest == again, "{latest}{stderr}");
+    drop((own, second, admin, approver));
     db.drop_database().await;
 }

@@ -11,6 +11,7 @@ mod approvals;
 mod call;
 mod cedar;
 mod checkpoint;
+mod checkpoint_fleet;
 mod cli_output;
 mod component;
 mod console;

@@ -1031,10 +1031,10 @@ CREATE TABLE toolward_audit_head (id integer PRIMARY KEY CHECK (id = 1), next_se
 /// tables (and the version 3 triggers) and moves the version row to 5; the counters, the
 /// ledger and the labels then work on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_6_with_the_facts_ledger_labels_grants_and_gateways_tables()
+async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_7_with_the_facts_ledger_labels_grants_gateways_and_checkpoints_tables()
  {
     let Some(url) = test_database_url(
-        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_6_with_the_facts_ledger_labels_grants_and_gateways_tables",
+        "a_version_1_database_is_refused_until_migrate_takes_it_to_version_7_with_the_facts_ledger_labels_grants_gateways_and_checkpoints_tables",
     ) else {
         return;
     };
@@ -1063,11 +1063,11 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_6_wit
         .unwrap_err()
         .to_string();
     assert!(
-        refused.contains("holds schema version 1, and this toolward needs version 6"),
+        refused.contains("holds schema version 1, and this toolward needs version 7"),
         "{refused}"
     );
     let migration = store.migrate(&v1_pool).await.unwrap();
-    assert_eq!((migration.from, migration.to), (Some(1), 6));
+    assert_eq!((migration.from, migration.to), (Some(1), 7));
     let facts = PgFacts::open(&store).await.unwrap();
     let version: i32 = v1
         .query_one("SELECT version FROM toolward_schema", &[])
@@ -1075,7 +1075,16 @@ async fn a_version_1_database_is_refused_until_migrate_takes_it_to_version_6_wit
         .unwrap()
         .get(0);
     assert_eq!(version, toolward::store::postgres::SCHEMA_VERSION);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
+    let checkpoints: i64 = v1
+        .query_one("SELECT count(*) FROM toolward_checkpoints", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        checkpoints, 0,
+        "version 7 adds the gateways' checkpoints, empty"
+    );
     let keys = fact_keys("fs", "write", "");
     let now = fact_time();
     facts.reserve(&keys, now).await.unwrap();

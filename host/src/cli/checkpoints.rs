@@ -43,9 +43,6 @@ fn signer_of(
             config_path.display()
         )));
     };
-    if !matches!(config.store, crate::config::StoreConfig::StateDir) {
-        return Err(usage(checkpoint::CheckpointError::NotForPostgres));
-    }
     let signer = NoteSigner::read(&settings.key).map_err(usage)?;
     let origin = settings
         .origin
@@ -54,11 +51,15 @@ fn signer_of(
     Ok((signer, origin))
 }
 
-/// `audit checkpoint --config`: signs a checkpoint of the log now and prints it; with
-/// `--latest`, prints the latest kept without signing.
-pub(super) fn sign(config_path: &Path, latest: bool) -> Result<ExitCode, Failure> {
+/// `audit checkpoint --config`: signs a checkpoint of the log (with `store.postgres`, the
+/// database's chain) now and prints it; with `--latest`, prints the latest kept without
+/// signing.
+pub(super) async fn sign(config_path: &Path, latest: bool) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
     let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
+    if let crate::config::StoreConfig::Postgres { url, .. } = &config.store {
+        return sign_store(&config, config_path, url, state, latest).await;
+    }
     if latest {
         let (note, path) = checkpoint::read_latest(&state, &config.audit.file).map_err(failure)?;
         let Some(note) = note else {
@@ -90,6 +91,68 @@ pub(super) fn sign(config_path: &Path, latest: bool) -> Result<ExitCode, Failure
         config.audit.file.display(),
         signed.path.display(),
         signer.verifier()
+    );
+    out!("{}", signed.note)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit checkpoint --config` with `store.postgres`: the database's chain, read whole, signed
+/// with this config's key, kept in the state folder and in `toolward_checkpoints`; with
+/// `--latest`, the largest this key signed as this origin, from the table or else the state
+/// folder, printed once it opens with the key.
+async fn sign_store(
+    config: &crate::config::Config,
+    config_path: &Path,
+    url: &str,
+    state: crate::store::StateDir,
+    latest: bool,
+) -> Result<ExitCode, Failure> {
+    use crate::store::postgres::checkpoints;
+    let store = super::pg_store(url, config_path)?;
+    let (signer, origin) = signer_of(config, config_path)?;
+    let verifier = signer.verifier();
+    if latest {
+        let note = match checkpoints::latest_note(&store, &verifier, &origin)
+            .await
+            .map_err(failure)?
+        {
+            Some(note) => note.into_bytes(),
+            None => {
+                let name = checkpoint::store_latest_name(store.name());
+                let (note, path) = checkpoint::read_latest_named(&state, &name).map_err(failure)?;
+                let Some(note) = note else {
+                    return Err(usage(anyhow!(
+                        "no checkpoint of PostgreSQL store {} by key `{}` yet (none in toolward_checkpoints, and `{}` does not exist): run `toolward audit checkpoint --config {}`",
+                        store.name(),
+                        verifier.name(),
+                        path.display(),
+                        config_path.display()
+                    )));
+                };
+                let what = format!("`{}`", path.display());
+                verifier.open(&note, &what).map_err(failure)?;
+                note
+            }
+        };
+        out!("{}", String::from_utf8_lossy(&note))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut chain =
+        checkpoints::ChainSigner::new(&store, std::sync::Arc::new(state), signer, origin)
+            .map_err(usage)?;
+    let signed = chain
+        .sign(false)
+        .await
+        .map_err(|e| Failure {
+            code: EXIT_FOUND,
+            error: e.into(),
+        })?
+        .ok_or_else(|| failure(anyhow!("no checkpoint signed")))?;
+    errln!(
+        "checkpoint of {} records of PostgreSQL store {}, kept in `{}` and in toolward_checkpoints; verify it anywhere with the verifier key {verifier}",
+        signed.checkpoint.size,
+        store.name(),
+        signed.path.display(),
     );
     out!("{}", signed.note)?;
     Ok(ExitCode::SUCCESS)
@@ -180,13 +243,32 @@ pub(super) fn report_text(report: &CheckReport, file: &Path, key: &str) -> Resul
 }
 
 /// `audit prove SEQ --config [--size N]`: the inclusion proof of record SEQ in the tree of the
-/// log's first N records (default: every record up to the head), as JSON.
-pub(super) fn prove(config_path: &Path, seq: u64, size: Option<u64>) -> Result<ExitCode, Failure> {
+/// log's first N records (default: every record up to the head), as JSON. With
+/// `store.postgres`, the database's chain up to its head row.
+pub(super) async fn prove(
+    config_path: &Path,
+    seq: u64,
+    size: Option<u64>,
+) -> Result<ExitCode, Failure> {
     let config = read_config(config_path)?;
-    if !matches!(config.store, crate::config::StoreConfig::StateDir) {
-        return Err(usage(anyhow!(
-            "`audit prove` reads the state folder's audit log; with `store.postgres` it does not prove records yet"
-        )));
+    if let crate::config::StoreConfig::Postgres { url, .. } = &config.store {
+        let store = super::pg_store(url, config_path)?;
+        let pool = store.pool().map_err(failure)?;
+        store.check_schema(&pool).await.map_err(failure)?;
+        let mut leaves = crate::store::postgres::checkpoints::ChainLeaves::new();
+        leaves
+            .read_to_head(&store, &pool)
+            .await
+            .map_err(|e| Failure {
+                code: EXIT_FOUND,
+                error: e.into(),
+            })?;
+        return print_proof(
+            leaves.tree(),
+            seq,
+            size,
+            &format!("PostgreSQL store {}", store.name()),
+        );
     }
     let state = crate::store::StateDir::open(&config.state_dir).map_err(usage)?;
     let log: PathBuf = config.audit.file.clone();
@@ -198,15 +280,30 @@ pub(super) fn prove(config_path: &Path, seq: u64, size: Option<u64>) -> Result<E
             .map(|head| head.records),
     };
     let read = checkpoint::read_tree(&log, upto).map_err(failure)?;
-    let size = size.unwrap_or(read.tree.size());
+    print_proof(
+        &read.tree,
+        seq,
+        size,
+        &format!("audit log `{}`", log.display()),
+    )
+}
+
+/// Prints the inclusion proof of leaf `seq` in the tree of `tree`'s first `size` leaves
+/// (default: all of them), as JSON; `what` names the log in errors.
+fn print_proof(
+    tree: &crate::merkle::Tree,
+    seq: u64,
+    size: Option<u64>,
+    what: &str,
+) -> Result<ExitCode, Failure> {
+    let size = size.unwrap_or(tree.size());
     let found = |e: crate::merkle::ProofError| Failure {
         code: EXIT_FOUND,
-        error: anyhow!("audit log `{}`: {e}", log.display()),
+        error: anyhow!("{what}: {e}"),
     };
-    let proof = read.tree.inclusion_proof(seq, size).map_err(found)?;
-    let root = read.tree.root(size).map_err(found)?;
-    let leaf = read
-        .tree
+    let proof = tree.inclusion_proof(seq, size).map_err(found)?;
+    let root = tree.root(size).map_err(found)?;
+    let leaf = tree
         .leaf(seq)
         .ok_or_else(|| found(crate::merkle::ProofError::NoLeaf { index: seq, size }))?;
     let value = serde_json::json!({

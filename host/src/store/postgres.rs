@@ -2,10 +2,13 @@
 //! one audit chain ([`PgAudit`]), one approvals queue ([`PgApprovals`]), the fact counters
 //! ([`PgFacts`]), the `requestState` ledger ([`PgLedger`]) and sessions' labels
 //! ([`PgLabels`]) across every gateway, and the gateways' published states
-//! ([`PgGateways`]) for the console.
+//! ([`PgGateways`]) for the console, and the gateways' signed checkpoints of the chain
+//! ([`checkpoints`], with the `checkpoints` feature).
 
 pub mod approvals;
 pub mod audit;
+#[cfg(feature = "checkpoints")]
+pub mod checkpoints;
 pub mod facts;
 pub mod gateways;
 pub mod labels;

@@ -138,6 +138,31 @@ impl PgAudit {
         events
     }
 
+    /// Waits until every record queued before it is committed (or failed): the writer takes
+    /// jobs in order, and an empty one commits nothing. The shutdown checkpoint waits on it
+    /// so it covers the records calls did not wait for.
+    ///
+    /// # Errors
+    /// [`AuditError::Postgres`] naming the store when the writer stopped or its transaction
+    /// failed.
+    pub fn flush(&self) -> Result<(), AuditError> {
+        let (reply, answer) = std_mpsc::sync_channel(1);
+        self.send(Job {
+            events: Vec::new(),
+            reply: Some(reply),
+        })?;
+        let store = self.store.name().to_owned();
+        match answer.recv() {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(reason)) => Err(AuditError::Postgres(PgError::Query {
+                store,
+                action: "commit audit records",
+                reason,
+            })),
+            Err(_) => Err(AuditError::Postgres(PgError::Stopped { store })),
+        }
+    }
+
     fn send(&self, job: Job) -> Result<(), AuditError> {
         self.jobs
             .as_ref()
