@@ -6,6 +6,16 @@
 //! approval) ─► forward ─► result cap ─► client; every step ─► audit. After the load,
 //! supervise watches each server (restart with backoff, pins checked again).
 //!
+//! # Embedding from values
+//!
+//! [`Toolward::start`] starts what a config file names, as `toolward serve` does.
+//! [`Toolward::builder`] starts a toolward from values instead ([`ToolwardBuilder`]): the
+//! servers as `mcpServers` entries, the rules text, policy components, policy settings and
+//! Cedar text as bytes, the [`Manifest`] [`pin()`] returned, and an [`AuditStore`] of the
+//! embedder's. Without [`ToolwardBuilder::state_dir`] and [`ToolwardBuilder::servers_dir`]
+//! it writes no file: no state folder, audit log, manifest file, counters or servers' homes
+//! (the audit records go to the store given, or stream from [`Toolward::audit_events`]).
+//!
 //! # Floors
 //!
 //! Each module imports only from modules on lower floors (a module's own submodules
@@ -156,7 +166,7 @@ pub use load::{
     ServerReport, Unclassified,
 };
 pub use registry::RegisteredTool;
-pub use start::{StartFailure, Toolward};
+pub use start::{StartFailure, Toolward, ToolwardBuilder};
 
 // The operator's configuration.
 pub use config::{
@@ -181,8 +191,9 @@ pub use store::ApprovalStore;
 
 // The audit chain: its records, where they go, and checking it.
 pub use audit::{
-    AuditDecision, AuditError, AuditEvent, AuditHead, AuditKind, AuditLog, AuditRecord, AuditStore,
-    AuditSync, ChainBreak, VerifyReport, verify, verify_with_head,
+    AUDIT_EVENTS_CAPACITY, AuditChain, AuditDecision, AuditError, AuditEvent, AuditHead, AuditKind,
+    AuditLog, AuditRecord, AuditStore, AuditSync, ChainBreak, ComponentHashes, GENESIS_PREV,
+    MemoryAudit, VerifyReport, verify, verify_with_head,
 };
 pub use state_dir::StateDir;
 
