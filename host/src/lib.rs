@@ -58,7 +58,7 @@
 //! | `console` | `toolward console`, the web console over the state folder, and its notifications of held calls (`console`); needs `listen` and `http-upstream` | minijinja (templates only, autoescaping), form_urlencoded |
 //! | `listen-oauth` | `listen.oauth`, the listener as an OAuth 2.1 resource server (`listen::oauth`); needs `listen` and `http-upstream` | jsonwebtoken (no crypto feature: its signatures are checked with ring, which rustls already brings) |
 //! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
-//! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
+//! | `otel` | OTLP export of traces and metrics, the `telemetry` section, or traces and metrics through a runtime's own providers (`ToolwardBuilder::otel_providers`) (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
 //! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`; `host/guests/cedar.wasm` is embedded only with it) | none |
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |

@@ -125,6 +125,9 @@ pub(crate) struct Values {
     pub manifest: Option<Manifest>,
     /// The audit store, instead of `audit.file` or [`MemoryAudit`].
     pub audit: Option<Arc<dyn AuditStore>>,
+    /// The runtime's own OpenTelemetry providers, instead of the `telemetry` section's export.
+    #[cfg(feature = "otel")]
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// A started toolward: the registered tools of every configured server behind the
@@ -379,18 +382,18 @@ impl Toolward {
         #[cfg(not(feature = "otel"))]
         let telemetry = None;
         #[cfg(feature = "otel")]
-        let telemetry = match &config.telemetry {
-            None => None,
-            Some(settings) => {
-                let telemetry = crate::telemetry::Telemetry::start(settings)?;
-                for server in &report.servers {
-                    if !server.refused.is_empty() {
-                        telemetry.load_refused(&server.server, server.refused.len() as u64);
-                    }
-                }
-                Some(telemetry)
-            }
+        // The runtime's own providers, else the export of the `telemetry` section.
+        let telemetry = match (values.telemetry, &config.telemetry) {
+            (Some(own), _) => Some(own),
+            (None, Some(settings)) => Some(crate::telemetry::Telemetry::start(settings)?),
+            (None, None) => None,
         };
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = &telemetry {
+            for server in report.servers.iter().filter(|s| !s.refused.is_empty()) {
+                telemetry.load_refused(&server.server, server.refused.len() as u64);
+            }
+        }
         let call_path = CallPath::new(
             registry,
             components.policy.clone(),

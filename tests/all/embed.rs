@@ -258,3 +258,74 @@ async fn a_builder_refuses_what_is_missing_or_contradictory_naming_it() {
         "{no_manifest}"
     );
 }
+
+/// With the runtime's own OpenTelemetry providers (exporting to memory here), a call's span
+/// with its steps as children, and the call's metrics, arrive through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_span_and_metrics_arrive_through_the_runtimes_own_opentelemetry_providers() {
+    use opentelemetry::Value as OtelValue;
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    let spans = InMemorySpanExporter::default();
+    let tracer_provider = SdkTracerProvider::builder()
+        .with_simple_exporter(spans.clone())
+        .build();
+    let metrics = InMemoryMetricExporter::default();
+    let meter_provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(metrics.clone()).build())
+        .build();
+    let (_scenario_dir, scenario) = scenario();
+    let embedder = tempfile::tempdir().unwrap();
+    let toolward = start(
+        builder(&scenario, embedder.path()).otel_providers(&tracer_provider, &meter_provider),
+    )
+    .await;
+    let read = crate::support::call(&toolward, "s__read").await;
+    assert!(!read.is_error(), "{}", read.text());
+    toolward.shutdown().await;
+    tracer_provider.force_flush().unwrap();
+    meter_provider.force_flush().unwrap();
+
+    let finished = spans.get_finished_spans().unwrap();
+    let call = finished
+        .iter()
+        .find(|span| span.name == "tools/call")
+        .unwrap_or_else(|| panic!("no `tools/call` span in {finished:?}"));
+    let attribute = |key: &str| {
+        call.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.clone())
+    };
+    assert_eq!(attribute("toolward.tool"), Some(OtelValue::from("s__read")));
+    assert_eq!(
+        attribute("toolward.principal"),
+        Some(OtelValue::from("embedder"))
+    );
+    assert_eq!(
+        attribute("toolward.outcome"),
+        Some(OtelValue::from("allowed"))
+    );
+    let steps: Vec<&str> = finished
+        .iter()
+        .filter(|span| span.parent_span_id == call.span_context.span_id())
+        .map(|span| span.name.as_ref())
+        .collect();
+    for step in ["validate", "decide", "forward"] {
+        assert!(steps.contains(&step), "`{step}` in {steps:?}");
+    }
+
+    let exported = metrics.get_finished_metrics().unwrap();
+    let names: Vec<String> = exported
+        .iter()
+        .flat_map(|resource| resource.scope_metrics())
+        .filter(|scope| scope.scope().name() == "toolward")
+        .flat_map(|scope| scope.metrics())
+        .map(|metric| metric.name().to_owned())
+        .collect();
+    for metric in ["toolward.calls", "toolward.upstream.duration"] {
+        assert!(names.iter().any(|n| n == metric), "`{metric}` in {names:?}");
+    }
+    assert!(entries(embedder.path()).is_empty());
+}

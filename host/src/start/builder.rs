@@ -72,6 +72,8 @@ pub struct ToolwardBuilder {
     state_dir: Option<PathBuf>,
     servers_dir: Option<PathBuf>,
     base_dir: Option<PathBuf>,
+    #[cfg(feature = "otel")]
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl Toolward {
@@ -174,6 +176,35 @@ impl ToolwardBuilder {
         self
     }
 
+    /// Traces and metrics through the runtime's own OpenTelemetry providers (the `otel`
+    /// feature): toolward's tracer and meter (scope `toolward`) come from them, with the
+    /// spans and metrics `telemetry` documents, and toolward starts no exporter of its own.
+    /// Excludes the `telemetry` setting.
+    #[cfg(feature = "otel")]
+    #[must_use]
+    pub fn otel_providers<T, M>(mut self, tracer_provider: &T, meter_provider: &M) -> Self
+    where
+        T: opentelemetry::trace::TracerProvider,
+        T::Tracer: Send + Sync + 'static,
+        <T::Tracer as opentelemetry::trace::Tracer>::Span: Send + Sync + 'static,
+        M: opentelemetry::metrics::MeterProvider + ?Sized,
+    {
+        self.telemetry = Some(crate::telemetry::Telemetry::from_providers(
+            tracer_provider,
+            meter_provider,
+        ));
+        self
+    }
+
+    /// As [`otel_providers`](Self::otel_providers), with the process's global providers
+    /// (`opentelemetry::global`) as they are when this is called: set them first.
+    #[cfg(feature = "otel")]
+    #[must_use]
+    pub fn otel_global(mut self) -> Self {
+        self.telemetry = Some(crate::telemetry::Telemetry::global());
+        self
+    }
+
     /// Sets a top-level config key other than those with a method here (`principal`,
     /// `limits`, `approvers`, `separator`, `tool_name_pattern`, `confine`, `guest`,
     /// `audit` without `file`, `telemetry`, …; `docs/config.md`), checked as the config
@@ -214,6 +245,13 @@ impl ToolwardBuilder {
             return Err(invalid(
                 "policy.cedar",
                 "Cedar policies are decided by the built-in Cedar component: give no policy component or settings with them",
+            ));
+        }
+        #[cfg(feature = "otel")]
+        if self.telemetry.is_some() && self.settings.contains_key("telemetry") {
+            return Err(invalid(
+                "telemetry",
+                "the runtime's OpenTelemetry providers were given: toolward exports through them, not over OTLP of its own",
             ));
         }
         let mut document = self.settings.clone();
@@ -286,6 +324,8 @@ impl ToolwardBuilder {
             Values {
                 manifest: Some(manifest),
                 audit: self.audit,
+                #[cfg(feature = "otel")]
+                telemetry: self.telemetry,
             },
         )
         .await
