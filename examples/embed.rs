@@ -1,13 +1,14 @@
-//! Embedding toolward in a runtime, end to end against the real filesystem server:
-//! a config built in code, pin, start (load), list the registered tools, call one with an
-//! approver given as a closure, read the load report.
+//! Embedding toolward in a runtime, end to end against the real filesystem server, writing
+//! no file: the server, the rules and the manifest given as values (`Toolward::builder`),
+//! pin, start (load), list the registered tools, call one with an approver given as a
+//! closure, and follow the audit records as they are made.
 //!
 //! Run: `bash tests/real-servers/install.sh && cargo run -p toolward --example embed`.
 
 use std::sync::Arc;
 
 use serde_json::json;
-use toolward::{ApprovalAnswer, Config, FnApprover};
+use toolward::{ApprovalAnswer, FnApprover, Toolward};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -20,40 +21,34 @@ async fn main() -> anyhow::Result<()> {
     });
     let server =
         format!("{installed}/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
-    let dir = tempfile::tempdir()?;
-    std::fs::create_dir(dir.path().join("sandbox"))?;
+    // The folder the filesystem server may touch: the runtime's workspace. toolward writes
+    // nothing in it, nor anywhere else: no state folder, no audit log, no manifest file.
+    let workspace = tempfile::tempdir()?;
     std::fs::write(
-        dir.path().join("sandbox/hello.txt"),
+        workspace.path().join("hello.txt"),
         "hello from an embedder\n",
     )?;
-    std::fs::write(
-        dir.path().join("rules.json"),
-        json!({"servers": {"fs": {"tools": {
-            "read_text_file": {"effect": "read-only"},
-            "write_file": {"effect": "local-change", "allow_hint_mismatch": true}
-        }}}})
-        .to_string(),
-    )?;
-    let config = Config::from_value(
-        json!({
-            "mcpServers": {"fs": {"command": "node", "args": [server, "sandbox"]}},
-            "rules": {"file": "rules.json"},
-            "manifest": "manifest.json",
-            "state_dir": "state",
-            "audit": {"file": "state/audit.jsonl", "sync": "none"}
-        }),
-        dir.path(),
-    )?;
+    let rules = json!({"servers": {"fs": {"tools": {
+        "read_text_file": {"effect": "read-only"},
+        "write_file": {"effect": "local-change", "allow_hint_mismatch": true}
+    }}}});
+    let builder = Toolward::builder()
+        .base_dir(workspace.path())
+        .server("fs", json!({"command": "node", "args": [server, "."]}))
+        .rules(rules.to_string());
 
-    // Pin: in a real deployment the operator reviews this manifest before it is used.
-    let pinned = toolward::pin(&config, None, None, Default::default()).await?;
-    pinned.manifest.write(&config.manifest)?;
-
-    let toolward = toolward::Toolward::start(config).await?;
+    // Pin: in a real deployment the operator reviews this manifest before it is used (keep
+    // it where the runtime keeps its settings, and give it back at each start).
+    let pinned = toolward::pin(&builder.config()?, None, None, Default::default()).await?;
+    let toolward = builder.manifest(pinned.manifest).start().await?;
     print!("{}", toolward.report().render());
     for tool in toolward.tools() {
         println!("tool {} ({})", tool.exposed_name, tool.effect);
     }
+    // The audit records, as they are made (a runtime would keep them, or show them).
+    let mut records = toolward
+        .audit_events()
+        .ok_or_else(|| anyhow::anyhow!("no stream of audit records"))?;
 
     // Held calls ask this closure; a runtime would ask its user.
     let approver = Arc::new(FnApprover::new(
@@ -84,5 +79,8 @@ async fn main() -> anyhow::Result<()> {
         .await;
     println!("write: {} ({:?})", write.text(), write.outcome);
     toolward.shutdown().await;
+    while let Ok(record) = records.try_recv() {
+        println!("audit {} {}", record.seq, record.event.kind);
+    }
     Ok(())
 }

@@ -106,12 +106,14 @@ use serde::{Deserialize, Serialize};
 use crate::canonical::sha256_hex;
 
 pub mod head;
+pub mod memory;
 pub mod read;
 pub mod replay;
 pub mod store;
 pub mod writer;
 
 pub use head::{AuditHead, HeadProblem, read_head};
+pub use memory::{AUDIT_EVENTS_CAPACITY, AuditChain, MemoryAudit};
 pub use store::AuditStore;
 pub use writer::{AuditLog, LOG_MODE, SYNC_DELAY};
 

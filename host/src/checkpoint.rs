@@ -87,6 +87,15 @@ const SIGNATURE_PREFIX: &str = "\u{2014} ";
 /// Errors of checkpoints, their keys and notes.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// `audit.checkpoint` was asked of a start whose audit records go where no checkpoint
+    /// covers them: neither the state folder's log nor a fleet's database.
+    #[error(
+        "`audit.checkpoint` signs the state folder's audit log or a fleet's database chain; this start keeps its audit records {kept}, which no checkpoint covers"
+    )]
+    NoLogToSign {
+        /// Where the records are kept instead.
+        kept: &'static str,
+    },
     /// The key file cannot be read.
     #[error("cannot read checkpoint key `{path}`")]
     KeyRead {

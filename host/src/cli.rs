@@ -1081,7 +1081,7 @@ async fn pin(config_path: &Path, server: Option<&str>, dry_run: bool) -> Result<
     }
     let state = open_state(&config)?;
     let components =
-        load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
+        load::prepare_components(&config, config.guest.clone(), Some(&state)).map_err(usage)?;
     let existing = if config.manifest.exists() {
         Some(Manifest::read(&config.manifest).map_err(usage)?)
     } else {
@@ -1194,7 +1194,7 @@ async fn load_and_validate(config_path: &Path) -> Result<Validated, Failure> {
     let manifest = read_manifest(&config)?;
     let state = open_state(&config)?;
     let components =
-        load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
+        load::prepare_components(&config, config.guest.clone(), Some(&state)).map_err(usage)?;
     let (registry, report) = load::load(
         &config,
         &components.rules,
@@ -1318,14 +1318,19 @@ async fn publish_state(
                 Err(error) => Err(error),
             }
         }
-        crate::config::StoreConfig::StateDir => crate::gateways::publish(
-            toolward.state(),
-            config.file.clone(),
-            toolward.report(),
-            registry,
-            listen,
-        )
-        .map_err(|error| crate::text::error_chain(&error)),
+        crate::config::StoreConfig::StateDir | crate::config::StoreConfig::Memory => {
+            match toolward.state() {
+                Some(state) => crate::gateways::publish(
+                    state,
+                    config.file.clone(),
+                    toolward.report(),
+                    registry,
+                    listen,
+                )
+                .map_err(|error| crate::text::error_chain(&error)),
+                None => Err("this gateway has no state folder".to_owned()),
+            }
+        }
     };
     published
         .map_err(|error| {
@@ -1348,9 +1353,13 @@ async fn serve_http(
         tracing::warn!("{message}");
     }
     let config = toolward.config();
+    let state = toolward.state().ok_or_else(|| {
+        usage(anyhow!(
+            "`serve --listen` keeps its tokens in a state folder"
+        ))
+    })?;
     let (tokens, token_file) =
-        crate::listen::tokens(&config.listen, toolward.state(), &config.principal)
-            .map_err(usage)?;
+        crate::listen::tokens(&config.listen, state, &config.principal).map_err(usage)?;
     let settings = crate::gateway::GatewaySettings::from_config(config);
     let listening = crate::listen::serve_http(
         toolward.call_path().clone(),
@@ -1498,7 +1507,7 @@ async fn console(
     let config = read_config(config_path)?;
     let database = match &config.store {
         crate::config::StoreConfig::Postgres { url, .. } => Some(pg_store(url, config_path)?),
-        crate::config::StoreConfig::StateDir => None,
+        crate::config::StoreConfig::StateDir | crate::config::StoreConfig::Memory => None,
     };
     let state = open_state(&config)?;
     let (users, token_file) =
@@ -1660,9 +1669,9 @@ async fn approvals_store(
     config_path: &Path,
 ) -> Result<Box<dyn crate::store::ApprovalStore>, Failure> {
     Ok(match &config.store {
-        crate::config::StoreConfig::StateDir => Box::new(crate::store::StateDirApprovals::new(
-            config.state_dir.clone(),
-        )),
+        crate::config::StoreConfig::StateDir | crate::config::StoreConfig::Memory => Box::new(
+            crate::store::StateDirApprovals::new(config.state_dir.clone()),
+        ),
         crate::config::StoreConfig::Postgres { url, .. } => {
             let store = pg_store(url, config_path)?;
             let approvals =
@@ -1983,7 +1992,7 @@ async fn audit_export(config_path: &Path, out: Option<&Path>) -> Result<ExitCode
                 .await
                 .map_err(failure)?
         }
-        crate::config::StoreConfig::StateDir => {
+        crate::config::StoreConfig::StateDir | crate::config::StoreConfig::Memory => {
             // The record lines, each as hashed: not the room (spaces) kept at the log's end.
             let mut written = Ok(());
             let report = crate::audit::read_chain(&config.audit.file, |_, line| {

@@ -58,7 +58,7 @@ pub use sections::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, PolicySource, ConsoleConfig,
     ConsoleOidcConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
-    DEFAULT_TELEMETRY_SERVICE_NAME, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
+    DEFAULT_TELEMETRY_SERVICE_NAME, IN_MEMORY, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
     NotifyConfig, OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, SecretSource,
     ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig, TextSource,
@@ -319,8 +319,10 @@ pub struct Config {
     pub confine: ConfineConfig,
     /// Where each stdio server's own `HOME` and `TMPDIR` are (`servers_dir`, default
     /// `DEFAULT_SERVERS_DIR`): `<servers_dir>/<server>/home` and `.../tmp`. Never inside
-    /// the state folder.
-    pub servers_dir: PathBuf,
+    /// the state folder. `None` (only from [`crate::ToolwardBuilder`], which makes no folder
+    /// unless told): stdio servers get this process's `HOME` and `TMPDIR`, as an MCP client
+    /// would start them, and a confined server no folder of its own to write in.
+    pub servers_dir: Option<PathBuf>,
     /// Where the audit log, the approvals queue, the fact counters and the `requestState`
     /// ledger live (`store`, default the state folder and `audit.file`).
     pub store: StoreConfig,

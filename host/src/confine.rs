@@ -429,7 +429,11 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
         launcher: launcher.exec,
         launcher_shown: launcher.shown,
         deny,
-        allow: vec![config.servers_dir.join(&server.name)],
+        allow: config
+            .servers_dir
+            .iter()
+            .map(|folder| folder.join(&server.name))
+            .collect(),
         deny_tcp,
         abi,
         namespaces,
@@ -446,7 +450,7 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
 pub fn default_denied(config: &Config) -> Vec<PathBuf> {
     let mut deny = vec![config.state_dir.clone()];
     deny.extend(config.file.iter().cloned());
-    deny.push(config.rules.file.clone());
+    deny.extend(config.rules.text.file().map(Path::to_path_buf));
     deny.extend(
         [&config.rules.component, &config.policy.component]
             .into_iter()
@@ -474,7 +478,7 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
             }
         }
     }
-    deny.push(config.servers_dir.clone());
+    deny.extend(config.servers_dir.iter().cloned());
     // The user's runtime folder: the session bus and systemd's user manager listen there, and
     // `systemd-run --user` starts a process outside every confinement.
     #[cfg(target_os = "linux")]

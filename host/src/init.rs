@@ -372,7 +372,7 @@ pub async fn write(dir: &Path, chosen: &[Candidate]) -> Result<InitReport, InitE
         let config =
             Config::from_value_with_env(value.clone(), dir, &env).map_err(InitError::Config)?;
         let state = StateDir::open(&config.state_dir).map_err(InitError::State)?;
-        let components = crate::load::prepare_components(&config, config.guest.clone(), &state)
+        let components = crate::load::prepare_components(&config, config.guest.clone(), Some(&state))
             .map_err(InitError::Components)?;
         let outcome = crate::pin::pin(&config, None, None, components.digests.clone())
             .await

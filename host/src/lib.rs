@@ -6,6 +6,16 @@
 //! approval) ─► forward ─► result cap ─► client; every step ─► audit. After the load,
 //! supervise watches each server (restart with backoff, pins checked again).
 //!
+//! # Embedding from values
+//!
+//! [`Toolward::start`] starts what a config file names, as `toolward serve` does.
+//! [`Toolward::builder`] starts a toolward from values instead ([`ToolwardBuilder`]): the
+//! servers as `mcpServers` entries, the rules text, policy components, policy settings and
+//! Cedar text as bytes, the [`Manifest`] [`pin()`] returned, and an [`AuditStore`] of the
+//! embedder's. Without [`ToolwardBuilder::state_dir`] and [`ToolwardBuilder::servers_dir`]
+//! it writes no file: no state folder, audit log, manifest file, counters or servers' homes
+//! (the audit records go to the store given, or stream from [`Toolward::audit_events`]).
+//!
 //! # Floors
 //!
 //! Each module imports only from modules on lower floors (a module's own submodules
@@ -48,7 +58,7 @@
 //! | `console` | `toolward console`, the web console over the state folder, and its notifications of held calls (`console`); needs `listen` and `http-upstream` | minijinja (templates only, autoescaping), form_urlencoded |
 //! | `listen-oauth` | `listen.oauth`, the listener as an OAuth 2.1 resource server (`listen::oauth`); needs `listen` and `http-upstream` | jsonwebtoken (no crypto feature: its signatures are checked with ring, which rustls already brings) |
 //! | `postgres` | the fleet's store, `store.postgres` (`database`, `store::postgres`) | tokio-postgres, deadpool-postgres, tokio-postgres-rustls, rustls, webpki-roots |
-//! | `otel` | OTLP export of traces and metrics, the `telemetry` section (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
+//! | `otel` | OTLP export of traces and metrics, the `telemetry` section, or traces and metrics through a runtime's own providers (`ToolwardBuilder::otel_providers`) (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
 //! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`; `host/guests/cedar.wasm` is embedded only with it) | none |
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
 //! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
@@ -156,7 +166,7 @@ pub use load::{
     ServerReport, Unclassified,
 };
 pub use registry::RegisteredTool;
-pub use start::{StartFailure, Toolward};
+pub use start::{StartFailure, Toolward, ToolwardBuilder};
 
 // The operator's configuration.
 pub use config::{
@@ -181,8 +191,9 @@ pub use store::ApprovalStore;
 
 // The audit chain: its records, where they go, and checking it.
 pub use audit::{
-    AuditDecision, AuditError, AuditEvent, AuditHead, AuditKind, AuditLog, AuditRecord, AuditStore,
-    AuditSync, ChainBreak, VerifyReport, verify, verify_with_head,
+    AUDIT_EVENTS_CAPACITY, AuditChain, AuditDecision, AuditError, AuditEvent, AuditHead, AuditKind,
+    AuditLog, AuditRecord, AuditStore, AuditSync, ChainBreak, ComponentHashes, GENESIS_PREV,
+    MemoryAudit, VerifyReport, verify, verify_with_head,
 };
 pub use state_dir::StateDir;
 

@@ -31,7 +31,7 @@ use crate::component::{
     Classification, ComponentCache, ComponentError, ComponentHost, Effect, GuestLimits,
     LoadedComponent, Policy, Rules, ToolView, built_in_for,
 };
-use crate::config::{ComponentSource, Config, TextSource};
+use crate::config::{ComponentSource, Config, IN_MEMORY, TextSource};
 use crate::config::operator_file::{
     self, MAX_COMPONENT_BYTES, MAX_RULES_BYTES, MAX_SETTINGS_BYTES, OperatorFileError,
 };
@@ -1069,6 +1069,15 @@ pub enum StartError {
     #[cfg(feature = "oci")]
     #[error(transparent)]
     Oci(#[from] crate::oci::OciError),
+    /// An artifact from an OCI registry named by a toolward started without a state folder
+    /// ([`crate::StoreConfig::Memory`]): pulled artifacts are kept there.
+    #[error(
+        "`{reference}` is in an OCI registry, and this toolward has no state folder to pull it into: give the bytes, or a state folder"
+    )]
+    OciWithoutState {
+        /// The reference.
+        reference: String,
+    },
     /// A component from an OCI registry, in a build without the `oci` feature.
     #[cfg(not(feature = "oci"))]
     #[error("components from OCI registries need the `oci` feature of the toolward crate, which this build leaves out")]
@@ -1134,11 +1143,38 @@ pub fn component_cache_dir(config: &Config) -> PathBuf {
     config.state_dir.join(crate::component::CACHE_FOLDER)
 }
 
-/// The config's rules file, bounded ([`MAX_RULES_BYTES`]), owned by the operator or root and
-/// writable by no one else ([`operator_file::read_trusted`]), without a byte order mark.
-fn read_rules(config: &Config) -> Result<Vec<u8>, OperatorFileError> {
-    let bytes = operator_file::read_trusted(&config.rules.file, "rules file", MAX_RULES_BYTES)?;
+/// The config's rules: a file, bounded ([`MAX_RULES_BYTES`]), owned by the operator or root
+/// and writable by no one else ([`operator_file::read_trusted`]), or the text an embedder
+/// gave, bounded the same; without a byte order mark.
+fn read_rules(config: &Config) -> Result<Vec<u8>, StartError> {
+    let bytes = match &config.rules.text {
+        TextSource::File(path) => operator_file::read_trusted(path, "rules file", MAX_RULES_BYTES)?,
+        TextSource::Bytes(bytes) => {
+            if bytes.len() as u64 > MAX_RULES_BYTES {
+                return Err(StartError::Rules {
+                    path: rules_path(config),
+                    reason: format!(
+                        "{} bytes, more than the limit of {MAX_RULES_BYTES} bytes",
+                        bytes.len()
+                    ),
+                });
+            }
+            bytes.clone()
+        }
+        TextSource::Oci(_) => {
+            return Err(StartError::Rules {
+                path: rules_path(config),
+                reason: "rules text cannot come from an OCI registry: give a file or the text"
+                    .to_owned(),
+            });
+        }
+    };
     Ok(operator_file::without_bom(&bytes).to_vec())
+}
+
+/// Where the rules are, for messages: their file, or how text given in memory is named.
+fn rules_path(config: &Config) -> PathBuf {
+    PathBuf::from(config.rules.text.to_string())
 }
 
 /// Loads the config's rules and policy components (the built-in default component where
@@ -1149,18 +1185,21 @@ fn read_rules(config: &Config) -> Result<Vec<u8>, OperatorFileError> {
 /// # Errors
 /// [`StartError`] when a file cannot be read, a component is invalid or impure, or
 /// `configure` refuses its settings (the message names the fault's path in the file).
+///
+/// Without a state folder (`state` `None`, [`crate::config::StoreConfig::Memory`]) the
+/// components are compiled without the cache, and one from an OCI registry is refused.
 pub fn prepare_components(
     config: &Config,
     limits: GuestLimits,
-    state: &StateDir,
+    state: Option<&StateDir>,
 ) -> Result<Components, StartError> {
-    let cache = ComponentCache::open(state)?;
-    let host = ComponentHost::new(limits, Some(cache))?;
+    let cache = state.map(ComponentCache::open).transpose()?;
+    let host = ComponentHost::new(limits, cache)?;
     let rules_bytes = read_rules(config)?;
     // Parsers disagree on which of two equal keys wins, so a rules text with duplicate
     // keys is ambiguous to review: refuse it before any component reads it.
     canonical::parse(&rules_bytes).map_err(|e| StartError::Rules {
-        path: config.rules.file.clone(),
+        path: rules_path(config),
         reason: e.to_string(),
     })?;
     let rules_text = String::from_utf8_lossy(&rules_bytes).into_owned();
@@ -1176,6 +1215,18 @@ pub fn prepare_components(
             Some(ComponentSource::File(path)) => {
                 let bytes = operator_file::read(path, what, MAX_COMPONENT_BYTES)?;
                 Ok(host.load(&bytes, &path.display().to_string())?)
+            }
+            Some(ComponentSource::Bytes(bytes)) => {
+                if bytes.len() as u64 > MAX_COMPONENT_BYTES {
+                    return Err(OperatorFileError::TooLarge {
+                        what,
+                        path: PathBuf::from(IN_MEMORY),
+                        bytes: bytes.len() as u64,
+                        limit: MAX_COMPONENT_BYTES,
+                    }
+                    .into());
+                }
+                Ok(host.load(bytes, IN_MEMORY)?)
             }
             Some(ComponentSource::Oci(reference)) => {
                 let (bytes, signer) = fetch_oci(config, reference, OciKind::Component, state)?;
@@ -1205,6 +1256,18 @@ pub fn prepare_components(
         Some(TextSource::File(path)) => {
             let bytes = operator_file::read(path, what, MAX_SETTINGS_BYTES)?;
             String::from_utf8_lossy(operator_file::without_bom(&bytes)).into_owned()
+        }
+        Some(TextSource::Bytes(bytes)) => {
+            if bytes.len() as u64 > MAX_SETTINGS_BYTES {
+                return Err(OperatorFileError::TooLarge {
+                    what,
+                    path: PathBuf::from(IN_MEMORY),
+                    bytes: bytes.len() as u64,
+                    limit: MAX_SETTINGS_BYTES,
+                }
+                .into());
+            }
+            String::from_utf8_lossy(operator_file::without_bom(bytes)).into_owned()
         }
         Some(TextSource::Oci(reference)) => {
             let (bytes, signer) = fetch_oci(config, reference, settings_kind, state)?;
@@ -1241,12 +1304,12 @@ pub fn prepare_components(
     };
     let rules = host
         .configure_rules(&rules_component, &rules_text)
-        .map_err(in_file(&config.rules.file))?;
+        .map_err(in_file(&rules_path(config)))?;
     // Where a settings fault is, in the message: the file, or the reference it came from.
     let policy_path = match settings_source {
         Some(TextSource::File(path)) => path.clone(),
-        Some(TextSource::Oci(reference)) => PathBuf::from(reference.to_string()),
-        None => config.rules.file.clone(),
+        Some(other @ (TextSource::Oci(_) | TextSource::Bytes(_))) => PathBuf::from(other.to_string()),
+        None => rules_path(config),
     };
     let policy = host
         .configure_policy(&policy_component, &policy_text)
@@ -1285,8 +1348,11 @@ fn fetch_oci(
     config: &Config,
     reference: &crate::config::OciReference,
     kind: OciKind,
-    state: &StateDir,
+    state: Option<&StateDir>,
 ) -> Result<(Vec<u8>, String), StartError> {
+    let state = state.ok_or_else(|| StartError::OciWithoutState {
+        reference: reference.to_string(),
+    })?;
     let keys = crate::oci::TrustedKeys::read(&config.oci.keys)?;
     let verified = crate::oci::fetch_verified(reference, kind, state, &keys)?;
     Ok((verified.bytes, verified.signer))
@@ -1310,7 +1376,7 @@ fn fetch_oci(
     _config: &Config,
     _reference: &crate::config::OciReference,
     _kind: OciKind,
-    _state: &StateDir,
+    _state: Option<&StateDir>,
 ) -> Result<(Vec<u8>, String), StartError> {
     Err(StartError::OciFeatureOff)
 }

@@ -347,7 +347,7 @@ fn server_folder(
     if set || server.pass_env.iter().any(|name| name == variable) {
         return None;
     }
-    Some(config.servers_dir.join(&server.name).join(folder))
+    Some(config.servers_dir.as_ref()?.join(&server.name).join(folder))
 }
 
 /// How to start the stdio server `server`: its command, arguments and variables, the
@@ -523,9 +523,13 @@ pub fn create_home(config: &Config, server: &ServerConfig) -> Result<(), PinErro
     if !matches!(server.transport, ServerTransport::Stdio { .. }) {
         return Ok(());
     }
-    let own = config.servers_dir.join(&server.name);
+    // Without a servers' folder (an embedder that asked for none), nothing is made.
+    let Some(servers_dir) = &config.servers_dir else {
+        return Ok(());
+    };
+    let own = servers_dir.join(&server.name);
     let folders = [
-        Some(config.servers_dir.clone()),
+        Some(servers_dir.clone()),
         Some(own),
         server_home(config, server),
         server_tmp(config, server),

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::approval::Approver;
-use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes};
+use crate::audit::{AuditEvent, AuditKind, AuditLog, ComponentHashes, MemoryAudit};
 use crate::call::{CallContext, CallPath, CallResult, CallSettings};
 use crate::config::{Config, StoreConfig};
 use crate::facts::FactStore;
@@ -36,13 +36,21 @@ use crate::manifest::Manifest;
 use crate::registry::RegisteredTool;
 #[cfg(feature = "postgres")]
 use crate::store::postgres::{PgApprovals, PgAudit, PgFacts, PgLabels, PgLedger, PgStore};
-use crate::store::{ApprovalStore, AuditStore, RequestStateLedger, StateDir, StateDirApprovals};
+use crate::store::{
+    ApprovalStore, AuditStore, NoApprovals, RequestStateLedger, StateDir, StateDirApprovals,
+};
 use crate::supervise::Supervisors;
+
+mod builder;
+pub use builder::ToolwardBuilder;
 
 /// Errors that stop a start: the config's files, the components, the manifest, the audit
 /// log. A server or tool that fails is in the [`LoadReport`] instead.
 #[derive(Debug, thiserror::Error)]
 pub enum StartFailure {
+    /// What a [`ToolwardBuilder`] was given does not make a config.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// Components could not be prepared.
     #[error(transparent)]
     Components(#[from] load::StartError),
@@ -110,6 +118,18 @@ type FleetStores = (
     Option<Arc<dyn LabelStore>>,
 );
 
+/// What an embedder gives [`Toolward::start_from`] as values instead of files.
+#[derive(Debug, Default)]
+pub(crate) struct Values {
+    /// The manifest, instead of reading `config.manifest`.
+    pub manifest: Option<Manifest>,
+    /// The audit store, instead of `audit.file` or [`MemoryAudit`].
+    pub audit: Option<Arc<dyn AuditStore>>,
+    /// The runtime's own OpenTelemetry providers, instead of the `telemetry` section's export.
+    #[cfg(feature = "otel")]
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+}
+
 /// A started toolward: the registered tools of every configured server behind the
 /// configured policy, with the audit log open.
 #[derive(Debug)]
@@ -121,7 +141,7 @@ pub struct Toolward {
     report: LoadReport,
     session: String,
     supervisors: std::sync::Mutex<Supervisors>,
-    state: Arc<StateDir>,
+    state: Option<Arc<StateDir>>,
     /// Signs checkpoints of the state folder's log or the database's chain (`audit.checkpoint`).
     #[cfg(feature = "checkpoints")]
     checkpointer: std::sync::Mutex<Option<crate::checkpoint::Checkpointer>>,
@@ -137,9 +157,24 @@ impl Toolward {
     /// group or others), a missing manifest, an unreadable rules file, a component that is
     /// invalid or refuses its settings, or an audit log another process holds.
     pub async fn start(config: Config) -> Result<Toolward, StartFailure> {
+        Toolward::start_from(config, Values::default()).await
+    }
+
+    /// As [`start`](Self::start), with what an embedder gave as values
+    /// ([`crate::ToolwardBuilder`]): the manifest instead of `config.manifest`'s file, and
+    /// the audit store instead of the one `config` names.
+    pub(crate) async fn start_from(
+        config: Config,
+        values: Values,
+    ) -> Result<Toolward, StartFailure> {
         // The one place the state folder is opened; everything in it is reached through
-        // this value from here on.
-        let state = Arc::new(StateDir::open(&config.state_dir)?);
+        // this value from here on. Without one (`StoreConfig::Memory`) nothing is written.
+        let state = match config.store {
+            StoreConfig::Memory => None,
+            StoreConfig::StateDir | StoreConfig::Postgres { .. } => {
+                Some(Arc::new(StateDir::open(&config.state_dir)?))
+            }
+        };
         // The shared store first: an unreachable database stops the start before any server
         // is started, with an error naming it.
         #[cfg(not(feature = "otel"))]
@@ -176,7 +211,7 @@ impl Toolward {
         };
         #[cfg(not(feature = "postgres"))]
         let shared: Option<NoFleet> = match &config.store {
-            StoreConfig::StateDir => None,
+            StoreConfig::StateDir | StoreConfig::Memory => None,
             StoreConfig::Postgres { .. } => {
                 return Err(StartFailure::FeatureOff {
                     what: "`store.postgres`",
@@ -189,7 +224,7 @@ impl Toolward {
         let mut checkpointer = None;
         #[cfg(feature = "postgres")]
         let shared = match &config.store {
-            StoreConfig::StateDir => None,
+            StoreConfig::StateDir | StoreConfig::Memory => None,
             StoreConfig::Postgres { url, .. } => {
                 let mut store = PgStore::new(url)?;
                 if let Some(file) = &config.file {
@@ -199,10 +234,15 @@ impl Toolward {
                 // Each gateway signs the database's chain with its own key.
                 #[cfg(feature = "checkpoints")]
                 if let Some((signer, origin, interval)) = signer.take() {
+                    let state = state.as_ref().ok_or(
+                        crate::checkpoint::CheckpointError::NoLogToSign {
+                            kept: "without a state folder",
+                        },
+                    )?;
                     checkpointer = Some(crate::store::postgres::checkpoints::start_signing(
                         Arc::clone(&pg_audit),
                         &store,
-                        Arc::clone(&state),
+                        Arc::clone(state),
                         signer,
                         origin,
                         interval,
@@ -218,42 +258,58 @@ impl Toolward {
                 Some((audit, approvals, Some((facts, ledger, store))))
             }
         };
-        let manifest = if config.manifest.exists() {
+        let manifest_error = |e: crate::manifest::ManifestError| StartFailure::Manifest {
+            path: config.manifest.display().to_string(),
+            reason: e.to_string(),
+        };
+        let manifest = match (values.manifest, &state) {
+            (Some(manifest), _) => manifest,
+            (None, _) if !config.manifest.exists() => {
+                return Err(StartFailure::Manifest {
+                    path: config.manifest.display().to_string(),
+                    reason: "no manifest: run `toolward pin` and review what it writes"
+                        .to_owned(),
+                });
+            }
             // Through its compact form in the state folder: the same manifest, without
             // re-verifying every hash at each start (`manifest::compact`).
-            Manifest::read_through(&config.manifest, &state).map_err(|e| {
-                StartFailure::Manifest {
-                    path: config.manifest.display().to_string(),
-                    reason: e.to_string(),
-                }
-            })?
-        } else {
-            return Err(StartFailure::Manifest {
-                path: config.manifest.display().to_string(),
-                reason: "no manifest: run `toolward pin` and review what it writes".to_owned(),
-            });
+            (None, Some(state)) => {
+                Manifest::read_through(&config.manifest, state).map_err(manifest_error)?
+            }
+            (None, None) => Manifest::read(&config.manifest).map_err(manifest_error)?,
         };
         // The head lives in the state folder (opened above, first: it is created 0700, and
         // the log is often inside it); other processes on this config write the same log,
         // each under the file's lock. Opened before any server starts: a log made after a
         // server started would not be covered in its namespaces (only Landlock would withhold
         // it, and Landlock does not withhold a file's mode).
-        let (audit, approvals, fleet) = match shared {
-            Some(shared) => shared,
-            None => {
+        let (audit, approvals, fleet) = match (shared, &state, values.audit) {
+            (Some(shared), _, _) => shared,
+            // Without a state folder: the embedder's store, or records in memory; no queue.
+            (None, None, audit) => {
+                let audit = audit.unwrap_or_else(|| Arc::new(MemoryAudit::new()));
+                let approvals: Arc<dyn ApprovalStore> = Arc::new(NoApprovals);
+                (audit, approvals, None)
+            }
+            (None, Some(_), Some(audit)) => {
+                let approvals: Arc<dyn ApprovalStore> =
+                    Arc::new(StateDirApprovals::new(config.state_dir.clone()));
+                (audit, approvals, None)
+            }
+            (None, Some(state), None) => {
                 if let Some(parent) = config.audit.file.parent() {
                     let _ = std::fs::create_dir_all(parent);
                 }
                 let log = Arc::new(AuditLog::open_with_head(
                     &config.audit.file,
                     config.audit.sync,
-                    &state,
+                    state,
                 )?);
                 #[cfg(feature = "checkpoints")]
                 if let Some((signer, origin, interval)) = signer.take() {
                     checkpointer = Some(crate::checkpoint::Checkpointer::start(
                         Arc::clone(&log),
-                        Arc::clone(&state),
+                        Arc::clone(state),
                         signer,
                         origin,
                         interval,
@@ -265,7 +321,21 @@ impl Toolward {
                 (audit, approvals, None)
             }
         };
-        let components = load::prepare_components(&config, config.guest.clone(), &state)?;
+        // `audit.checkpoint` signs the state folder's log or the database's chain: records
+        // kept in an embedder's own store, or in memory, are neither.
+        #[cfg(feature = "checkpoints")]
+        if signer.is_some() {
+            return Err(crate::checkpoint::CheckpointError::NoLogToSign {
+                kept: if state.is_some() {
+                    "in the embedder's audit store"
+                } else {
+                    "in memory"
+                },
+            }
+            .into());
+        }
+        let components =
+            load::prepare_components(&config, config.guest.clone(), state.as_deref())?;
         // The fleet's labels, ranked by the levels of the policy's reviews (as the in-memory
         // store `CallPath::new` makes ranks them), opened before any server starts. Only
         // when the policy reviews results: otherwise nothing is ever joined, every session's
@@ -341,18 +411,18 @@ impl Toolward {
         #[cfg(not(feature = "otel"))]
         let telemetry = None;
         #[cfg(feature = "otel")]
-        let telemetry = match &config.telemetry {
-            None => None,
-            Some(settings) => {
-                let telemetry = crate::telemetry::Telemetry::start(settings)?;
-                for server in &report.servers {
-                    if !server.refused.is_empty() {
-                        telemetry.load_refused(&server.server, server.refused.len() as u64);
-                    }
-                }
-                Some(telemetry)
-            }
+        // The runtime's own providers, else the export of the `telemetry` section.
+        let telemetry = match (values.telemetry, &config.telemetry) {
+            (Some(own), _) => Some(own),
+            (None, Some(settings)) => Some(crate::telemetry::Telemetry::start(settings)?),
+            (None, None) => None,
         };
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = &telemetry {
+            for server in report.servers.iter().filter(|s| !s.refused.is_empty()) {
+                telemetry.load_refused(&server.server, server.refused.len() as u64);
+            }
+        }
         let call_path = CallPath::new(
             registry,
             components.policy.clone(),
@@ -370,7 +440,16 @@ impl Toolward {
                     None => call_path,
                 }
             }
-            None => call_path.with_facts(Arc::new(crate::facts::StateFacts::open(&state)?)),
+            None => match &state {
+                Some(state) => {
+                    call_path.with_facts(Arc::new(crate::facts::StateFacts::open(state)?))
+                }
+                #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+                None => call_path.with_facts(Arc::new(crate::facts::StateFacts::in_memory()?)),
+                // No anonymous file to count in: decisions get no facts, and a limit denies.
+                #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+                None => call_path,
+            },
         };
         let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));
         Ok(Toolward {
@@ -405,9 +484,21 @@ impl Toolward {
         &self.approvals
     }
 
-    /// The state folder (`state_dir` of the config), opened once at start.
-    pub fn state(&self) -> &Arc<StateDir> {
-        &self.state
+    /// The state folder (`state_dir` of the config), opened once at start; `None` for a
+    /// toolward started without one ([`StoreConfig::Memory`]).
+    pub fn state(&self) -> Option<&Arc<StateDir>> {
+        self.state.as_ref()
+    }
+
+    /// The audit records from now on, in `seq` order, as the audit store makes them durable,
+    /// when the store offers a stream ([`AuditStore::subscribe`]: [`MemoryAudit`], the store
+    /// of a toolward without a state folder, does; the state folder's log does not).
+    /// A receiver that falls more than [`crate::AUDIT_EVENTS_CAPACITY`] records behind is
+    /// told how many it missed.
+    pub fn audit_events(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<crate::audit::AuditRecord>> {
+        self.audit.subscribe()
     }
 
     /// The load report.

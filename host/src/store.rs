@@ -15,7 +15,7 @@ pub use crate::audit::AuditStore;
 pub use crate::state_dir::{
     Key, StateDir, StateError, check_private, open_private_in, replace_private_in,
 };
-pub use approvals::{ApprovalStore, StateDirApprovals};
+pub use approvals::{ApprovalStore, NoApprovals, StateDirApprovals};
 pub use request_states::{
     LedgerError, LedgerFuture, Redemption, RequestStateLedger, StateDirLedger,
 };

@@ -27,6 +27,10 @@
 //!   [`MAX_QUEUED_SPANS`] between two exports are dropped (counted by the SDK), never
 //!   allowed to grow the gateway's memory. Exports run on a thread of their own with its
 //!   own small runtime, so a slow collector never delays a call.
+//! - **A runtime's own providers.** An embedder with OpenTelemetry of its own gives its
+//!   tracer and meter providers ([`Telemetry::from_providers`], or the global ones,
+//!   [`Telemetry::global`]) instead of a `telemetry` section: the same spans and metrics go
+//!   where its own go, through its exporters, and toolward starts no exporter or thread.
 
 mod export;
 #[cfg(test)]
@@ -37,17 +41,16 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
 use opentelemetry::trace::{
-    SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _,
+    SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
-};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 
 use crate::config::TelemetryConfig;
 
@@ -82,15 +85,26 @@ pub enum TelemetryError {
     Thread(#[source] std::io::Error),
 }
 
+/// The name of toolward's tracer and meter (their instrumentation scope): `toolward`.
+pub const INSTRUMENTATION_SCOPE: &str = "toolward";
+
 /// Traces and metrics of a running gateway; shared by every call.
 #[derive(Debug)]
 pub struct Telemetry {
-    tracer: SdkTracer,
-    tracer_provider: SdkTracerProvider,
-    meter_provider: SdkMeterProvider,
+    tracer: BoxedTracer,
     calls: Counter<u64>,
     upstream_ms: Histogram<f64>,
     load_refusals: Counter<u64>,
+    /// The OTLP export toolward started (`telemetry`); `None` with a runtime's providers,
+    /// which the runtime flushes and shuts down.
+    own: Option<OwnExport>,
+}
+
+/// The providers and the export thread of toolward's own OTLP export.
+#[derive(Debug)]
+struct OwnExport {
+    tracer_provider: SdkTracerProvider,
+    meter_provider: SdkMeterProvider,
     _exports: export::ExportThread,
 }
 
@@ -160,8 +174,45 @@ impl Telemetry {
             .with_resource(resource)
             .build();
 
-        let tracer = tracer_provider.tracer("toolward");
-        let meter = meter_provider.meter("toolward");
+        let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer(INSTRUMENTATION_SCOPE)));
+        let meter = meter_provider.meter(INSTRUMENTATION_SCOPE);
+        Ok(Telemetry::with(
+            tracer,
+            &meter,
+            Some(OwnExport {
+                tracer_provider,
+                meter_provider,
+                _exports: exports,
+            }),
+        ))
+    }
+
+    /// Traces and metrics through a runtime's own providers: toolward's tracer and meter
+    /// ([`INSTRUMENTATION_SCOPE`]) from `tracer_provider` and `meter_provider`, exported
+    /// however the runtime set them up. Nothing is started; [`flush`](Self::flush) does
+    /// nothing (the runtime flushes its providers).
+    pub fn from_providers<T, M>(tracer_provider: &T, meter_provider: &M) -> Arc<Telemetry>
+    where
+        T: TracerProvider,
+        T::Tracer: Send + Sync + 'static,
+        <T::Tracer as opentelemetry::trace::Tracer>::Span: Send + Sync + 'static,
+        M: MeterProvider + ?Sized,
+    {
+        let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer(INSTRUMENTATION_SCOPE)));
+        Telemetry::with(tracer, &meter_provider.meter(INSTRUMENTATION_SCOPE), None)
+    }
+
+    /// Traces and metrics through the process's global providers
+    /// (`opentelemetry::global`), as the runtime set them, at the time of this call.
+    pub fn global() -> Arc<Telemetry> {
+        Telemetry::with(
+            opentelemetry::global::tracer(INSTRUMENTATION_SCOPE),
+            &opentelemetry::global::meter(INSTRUMENTATION_SCOPE),
+            None,
+        )
+    }
+
+    fn with(tracer: BoxedTracer, meter: &Meter, own: Option<OwnExport>) -> Arc<Telemetry> {
         let calls = meter
             .u64_counter("toolward.calls")
             .with_description("tools/call requests, by server, outcome and decision")
@@ -175,15 +226,13 @@ impl Telemetry {
             .u64_counter("toolward.load.refusals")
             .with_description("tools a load kept out (pin mismatch, schema, rules)")
             .build();
-        Ok(Arc::new(Telemetry {
+        Arc::new(Telemetry {
             tracer,
-            tracer_provider,
-            meter_provider,
             calls,
             upstream_ms,
             load_refusals,
-            _exports: exports,
-        }))
+            own,
+        })
     }
 
     /// Counts `count` tools the load of `server` kept out.
@@ -195,8 +244,10 @@ impl Telemetry {
     /// Sends what is collected now, waiting for at most [`EXPORT_TIMEOUT_MS`] per signal. Not
     /// needed for correctness (exports run on a timer); for a gateway that exits cleanly.
     pub fn flush(&self) {
-        let _ = self.tracer_provider.force_flush();
-        let _ = self.meter_provider.force_flush();
+        if let Some(own) = &self.own {
+            let _ = own.tracer_provider.force_flush();
+            let _ = own.meter_provider.force_flush();
+        }
     }
 }
 

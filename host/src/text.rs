@@ -36,6 +36,10 @@
 //! `\u{200B}` reads the same as text that held the character; the escape shows that something
 //! is there, which is what a reader of a terminal or a log needs.
 
+/// How what an embedder gave as bytes, not as a file, is named in messages and in the load
+/// report (rules, policy settings, Cedar text, components, counters kept in memory).
+pub const IN_MEMORY: &str = "(given in memory)";
+
 use std::fmt::Write as _;
 
 /// Longest piece of foreign text quoted in an error message, a refusal or a log line, in

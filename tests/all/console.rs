@@ -1301,7 +1301,7 @@ async fn the_tools_page_shows_a_changed_tool_as_text_and_accept_repins_it_as_pin
     let toolward = Toolward::start(bench.config()).await.unwrap();
     assert!(toolward.tools().next().is_none());
     let published = toolward::gateways::publish(
-        toolward.state(),
+        toolward.state().unwrap(),
         toolward.config().file.clone(),
         toolward.report(),
         toolward.call_path().registry(),
@@ -1412,7 +1412,7 @@ async fn the_tools_page_shows_a_changed_tool_as_text_and_accept_repins_it_as_pin
     let components = toolward::load::prepare_components(
         &config,
         config.guest.clone(),
-        &crate::support::state_of(&config),
+        Some(&crate::support::state_of(&config)),
     )
     .unwrap();
     let expected = toolward::pin::tool::tool_change(&config, "s", "write", components.digests)

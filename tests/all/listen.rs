@@ -83,7 +83,8 @@ async fn start_with(dir: &std::path::Path, listen: Value, limits: Value) -> (Too
     let config = write_config(dir, listen, limits).await;
     let toolward = Toolward::start(config).await.unwrap();
     let config = toolward.config();
-    let (tokens, file) = tokens(&config.listen, toolward.state(), &config.principal).unwrap();
+    let (tokens, file) =
+        tokens(&config.listen, toolward.state().unwrap(), &config.principal).unwrap();
     assert_eq!(file, None, "named tokens need no file");
     let listening = serve_http(
         toolward.call_path().clone(),

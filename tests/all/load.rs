@@ -77,7 +77,8 @@ impl Setup {
 
     async fn load(&self, config: &Config, manifest: &Manifest) -> (Registry, LoadReport) {
         let state = crate::support::state_of(config);
-        let components = load::prepare_components(config, GuestLimits::default(), &state).unwrap();
+        let components =
+            load::prepare_components(config, GuestLimits::default(), Some(&state)).unwrap();
         load::load(
             config,
             &components.rules,
@@ -546,7 +547,7 @@ async fn a_rules_file_with_a_duplicate_key_is_refused_naming_the_file() {
     setup.serve("fs", &[&tool("a", "A.")]);
     let config = setup.config(&["fs"]);
     let state = crate::support::state_of(&config);
-    let err = load::prepare_components(&config, GuestLimits::default(), &state).unwrap_err();
+    let err = load::prepare_components(&config, GuestLimits::default(), Some(&state)).unwrap_err();
     let message = err.to_string();
     assert!(message.contains("rules.json"), "{message}");
     assert!(message.contains("effect"), "{message}");

@@ -16,6 +16,7 @@ mod cli_output;
 mod component;
 mod console;
 mod console_oidc;
+mod embed;
 mod first_hour;
 mod fleet;
 mod fleet_roles;

@@ -56,7 +56,8 @@ fn classify_all<'a>(server: &str, tools: impl IntoIterator<Item = &'a String>) -
 async fn load_with(config: &Config, manifest: &Manifest) -> (Registry, LoadReport, Duration) {
     let started = Instant::now();
     let state = crate::support::state_of(config);
-    let components = load::prepare_components(config, GuestLimits::default(), &state).unwrap();
+    let components =
+        load::prepare_components(config, GuestLimits::default(), Some(&state)).unwrap();
     let (registry, report) = load::load(
         config,
         &components.rules,

@@ -188,7 +188,7 @@ async fn a_restart_is_published_for_the_console_with_its_count_and_the_tools_wit
     )
     .await;
     let published = toolward::gateways::publish(
-        toolward.state(),
+        toolward.state().unwrap(),
         None,
         toolward.report(),
         toolward.call_path().registry(),
@@ -196,7 +196,7 @@ async fn a_restart_is_published_for_the_console_with_its_count_and_the_tools_wit
     )
     .unwrap();
     let read = || {
-        let (states, _) = toolward::gateways::read_all(toolward.state()).unwrap();
+        let (states, _) = toolward::gateways::read_all(toolward.state().unwrap()).unwrap();
         assert_eq!(states.len(), 1);
         assert!(states[0].live);
         states[0].state.servers[0].clone()
@@ -228,7 +228,7 @@ async fn a_restart_is_published_for_the_console_with_its_count_and_the_tools_wit
 
     // A clean end removes the state.
     published.stop().await;
-    let (states, _) = toolward::gateways::read_all(toolward.state()).unwrap();
+    let (states, _) = toolward::gateways::read_all(toolward.state().unwrap()).unwrap();
     assert!(states.is_empty());
     toolward.shutdown().await;
 }

@@ -1,7 +1,12 @@
 //! The audit store: where the call path, the start and the approvals put their audit
-//! records. Two implementations: the state folder's JSONL log ([`AuditLog`], one chain per
-//! log file, every process on the machine sharing it) and PostgreSQL
-//! ([`crate::store::postgres::PgAudit`], one chain across every gateway on the database).
+//! records. Three implementations: the state folder's JSONL log ([`AuditLog`], one chain per
+//! log file, every process on the machine sharing it), PostgreSQL
+//! ([`crate::store::postgres::PgAudit`], one chain across every gateway on the database), and
+//! records in memory ([`super::MemoryAudit`], a toolward started without a state folder,
+//! streaming its records to subscribers). An embedder implements it for a store of its own
+//! and gives it to [`crate::ToolwardBuilder::audit_store`]; [`super::AuditChain`] seals events
+//! into chained records as the others do, so keeping the contract below is calling it under
+//! the store's lock and keeping what it returns.
 //!
 //! # Contract
 //!
@@ -72,6 +77,12 @@ pub trait AuditStore: Send + Sync + fmt::Debug {
 
     /// The chain's end as last made durable by this process, when known.
     fn head(&self) -> Option<AuditHead>;
+
+    /// A stream of the records this store makes durable from now on, in `seq` order, when
+    /// the store offers one ([`crate::Toolward::audit_events`]). Defaults to `None`.
+    fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<super::AuditRecord>> {
+        None
+    }
 }
 
 impl AuditStore for AuditLog {

@@ -289,8 +289,8 @@ pub(super) async fn pin_tool(
     let (server, tool) = crate::pin::tool::parse_server_tool(given).map_err(usage)?;
     let config = read_config(config_path)?;
     let state = open_state(&config)?;
-    let components =
-        crate::load::prepare_components(&config, config.guest.clone(), &state).map_err(usage)?;
+    let components = crate::load::prepare_components(&config, config.guest.clone(), Some(&state))
+        .map_err(usage)?;
     let crate::pin::tool::ToolChange { updated, diff, .. } =
         crate::pin::tool::tool_change(&config, server, tool, components.digests)
             .await
@@ -622,18 +622,25 @@ pub(super) fn audit_replay(
     let is_cedar = Path::new(policy)
         .extension()
         .is_some_and(|e| e == crate::cedar::CEDAR_EXTENSION);
+    // A config read from a file names its rules by a file.
+    let rules_file = config
+        .rules
+        .text
+        .file()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| usage(anyhow!("the config's rules are not in a file")))?;
     let settings_path = if is_cedar {
         PathBuf::from(policy)
     } else {
         match (settings, &config.policy.settings) {
             (Some(path), _) => path.to_path_buf(),
             (None, Some(crate::config::TextSource::File(path))) => path.clone(),
-            (None, Some(crate::config::TextSource::Oci(reference))) => {
+            (None, Some(other)) => {
                 return Err(usage(anyhow!(
-                    "`policy.settings` is `{reference}`, in a registry: give the settings to replay with as a file, `--settings FILE`"
+                    "`policy.settings` is `{other}`, not a file: give the settings to replay with as a file, `--settings FILE`"
                 )));
             }
-            (None, None) => config.rules.file.clone(),
+            (None, None) => rules_file.clone(),
         }
     };
     let mut settings_text = crate::policy_test::read_text(
@@ -646,7 +653,7 @@ pub(super) fn audit_replay(
         // With the reviews, levels and tools' `returns` of the config's rules file, as the
         // gateway configures the Cedar component.
         let rules = crate::policy_test::read_text(
-            &config.rules.file,
+            &rules_file,
             "rules file",
             crate::config::operator_file::MAX_RULES_BYTES,
         )

@@ -580,7 +580,7 @@ impl Reader<'_> {
             console,
             guest,
             confine,
-            servers_dir,
+            servers_dir: Some(servers_dir),
             store,
             telemetry,
             file: None,
@@ -827,7 +827,7 @@ impl Reader<'_> {
                 .invalid("missing: the rules file decides which tools are registered"));
         };
         Ok(RulesConfig {
-            file: self.path(file, &path.key("file"))?,
+            text: TextSource::File(self.path(file, &path.key("file"))?),
             component: self.component_source(map, path)?,
         })
     }
@@ -838,11 +838,7 @@ impl Reader<'_> {
         map: &Map<String, Value>,
         parent: &JsonPath,
     ) -> Result<Option<ComponentSource>, ConfigError> {
-        Ok(match self.text_source(map, parent, "component")? {
-            None => None,
-            Some(TextSource::File(path)) => Some(ComponentSource::File(path)),
-            Some(TextSource::Oci(reference)) => Some(ComponentSource::Oci(reference)),
-        })
+        self.text_source(map, parent, "component")
     }
 
     /// `key` of `parent` (`settings` or `cedar` of `policy`, and `component` through

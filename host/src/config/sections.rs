@@ -533,8 +533,9 @@ impl fmt::Debug for ConsoleOidcConfig {
 /// `rules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RulesConfig {
-    /// The operator's rules file (`rules.file`), given to the rules component's `configure`.
-    pub file: PathBuf,
+    /// The operator's rules (`rules.file`), given to the rules component's `configure`: a
+    /// file, or the text itself ([`PolicySource::Bytes`], from [`crate::ToolwardBuilder`]).
+    pub text: TextSource,
     /// A rules component (`rules.component`); `None` is the default component.
     pub component: Option<ComponentSource>,
 }
@@ -551,7 +552,12 @@ pub enum PolicySource {
     /// state folder and used only with a signature that verifies with a key of `oci.keys`
     /// (`docs/registries.md`).
     Oci(OciReference),
+    /// The bytes themselves, given by an embedder ([`crate::ToolwardBuilder`]): nothing is
+    /// read from a file. The config file has no way to say this.
+    Bytes(Vec<u8>),
 }
+
+pub use crate::text::IN_MEMORY;
 
 /// Where a rules or policy component comes from (`rules.component`, `policy.component`).
 pub type ComponentSource = PolicySource;
@@ -565,7 +571,7 @@ impl PolicySource {
     pub fn file(&self) -> Option<&Path> {
         match self {
             Self::File(path) => Some(path),
-            Self::Oci(_) => None,
+            Self::Oci(_) | Self::Bytes(_) => None,
         }
     }
 
@@ -573,7 +579,7 @@ impl PolicySource {
     #[must_use]
     pub fn oci(&self) -> Option<&OciReference> {
         match self {
-            Self::File(_) => None,
+            Self::File(_) | Self::Bytes(_) => None,
             Self::Oci(reference) => Some(reference),
         }
     }
@@ -584,6 +590,7 @@ impl fmt::Display for PolicySource {
         match self {
             Self::File(path) => write!(f, "{}", path.display()),
             Self::Oci(reference) => write!(f, "{reference}"),
+            Self::Bytes(_) => f.write_str(IN_MEMORY),
         }
     }
 }
@@ -657,6 +664,14 @@ pub enum StoreConfig {
     /// No `store`: the audit log at `audit.file` and the queue in `state_dir` (one machine).
     #[default]
     StateDir,
+    /// Nothing on disk, for an embedder ([`crate::ToolwardBuilder`] without a state folder;
+    /// the config file has no way to say this): no state folder is opened (`state_dir` is
+    /// not used), the audit records go to the embedder's [`crate::AuditStore`] or to
+    /// [`crate::MemoryAudit`], the fact counters are this process's, held calls are asked
+    /// only of the approver each call names (no queue), and components are compiled at each
+    /// start (no cache). Components, settings and Cedar text from OCI registries need a
+    /// state folder and are refused.
+    Memory,
     /// `{"postgres": URL}`: one PostgreSQL database for a fleet (see
     /// `crate::store::postgres`); `URL` is a libpq URL or key-value string, `${NAME}`
     /// expanded (keep the password in a variable, not in the file).
@@ -674,6 +689,7 @@ impl fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::StateDir => f.write_str("StateDir"),
+            Self::Memory => f.write_str("Memory"),
             Self::Postgres { .. } => f.write_str("Postgres { url: <redacted> }"),
         }
     }

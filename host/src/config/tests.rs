@@ -60,7 +60,7 @@ fn a_server_confine_adds_to_the_top_level_deny_and_its_deny_tcp_wins() {
     );
     assert_eq!(
         config.servers_dir,
-        PathBuf::from("/etc/toolward/.toolward-servers")
+        Some(PathBuf::from("/etc/toolward/.toolward-servers"))
     );
 }
 
@@ -375,7 +375,7 @@ fn relative_paths_resolve_against_config_folder() {
     .unwrap();
     let config = Config::from_path(&file).unwrap();
     assert_eq!(config.base_dir, sub);
-    assert_eq!(config.rules.file, sub.join("rules.json"));
+    assert_eq!(config.rules.text, TextSource::File(sub.join("rules.json")));
     assert_eq!(
         config.rules.component,
         Some(ComponentSource::File(sub.join("wasm/rules.wasm")))
@@ -410,7 +410,7 @@ fn config_file_in_the_current_folder_resolves_against_an_absolute_folder() {
     assert!(matches!(err, ConfigError::Read { .. }));
     let value = with_servers(json!({ "s": { "command": "s" } }));
     let config = Config::from_value_with_env(value, Path::new("/srv/tw"), &no_env).unwrap();
-    assert!(config.rules.file.is_absolute());
+    assert!(config.rules.text.file().unwrap().is_absolute());
 }
 
 #[test]

@@ -351,7 +351,7 @@ pub(super) async fn accept(
         let config = Arc::clone(&config);
         tokio::task::spawn_blocking(move || {
             let state = StateDir::open(&config.state_dir).map_err(|e| text::error_chain(&e))?;
-            crate::load::prepare_components(&config, config.guest.clone(), &state)
+            crate::load::prepare_components(&config, config.guest.clone(), Some(&state))
                 .map(|components| (state, components.digests))
                 .map_err(|e| text::error_chain(&e))
         })

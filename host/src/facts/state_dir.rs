@@ -208,6 +208,37 @@ impl StateFacts {
         })
     }
 
+    /// Counters of this process only, in an anonymous file in memory (`memfd_create`): the
+    /// same table, bounds and windows as the state folder's, no file on any file system. For
+    /// a toolward started without a state folder ([`crate::config::StoreConfig::Memory`]).
+    ///
+    /// # Errors
+    /// [`FactError::Io`] when the kernel gives no anonymous file (out of memory).
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    pub fn in_memory() -> Result<StateFacts, FactError> {
+        let layout = Layout::DEFAULT;
+        let path = PathBuf::from(crate::text::IN_MEMORY);
+        let io = |action| {
+            let path = path.clone();
+            move |source: std::io::Error| FactError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let fd = rustix::fs::memfd_create("toolward-facts", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| io("open")(e.into()))?;
+        let file = File::from(fd);
+        file.set_len(layout.file_bytes()).map_err(io("write"))?;
+        file.write_all_at(&layout.header(), 0)
+            .map_err(io("write"))?;
+        Ok(StateFacts {
+            path,
+            layout,
+            file: Arc::new(Mutex::new(file)),
+        })
+    }
+
     /// The counters file's path.
     pub fn path(&self) -> &Path {
         &self.path

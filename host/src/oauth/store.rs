@@ -626,6 +626,10 @@ impl GrantStore {
                     .map_err(|error| store_error("*", error))?;
                 Ok(GrantStore::Postgres(Box::new(grants)))
             }
+            crate::config::StoreConfig::Memory => Err(store_error(
+                "*",
+                "signing in to HTTP servers keeps grants in a state folder, and this toolward has none",
+            )),
             #[cfg(not(feature = "postgres"))]
             crate::config::StoreConfig::Postgres { .. } => Err(store_error(
                 "*",

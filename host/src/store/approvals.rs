@@ -164,3 +164,41 @@ impl ApprovalStore for StateDirApprovals {
         Box::pin(async move { Ok(crate::approval::abandon_pending(&self.state_dir)?) })
     }
 }
+
+/// No queue: for a toolward started without a state folder
+/// ([`crate::config::StoreConfig::Memory`]). A held call is asked only of the approver its
+/// call names; nothing waits here, so the gateway's fallback approver refuses
+/// ([`crate::approval::DenyAll`]), the list is empty and no call can be answered here.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoApprovals;
+
+impl ApprovalStore for NoApprovals {
+    fn name(&self) -> String {
+        "no approvals queue (no state folder)".to_owned()
+    }
+
+    fn approver(&self, _audit: Option<Arc<dyn AuditStore>>) -> Arc<dyn Approver> {
+        Arc::new(crate::approval::DenyAll)
+    }
+
+    fn list(&self) -> StoreFuture<'_, Vec<PendingEntry>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    fn answer<'a>(
+        &'a self,
+        call_id: &'a str,
+        _approve: bool,
+        _reason: Option<String>,
+        _approvers: &'a Approvers,
+    ) -> StoreFuture<'a, AnsweredBy> {
+        Box::pin(std::future::ready(Err(ApprovalStoreError::NotPending {
+            call_id: call_id.to_owned(),
+            store: self.name(),
+        })))
+    }
+
+    fn abandon_ended(&self) -> StoreFuture<'_, Vec<ApprovalRequest>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+}

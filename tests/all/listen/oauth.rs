@@ -353,7 +353,8 @@ unless { context.principal_attributes has groups && context.principal_attributes
 async fn listen(config: Config, port: u16) -> (Toolward, Listening) {
     let toolward = Toolward::start(config).await.unwrap();
     let config = toolward.config();
-    let (tokens, file) = tokens(&config.listen, toolward.state(), &config.principal).unwrap();
+    let (tokens, file) =
+        tokens(&config.listen, toolward.state().unwrap(), &config.principal).unwrap();
     assert_eq!(file, None, "with `listen.oauth`, no token is generated");
     let listening = serve_http(
         toolward.call_path().clone(),

@@ -111,7 +111,7 @@ pub(crate) async fn call(addr: SocketAddr, token: &str, body: &Value) -> Value {
 /// Listens for the toolward of `dir`'s config (written by [`write_config`]) on a free port.
 async fn listen(toolward: &Toolward) -> Listening {
     let config = toolward.config();
-    let (tokens, _) = tokens(&config.listen, toolward.state(), &config.principal).unwrap();
+    let (tokens, _) = tokens(&config.listen, toolward.state().unwrap(), &config.principal).unwrap();
     serve_http(
         toolward.call_path().clone(),
         Vec::new(),

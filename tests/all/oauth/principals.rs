@@ -295,7 +295,7 @@ async fn serve(config: Config) -> (Toolward, Listening) {
     pinned.manifest.write(&config.manifest).unwrap();
     let toolward = Toolward::start(config).await.unwrap();
     let config = toolward.config();
-    let (tokens, _) = tokens(&config.listen, toolward.state(), &config.principal).unwrap();
+    let (tokens, _) = tokens(&config.listen, toolward.state().unwrap(), &config.principal).unwrap();
     let listening = serve_http(
         toolward.call_path().clone(),
         Vec::new(),
