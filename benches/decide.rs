@@ -48,7 +48,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark")]
 
 #[path = "support/cpu_time.rs"]
-#[allow(dead_code, reason = "only its clock is read here, not its criterion measurement")]
+#[allow(
+    dead_code,
+    reason = "only its clock is read here, not its criterion measurement"
+)]
 mod cpu_time;
 #[path = "support/native_cedar.rs"]
 mod native_cedar;
@@ -457,7 +460,9 @@ fn ratios() {
     // (bytes), as set there: each guest case then runs under both, in the same rounds.
     let mut resets = vec![("", SlotReset::default())];
     if let Ok(setting) = std::env::var("DECIDE_KEEP_RESIDENT") {
-        let (memory, table) = setting.split_once(':').expect("DECIDE_KEEP_RESIDENT=MEMORY:TABLES");
+        let (memory, table) = setting
+            .split_once(':')
+            .expect("DECIDE_KEEP_RESIDENT=MEMORY:TABLES");
         let reset = SlotReset {
             memory_bytes: memory.parse().unwrap(),
             table_bytes: table.parse().unwrap(),

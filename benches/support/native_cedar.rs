@@ -262,7 +262,9 @@ fn facts(facts: &[(String, String)]) -> RestrictedExpression {
         match path {
             [] => {}
             [last] => {
-                children.entry((*last).to_owned()).or_insert(Node::Leaf(value));
+                children
+                    .entry((*last).to_owned())
+                    .or_insert(Node::Leaf(value));
             }
             [first, rest @ ..] => {
                 let node = children
