@@ -27,17 +27,42 @@
 //! (`python_example_inline`) the same way, from `TOOLWARD_PYTHON_POLICY_WASM`
 //! (`examples/python-policy`, built by componentize-py).
 //!
+//! Native Cedar (`native_cedar_*`, issue 34.3): `cedar-policy`, the version the component is
+//! built with, deciding the same call with the same policies in this process
+//! (`support/native_cedar.rs`): the request built from the call, evaluated, read into an
+//! outcome, as the component does per decision; `native_cedar_*_evaluate` is Cedar's
+//! `is_authorized` alone on a request built beforehand.
+//!
+//! `ratios` (`cargo bench --bench decide -- ratios`, not a criterion benchmark): issue 34's
+//! targets in one run, from interleaved rounds (each round times every case, so that a change
+//! in the machine's load falls on all of them), the median of the rounds, in the benchmark
+//! thread's CPU time (`support/cpu_time.rs`; `TOOLWARD_BENCH_CLOCK=wall` for wall time):
+//! Cedar with 10 and 200 policies against native Cedar (targets ≤ 2× and ≤ 3×), and the
+//! JavaScript and Python examples against the Rust one (≤ 5×, ≤ 10×) when their components
+//! are given as above. `DECIDE_RATIO_ROUNDS` rounds (default 15); `DECIDE_RATIO_ONLY=NAME`
+//! times only the cases whose names hold `NAME` (to profile one).
+//!
 //! Before the measurements, the CPU time per decision of the first and last case is
 //! printed, worker thread included (`CLOCK_PROCESS_CPUTIME_ID` less the benchmark thread's
 //! time outside `decide`), so that the latency of the first is not mistaken for its cost.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark")]
 
-use criterion::{Criterion, criterion_group, criterion_main};
+#[path = "support/cpu_time.rs"]
+#[allow(
+    dead_code,
+    reason = "only its clock is read here, not its criterion measurement"
+)]
+mod cpu_time;
+#[path = "support/native_cedar.rs"]
+mod native_cedar;
+
+use criterion::{Criterion, criterion_group};
+use native_cedar::NativeCedar;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use toolward::component::{
     CEDAR_COMPONENT, CallView, ComponentHost, DEFAULT_COMPONENT, Decision, Effect, GuestLimits,
-    Policy,
+    Policy, SlotReset,
 };
 use toolward_policy_table::Rules;
 
@@ -71,7 +96,15 @@ fn cedar_policies(total: usize) -> String {
 }
 
 fn cedar_configured(limits: GuestLimits, total: usize) -> (Policy, Duration) {
-    let host = ComponentHost::new(limits, None).unwrap();
+    cedar_configured_with(limits, total, SlotReset::default())
+}
+
+fn cedar_configured_with(
+    limits: GuestLimits,
+    total: usize,
+    reset: SlotReset,
+) -> (Policy, Duration) {
+    let host = ComponentHost::with_slot_reset(limits, None, reset).unwrap();
     let component = host.load(CEDAR_COMPONENT, "built-in-cedar").unwrap();
     let policies = cedar_policies(total);
     let began = Instant::now();
@@ -104,6 +137,14 @@ const CUSTOM_SETTINGS: &str = include_str!("../examples/custom-policy/settings.j
 /// ready instances; and its compile time cold (no cache), from the compiled-component cache,
 /// and configure's time (run `configure`, snapshot, compile the snapshot).
 fn custom_configured(bytes: &[u8], origin: &str) -> (Policy, (Duration, Duration, Duration)) {
+    custom_configured_with(bytes, origin, SlotReset::default())
+}
+
+fn custom_configured_with(
+    bytes: &[u8],
+    origin: &str,
+    reset: SlotReset,
+) -> (Policy, (Duration, Duration, Duration)) {
     let limits = GuestLimits {
         ready_instances: 0,
         ..GuestLimits::default()
@@ -116,7 +157,7 @@ fn custom_configured(bytes: &[u8], origin: &str) -> (Policy, (Duration, Duration
         toolward::component::ComponentCache::open(&dir).unwrap()
     };
     let began = Instant::now();
-    let host = ComponentHost::new(limits.clone(), Some(cache())).unwrap();
+    let host = ComponentHost::with_slot_reset(limits.clone(), Some(cache()), reset).unwrap();
     let component = host.load(bytes, origin).unwrap();
     let cold = began.elapsed();
     let warm_host = ComponentHost::new(limits, Some(cache())).unwrap();
@@ -129,7 +170,11 @@ fn custom_configured(bytes: &[u8], origin: &str) -> (Policy, (Duration, Duration
 }
 
 fn configured(limits: GuestLimits) -> Policy {
-    let host = ComponentHost::new(limits, None).unwrap();
+    configured_with(limits, SlotReset::default())
+}
+
+fn configured_with(limits: GuestLimits, reset: SlotReset) -> Policy {
+    let host = ComponentHost::with_slot_reset(limits, None, reset).unwrap();
     let component = host.load(DEFAULT_COMPONENT, "built-in").unwrap();
     host.configure_policy(&component, RULES).unwrap()
 }
@@ -277,6 +322,17 @@ fn decide(c: &mut Criterion) {
     group.bench_function("cedar_200_policies_inline", |b| {
         b.iter(|| cedar_200.decide(black_box(&call)))
     });
+    for (total, guest) in [(10, &cedar_10), (200, &cedar_200)] {
+        let native = NativeCedar::new(&cedar_policies(total));
+        assert_eq!(native.decide(&call), guest.decide(&call));
+        let prepared = native.prepare(&call);
+        group.bench_function(format!("native_cedar_{total}_policies"), |b| {
+            b.iter(|| native.decide(black_box(&call)))
+        });
+        group.bench_function(format!("native_cedar_{total}_policies_evaluate"), |b| {
+            b.iter(|| native.evaluate(black_box(&prepared)))
+        });
+    }
     // The JavaScript and Python examples (issue 19) beside the Rust example they mirror,
     // all with `examples/custom-policy/settings.json`, each decision a fresh instance
     // instantiated inline. The JavaScript component is built by `jco`
@@ -348,5 +404,268 @@ fn decide(c: &mut Criterion) {
     group.finish();
 }
 
+/// One case of the interleaved rounds: its name, its times, and what it runs.
+type Case<'a> = (String, Vec<Duration>, Box<dyn FnMut() + 'a>);
+
+/// Mean time of `f` over `runs`, on [`cpu_time::now`]'s clock.
+fn mean(runs: u32, f: &mut dyn FnMut()) -> Duration {
+    let began = cpu_time::now();
+    for _ in 0..runs {
+        f();
+    }
+    cpu_time::now().saturating_sub(began) / runs
+}
+
+/// The median of `times`.
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+/// Minor page faults of this thread so far.
+#[expect(
+    unsafe_code,
+    reason = "getrusage is a libc call; its only argument is an rusage it fills"
+)]
+fn minor_faults() -> i64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage for the call's duration.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    usage.ru_minflt
+}
+
+/// A built example component named by `variable`, if set.
+fn example_bytes(variable: &str) -> Option<Vec<u8>> {
+    std::env::var_os(variable).map(|path| std::fs::read(path).unwrap())
+}
+
+/// Issue 34's targets (items 3 and 4) as ratios from interleaved rounds: Cedar beside
+/// native Cedar, and the JavaScript and Python examples beside the Rust one.
+fn ratios() {
+    let rounds: usize = std::env::var("DECIDE_RATIO_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(15);
+    let inline_limits = GuestLimits {
+        ready_instances: 0,
+        ..GuestLimits::default()
+    };
+    let call = call();
+    let native_10 = NativeCedar::new(&cedar_policies(10));
+    let native_200 = NativeCedar::new(&cedar_policies(200));
+    let (prepared_10, prepared_200) = (native_10.prepare(&call), native_200.prepare(&call));
+    // The pooled slots' reset as configured, and, with `DECIDE_KEEP_RESIDENT=MEMORY:TABLES`
+    // (bytes), as set there: each guest case then runs under both, in the same rounds.
+    let mut resets = vec![("", SlotReset::default())];
+    if let Ok(setting) = std::env::var("DECIDE_KEEP_RESIDENT") {
+        let (memory, table) = setting
+            .split_once(':')
+            .expect("DECIDE_KEEP_RESIDENT=MEMORY:TABLES");
+        let reset = SlotReset {
+            memory_bytes: memory.parse().unwrap(),
+            table_bytes: table.parse().unwrap(),
+        };
+        resets.push((" (keep-resident set)", reset));
+    }
+    let mut guests: Vec<(String, Policy)> = Vec::new();
+    for (suffix, reset) in &resets {
+        let (cedar_10, _) = cedar_configured_with(inline_limits.clone(), 10, *reset);
+        let (cedar_200, _) = cedar_configured_with(inline_limits.clone(), 200, *reset);
+        for (native, guest) in [(&native_10, &cedar_10), (&native_200, &cedar_200)] {
+            assert_eq!(native.decide(&call), guest.decide(&call));
+        }
+        let rust = std::fs::read(toolward::guests::CUSTOM_POLICY_WASM).unwrap();
+        let (rust_example, _) = custom_configured_with(&rust, "custom-policy", *reset);
+        guests.push((
+            format!("fresh_instance_inline{suffix}"),
+            configured_with(inline_limits.clone(), *reset),
+        ));
+        for (case, variable, origin) in [
+            ("js_example_inline", "TOOLWARD_JS_POLICY_WASM", "js-policy"),
+            (
+                "python_example_inline",
+                "TOOLWARD_PYTHON_POLICY_WASM",
+                "python-policy",
+            ),
+        ] {
+            if let Some(bytes) = example_bytes(variable) {
+                let (policy, _) = custom_configured_with(&bytes, origin, *reset);
+                assert_eq!(policy.decide(&call), rust_example.decide(&call), "{case}");
+                guests.push((format!("{case}{suffix}"), policy));
+            }
+        }
+        guests.push((format!("rust_example_inline{suffix}"), rust_example));
+        guests.push((format!("cedar_10_policies_inline{suffix}"), cedar_10));
+        guests.push((format!("cedar_200_policies_inline{suffix}"), cedar_200));
+    }
+
+    let mut cases: Vec<Case<'_>> = vec![
+        (
+            "native_cedar_10_policies".into(),
+            Vec::new(),
+            Box::new(|| {
+                black_box(native_10.decide(black_box(&call)));
+            }),
+        ),
+        (
+            "native_cedar_10_policies_evaluate".into(),
+            Vec::new(),
+            Box::new(|| {
+                black_box(native_10.evaluate(black_box(&prepared_10)));
+            }),
+        ),
+        (
+            "native_cedar_200_policies".into(),
+            Vec::new(),
+            Box::new(|| {
+                black_box(native_200.decide(black_box(&call)));
+            }),
+        ),
+        (
+            "native_cedar_200_policies_evaluate".into(),
+            Vec::new(),
+            Box::new(|| {
+                black_box(native_200.evaluate(black_box(&prepared_200)));
+            }),
+        ),
+    ];
+    let call = &call;
+    for (case, policy) in &guests {
+        cases.push((
+            case.clone(),
+            Vec::new(),
+            Box::new(move || {
+                black_box(policy.decide(black_box(call)));
+            }),
+        ));
+    }
+    // `DECIDE_RATIO_ONLY=name`: only the cases whose names hold `name` (for a profile).
+    if let Ok(only) = std::env::var("DECIDE_RATIO_ONLY") {
+        cases.retain(|(name, _, _)| name.contains(&only));
+    }
+    // Runs per round: about 20 ms of each case, from a warm-up of 10 runs.
+    let runs: Vec<u32> = cases
+        .iter_mut()
+        .map(|(_, _, f)| {
+            let once = mean(10, f.as_mut()).max(Duration::from_nanos(100));
+            (Duration::from_millis(20).as_nanos() / once.as_nanos()).clamp(5, 100_000) as u32
+        })
+        .collect();
+    for _ in 0..rounds {
+        for ((_, times, f), runs) in cases.iter_mut().zip(&runs) {
+            times.push(mean(*runs, f.as_mut()));
+        }
+    }
+    // Page faults per decision (minor: copy-on-write copies and zero pages): what the
+    // kernel's share of a decision is made of.
+    let faults: Vec<f64> = cases
+        .iter_mut()
+        .zip(&runs)
+        .map(|((_, _, f), runs)| {
+            let before = minor_faults();
+            for _ in 0..*runs {
+                f();
+            }
+            (minor_faults() - before) as f64 / f64::from(*runs)
+        })
+        .collect();
+    let medians: Vec<(String, Duration)> = cases
+        .into_iter()
+        .map(|(name, mut times, _)| (name, median(&mut times)))
+        .collect();
+    let of = |name: &str| {
+        medians
+            .iter()
+            .find(|(case, _)| case == name)
+            .map(|(_, t)| t.as_secs_f64())
+    };
+    println!(
+        "decide, median of {rounds} interleaved rounds (µs a decision; minor page faults a decision):"
+    );
+    for ((name, time), faults) in medians.iter().zip(&faults) {
+        println!(
+            "  {name:<36} {:>10.2} µs {faults:>8.1} faults",
+            time.as_secs_f64() * 1e6
+        );
+    }
+    let ratio = |label: &str, case: &str, base: &str, target: Option<f64>| {
+        if let (Some(case), Some(base)) = (of(case), of(base)) {
+            let target = target.map_or(String::new(), |t| format!(" (target ≤ {t})"));
+            println!("  {label}: {:.2}×{target}", case / base);
+        }
+    };
+    println!("ratios:");
+    ratio(
+        "Cedar 10 ÷ native Cedar 10",
+        "cedar_10_policies_inline",
+        "native_cedar_10_policies",
+        Some(2.0),
+    );
+    ratio(
+        "Cedar 200 ÷ native Cedar 200",
+        "cedar_200_policies_inline",
+        "native_cedar_200_policies",
+        Some(3.0),
+    );
+    ratio(
+        "Cedar 10 ÷ native evaluation alone",
+        "cedar_10_policies_inline",
+        "native_cedar_10_policies_evaluate",
+        None,
+    );
+    ratio(
+        "Cedar 200 ÷ native evaluation alone",
+        "cedar_200_policies_inline",
+        "native_cedar_200_policies_evaluate",
+        None,
+    );
+    ratio(
+        "Cedar 10 ÷ default component",
+        "cedar_10_policies_inline",
+        "fresh_instance_inline",
+        None,
+    );
+    ratio(
+        "JavaScript ÷ Rust example",
+        "js_example_inline",
+        "rust_example_inline",
+        Some(5.0),
+    );
+    ratio(
+        "Python ÷ Rust example",
+        "python_example_inline",
+        "rust_example_inline",
+        Some(10.0),
+    );
+    for (suffix, reset) in resets.iter().skip(1) {
+        println!("with {reset:?}:");
+        for case in [
+            "fresh_instance_inline",
+            "rust_example_inline",
+            "cedar_10_policies_inline",
+            "cedar_200_policies_inline",
+            "js_example_inline",
+            "python_example_inline",
+        ] {
+            ratio(
+                &format!("{case}: set ÷ configured"),
+                &format!("{case}{suffix}"),
+                case,
+                None,
+            );
+        }
+    }
+}
+
 criterion_group!(benches, decide);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::args().skip(1).any(|a| a == "ratios") {
+        ratios();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -41,7 +41,7 @@ mod views;
 pub mod wasi;
 
 pub use cache::{CACHE_FOLDER, CACHE_KEY, ComponentCache, MAX_COMPILED_BYTES};
-pub use engine::ComponentHost;
+pub use engine::{ComponentHost, SlotReset};
 pub use limits::{
     CORE_INSTANCES_PER_SLOT, DEFAULT_CLASSIFY_FUEL, DEFAULT_CONFIGURE_FUEL, DEFAULT_DECIDE_FUEL,
     DEFAULT_REVIEW_FUEL,

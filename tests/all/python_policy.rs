@@ -190,6 +190,17 @@ fn python_guest_allocating_without_end_is_denied_at_its_memory_limit_and_the_nex
 }
 
 #[test]
+fn python_guest_writing_globals_finds_them_unwritten_at_every_decision() {
+    // `remember` denies when a global holds what an earlier decision wrote (a list, and
+    // 4 MiB of pages, more than a pooled slot resets in place); each decision must start
+    // from the configured snapshot.
+    let Some(policy) = hostile("") else { return };
+    for _ in 0..5 {
+        assert_eq!(policy.decide(&call("remember", "{}")), Decision::Allow);
+    }
+}
+
+#[test]
 fn python_guest_waiting_on_a_clock_is_trapped_not_hung() {
     let Some(policy) = hostile("") else { return };
     let started = std::time::Instant::now();

@@ -13,6 +13,27 @@ use super::{CORE_INSTANCES_PER_SLOT, CacheOutcome, ComponentCache, ComponentErro
 use super::cache::Lookup;
 use super::policy::{FactsIndices, PolicyIndices, PolicyShared, ReadyQueue, ValidationIndices};
 
+/// What a pooled slot keeps resident, reset in place, when its instance ends (where Linux
+/// offers `PAGEMAP_SCAN`); the rest is returned to the kernel. Default:
+/// [`KEEP_RESIDENT_BYTES`] of linear memory, [`TABLE_KEEP_RESIDENT_BYTES`] of tables.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotReset {
+    /// Bytes of linear memory.
+    pub memory_bytes: usize,
+    /// Bytes of tables.
+    pub table_bytes: usize,
+}
+
+impl Default for SlotReset {
+    fn default() -> Self {
+        SlotReset {
+            memory_bytes: KEEP_RESIDENT_BYTES,
+            table_bytes: TABLE_KEEP_RESIDENT_BYTES,
+        }
+    }
+}
+
 /// One wasmtime engine with its compiled-component cache: the place components are
 /// loaded. Cheap to clone (shared).
 #[derive(Clone)]
@@ -52,6 +73,21 @@ impl ComponentHost {
     /// # Errors
     /// [`ComponentError::Engine`] when wasmtime rejects the configuration.
     pub fn new(limits: GuestLimits, cache: Option<ComponentCache>) -> Result<Self, ComponentError> {
+        Self::with_slot_reset(limits, cache, SlotReset::default())
+    }
+
+    /// As [`ComponentHost::new`], with what a pooled slot keeps resident when its instance
+    /// ends set by `reset` instead of the defaults: for benchmarks that compare settings in
+    /// one run (`benches/decide.rs`).
+    ///
+    /// # Errors
+    /// As for [`ComponentHost::new`].
+    #[doc(hidden)]
+    pub fn with_slot_reset(
+        limits: GuestLimits,
+        cache: Option<ComponentCache>,
+        reset: SlotReset,
+    ) -> Result<Self, ComponentError> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(limits.max_instances)
             .total_core_instances(limits.max_instances.saturating_mul(CORE_INSTANCES_PER_SLOT))
@@ -59,8 +95,8 @@ impl ComponentHost {
             .total_tables(limits.max_instances.saturating_mul(TABLES_PER_SLOT))
             .max_memory_size(limits.memory_bytes);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
-            pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-                .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES)
+            pool.linear_memory_keep_resident(reset.memory_bytes)
+                .table_keep_resident(reset.table_bytes)
                 .pagemap_scan(Enabled::Yes);
         }
         let mut config = Config::new();

@@ -37,12 +37,18 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 /// wasmtime would `memset` the first this many bytes of every used slot, slower than the
 /// `madvise` it replaces, so there slots are returned with `madvise` alone.
 pub const KEEP_RESIDENT_BYTES: usize = 1 << 20;
-/// As [`KEEP_RESIDENT_BYTES`], for a pooled slot's tables: one page. A table of one page or
-/// less (512 function references; the default component's has 57) is then zeroed with a
-/// `memset` instead of a `PAGEMAP_SCAN` system call of its own, which cost more than the
-/// `memset` (`benches/decide.rs`, BENCHMARKS.md §1). Of a larger table, the scan keeps one
-/// written page and the rest is returned with `madvise`.
-pub const TABLE_KEEP_RESIDENT_BYTES: usize = 4 << 10;
+/// As [`KEEP_RESIDENT_BYTES`], for a pooled slot's tables: 256 KiB (32,768 function
+/// references). A table of one page or less (512 references; the default component's has
+/// 57) is still zeroed with a `memset` (wasmtime bounds this by the table's size, and skips
+/// the `PAGEMAP_SCAN` system call for one page, which cost more than the `memset`:
+/// BENCHMARKS.md §1). A larger table's written pages are found by the scan and reset in
+/// place: with one page kept, the Cedar component's other written table pages were returned
+/// with `madvise` and faulted back by every decision (2 faults), and keeping them took its
+/// decision with 10 policies from 66.9 to 55.6 µs and 66.7 to 54.6 µs in two runs
+/// (`cargo bench --bench decide -- ratios`, BENCHMARKS.md §14.2), the default component's
+/// unchanged. Two tables a slot ([`TABLES_PER_SLOT`]): at most 512 KiB a used slot keeps
+/// resident for its tables, of pages a decision wrote.
+pub const TABLE_KEEP_RESIDENT_BYTES: usize = 256 << 10;
 
 /// Core (module) instances the pool allows per component slot
 /// ([`GuestLimits::max_instances`]): a component instance holds one per core module it

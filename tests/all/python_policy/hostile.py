@@ -18,6 +18,13 @@ def seen(what, act):
         return types.Decision_Deny(f"{what}: failed with {type(e).__name__}: {e}")
 
 
+# Written by the `remember` decision: a fresh instance per decision starts without them.
+REMEMBERED = []
+# 4 MiB written at `remember`, past what a pooled slot resets in place, so the pages
+# returned to the kernel are checked as well as those reset in place.
+WRITTEN = bytearray(4 << 20)
+
+
 class Policy(exports.Policy):
     def configure(self, settings: str) -> None:
         if settings == "print in configure":
@@ -51,6 +58,13 @@ class Policy(exports.Policy):
             # One write of 10,000 lines: a loop of `print` runs out of fuel first.
             sys.stdout.write(("x" * 99 + "\n") * 10_000)
             sys.stdout.flush()
+            return types.Decision_Allow()
+        if tool == "remember":
+            if REMEMBERED or any(WRITTEN[::4096]):
+                return types.Decision_Deny(f"an earlier decision left {REMEMBERED!r}")
+            REMEMBERED.append(call.id)
+            for page in range(0, len(WRITTEN), 4096):
+                WRITTEN[page] = 1
             return types.Decision_Allow()
         if tool == "clock":
             return types.Decision_Deny(
