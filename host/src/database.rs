@@ -1470,7 +1470,23 @@ mod tests {
             privilege: "UPDATE",
             column: Some("answerer_groups"),
         }));
-        assert_eq!(granted.len(), 52);
+        // Checkpoints are written by gateways (their own rows, by trigger) and never deleted;
+        // auditors and the console read them.
+        assert!(
+            granted
+                .iter()
+                .filter(|g| g.table == "toolward_checkpoints" && g.privilege != "SELECT")
+                .all(|g| g.role == "toolward_gateway" && g.privilege != "DELETE")
+        );
+        for role in ["toolward_auditor", "toolward_console"] {
+            assert!(granted.contains(&Granted {
+                table: "toolward_checkpoints",
+                role,
+                privilege: "SELECT",
+                column: None,
+            }));
+        }
+        assert_eq!(granted.len(), 58);
     }
 
     #[test]
