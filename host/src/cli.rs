@@ -222,6 +222,10 @@ enum Command {
         /// Post to targets that resolve to private addresses.
         #[arg(long)]
         notify_allow_private: bool,
+        /// Post each new signed checkpoint of the audit log (`audit.checkpoint`), so it is
+        /// kept off this machine: the state folder's latest, or each fleet gateway's.
+        #[arg(long)]
+        notify_checkpoints: bool,
     },
     /// Held calls waiting for a person (when the client cannot ask through elicitation).
     Approvals {
@@ -959,6 +963,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
             notify_secret_file,
             notify_arguments,
             notify_allow_private,
+            notify_checkpoints,
         } => {
             // The config's `notify`, with the flags added to it.
             let configured = read_config(&config)?.notify;
@@ -968,6 +973,7 @@ async fn run(command: Command) -> Result<ExitCode, Failure> {
                 notify_secret_file.or(configured.secret_file).as_deref(),
                 notify_arguments || configured.arguments,
                 notify_allow_private || configured.allow_private,
+                notify_checkpoints || configured.checkpoints,
                 configured
                     .console_url
                     .or_else(|| public_origins.first().cloned()),
@@ -1426,6 +1432,7 @@ async fn console_notify(
     secret_file: Option<&Path>,
     include_arguments: bool,
     allow_private: bool,
+    checkpoints: bool,
     link_base: Option<String>,
 ) -> Result<crate::console::NotifySettings, Failure> {
     use crate::console::{NotifyFormat, NotifyTarget};
@@ -1491,6 +1498,7 @@ async fn console_notify(
         secret,
         include_arguments,
         allow_private,
+        checkpoints,
         link_base: link_base.unwrap_or_default(),
     })
 }

@@ -139,6 +139,7 @@ impl Bench {
                 secret: Some(b"a shared secret of the receiver".to_vec()),
                 include_arguments: false,
                 allow_private: false,
+                checkpoints: false,
                 link_base: String::from("https://console.example"),
             })
             .await;
@@ -897,6 +898,7 @@ async fn a_held_call_is_notified_within_a_second_signed_and_to_slack_escaped() {
             secret: Some(secret.clone()),
             include_arguments: false,
             allow_private: false,
+            checkpoints: false,
             link_base: String::from("https://console.example"),
         })
         .await;
@@ -1615,6 +1617,105 @@ async fn a_fleet_console_answers_a_call_held_in_postgresql_and_shows_its_chain_a
         !tools.body.contains(&format!("gateway-{id}")),
         "{}",
         tools.body
+    );
+    console.stop().await;
+}
+
+/// The next webhook and Slack notifications, each within 10 s (`what` names them in the
+/// failure).
+async fn told_both(
+    received: &mut tokio::sync::mpsc::UnboundedReceiver<(Instant, String, String)>,
+    what: &str,
+) -> (Value, Value) {
+    let mut webhook = None;
+    let mut slack = None;
+    while webhook.is_none() || slack.is_none() {
+        let (_, _, body) = tokio::time::timeout(Duration::from_secs(10), received.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no notification of the {what} within 10 s"))
+            .unwrap();
+        let value: Value = serde_json::from_str(&body).unwrap();
+        if value.get("text").is_some() {
+            slack = Some(value);
+        } else {
+            webhook = Some(value);
+        }
+    }
+    (webhook.unwrap(), slack.unwrap())
+}
+
+/// The one checkpoint the state folder keeps (`audit-checkpoints/`), as written.
+fn latest_checkpoint(state: &Path) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(state.join("audit-checkpoints"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::read_to_string(files.pop().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_new_checkpoint_is_posted_as_written_for_keeping_elsewhere_and_once() {
+    let Some(bin) = toolward_binary() else { return };
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("checkpoint.key");
+    let keygen = std::process::Command::new(bin)
+        .args(["audit", "keygen", "--name", "toolward.test/audit/console", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(keygen.status.success(), "{keygen:?}");
+    // A checkpoint is signed at each shutdown: the log grew (each start records its load).
+    let bench = Bench::with(json!({"audit": {
+        "file": "state/audit.jsonl",
+        "sync": "none",
+        "checkpoint": {"key": key, "interval_ms": 3_600_000},
+    }}))
+    .await;
+    Toolward::start(bench.config()).await.unwrap().shutdown().await;
+    let first = latest_checkpoint(&bench.state());
+
+    let (hook, mut received) = receiver().await;
+    let console = bench
+        .console_notifying(NotifySettings {
+            targets: vec![
+                NotifyTarget {
+                    url: format!("http://{hook}/hook"),
+                    format: NotifyFormat::Webhook,
+                },
+                NotifyTarget {
+                    url: format!("http://{hook}/slack"),
+                    format: NotifyFormat::Slack,
+                },
+            ],
+            secret: Some(b"a shared secret of the receiver".to_vec()),
+            include_arguments: false,
+            allow_private: false,
+            checkpoints: true,
+            link_base: String::from("https://console.example"),
+        })
+        .await;
+    // The note byte for byte: a receiver keeps it and `audit verify --checkpoint` reads it.
+    let (webhook, slack) = told_both(&mut received, "first checkpoint").await;
+    assert_eq!(webhook["event"], "audit-checkpoint");
+    assert_eq!(webhook["from"], "this machine");
+    assert_eq!(webhook["note"], first.as_str());
+    assert_eq!(webhook["link"], "https://console.example/audit");
+    let text = slack["text"].as_str().unwrap();
+    assert!(text.contains(first.trim_end()), "{text}");
+
+    // A new checkpoint (a later shutdown, over more records) is told; the same one is not
+    // told again at the next looks (every 5 s).
+    Toolward::start(bench.config()).await.unwrap().shutdown().await;
+    let second = latest_checkpoint(&bench.state());
+    assert_ne!(first, second);
+    let (webhook, _) = told_both(&mut received, "second checkpoint").await;
+    assert_eq!(webhook["note"], second.as_str());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(5500), received.recv())
+            .await
+            .is_err(),
+        "a checkpoint already told was told again"
     );
     console.stop().await;
 }

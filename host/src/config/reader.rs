@@ -75,6 +75,7 @@ pub(super) const NOTIFY_KEYS: &[&str] = &[
     "console_url",
     "arguments",
     "allow_private",
+    "checkpoints",
 ];
 /// Keys of `approvers` (see [`Approvers`]).
 const APPROVERS_KEYS: &[&str] = &["rules", "allow_self_approval"];
@@ -957,6 +958,7 @@ impl Reader<'_> {
             console_url,
             arguments: flag("arguments")?,
             allow_private: flag("allow_private")?,
+            checkpoints: flag("checkpoints")?,
         })
     }
 

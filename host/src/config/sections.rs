@@ -627,6 +627,9 @@ pub struct NotifyConfig {
     pub arguments: bool,
     /// Post to targets resolving to private addresses (`notify.allow_private`, default false).
     pub allow_private: bool,
+    /// Post each new signed checkpoint of the audit log (`notify.checkpoints`, default
+    /// false): the state folder's latest, or each fleet gateway's, for keeping elsewhere.
+    pub checkpoints: bool,
 }
 
 impl std::fmt::Debug for NotifyConfig {
@@ -639,6 +642,7 @@ impl std::fmt::Debug for NotifyConfig {
             .field("console_url", &self.console_url)
             .field("arguments", &self.arguments)
             .field("allow_private", &self.allow_private)
+            .field("checkpoints", &self.checkpoints)
             .finish()
     }
 }

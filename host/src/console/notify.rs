@@ -77,6 +77,8 @@ pub struct NotifySettings {
     pub include_arguments: bool,
     /// Post to targets that resolve to private addresses.
     pub allow_private: bool,
+    /// Post each new signed checkpoint of the audit log ([`Event::Checkpoint`]).
+    pub checkpoints: bool,
     /// The console's URL the links are built from (`https://console.example`); empty, the
     /// console's own bound address.
     pub link_base: String,
@@ -89,6 +91,7 @@ impl std::fmt::Debug for NotifySettings {
             .field("signed", &self.secret.is_some())
             .field("include_arguments", &self.include_arguments)
             .field("allow_private", &self.allow_private)
+            .field("checkpoints", &self.checkpoints)
             .field("link_base", &self.link_base)
             .finish()
     }
@@ -250,6 +253,14 @@ pub(super) enum Event {
         /// Why.
         reason: String,
     },
+    /// A new signed checkpoint of the audit log, to be kept off this machine: the note as it
+    /// was written, byte for byte (anchoring needs the exact text; see [`anchorable`]).
+    Checkpoint {
+        /// Who keeps it: `this machine` (the state folder), or the gateway's database login.
+        from: String,
+        /// The signed note.
+        note: String,
+    },
 }
 
 impl Event {
@@ -258,6 +269,9 @@ impl Event {
         match self {
             Event::CallHeld(entry) => format!("call `{}`", text::escape(&entry.request.call_id)),
             Event::ChainBroken { .. } => String::from("the audit chain's break"),
+            Event::Checkpoint { from, .. } => {
+                format!("the audit checkpoint of `{}`", text::escape(from))
+            }
             Event::ToolRefused { server, tool, .. } => format!(
                 "refused tool `{}` of server `{}`",
                 text::escape(tool),
@@ -289,6 +303,26 @@ fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> Strin
                     shown(problem),
                     slack_escape(&link),
                 ) })
+                .to_string(),
+            }
+        }
+        Event::Checkpoint { from, note } => {
+            let link = format!("{base}/audit");
+            match format {
+                NotifyFormat::Webhook => json!({
+                    "event": "audit-checkpoint",
+                    "event_id": crate::ids::new_ulid(),
+                    "from": text::escape(from),
+                    // Printable ASCII and line feeds only (`anchorable`): the exact note.
+                    "note": note,
+                    "link": link,
+                })
+                .to_string(),
+                NotifyFormat::Slack => json!({ "text": cut_slack_text(format!(
+                    "toolward's audit checkpoint from `{}`, to keep elsewhere (`toolward audit verify --checkpoint`):\n```\n{}```",
+                    shown(from),
+                    slack_escape(note),
+                )) })
                 .to_string(),
             }
         }
@@ -452,9 +486,27 @@ pub(super) fn tell(event: &Event, settings: &NotifySettings) {
     }
 }
 
+/// Whether `note` is sent as a checkpoint: at most [`crate::checkpoint::MAX_NOTE_BYTES`] of
+/// printable ASCII and line feeds, as a signed checkpoint is. A note is sent byte for byte
+/// (escaping would change what it signs), so anything else, which a database login other than
+/// the gateway's could have written, is not sent.
+fn anchorable(note: &str) -> bool {
+    note.len() <= crate::checkpoint::MAX_NOTE_BYTES
+        && note.bytes().all(|b| b == b'\n' || (0x20..0x7f).contains(&b))
+}
+
+/// How often the console looks for new checkpoints (every 25 ticks: 5 s): a gateway signs
+/// at its interval, which is minutes, not seconds.
+const CHECKPOINT_POLL_TICKS: u32 = 25;
+
+/// At most this many checkpoints are told at each look; the rest wait for the next (a
+/// database login rewriting its row at every look cannot flood the targets).
+const MAX_CHECKPOINT_NOTICES_PER_POLL: usize = 16;
+
 /// Watches the held calls of `store` and notifies every target of each call newly held,
 /// once, and the gateways' published states for each tool a live gateway refused at load,
-/// once per run of the console, until `stop`.
+/// once per run of the console, and (with [`NotifySettings::checkpoints`]) each new
+/// checkpoint of the audit log, until `stop`.
 pub(super) async fn watch(
     store: std::sync::Arc<super::store::Store>,
     settings: NotifySettings,
@@ -464,6 +516,9 @@ pub(super) async fn watch(
         return;
     }
     let mut told: HashSet<String> = HashSet::new();
+    // The latest checkpoint told of each signer, by who keeps it.
+    let mut checkpoints: std::collections::HashMap<String, String> =
+        std::collections::HashMap::new();
     let mut refusals: HashSet<(String, String, String, String)> = HashSet::new();
     // Refused tools told this minute, and those left untold past the cap.
     let mut minute = (tokio::time::Instant::now(), 0usize, 0usize);
@@ -523,6 +578,37 @@ pub(super) async fn watch(
                         }
                     }
                 }
+        }
+        if settings.checkpoints
+            && ticks % CHECKPOINT_POLL_TICKS == 1
+            && let Ok(latest) = store.checkpoints().await
+        {
+            let mut told_now = 0;
+            for (from, note) in latest {
+                if checkpoints.get(&from) == Some(&note) {
+                    continue;
+                }
+                if told_now >= MAX_CHECKPOINT_NOTICES_PER_POLL {
+                    break;
+                }
+                told_now += 1;
+                if !anchorable(&note) {
+                    tracing::warn!(
+                        "console: the audit checkpoint of `{}` is not sent: it is not a note of printable text within {} bytes",
+                        text::escape(&from),
+                        crate::checkpoint::MAX_NOTE_BYTES
+                    );
+                } else {
+                    tell(
+                        &Event::Checkpoint {
+                            from: from.clone(),
+                            note: note.clone(),
+                        },
+                        &settings,
+                    );
+                }
+                checkpoints.insert(from, note);
+            }
         }
         let Ok(entries) = store.held().await else {
             continue;

@@ -312,6 +312,42 @@ impl Store {
                 .map_err(|e| crate::text::error_chain(&e)),
         }
     }
+
+    /// The latest signed checkpoint of each signer, as written (unverified: the console holds
+    /// no gateway's public key), with who keeps it: `this machine` for the state folder's
+    /// log, or a gateway's database login for each row of `toolward_checkpoints`.
+    pub(crate) async fn checkpoints(&self) -> Result<Vec<(String, String)>, String> {
+        match self {
+            Store::Folder {
+                state_dir,
+                audit_file,
+            } => {
+                let (state_dir, audit_file) = (state_dir.clone(), audit_file.clone());
+                tokio::task::spawn_blocking(move || {
+                    let state = StateDir::open(&state_dir).map_err(|e| crate::text::error_chain(&e))?;
+                    let (note, _) = crate::checkpoint::read_latest(&state, &audit_file)
+                        .map_err(|e| crate::text::error_chain(&e))?;
+                    Ok(note
+                        .map(|note| {
+                            (
+                                String::from("this machine"),
+                                String::from_utf8_lossy(&note).into_owned(),
+                            )
+                        })
+                        .into_iter()
+                        .collect())
+                })
+                .await
+                .map_err(|_| String::from("the audit checkpoints could not be read"))?
+            }
+            #[cfg(feature = "postgres")]
+            Store::Database(db) => {
+                crate::store::postgres::checkpoints::every_latest(&db.store)
+                    .await
+                    .map_err(|e| crate::text::error_chain(&e))
+            }
+        }
+    }
 }
 
 /// A chain state checked now: `summary` when intact, else `problem`; both escaped.

@@ -368,6 +368,36 @@ pub async fn latest_rows(
     Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
 }
 
+/// Every row of `toolward_checkpoints`, most recently written first, at most
+/// [`MAX_CHECKPOINT_ROWS`] × 4: each row's writer, origin and key (`login (origin, key
+/// name+id)`) and the note as it was written (unverified).
+///
+/// # Errors
+/// [`PgError`] naming the store.
+pub async fn every_latest(store: &PgStore) -> Result<Vec<(String, String)>, PgError> {
+    let pool = store.pool()?;
+    store.check_schema(&pool).await?;
+    let client = pool.get().await.map_err(|e| store.connect_error(e))?;
+    let rows = client
+        .query(
+            "SELECT writer, origin, signer, note FROM toolward_checkpoints \
+             ORDER BY updated_at_ms DESC LIMIT $1",
+            &[&(MAX_CHECKPOINT_ROWS * 4)],
+        )
+        .await
+        .map_err(|e| store.query_error("read the audit checkpoints", e))?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let (writer, origin, signer): (String, String, String) =
+                (row.get(0), row.get(1), row.get(2));
+            // The verifier key is `name+id+key`: its name and id tell the keys apart.
+            let key: Vec<&str> = signer.splitn(3, '+').take(2).collect();
+            (format!("{writer} ({origin}, {})", key.join("+")), row.get(3))
+        })
+        .collect())
+}
+
 /// The largest checkpoint of `verifier`'s key and `origin` that opens with it, in
 /// `toolward_checkpoints`, as its note; `None` when there is none.
 ///
