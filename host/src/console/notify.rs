@@ -313,7 +313,7 @@ fn body(event: &Event, format: NotifyFormat, settings: &NotifySettings) -> Strin
                     "event": "audit-checkpoint",
                     "event_id": crate::ids::new_ulid(),
                     "from": text::escape(from),
-                    // Printable ASCII and line feeds only (`anchorable`): the exact note.
+                    // Nothing escapable but line feeds (`anchorable`): the exact note.
                     "note": note,
                     "link": link,
                 })
@@ -487,12 +487,13 @@ pub(super) fn tell(event: &Event, settings: &NotifySettings) {
 }
 
 /// Whether `note` is sent as a checkpoint: at most [`crate::checkpoint::MAX_NOTE_BYTES`] of
-/// printable ASCII and line feeds, as a signed checkpoint is. A note is sent byte for byte
+/// text and line feeds with nothing [`text::escape`] would escape (a signed note's lines are
+/// printable; its signature lines open with an em dash). A note is sent byte for byte
 /// (escaping would change what it signs), so anything else, which a database login other than
 /// the gateway's could have written, is not sent.
 fn anchorable(note: &str) -> bool {
     note.len() <= crate::checkpoint::MAX_NOTE_BYTES
-        && note.bytes().all(|b| b == b'\n' || (0x20..0x7f).contains(&b))
+        && note.chars().all(|c| c == '\n' || !text::is_escaped(c))
 }
 
 /// How often the console looks for new checkpoints (every 25 ticks: 5 s): a gateway signs
@@ -706,6 +707,17 @@ mod tests {
         let cut = cut_slack_text(long);
         assert!(cut.chars().count() <= MAX_SLACK_TEXT_CHARS, "{}", cut.chars().count());
         assert!(cut.ends_with("… 580 more characters: see the call in the console"), "{cut}");
+    }
+
+    #[test]
+    fn a_signed_note_is_sent_as_written_and_one_with_controls_or_too_long_is_not() {
+        let note = "example.com/audit\n2\nNYsrs5stFNO1qU+RxQ9oWhKRmIruY2KVunOeaWk/IyU=\n\n\u{2014} example.com/audit 7fNdoP1MVigw\n";
+        assert!(anchorable(note));
+        assert!(!anchorable(&note.replace("audit\n2", "audit\u{1b}]8;;x\n2")));
+        assert!(!anchorable(&note.replace('\n', "\r\n")));
+        assert!(!anchorable(&note.replace("7fN", "\u{202e}7fN")));
+        let long = format!("{note}{}", "a".repeat(crate::checkpoint::MAX_NOTE_BYTES));
+        assert!(!anchorable(&long));
     }
 
     #[test]

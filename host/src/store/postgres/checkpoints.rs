@@ -56,6 +56,12 @@ use super::audit::EXPORT_PAGE_ROWS;
 /// Most rows of one signer key and origin read back (one per login that signed with it): 16.
 pub const MAX_CHECKPOINT_ROWS: i64 = 16;
 
+/// Rows whose note is longer than a note can be ([`checkpoint::MAX_NOTE_BYTES`]) are never
+/// read: a database login could write one of up to 1 GB (an outside attack made a gateway
+/// read 200 MB into memory).
+#[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+const MAX_ROW_NOTE_BYTES: i32 = checkpoint::MAX_NOTE_BYTES as i32;
+
 /// The database's chain as a tree, read up to the head row and then only past what was read.
 #[derive(Debug, Default)]
 pub struct ChainLeaves {
@@ -345,8 +351,11 @@ async fn publish(
     Ok(())
 }
 
-/// The rows of `verifier`'s key and `origin` in `toolward_checkpoints`, largest first: each
-/// writer's name and the note as it was written (unverified).
+/// The rows of `verifier`'s key and `origin` that this login wrote in `toolward_checkpoints`,
+/// largest first: each writer's name and the note as it was written (unverified). Another
+/// login's row is never this gateway's latest: an outside attack had a second gateway's login
+/// plant, under the first's key and origin, a real note of that key from another database,
+/// and the first stopped signing.
 ///
 /// # Errors
 /// [`PgError`] naming the store.
@@ -360,8 +369,14 @@ pub async fn latest_rows(
     let rows = client
         .query(
             "SELECT writer, note FROM toolward_checkpoints WHERE signer = $1 AND origin = $2 \
+             AND writer = session_user AND octet_length(note) <= $4 \
              ORDER BY size DESC LIMIT $3",
-            &[&verifier.to_string(), &origin, &MAX_CHECKPOINT_ROWS],
+            &[
+                &verifier.to_string(),
+                &origin,
+                &MAX_CHECKPOINT_ROWS,
+                &MAX_ROW_NOTE_BYTES,
+            ],
         )
         .await
         .map_err(|e| store.query_error("read the audit checkpoints", e))?;
@@ -381,8 +396,8 @@ pub async fn every_latest(store: &PgStore) -> Result<Vec<(String, String)>, PgEr
     let rows = client
         .query(
             "SELECT writer, origin, signer, note FROM toolward_checkpoints \
-             ORDER BY updated_at_ms DESC LIMIT $1",
-            &[&(MAX_CHECKPOINT_ROWS * 4)],
+             WHERE octet_length(note) <= $2 ORDER BY updated_at_ms DESC LIMIT $1",
+            &[&(MAX_CHECKPOINT_ROWS * 4), &MAX_ROW_NOTE_BYTES],
         )
         .await
         .map_err(|e| store.query_error("read the audit checkpoints", e))?;
