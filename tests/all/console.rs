@@ -1660,7 +1660,13 @@ async fn each_new_checkpoint_is_posted_as_written_for_keeping_elsewhere_and_once
     let keys = tempfile::tempdir().unwrap();
     let key = keys.path().join("checkpoint.key");
     let keygen = std::process::Command::new(bin)
-        .args(["audit", "keygen", "--name", "toolward.test/audit/console", "--out"])
+        .args([
+            "audit",
+            "keygen",
+            "--name",
+            "toolward.test/audit/console",
+            "--out",
+        ])
         .arg(&key)
         .output()
         .unwrap();
@@ -1672,7 +1678,11 @@ async fn each_new_checkpoint_is_posted_as_written_for_keeping_elsewhere_and_once
         "checkpoint": {"key": key, "interval_ms": 3_600_000},
     }}))
     .await;
-    Toolward::start(bench.config()).await.unwrap().shutdown().await;
+    Toolward::start(bench.config())
+        .await
+        .unwrap()
+        .shutdown()
+        .await;
     let first = latest_checkpoint(&bench.state());
 
     let (hook, mut received) = receiver().await;
@@ -1706,7 +1716,11 @@ async fn each_new_checkpoint_is_posted_as_written_for_keeping_elsewhere_and_once
 
     // A new checkpoint (a later shutdown, over more records) is told; the same one is not
     // told again at the next looks (every 5 s).
-    Toolward::start(bench.config()).await.unwrap().shutdown().await;
+    Toolward::start(bench.config())
+        .await
+        .unwrap()
+        .shutdown()
+        .await;
     let second = latest_checkpoint(&bench.state());
     assert_ne!(first, second);
     let (webhook, _) = told_both(&mut received, "second checkpoint").await;
