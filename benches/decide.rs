@@ -1,7 +1,7 @@
 //! `decide()` as production runs it (a fresh instance of the configured snapshot per
 //! decision), beside two baselines measured in the same run: a call on an already live
 //! instance (the floor of a component call) and the native decision table (the test
-//! oracle). Run: `cargo bench --bench decide`.
+//! oracle). Run: `cargo bench --features native-cedar --bench decide`.
 //!
 //! Three cases of the production path, because a policy keeps fresh instances ready
 //! ([`GuestLimits::ready_instances`]) with a worker thread that also drops used ones:
@@ -17,13 +17,13 @@
 //! `examples/cedar/policy.cedar` plus generated policies, 10 and 200 in all, each decision
 //! a fresh instance instantiated inline (compare with `fresh_instance_inline`); the time to
 //! configure (parse and snapshot) 1,000 policies is printed. Run only these:
-//! `cargo bench --bench decide -- cedar`.
+//! `cargo bench --features native-cedar --bench decide -- cedar`.
 //!
 //! JavaScript (`js_example_inline`, issue 19): `examples/js-policy` built by jco beside the
 //! Rust `examples/custom-policy` it mirrors (`rust_example_inline`), same settings, same
 //! call, each decision a fresh instance instantiated inline; compile (cold and from the
 //! cache) and configure times are printed. Set `TOOLWARD_JS_POLICY_WASM` to the built
-//! component; run only these: `cargo bench --bench decide -- example`. Python
+//! component; run only these: `cargo bench --features native-cedar --bench decide -- example`. Python
 //! (`python_example_inline`) the same way, from `TOOLWARD_PYTHON_POLICY_WASM`
 //! (`examples/python-policy`, built by componentize-py).
 //!
@@ -33,7 +33,7 @@
 //! outcome, as the component does per decision; `native_cedar_*_evaluate` is Cedar's
 //! `is_authorized` alone on a request built beforehand.
 //!
-//! `ratios` (`cargo bench --bench decide -- ratios`, not a criterion benchmark): issue 34's
+//! `ratios` (`cargo bench --features native-cedar --bench decide -- ratios`, not a criterion benchmark): issue 34's
 //! targets in one run, from interleaved rounds (each round times every case, so that a change
 //! in the machine's load falls on all of them), the median of the rounds, in the benchmark
 //! thread's CPU time (`support/cpu_time.rs`; `TOOLWARD_BENCH_CLOCK=wall` for wall time):
