@@ -413,6 +413,39 @@ fn encode(events: &[AuditEvent], seq: i64, prev: &str, time: u64) -> Result<Vec<
     Ok(lines)
 }
 
+/// Begins a read-only, repeatable-read transaction on `client` (`action` names it in an
+/// error) and reads the head row in it: the records read in the same transaction are those
+/// of one snapshot, agreeing with this head whatever gateways write meanwhile.
+///
+/// # Errors
+/// [`PgError`] naming the store.
+pub(super) async fn snapshot_at_head<'a>(
+    store: &PgStore,
+    client: &'a mut deadpool_postgres::Object,
+    action: &'static str,
+) -> Result<(deadpool_postgres::Transaction<'a>, AuditHead), PgError> {
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(|e| store.query_error(action, e))?;
+    let row = tx
+        .query_one(
+            "SELECT next_seq, last_hash FROM toolward_audit_head WHERE id = 1",
+            &[],
+        )
+        .await
+        .map_err(|e| store.query_error("read the audit head", e))?;
+    let next: i64 = row.get(0);
+    let head = AuditHead {
+        records: u64::try_from(next).unwrap_or_default(),
+        hash: row.get(1),
+    };
+    Ok((tx, head))
+}
+
 /// Writes every record in the database, in `seq` order, as JSONL (each line the exact bytes
 /// hashed, then a newline) to `out`, and returns the head row read in the same snapshot.
 /// `toolward audit verify FILE` accepts the result.
@@ -429,25 +462,7 @@ pub async fn export(
     let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
     // One snapshot for every page and the head, so a gateway writing meanwhile does not
     // make the export disagree with itself.
-    let tx = client
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(|e| store.query_error("begin the export", e))?;
-    let row = tx
-        .query_one(
-            "SELECT next_seq, last_hash FROM toolward_audit_head WHERE id = 1",
-            &[],
-        )
-        .await
-        .map_err(|e| store.query_error("read the audit head", e))?;
-    let next: i64 = row.get(0);
-    let head = AuditHead {
-        records: u64::try_from(next).unwrap_or_default(),
-        hash: row.get(1),
-    };
+    let (tx, head) = snapshot_at_head(store, &mut client, "begin the export").await?;
     let mut from: i64 = 0;
     loop {
         let rows = tx

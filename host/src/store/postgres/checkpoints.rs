@@ -99,25 +99,11 @@ impl ChainLeaves {
             problem,
         };
         let mut client = pool.get().await.map_err(|e| store.connect_error(e))?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(|e| store.query_error("begin reading the audit chain", e))?;
-        let row = tx
-            .query_one(
-                "SELECT next_seq, last_hash FROM toolward_audit_head WHERE id = 1",
-                &[],
-            )
-            .await
-            .map_err(|e| store.query_error("read the audit head", e))?;
-        let end: i64 = row.get(0);
-        let head = AuditHead {
-            records: u64::try_from(end).unwrap_or_default(),
-            hash: row.get(1),
-        };
+        let (tx, head) =
+            super::audit::snapshot_at_head(store, &mut client, "begin reading the audit chain")
+                .await?;
+        // The head row's `next_seq`, which it holds as a non-negative `i64`.
+        let end = i64::try_from(head.records).unwrap_or(i64::MAX);
         let held = self.chain.records();
         if head.records < held {
             return Err(problem(format!(
