@@ -1188,6 +1188,30 @@ mod tests {
     }
 
     #[test]
+    fn a_subscriber_hears_a_record_once_durable_synced_with_always_and_written_with_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path, AuditSync::Always).unwrap();
+        let mut heard = log.subscribe();
+        assert_eq!(log.write_now([event(AuditKind::Result, "a")]).unwrap(), 0);
+        assert!(heard.try_recv().is_err(), "written, not yet synced: not heard");
+        log.append(event(AuditKind::CallReceived, "b")).unwrap();
+        let (first, second) = (heard.try_recv().unwrap(), heard.try_recv().unwrap());
+        assert_eq!((first.seq, second.seq), (0, 1));
+        assert_eq!(first.event.call_id.as_deref(), Some("a"));
+        let stored = lines(&path);
+        assert_eq!(serde_json::to_string(&first).unwrap(), stored[0]);
+        assert_eq!(serde_json::to_string(&second).unwrap(), stored[1]);
+        drop(log);
+
+        let log = AuditLog::open(&path, AuditSync::None).unwrap();
+        let mut heard = log.subscribe();
+        log.write_now([event(AuditKind::Result, "c")]).unwrap();
+        let third = heard.try_recv().unwrap();
+        assert_eq!((third.seq, third.prev.as_str()), (2, sha256_hex(stored[1].as_bytes()).as_str()));
+    }
+
+    #[test]
     fn records_written_without_a_sync_are_covered_by_the_next_append_and_its_one_write() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");

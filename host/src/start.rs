@@ -78,6 +78,10 @@ pub enum StartFailure {
     /// The fact counters in the state folder cannot be opened (`docs/facts.md`).
     #[error(transparent)]
     Facts(#[from] crate::facts::FactError),
+    /// The `requestState` ledger of a toolward without a state folder cannot be made (no
+    /// random bytes for its key).
+    #[error(transparent)]
+    Ledger(#[from] crate::store::LedgerError),
     /// The `audit.checkpoint` key or origin cannot be used.
     #[error(transparent)]
     #[cfg(feature = "checkpoints")]
@@ -444,11 +448,18 @@ impl Toolward {
                 Some(state) => {
                     call_path.with_facts(Arc::new(crate::facts::StateFacts::open(state)?))
                 }
-                #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-                None => call_path.with_facts(Arc::new(crate::facts::StateFacts::in_memory()?)),
-                // No anonymous file to count in: decisions get no facts, and a limit denies.
-                #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-                None => call_path,
+                // No state folder: approvals given through `input_required` are redeemed in
+                // memory, under a key of this process's own.
+                None => {
+                    let call_path = call_path
+                        .with_ledger(Arc::new(crate::store::MemoryLedger::new()?));
+                    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+                    let call_path =
+                        call_path.with_facts(Arc::new(crate::facts::StateFacts::in_memory()?));
+                    // No anonymous file to count in: decisions get no facts, and a limit
+                    // denies.
+                    call_path
+                }
             },
         };
         let call_path = call_path.with_queue(approvals.approver(Some(Arc::clone(&audit))));
@@ -491,10 +502,12 @@ impl Toolward {
     }
 
     /// The audit records from now on, in `seq` order, as the audit store makes them durable,
-    /// when the store offers a stream ([`AuditStore::subscribe`]: [`MemoryAudit`], the store
-    /// of a toolward without a state folder, does; the state folder's log does not).
-    /// A receiver that falls more than [`crate::AUDIT_EVENTS_CAPACITY`] records behind is
-    /// told how many it missed.
+    /// when the store offers a stream ([`AuditStore::subscribe`]). Every store toolward
+    /// brings does: [`MemoryAudit`] (a toolward without a state folder), the state folder's
+    /// log and PostgreSQL (the records this process writes; other processes' records on the
+    /// same log or database are not sent); an embedder's own store when it implements
+    /// `subscribe`. A receiver that falls more than [`crate::AUDIT_EVENTS_CAPACITY`] records
+    /// behind is told how many it missed.
     pub fn audit_events(
         &self,
     ) -> Option<tokio::sync::broadcast::Receiver<crate::audit::AuditRecord>> {

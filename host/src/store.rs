@@ -17,5 +17,5 @@ pub use crate::state_dir::{
 };
 pub use approvals::{ApprovalStore, NoApprovals, StateDirApprovals};
 pub use request_states::{
-    LedgerError, LedgerFuture, Redemption, RequestStateLedger, StateDirLedger,
+    LedgerError, LedgerFuture, MemoryLedger, Redemption, RequestStateLedger, StateDirLedger,
 };

@@ -169,6 +169,11 @@ contract!(
     writers_form_one_chain_that_verifies_against_its_head_on_postgres
 );
 contract!(
+    a_subscriber_hears_what_its_writer_made_durable_as_stored_in_order,
+    a_subscriber_hears_what_its_writer_made_durable_as_stored_in_order_on_state_dir,
+    a_subscriber_hears_what_its_writer_made_durable_as_stored_in_order_on_postgres
+);
+contract!(
     held_call_is_listed_anywhere_and_the_first_answer_wins,
     held_call_is_listed_anywhere_and_the_first_answer_wins_on_state_dir,
     held_call_is_listed_anywhere_and_the_first_answer_wins_on_postgres
@@ -514,6 +519,78 @@ async fn writers_form_one_chain_that_verifies_against_its_head(stores: &Stores) 
         .count();
     assert_eq!(ours, 2 * THREADS * GROUPS * 2);
     assert!(report.records >= before + ours as u64);
+}
+
+/// A subscriber of one writer hears every record that writer made durable, waited for
+/// (`append_batch`) or not (`write`), in `seq` order and as stored; it hears none of the other
+/// writer's on the same log or database.
+async fn a_subscriber_hears_what_its_writer_made_durable_as_stored_in_order(stores: &Stores) {
+    const GROUPS: usize = 20;
+    let a = stores.audit().await;
+    let b = stores.audit().await;
+    let mut heard = a.subscribe().expect("the store streams its records");
+    let run = toolward::ids::new_ulid();
+    let (a2, b2, run2) = (Arc::clone(&a), Arc::clone(&b), run.clone());
+    tokio::task::spawn_blocking(move || {
+        let ev = |writer: &str, g: usize, kind| AuditEvent {
+            call_id: Some(format!("{run2}-{writer}-{g}")),
+            ..AuditEvent::new(kind)
+        };
+        for g in 0..GROUPS {
+            a2.append_batch(vec![
+                ev("a", g, AuditKind::CallReceived),
+                ev("a", g, AuditKind::Decision),
+            ])
+            .unwrap();
+            b2.append_batch(vec![ev("b", g, AuditKind::CallReceived)])
+                .unwrap();
+        }
+        // Not waited for: heard once its sync (or commit) comes.
+        a2.write(vec![ev("a", GROUPS, AuditKind::Result)]).unwrap();
+    })
+    .await
+    .unwrap();
+    let mut records = Vec::new();
+    while records.len() < 2 * GROUPS + 1 {
+        let record = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+            .await
+            .expect("every record a's writer made durable is heard within 10 s")
+            .unwrap();
+        records.push(record);
+    }
+    let ours = |record: &toolward::audit::AuditRecord, writer: &str| {
+        record
+            .event
+            .call_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with(&format!("{run}-{writer}-")))
+    };
+    assert!(
+        records.iter().all(|r| ours(r, "a")),
+        "only a's own records are heard"
+    );
+    assert!(
+        records.windows(2).all(|w| w[0].seq < w[1].seq),
+        "in seq order"
+    );
+    assert_eq!(records.last().unwrap().event.kind, AuditKind::Result);
+    // As stored: each is the record on that line of the export, byte for byte.
+    let (jsonl, _) = stores.export().await;
+    let stored: std::collections::HashMap<u64, toolward::audit::AuditRecord> =
+        String::from_utf8(jsonl)
+            .unwrap()
+            .lines()
+            // The log's file ends in room kept for the next records (spaces), not records.
+            .filter(|line| line.starts_with('{'))
+            .map(|line| serde_json::from_str::<toolward::audit::AuditRecord>(line).unwrap())
+            .filter(|r| ours(r, "a") || ours(r, "b"))
+            .map(|r| (r.seq, r))
+            .collect();
+    for record in &records {
+        assert_eq!(stored.get(&record.seq), Some(record));
+    }
+    assert_eq!(stored.values().filter(|r| ours(r, "b")).count(), GROUPS);
+    assert!(heard.try_recv().is_err(), "nothing of b's follows");
 }
 
 fn request(call_id: &str) -> ApprovalRequest {

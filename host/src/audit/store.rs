@@ -117,4 +117,8 @@ impl AuditStore for AuditLog {
     fn head(&self) -> Option<AuditHead> {
         AuditLog::head(self)
     }
+
+    fn subscribe(&self) -> Option<tokio::sync::broadcast::Receiver<super::AuditRecord>> {
+        Some(AuditLog::subscribe(self))
+    }
 }

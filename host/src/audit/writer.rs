@@ -28,7 +28,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tokio::sync::broadcast;
+
 use super::head::{AuditHead, HeadFile, HeadProblem};
+use super::memory::AUDIT_EVENTS_CAPACITY;
 use super::{
     AuditError, AuditEvent, AuditKind, AuditRecord, AuditSync, ComponentHashes, GENESIS_PREV,
     MAX_HEAD_LAG_RECORDS, MAX_RECORD_BYTES, NextLine, RECORD_PREFIX, ROOM_BYTES, TAIL_CHUNK_BYTES,
@@ -74,6 +77,8 @@ struct Shared {
     wake: Condvar,
     /// The chain's end: only the leader touches it, with the file lock held.
     chain: Mutex<Chain>,
+    /// Subscribers to the records this process makes durable ([`AuditLog::subscribe`]).
+    events: broadcast::Sender<AuditRecord>,
 }
 
 /// The end of the chain as this process last saw it.
@@ -151,6 +156,9 @@ struct State {
     syncs: u64,
     writes: u64,
     head: Option<AuditHead>,
+    /// Records written for a subscriber that no sync covers yet ([`AuditSync::Always`]):
+    /// sent when one does.
+    unsent: Vec<AuditRecord>,
 }
 
 impl State {
@@ -163,6 +171,8 @@ impl State {
 /// What one leader's turn did.
 struct Turn {
     firsts: Vec<(u64, Result<u64, AuditError>)>,
+    /// The records written, in `seq` order, when someone subscribed as the turn began.
+    records: Vec<AuditRecord>,
     synced: bool,
     /// Synced, or its head written: nothing written so far waits for the timer.
     flushed: bool,
@@ -362,6 +372,7 @@ impl AuditLog {
             done: Condvar::new(),
             wake: Condvar::new(),
             chain: Mutex::new(chain),
+            events: broadcast::channel(AUDIT_EVENTS_CAPACITY).0,
         });
         // What was found at open goes on disk at once, whatever the sync mode, so a loss is
         // itself on the record; an untouched log gets its head (after a sync: the previous
@@ -539,6 +550,14 @@ impl AuditLog {
             .map(|(first, _)| first)
     }
 
+    /// The records this process makes durable from now on, in `seq` order: written (with
+    /// [`AuditSync::None`]) or synced (with [`AuditSync::Always`]). Records other processes
+    /// append to the same log are not sent; read the file for those. A receiver that falls
+    /// more than [`AUDIT_EVENTS_CAPACITY`] records behind is told how many it missed.
+    pub fn subscribe(&self) -> broadcast::Receiver<AuditRecord> {
+        self.shared.events.subscribe()
+    }
+
     /// How many `fdatasync` calls the log has made so far; beside the records written, it
     /// shows how much group commit saved.
     #[must_use]
@@ -590,6 +609,26 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner);
         state.waiting -= 1;
         state
+    }
+
+    /// Sends a turn's `records` to the subscribers once they are durable: at once with
+    /// [`AuditSync::None`] (written is all it promises), else when a sync covers them
+    /// (`synced`, this turn's or a later one's). Called by the leader with the state locked,
+    /// so subscribers see `seq` order.
+    fn publish(&self, state: &mut State, records: Vec<AuditRecord>, synced: bool) {
+        if self.sync == AuditSync::None {
+            for record in records {
+                // No subscriber left is not an error: the log keeps the records.
+                let _ = self.events.send(record);
+            }
+            return;
+        }
+        state.unsent.extend(records);
+        if synced {
+            for record in state.unsent.drain(..) {
+                let _ = self.events.send(record);
+            }
+        }
     }
 
     fn lock_state(&self) -> MutexGuard<'_, State> {
@@ -718,6 +757,7 @@ impl Shared {
                         state.durable = end;
                         state.syncs += 1;
                     }
+                    self.publish(&mut state, turn.records, turn.synced);
                     if turn.flushed {
                         state.headed = end;
                     }
@@ -817,16 +857,22 @@ impl Shared {
         let time = now_ms()?;
         let mut buf = Vec::new();
         let mut firsts = Vec::with_capacity(groups.len());
+        // Records are kept for the stream only when someone listens: no copy otherwise.
+        let mut records = (self.events.receiver_count() > 0).then(Vec::new);
         if !prelude.is_empty() {
-            self.encode(&mut chain, prelude, components, time, &mut buf)
+            self.encode(&mut chain, prelude, components, time, &mut buf, records.as_mut())
                 .map_err(TurnError::Failed)?;
         }
         for group in groups {
             let mark = (buf.len(), chain.next_seq, chain.prev.clone());
+            let kept = records.as_ref().map_or(0, Vec::len);
             let first = chain.next_seq;
-            match self.encode(&mut chain, group.events, components, time, &mut buf) {
+            match self.encode(&mut chain, group.events, components, time, &mut buf, records.as_mut()) {
                 Ok(()) => firsts.push((group.ticket, Ok(first))),
                 Err(error) => {
+                    if let Some(records) = records.as_mut() {
+                        records.truncate(kept);
+                    }
                     // Only this group is left out; the chain goes on from before it.
                     buf.truncate(mark.0);
                     chain.next_seq = mark.1;
@@ -881,6 +927,7 @@ impl Shared {
         }
         Ok(Turn {
             firsts,
+            records: records.unwrap_or_default(),
             synced,
             flushed: flush != Flush::Nothing,
             head,
@@ -895,6 +942,7 @@ impl Shared {
         components: Option<&ComponentHashes>,
         time: u64,
         buf: &mut Vec<u8>,
+        mut stream: Option<&mut Vec<AuditRecord>>,
     ) -> Result<(), AuditError> {
         for mut event in events {
             if event.components.is_none() {
@@ -908,7 +956,8 @@ impl Shared {
             };
             let start = buf.len();
             let encoded = serde_json::to_writer(&mut *buf, &record);
-            chain.prev = record.prev;
+            let AuditRecord { seq, prev, event, .. } = record;
+            chain.prev = prev;
             encoded.map_err(|source| AuditError::Encode {
                 path: self.path.clone(),
                 source,
@@ -921,7 +970,17 @@ impl Shared {
                     limit: MAX_RECORD_BYTES,
                 });
             }
-            chain.prev = sha256_hex(line);
+            let hash = sha256_hex(line);
+            if let Some(stream) = stream.as_deref_mut() {
+                stream.push(AuditRecord {
+                    seq,
+                    time,
+                    prev: std::mem::replace(&mut chain.prev, hash),
+                    event,
+                });
+            } else {
+                chain.prev = hash;
+            }
             buf.push(b'\n');
             chain.next_seq = chain.next_seq.saturating_add(1);
         }

@@ -198,18 +198,27 @@ impl RequestStates {
             return Ok((key.clone(), Arc::clone(ledger)));
         }
         let unavailable = |reason: String| StateProblem::Unavailable { reason };
-        let state = StateDir::open(state_dir).map_err(|e| unavailable(e.to_string()))?;
-        // A fleet's ledger keeps the key every gateway on it shares; else the state folder's.
-        let key = match self.shared.as_ref().and_then(|shared| shared.key()) {
-            Some(key) => key,
-            None => state
-                .key(REQUEST_STATE_KEY)
-                .map_err(|e| unavailable(e.to_string()))?,
-        };
-        let ledger: Arc<dyn RequestStateLedger> = match &self.shared {
-            Some(shared) => Arc::clone(shared),
-            None => Arc::new(StateDirLedger::open(&state).map_err(|e| unavailable(e.to_string()))?),
-        };
+        // A ledger that keeps its own key (a fleet's, shared by every gateway on it; a
+        // toolward's without a state folder, in memory) needs no state folder; else the state
+        // folder's key and ledger.
+        let (key, ledger): (Key, Arc<dyn RequestStateLedger>) =
+            match self.shared.as_ref().and_then(|shared| Some((shared.key()?, shared))) {
+                Some((key, shared)) => (key, Arc::clone(shared)),
+                None => {
+                    let state =
+                        StateDir::open(state_dir).map_err(|e| unavailable(e.to_string()))?;
+                    let key = state
+                        .key(REQUEST_STATE_KEY)
+                        .map_err(|e| unavailable(e.to_string()))?;
+                    let ledger: Arc<dyn RequestStateLedger> = match &self.shared {
+                        Some(shared) => Arc::clone(shared),
+                        None => Arc::new(
+                            StateDirLedger::open(&state).map_err(|e| unavailable(e.to_string()))?,
+                        ),
+                    };
+                    (key, ledger)
+                }
+            };
         let (key, ledger) = self.opened.get_or_init(|| (key, ledger));
         Ok((key.clone(), Arc::clone(ledger)))
     }

@@ -289,6 +289,82 @@ impl StateDirLedger {
     }
 }
 
+/// The ledger of a toolward without a state folder ([`crate::StoreConfig::Memory`]): the
+/// redeemed call ids in this process's memory, and a key of its own made at random when it
+/// is made. Only this process sees it, which is all there is to see: its `requestState`s
+/// are MACed with that key, so no other process could issue one it accepts.
+pub struct MemoryLedger {
+    key: crate::state_dir::Key,
+    /// Redeemed call ids and their expiry (milliseconds since the Unix epoch).
+    used: Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl fmt::Debug for MemoryLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryLedger").finish_non_exhaustive()
+    }
+}
+
+impl MemoryLedger {
+    /// An empty ledger with a new random key.
+    ///
+    /// # Errors
+    /// [`LedgerError::Io`] when the system has no random bytes to give.
+    pub fn new() -> Result<MemoryLedger, LedgerError> {
+        let mut bytes = [0u8; crate::state_dir::KEY_BYTES];
+        getrandom::fill(&mut bytes).map_err(|e| LedgerError::Io {
+            action: "make its key",
+            path: PathBuf::from(crate::text::IN_MEMORY),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        Ok(MemoryLedger {
+            key: crate::state_dir::Key::from_bytes(bytes),
+            used: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    fn redeem_now(
+        &self,
+        id: &str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> Result<Redemption, LedgerError> {
+        check_entry_id(id)?;
+        let mut used = self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if used.contains_key(id) {
+            return Ok(Redemption::AlreadyUsed);
+        }
+        if used.len() >= MAX_LEDGER_ENTRIES {
+            // An entry past its expiry guards nothing: its `requestState` is refused by then.
+            used.retain(|_, expires| *expires >= now_ms);
+            if used.len() >= MAX_LEDGER_ENTRIES {
+                return Err(LedgerError::Full {
+                    path: PathBuf::from(crate::text::IN_MEMORY),
+                    count: used.len(),
+                    limit: MAX_LEDGER_ENTRIES,
+                });
+            }
+        }
+        used.insert(id.to_owned(), expires_ms);
+        Ok(Redemption::First)
+    }
+}
+
+impl RequestStateLedger for MemoryLedger {
+    fn redeem<'a>(
+        &'a self,
+        id: &'a str,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> LedgerFuture<'a, Redemption> {
+        Box::pin(std::future::ready(self.redeem_now(id, expires_ms, now_ms)))
+    }
+
+    fn key(&self) -> Option<crate::state_dir::Key> {
+        Some(self.key.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +374,35 @@ mod tests {
         let state = StateDir::open(&tmp.path().join("state")).unwrap();
         let ledger = StateDirLedger::open(&state).unwrap();
         (tmp, state, ledger)
+    }
+
+    #[tokio::test]
+    async fn in_memory_an_id_is_redeemed_once_under_a_key_of_its_own_and_a_full_ledger_sheds_only_expired_entries()
+     {
+        let ledger = MemoryLedger::new().unwrap();
+        let other = MemoryLedger::new().unwrap();
+        let mac = |ledger: &MemoryLedger| ledger.key().unwrap().mac_hex(&[b"state"]);
+        assert_eq!(mac(&ledger), mac(&ledger), "one key for the ledger's life");
+        assert_ne!(mac(&ledger), mac(&other), "each makes its own key");
+        assert_eq!(ledger.redeem("01A", 2_000, 1_000).await.unwrap(), Redemption::First);
+        assert_eq!(ledger.redeem("01A", 2_000, 1_000).await.unwrap(), Redemption::AlreadyUsed);
+        assert_eq!(other.redeem("01A", 2_000, 1_000).await.unwrap(), Redemption::First);
+        assert!(matches!(
+            ledger.redeem("../x", 2_000, 1_000).await,
+            Err(LedgerError::InvalidId { .. })
+        ));
+        // Full of unexpired entries: refused, and the replay of one is still a replay.
+        for i in 1..MAX_LEDGER_ENTRIES {
+            ledger.redeem(&format!("id{i}"), 5_000, 1_000).await.unwrap();
+        }
+        assert!(matches!(
+            ledger.redeem("late", 5_000, 1_000).await,
+            Err(LedgerError::Full { .. })
+        ));
+        // Once `01A` has expired (its expiry 2,000), its room is taken by a new id; the
+        // unexpired ones are kept.
+        assert_eq!(ledger.redeem("late", 9_000, 3_000).await.unwrap(), Redemption::First);
+        assert_eq!(ledger.redeem("id7", 5_000, 3_000).await.unwrap(), Redemption::AlreadyUsed);
     }
 
     #[test]

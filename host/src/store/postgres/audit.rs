@@ -23,11 +23,12 @@ use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use deadpool_postgres::Pool;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::audit::AuditStore;
 use crate::audit::{
-    AuditError, AuditEvent, AuditHead, AuditRecord, ComponentHashes, MAX_RECORD_BYTES,
+    AUDIT_EVENTS_CAPACITY, AuditError, AuditEvent, AuditHead, AuditRecord, ComponentHashes,
+    MAX_RECORD_BYTES,
 };
 use crate::canonical::sha256_hex;
 use crate::database::{PgError, PgStore, STATEMENT_TIMEOUT};
@@ -54,6 +55,8 @@ pub struct PgAudit {
     components: Mutex<Option<ComponentHashes>>,
     head: Arc<Mutex<Option<AuditHead>>>,
     thread: Option<JoinHandle<()>>,
+    /// Subscribers to the records this gateway commits ([`AuditStore::subscribe`]).
+    events: broadcast::Sender<AuditRecord>,
 }
 
 impl std::fmt::Debug for PgAudit {
@@ -79,6 +82,8 @@ impl PgAudit {
         let head = Arc::new(Mutex::new(None));
         let thread_store = store.clone();
         let thread_head = Arc::clone(&head);
+        let events = broadcast::channel(AUDIT_EVENTS_CAPACITY).0;
+        let thread_events = events.clone();
         let thread = std::thread::Builder::new()
             .name("toolward-pg-audit".to_owned())
             .spawn(move || {
@@ -105,7 +110,7 @@ impl PgAudit {
                             return;
                         }
                     };
-                    run(&thread_store, &pool, jobs_rx, &thread_head).await;
+                    run(&thread_store, &pool, jobs_rx, &thread_head, &thread_events).await;
                 });
             })
             .map_err(|e| store.connect_error(e))?;
@@ -120,6 +125,7 @@ impl PgAudit {
             components: Mutex::new(None),
             head,
             thread: Some(thread),
+            events,
         };
         ready.map(|()| audit)
     }
@@ -238,6 +244,12 @@ impl AuditStore for PgAudit {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// The records this gateway commits from now on, in `seq` order. Other gateways' records
+    /// on the same database are not sent: `toolward audit tail --config` reads those.
+    fn subscribe(&self) -> Option<broadcast::Receiver<AuditRecord>> {
+        Some(self.events.subscribe())
+    }
 }
 
 /// The pool, the schema version checked, and the head as the database has it.
@@ -275,6 +287,7 @@ async fn run(
     pool: &Pool,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     head: &Mutex<Option<AuditHead>>,
+    events: &broadcast::Sender<AuditRecord>,
 ) {
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
@@ -297,8 +310,23 @@ async fn run(
                 ))
             });
         match outcome {
-            Ok((replies, new_head)) => {
+            Ok((replies, new_head, lines)) => {
                 *head.lock().unwrap_or_else(PoisonError::into_inner) = Some(new_head);
+                // Committed: the subscribers get the records as stored, read back from their
+                // bytes (only when someone listens).
+                if events.receiver_count() > 0 {
+                    for line in &lines {
+                        match serde_json::from_slice::<AuditRecord>(line) {
+                            Ok(record) => {
+                                let _ = events.send(record);
+                            }
+                            Err(error) => tracing::error!(
+                                "an audit record committed to {} cannot be read back for its subscribers: {error}",
+                                store.name()
+                            ),
+                        }
+                    }
+                }
                 for (job, reply) in batch.into_iter().zip(replies) {
                     if let Some(sender) = job.reply {
                         let _ = sender.send(reply);
@@ -333,7 +361,7 @@ async fn commit(
     pool: &Pool,
     batch: &[Job],
     time: u64,
-) -> Result<(Vec<Reply>, AuditHead), String> {
+) -> Result<(Vec<Reply>, AuditHead, Vec<Vec<u8>>), String> {
     let mut client = pool
         .get()
         .await
@@ -384,6 +412,7 @@ async fn commit(
             records: u64::try_from(next).unwrap_or_default(),
             hash: prev,
         },
+        lines,
     ))
 }
 
