@@ -1,0 +1,229 @@
+//! The approver that asks a Python callable about a held call: [`HeldCall`] is what it is
+//! given, [`Approve`] and [`Deny`] what it returns, [`PyApprover`] the `toolward::Approver`
+//! around it.
+//!
+//! The callable is sync or async. A sync one is called on a worker thread of toolward's
+//! runtime (holding the GIL while it runs); an async one runs on the asyncio event loop the
+//! call was awaited on. Anything other than an `Approve` or a `Deny` (an exception, another
+//! value) is a deny, answered by nobody, with the reason: an approver that fails never lets
+//! a call through.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use pyo3_async_runtimes::TaskLocals;
+use toolward::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel};
+
+/// A held call, as the approver is asked about it. Every field but `reason` comes from the
+/// model or a server: escape it before showing it in a terminal.
+#[pyclass(frozen, get_all, module = "toolward._native")]
+#[derive(Debug)]
+pub struct HeldCall {
+    /// The call's id (a ULID).
+    call_id: String,
+    /// The tool's name as the model sees it (`server__tool`).
+    tool: String,
+    /// The server's name in the operator's config.
+    server: String,
+    /// The tool's name on its server.
+    upstream_tool: String,
+    /// The operator's effect (`read-only`, `local-change`, `remote-change`, `destructive`).
+    effect: String,
+    /// The final arguments (fixed values set), canonical JSON text.
+    arguments_json: String,
+    /// The policy's reason for holding the call.
+    reason: String,
+    /// Who made the call.
+    principal: String,
+    /// The session the call belongs to.
+    session: String,
+}
+
+#[pymethods]
+impl HeldCall {
+    /// The final arguments, as Python values (`json.loads` of `arguments_json`).
+    #[getter]
+    fn arguments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("json")?
+            .call_method1("loads", (PyString::new(py, &self.arguments_json),))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HeldCall(tool={:?}, server={:?}, arguments={:?})",
+            self.tool, self.server, self.arguments_json
+        )
+    }
+}
+
+impl From<ApprovalRequest> for HeldCall {
+    fn from(request: ApprovalRequest) -> Self {
+        HeldCall {
+            call_id: request.call_id,
+            tool: request.exposed_tool,
+            server: request.server,
+            upstream_tool: request.tool,
+            effect: request.effect,
+            arguments_json: request.arguments,
+            reason: request.reason,
+            principal: request.principal,
+            session: request.session,
+        }
+    }
+}
+
+/// The approver's answer: the call may go ahead, once. `answerer` names who approved it
+/// (recorded as `answered_by.answerer` in the audit record, channel `embedder`).
+#[pyclass(frozen, get_all, module = "toolward._native")]
+#[derive(Debug, Clone)]
+pub struct Approve {
+    answerer: Option<String>,
+}
+
+#[pymethods]
+impl Approve {
+    #[new]
+    #[pyo3(signature = (answerer = None))]
+    fn new(answerer: Option<String>) -> Self {
+        Approve { answerer }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Approve(answerer={:?})", self.answerer)
+    }
+}
+
+/// The approver's answer: the call is refused with `reason` (its control characters escaped:
+/// it may quote what the model sent). `answerer` names who denied it.
+#[pyclass(frozen, get_all, module = "toolward._native")]
+#[derive(Debug, Clone)]
+pub struct Deny {
+    reason: String,
+    answerer: Option<String>,
+}
+
+#[pymethods]
+impl Deny {
+    #[new]
+    #[pyo3(signature = (reason, answerer = None))]
+    fn new(reason: String, answerer: Option<String>) -> Self {
+        Deny { reason, answerer }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Deny(reason={:?}, answerer={:?})",
+            self.reason, self.answerer
+        )
+    }
+}
+
+/// Asks `callable` about each held call of one call awaited on the event loop of `locals`.
+#[derive(Debug)]
+pub struct PyApprover {
+    callable: Py<PyAny>,
+    locals: TaskLocals,
+}
+
+impl PyApprover {
+    /// An approver asking `callable`, running an async one on the event loop of `locals`.
+    pub fn new(callable: Py<PyAny>, locals: TaskLocals) -> Self {
+        PyApprover { callable, locals }
+    }
+
+    /// The callable's answer, or why there is none (the callable raised, or returned
+    /// something else than an `Approve` or a `Deny`).
+    async fn answer(&self, request: ApprovalRequest) -> Result<Answer, String> {
+        let asked = Python::attach(|py| -> PyResult<Asked> {
+            let held = Bound::new(py, HeldCall::from(request))?;
+            let value = self.callable.bind(py).call1((held,))?;
+            if value.hasattr("__await__")? {
+                let awaiting = pyo3_async_runtimes::into_future_with_locals(&self.locals, value)?;
+                Ok(Asked::Later(Box::pin(awaiting)))
+            } else {
+                Ok(Asked::Now(value.unbind()))
+            }
+        })
+        .map_err(|e| raised(&e))?;
+        let value = match asked {
+            Asked::Now(value) => value,
+            Asked::Later(awaiting) => awaiting.await.map_err(|e| raised(&e))?,
+        };
+        Python::attach(|py| {
+            let value = value.bind(py);
+            if let Ok(approve) = value.cast::<Approve>() {
+                let approve = approve.get();
+                return Ok(Answer {
+                    verdict: ApprovalAnswer::Approved,
+                    by: embedder(approve.answerer.clone()),
+                });
+            }
+            if let Ok(deny) = value.cast::<Deny>() {
+                let deny = deny.get();
+                return Ok(Answer {
+                    verdict: ApprovalAnswer::Denied(visible(&deny.reason)),
+                    by: embedder(deny.answerer.clone()),
+                });
+            }
+            let shown = value
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| String::from("a value without a repr"));
+            Err(format!(
+                "the approver returned {}, not toolward.Approve or toolward.Deny",
+                visible(&shown)
+            ))
+        })
+    }
+}
+
+/// The callable's first return: an answer, or an awaitable still to be awaited.
+enum Asked {
+    Now(Py<PyAny>),
+    Later(Pin<Box<dyn Future<Output = PyResult<Py<PyAny>>> + Send>>),
+}
+
+/// An answer given through the embedder by `answerer`.
+fn embedder(answerer: Option<String>) -> AnsweredBy {
+    AnsweredBy {
+        answerer,
+        ..AnsweredBy::nobody(Channel::Embedder)
+    }
+}
+
+/// Why there is no answer when the callable raised `error`.
+fn raised(error: &PyErr) -> String {
+    visible(&format!("the approver raised {error}"))
+}
+
+/// `text` with its control characters escaped: it ends up in a refusal's text and the audit
+/// record, read in terminals.
+fn visible(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_unicode().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+impl Approver for PyApprover {
+    fn ask(&self, request: ApprovalRequest) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
+        Box::pin(async move {
+            self.answer(request).await.unwrap_or_else(|reason| Answer {
+                verdict: ApprovalAnswer::Denied(reason),
+                by: AnsweredBy::nobody(Channel::Embedder),
+            })
+        })
+    }
+
+    fn channel(&self) -> Channel {
+        Channel::Embedder
+    }
+}

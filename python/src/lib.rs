@@ -1,0 +1,53 @@
+//! `toolward._native`: the Rust half of the `toolward` Python package (maturin, PyO3).
+//!
+//! The package's Python half (`python/toolward/`) is the API a Python runtime uses; this
+//! module is what it calls: [`start::pin`] and [`start::start`] from values, a started
+//! toolward's tools, calls and shutdown ([`toolward::Toolward`]), and the approver that asks
+//! a Python callable about a held call ([`approver::PyApprover`]). JSON crosses as text
+//! (Python's `json` on one side, `serde_json` on the other); coroutines are asyncio's,
+//! driven by tokio through `pyo3-async-runtimes`.
+//!
+//! It uses only the `toolward` crate's public surface.
+
+use pyo3::prelude::*;
+
+mod approver;
+mod start;
+mod toolward;
+
+pyo3::create_exception!(
+    toolward,
+    ToolwardError,
+    pyo3::exceptions::PyException,
+    "Every error toolward raises."
+);
+pyo3::create_exception!(
+    toolward,
+    StartError,
+    ToolwardError,
+    "The values do not make a toolward that starts: the config, the manifest, the components."
+);
+pyo3::create_exception!(
+    toolward,
+    PinError,
+    ToolwardError,
+    "A server could not be pinned, or tools of it were refused."
+);
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add("ToolwardError", py.get_type::<ToolwardError>())?;
+    module.add("StartError", py.get_type::<StartError>())?;
+    module.add("PinError", py.get_type::<PinError>())?;
+    module.add_class::<start::Options>()?;
+    module.add_class::<toolward::Toolward>()?;
+    module.add_class::<approver::HeldCall>()?;
+    module.add_class::<approver::Approve>()?;
+    module.add_class::<approver::Deny>()?;
+    module.add_function(wrap_pyfunction!(start::pin, module)?)?;
+    module.add_function(wrap_pyfunction!(start::start, module)?)?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

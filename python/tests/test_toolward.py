@@ -1,0 +1,177 @@
+"""The asyncio API against the real filesystem server: start, list, calls allowed, held and
+approved or denied by a Python callback, refused, and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+import toolward
+from conftest import HELLO
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_pin_returns_a_manifest_pinning_the_servers_tools(manifest: str):
+    pinned = json.loads(manifest)
+    assert "read_text_file" in pinned["servers"]["fs"]["tools"]
+    assert "write_file" in pinned["servers"]["fs"]["tools"]
+
+
+def test_start_registers_only_the_classified_tools_named_after_their_server(options, manifest):
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            return tw.tools()
+
+    tools = {tool.name: tool for tool in run(scenario())}
+    assert sorted(tools) == ["fs__read_text_file", "fs__write_file"]
+    read = tools["fs__read_text_file"]
+    assert (read.server, read.upstream_name, read.effect) == ("fs", "read_text_file", "read-only")
+    assert read.mcp["name"] == "fs__read_text_file"
+    assert "path" in read.mcp["inputSchema"]["properties"]
+    assert tools["fs__write_file"].effect == "local-change"
+
+
+def test_an_allowed_read_returns_the_file_without_asking_the_approver(options, manifest):
+    asked = []
+
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest, approver=asked.append) as tw:
+            return await tw.call("fs__read_text_file", {"path": "hello.txt"})
+
+    result = run(scenario())
+    assert result.outcome == "allowed"
+    assert not result.is_error
+    assert result.text.strip() == HELLO.strip()
+    assert result.server == "fs"
+    assert asked == []
+
+
+def test_a_held_write_approved_by_a_sync_callback_is_written_and_its_answerer_audited(options, manifest, workspace: Path):
+    held = []
+
+    def approve(call: toolward.HeldCall):
+        held.append((call.tool, call.server, call.upstream_tool, call.effect, call.arguments))
+        return toolward.Approve(answerer="alice")
+
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest, approver=approve) as tw:
+            result = await tw.call("fs__write_file", {"path": "out.txt", "content": "approved\n"})
+            return result, tw.audit_records()
+
+    result, records = run(scenario())
+    assert held == [("fs__write_file", "fs", "write_file", "local-change", {"path": "out.txt", "content": "approved\n"})]
+    assert result.outcome == "approved"
+    assert (workspace / "out.txt").read_text() == "approved\n"
+    answered = [r for r in records if r["kind"] == "approval-answered"]
+    assert len(answered) == 1
+    assert answered[0]["answered_by"]["answerer"] == "alice"
+    assert answered[0]["answered_by"]["channel"] == "embedder"
+
+
+def test_a_held_write_approved_by_an_async_callback_runs_it_on_the_callers_event_loop(options, manifest, workspace: Path):
+    loops = []
+
+    async def approve(call: toolward.HeldCall):
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        return toolward.Approve(answerer="alice")
+
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            result = await tw.call("fs__write_file", {"path": "out.txt", "content": "async\n"}, approver=approve)
+            return result, asyncio.get_running_loop()
+
+    result, loop = run(scenario())
+    assert result.outcome == "approved"
+    assert loops == [loop]
+    assert (workspace / "out.txt").read_text() == "async\n"
+
+
+def test_a_write_the_callback_denies_raises_call_refused_naming_tool_server_and_reason(options, manifest, workspace: Path):
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            deny = lambda call: toolward.Deny("not in this workspace", answerer="bob")  # noqa: E731
+            with pytest.raises(toolward.CallRefused) as refused:
+                await tw.call("fs__write_file", {"path": "out.txt", "content": "denied\n"}, approver=deny)
+            return refused.value, tw.audit_records()
+
+    refused, records = run(scenario())
+    assert refused.outcome == "not-approved"
+    assert (refused.tool, refused.server) == ("fs__write_file", "fs")
+    message = str(refused)
+    assert "`fs__write_file`" in message and "server `fs`" in message and "not in this workspace" in message
+    assert not (workspace / "out.txt").exists()
+    answered = [r for r in records if r["kind"] == "approval-answered"]
+    assert [a["answered_by"]["answerer"] for a in answered] == ["bob"]
+
+
+def test_a_held_write_without_an_approver_is_refused(options, manifest, workspace: Path):
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            with pytest.raises(toolward.CallRefused) as refused:
+                await tw.call("fs__write_file", {"path": "out.txt", "content": "nobody\n"})
+            return refused.value
+
+    refused = run(scenario())
+    assert refused.outcome == "not-approved"
+    assert "no approver" in refused.reason
+    assert not (workspace / "out.txt").exists()
+
+
+def test_an_approver_that_raises_or_answers_otherwise_denies_the_call(options, manifest, workspace: Path):
+    def raises(call):
+        raise RuntimeError("the approval service is down")
+
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            refusals = []
+            for approver in (raises, lambda call: True):
+                with pytest.raises(toolward.CallRefused) as refused:
+                    await tw.call("fs__write_file", {"path": "out.txt", "content": "x\n"}, approver=approver)
+                refusals.append(refused.value)
+            return refusals
+
+    raised, answered_true = run(scenario())
+    assert "the approval service is down" in raised.reason
+    assert "not toolward.Approve or toolward.Deny" in answered_true.reason
+    assert not (workspace / "out.txt").exists()
+
+
+def test_an_unknown_tool_is_refused_naming_the_tool(options, manifest):
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            with pytest.raises(toolward.CallRefused) as refused:
+                await tw.call("fs__delete_everything", {})
+            return refused.value
+
+    refused = run(scenario())
+    assert refused.outcome == "refused"
+    assert refused.server is None
+    assert "`fs__delete_everything`" in str(refused)
+    assert "unknown tool" in refused.reason
+
+
+def test_after_shutdown_calls_are_refused_naming_the_server(options, manifest):
+    async def scenario():
+        tw = await toolward.start(**options, manifest=manifest)
+        before = await tw.call("fs__read_text_file", {"path": "hello.txt"})
+        await tw.shutdown()
+        with pytest.raises(toolward.CallRefused) as refused:
+            await tw.call("fs__read_text_file", {"path": "hello.txt"})
+        return before, refused.value
+
+    before, refused = run(scenario())
+    assert before.outcome == "allowed"
+    assert refused.server == "fs"
+    assert "server `fs`" in str(refused)
+
+
+def test_start_without_a_reviewed_manifest_raises_start_error(options):
+    with pytest.raises(toolward.StartError, match="manifest"):
+        run(toolward.start(**options, manifest="{}"))
