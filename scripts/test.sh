@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: installs the real MCP servers the end-to-end tests use and the real MCP
 # clients of the acceptance tests (npm, PyPI; pinned versions), then `cargo test
-# --workspace`, then the acceptance tests with real clients (tests/clients/). Works on a
-# fresh machine with Rust, Node.js and Python.
+# --workspace`, then the acceptance tests with real clients (tests/clients/), then the Python
+# package's wheel and its tests (python/). Works on a fresh machine with Rust, Node.js and
+# Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase's wall time, printed when the script ends: CI's time is a target (issue 34.6).
@@ -64,7 +65,25 @@ phase_done "test_data_flow.py"
 echo "== acceptance: the web console in Chromium, with a real client (tests/clients/test_console_browser.py)"
 "$TOOLWARD_REAL_SERVERS/browser-venv/bin/python" tests/clients/test_console_browser.py || clients_failed=1
 phase_done "test_console_browser.py"
+# The Python package (python/): its wheel built by maturin with the development profile (not
+# the release profile's fat LTO) in the same target folder, so the dependencies compiled
+# above are reused, installed in the clients' venv (which has the `mcp` library), and its
+# tests run by pytest against the real filesystem server.
+echo "== python: the wheel (maturin, dev profile), then pytest (python/tests)"
+venv="$TOOLWARD_REAL_SERVERS/venv"
+wheels="${CARGO_TARGET_DIR:-$PWD/target}/wheels"
+rm -f "$wheels"/toolward-*.whl
+if "$venv/bin/maturin" build --quiet --profile dev --auditwheel skip \
+  --interpreter "$venv/bin/python" -m python/Cargo.toml -o "$wheels"; then
+  phase_done "python wheel (maturin build --profile dev)"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheels"/toolward-*.whl
+  "$venv/bin/python" -m pytest -q python/tests || clients_failed=1
+  phase_done "pytest python/tests"
+else
+  clients_failed=1
+  phase_done "python wheel (maturin build --profile dev): FAILED"
+fi
 if [ "$clients_failed" -ne 0 ]; then
-  echo "acceptance with real clients: FAILED" >&2
+  echo "acceptance with real clients or the Python package: FAILED" >&2
   exit 1
 fi

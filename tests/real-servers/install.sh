@@ -90,6 +90,14 @@ if [ ! -x "$dest/browser-venv/bin/python" ] || ! "$dest/browser-venv/bin/python"
   python3 -m venv "$dest/browser-venv"
   "$dest/browser-venv/bin/pip" install --quiet --disable-pip-version-check selenium==4.50.0
 fi
+# PyPI: maturin, which builds the Python package's wheel (python/, `scripts/test.sh`), and
+# pytest, which runs its tests (python/tests), pinned, in the clients' venv (the `mcp`
+# library below is what those tests swap `ToolwardSession` for); installed apart from the
+# stamp, so that an existing installation gains them.
+if [ ! -x "$dest/venv/bin/maturin" ] || ! "$dest/venv/bin/python" -c 'import pytest' 2>/dev/null; then
+  [ -x "$dest/venv/bin/python" ] || python3 -m venv "$dest/venv"
+  "$dest/venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 pytest==9.2.0
+fi
 if [ -f "$stamp" ]; then
   echo "real servers already installed in $dest"
   exit 0
