@@ -3,17 +3,21 @@
 //! around it.
 //!
 //! The callable is sync or async. A sync one is called on a worker thread of toolward's
-//! runtime (holding the GIL while it runs); an async one runs on the asyncio event loop the
-//! call was awaited on. Anything other than an `Approve` or a `Deny` (an exception, another
+//! runtime (holding the GIL while it runs, and beyond the approval timeout, which cannot
+//! interrupt it: one that waits for a person should be async); an async one runs on the
+//! asyncio event loop the call was awaited on, and is cancelled when the call path stops
+//! waiting for it (the approval timeout, a cancelled call). Anything other than an `Approve` or a `Deny` (an exception, another
 //! value) is a deny, answered by nobody, with the reason: an approver that fails never lets
 //! a call through.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use pyo3_async_runtimes::TaskLocals;
+use tokio::sync::oneshot;
 use toolward::{Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel};
 
 /// A held call, as the approver is asked about it. Every field but `reason` comes from the
@@ -140,8 +144,7 @@ impl PyApprover {
             let held = Bound::new(py, HeldCall::from(request))?;
             let value = self.callable.bind(py).call1((held,))?;
             if value.hasattr("__await__")? {
-                let awaiting = pyo3_async_runtimes::into_future_with_locals(&self.locals, value)?;
-                Ok(Asked::Later(Box::pin(awaiting)))
+                Ok(Asked::Later(self.schedule(value)?))
             } else {
                 Ok(Asked::Now(value.unbind()))
             }
@@ -149,7 +152,10 @@ impl PyApprover {
         .map_err(|e| raised(&e))?;
         let value = match asked {
             Asked::Now(value) => value,
-            Asked::Later(awaiting) => awaiting.await.map_err(|e| raised(&e))?,
+            Asked::Later(mut scheduled) => match (&mut scheduled.answer).await {
+                Ok(answer) => answer.map_err(|e| raised(&e))?,
+                Err(_) => return Err("the approver's event loop closed before it answered".into()),
+            },
         };
         Python::attach(|py| {
             let value = value.bind(py);
@@ -179,10 +185,78 @@ impl PyApprover {
     }
 }
 
-/// The callable's first return: an answer, or an awaitable still to be awaited.
+impl PyApprover {
+    /// Runs the awaitable `value` on the event loop of the call, in the caller's context
+    /// (its `contextvars`), as a task the returned value cancels when dropped.
+    fn schedule(&self, value: Bound<'_, PyAny>) -> PyResult<Scheduled> {
+        let py = value.py();
+        let asyncio = py.import("asyncio")?;
+        // `wait_for` without a timeout: any awaitable as a coroutine, as
+        // `run_coroutine_threadsafe` takes.
+        let coroutine = asyncio.call_method1("wait_for", (value, py.None()))?;
+        let run = asyncio.getattr("run_coroutine_threadsafe")?;
+        let task = self.locals.context(py).call_method1(
+            "run",
+            (run, coroutine, self.locals.event_loop(py)),
+        )?;
+        let (sender, answer) = oneshot::channel();
+        task.call_method1(
+            "add_done_callback",
+            (Done {
+                sender: Mutex::new(Some(sender)),
+            },),
+        )?;
+        Ok(Scheduled {
+            task: task.unbind(),
+            answer,
+        })
+    }
+}
+
+/// The callable's first return: an answer, or an awaitable scheduled on the event loop.
 enum Asked {
     Now(Py<PyAny>),
-    Later(Pin<Box<dyn Future<Output = PyResult<Py<PyAny>>> + Send>>),
+    Later(Scheduled),
+}
+
+/// An async approver's task on its event loop (a `concurrent.futures.Future`), and where its
+/// result arrives. Dropped before the result (the approval timed out, or the call was
+/// cancelled), it cancels the task: the approver's coroutine gets `CancelledError` and can
+/// withdraw its question.
+struct Scheduled {
+    task: Py<PyAny>,
+    answer: oneshot::Receiver<PyResult<Py<PyAny>>>,
+}
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        Python::attach(|py| {
+            // A no-op once the task is done.
+            let _ = self.task.bind(py).call_method0("cancel");
+        });
+    }
+}
+
+/// The task's done callback: sends its result (or the exception it raised) to the waiting
+/// [`Scheduled`]. Called on the event loop's thread.
+#[pyclass]
+struct Done {
+    sender: Mutex<Option<oneshot::Sender<PyResult<Py<PyAny>>>>>,
+}
+
+#[pymethods]
+impl Done {
+    fn __call__(&self, task: &Bound<'_, PyAny>) {
+        let result = task.call_method0("result").map(Bound::unbind);
+        let sender = self
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(sender) = sender {
+            let _ = sender.send(result);
+        }
+    }
 }
 
 /// An answer given through the embedder by `answerer`.

@@ -1,9 +1,9 @@
 //! `toolward._native`: the Rust half of the `toolward` Python package (maturin, PyO3).
 //!
 //! The package's Python half (`python/toolward/`) is the API a Python runtime uses; this
-//! module is what it calls: [`start::pin`] and [`start::start`] from values, a started
-//! toolward's tools, calls and shutdown ([`toolward::Toolward`]), and the approver that asks
-//! a Python callable about a held call ([`approver::PyApprover`]). JSON crosses as text
+//! module is what it calls: `pin` and `start` from values (`start.rs`), a started toolward's
+//! tools, calls and shutdown (`toolward.rs`), and the approver that asks a Python callable
+//! about a held call (`approver.rs`). JSON crosses as text
 //! (Python's `json` on one side, `serde_json` on the other); coroutines are asyncio's,
 //! driven by tokio through `pyo3-async-runtimes`.
 //!

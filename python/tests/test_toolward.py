@@ -175,3 +175,32 @@ def test_after_shutdown_calls_are_refused_naming_the_server(options, manifest):
 def test_start_without_a_reviewed_manifest_raises_start_error(options):
     with pytest.raises(toolward.StartError, match="manifest"):
         run(toolward.start(**options, manifest="{}"))
+
+
+def test_an_async_approver_still_asking_at_the_approval_timeout_is_cancelled_and_the_call_refused(options, manifest, workspace: Path):
+    cancelled = []
+
+    async def ask_forever(call: toolward.HeldCall):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(call.tool)
+            raise
+        return toolward.Approve()
+
+    async def scenario():
+        settings = {"limits": {"approval_timeout_ms": 500}}
+        async with await toolward.start(**options, manifest=manifest, settings=settings) as tw:
+            with pytest.raises(toolward.CallRefused) as refused:
+                await tw.call("fs__write_file", {"path": "out.txt", "content": "late\n"}, approver=ask_forever)
+            # The cancellation reaches the task on this loop at its next turn.
+            for _ in range(100):
+                if cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            return refused.value
+
+    refused = run(scenario())
+    assert refused.outcome == "not-approved"
+    assert cancelled == ["fs__write_file"]
+    assert not (workspace / "out.txt").exists()
