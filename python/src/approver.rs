@@ -195,10 +195,10 @@ impl PyApprover {
         // `run_coroutine_threadsafe` takes.
         let coroutine = asyncio.call_method1("wait_for", (value, py.None()))?;
         let run = asyncio.getattr("run_coroutine_threadsafe")?;
-        let task = self.locals.context(py).call_method1(
-            "run",
-            (run, coroutine, self.locals.event_loop(py)),
-        )?;
+        let task = self
+            .locals
+            .context(py)
+            .call_method1("run", (run, coroutine, self.locals.event_loop(py)))?;
         let (sender, answer) = oneshot::channel();
         task.call_method1(
             "add_done_callback",
