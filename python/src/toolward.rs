@@ -17,8 +17,8 @@ use crate::approver::PyApprover;
 #[derive(Debug)]
 pub struct Toolward {
     inner: Arc<toolward::Toolward>,
-    /// The audit records since the start, when the audit store streams them (a toolward
-    /// without a state folder).
+    /// The audit records since the start, as the audit store streams them (every store
+    /// toolward brings does: in memory, the state folder's log, PostgreSQL).
     records: Mutex<Option<broadcast::Receiver<AuditRecord>>>,
 }
 
@@ -110,10 +110,9 @@ impl Toolward {
         })
     }
 
-    /// The audit records made since the start or the last call of this, as JSON text each
-    /// (the audit log's lines). Empty with a state folder: the records are in its
-    /// `audit.jsonl`. Records missed by falling more than `AUDIT_EVENTS_CAPACITY` behind are
-    /// left out.
+    /// The audit records this process made since the start or the last call of this, as JSON
+    /// text each (the audit log's lines), in `seq` order. Records missed by falling more than
+    /// `AUDIT_EVENTS_CAPACITY` behind are left out.
     fn audit_records(&self) -> Vec<String> {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(receiver) = records.as_mut() else {

@@ -204,3 +204,29 @@ def test_an_async_approver_still_asking_at_the_approval_timeout_is_cancelled_and
     assert refused.outcome == "not-approved"
     assert cancelled == ["fs__write_file"]
     assert not (workspace / "out.txt").exists()
+
+
+def test_with_a_state_folder_the_audit_log_is_written_there_and_its_records_read_back(options, manifest, tmp_path: Path):
+    state = tmp_path / "state"
+
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest, state_dir=state) as tw:
+            result = await tw.call("fs__read_text_file", {"path": "hello.txt"})
+            # A record is streamed once durable (the log's writer syncs it): wait for the
+            # call's last one, the result.
+            records = []
+            for _ in range(500):
+                records += tw.audit_records()
+                if any(r.get("call_id") == result.call_id and r["kind"] == "result" for r in records):
+                    break
+                await asyncio.sleep(0.01)
+            return result, records
+
+    result, records = run(scenario())
+    # The log's lines; blank ones are the writer's preallocated space.
+    lines = (state / "audit.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in lines if line.strip()]
+    streamed = {record["seq"]: record for record in records}
+    call_records = [r for r in logged if r.get("call_id") == result.call_id]
+    assert call_records
+    assert all(streamed[r["seq"]] == r for r in call_records)

@@ -165,8 +165,8 @@ class Toolward:
         return CallResult(result=json.loads(result), call_id=call_id, outcome=outcome, server=server)
 
     def audit_records(self) -> list[dict]:
-        """The audit records made since the start or the last call of this, oldest first.
-        Empty with a state folder: the records are in its `audit.jsonl`."""
+        """The audit records this process made since the start or the last call of this, in
+        `seq` order (with a state folder, its `audit.jsonl` holds them too)."""
         return [json.loads(line) for line in self._native.audit_records()]
 
     async def shutdown(self) -> None:
