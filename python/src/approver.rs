@@ -183,9 +183,7 @@ impl PyApprover {
             ))
         })
     }
-}
 
-impl PyApprover {
     /// Runs the awaitable `value` on the event loop of the call, in the caller's context
     /// (its `contextvars`), as a task the returned value cancels when dropped.
     fn schedule(&self, value: Bound<'_, PyAny>) -> PyResult<Scheduled> {
@@ -272,19 +270,27 @@ fn raised(error: &PyErr) -> String {
     visible(&format!("the approver raised {error}"))
 }
 
-/// `text` with its control characters escaped: it ends up in a refusal's text and the audit
-/// record, read in terminals.
+/// The most of an approver's own text kept in a refusal and its audit record (a deny's
+/// reason, what it raised, the repr of what it returned), in characters: what a person
+/// reads, not a payload.
+const MAX_REASON_CHARS: usize = 1000;
+
+/// `text` with its control characters escaped (it ends up in a refusal's text and the audit
+/// record, read in terminals), cut at [`MAX_REASON_CHARS`] with `…`.
 fn visible(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_unicode().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
+    let mut shown = String::with_capacity(text.len().min(MAX_REASON_CHARS));
+    for (count, c) in text.chars().enumerate() {
+        if count == MAX_REASON_CHARS {
+            shown.push('…');
+            break;
+        }
+        if c.is_control() {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 impl Approver for PyApprover {

@@ -230,3 +230,20 @@ def test_with_a_state_folder_the_audit_log_is_written_there_and_its_records_read
     call_records = [r for r in logged if r.get("call_id") == result.call_id]
     assert call_records
     assert all(streamed[r["seq"]] == r for r in call_records)
+
+
+def test_a_deny_reason_is_kept_to_a_thousand_characters_with_control_characters_escaped(options, manifest):
+    reason = "\x1b[31m" + "x" * 5000
+
+    async def scenario():
+        async with await toolward.start(**options, manifest=manifest) as tw:
+            with pytest.raises(toolward.CallRefused) as refused:
+                deny = lambda call: toolward.Deny(reason)  # noqa: E731
+                await tw.call("fs__write_file", {"path": "out.txt", "content": "x\n"}, approver=deny)
+            return refused.value
+
+    refused = run(scenario())
+    assert "\x1b" not in refused.reason
+    assert "\\u{1b}[31m" in refused.reason
+    assert "x" * 990 + "…" in refused.reason
+    assert "x" * 1000 not in refused.reason
