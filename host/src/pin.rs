@@ -10,7 +10,10 @@
 //! variable for it or passes it through, and its confinement ([`crate::confine::plan`]).
 //! Without a home, Node servers fall back to the operator's real home folder and write there.
 //! A streamable HTTP server is reached at its
-//! `url` with its `headers` ([`http_spec`]); it has no home folder. Load starts servers with
+//! `url` with its `headers` ([`http_spec`]); it has no home folder. A server an embedder
+//! handed in as an rmcp transport is connected through it, once: it has no home folder and
+//! no confinement, and a second connection (a load after a pin through the same transport)
+//! fails naming it. Load starts servers with
 //! the same [`connect`], so pin and load see the same listing (the client also declares the
 //! same capabilities, none: see [`crate::transport`]).
 //!
