@@ -576,7 +576,8 @@ impl Toolward {
     /// stream for the runtime's own rmcp client, which keeps its own `Peer<RoleClient>`; the
     /// other end is served in a task of its own until the client closes it. Each held call is
     /// asked of `approver` ([`crate::FnApprover`] for a closure), never of the client nor a
-    /// queue. Every connection is a session of its own, as the configured `principal`.
+    /// queue. Every connection is a session of its own, as the configured `principal`. Call it
+    /// within the Tokio runtime toolward runs on: the connection's task is spawned there.
     ///
     /// ```no_run
     /// # async fn demo(toolward: toolward::Toolward) -> anyhow::Result<()> {

@@ -123,8 +123,7 @@ async fn supervise(
     done: watch::Sender<bool>,
 ) {
     let _ = shutdown.wait_for(|closing| *closing).await;
-    // The writer ends at `Outgoing::Close`, queued by `Shared::fail`'s caller or by the
-    // connection's drop; stopping it here drops the transport's input either way.
+    // Stopping the writer drops the transport's input: the pump then closes the transport.
     let mut tasks = tasks.into_iter();
     if let Some(writer) = tasks.next() {
         writer.abort();
@@ -190,7 +189,11 @@ where
                         let id = serde_json::from_slice::<Value>(&line)
                             .ok()
                             .and_then(|message| message.get("id").cloned());
-                        tracing::warn!("a message of toolward's cannot be carried by an rmcp transport: {error}");
+                        // serde's message may quote a value of the call's arguments.
+                        tracing::warn!(
+                            "a message of toolward's cannot be carried by an rmcp transport: {}",
+                            crate::text::escape(&error.to_string())
+                        );
                         // A request is answered, so it does not wait for its timeout.
                         if let Some(id) = id {
                             let answer = json!({
