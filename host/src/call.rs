@@ -271,6 +271,8 @@ pub struct CallResult {
     pub result: Json,
     /// The call's id (a ULID), as in the audit records.
     pub call_id: String,
+    /// The tool's exposed name as the caller gave it (untrusted: escape it for display).
+    pub tool: String,
     /// How it ended.
     pub outcome: CallOutcome,
 }
@@ -737,6 +739,7 @@ impl CallPath {
         CallResult {
             result,
             call_id,
+            tool: exposed_name.to_owned(),
             outcome,
         }
     }

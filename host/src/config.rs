@@ -56,13 +56,14 @@ use reader::Reader;
 pub use oci_reference::{OCI_SCHEME, OciReference, is_sha256_digest};
 pub use sections::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, ConfineConfig, PolicySource, ConsoleConfig,
-    ConsoleOidcConfig, DEFAULT_CHECKPOINT_INTERVAL_MS,
+    ConsoleOidcConfig, DEFAULT_CHECKPOINT_INTERVAL_MS, HandedTransport,
     DEFAULT_TELEMETRY_EXPORT_INTERVAL_MS, MIN_CHECKPOINT_INTERVAL_MS,
     DEFAULT_TELEMETRY_SERVICE_NAME, IN_MEMORY, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig,
     NotifyConfig, OAuthConfig, OAuthGrant, OciConfig, PolicyConfig, RulesConfig, SecretSource,
     ServerConfig, ServerConfine,
     ServerTransport, StoreConfig, TelemetryConfig, TextSource,
 };
+pub(crate) use sections::HandedLines;
 use strict_json::parse_strict;
 
 /// Default time for a server to start and answer `initialize`: 30 000 ms. Servers started

@@ -351,10 +351,22 @@ impl Plan {
     }
 }
 
-/// How the stdio server `server` of `config` will run; `None` for an HTTP server.
+/// Why a handed-in server runs unconfined, as the load report says.
+pub const HANDED_UNCONFINED: &str = "unconfined: handed in as an rmcp transport, it runs in the embedder's process or wherever the embedder reaches it, which toolward does not start and cannot confine";
+
+/// How the stdio server `server` of `config` will run; `None` for an HTTP server; for a
+/// handed-in one, unconfined ([`HANDED_UNCONFINED`]).
 pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
-    if !matches!(server.transport, ServerTransport::Stdio { .. }) {
-        return None;
+    match server.transport {
+        ServerTransport::Stdio { .. } => {}
+        ServerTransport::Http { .. } => return None,
+        // The embedder chose it by handing the transport in.
+        ServerTransport::Handed(_) => {
+            return Some(Plan::Unconfined {
+                reason: String::from(HANDED_UNCONFINED),
+                chosen: true,
+            });
+        }
     }
     let (extra, deny_tcp, deny_network, devices) = match &server.confine {
         ServerConfine::Unconfined { reason } => {

@@ -1,7 +1,7 @@
 //! The gateway: toolward as an MCP server, in front of the registered tools.
 //!
-//! Built on rmcp's server side. Over one connection (one stdio process, or one duplex stream
-//! in tests):
+//! Built on rmcp's server side. Over one connection (one stdio process, one duplex stream to
+//! a client in the same process, or one HTTP session):
 //!
 //! - `initialize` is answered with the `tools` capability (and `logging`, which the MCP
 //!   specification requires of a server that sends log notifications); no resources, no
@@ -15,7 +15,8 @@
 //!   `9007199254740992`); the pins hash the exact text, and the call path validates under
 //!   the same conversion.
 //! - `tools/call` runs [`CallPath::call`] with this connection's session id (a ULID), the
-//!   configured principal, and an approver: MCP elicitation when the client declared the
+//!   configured principal, and an approver: the embedder's on a connection served in process
+//!   ([`serve_in_process`]), else MCP elicitation when the client declared the
 //!   `elicitation` capability (form mode), the state directory's queue
 //!   ([`QueueApprover`]) otherwise. A `progressToken` in the request gets the call's progress
 //!   notifications (the server's, and the keep-alive ones sent while the call is held). A
@@ -74,7 +75,7 @@ use crate::approval::{
     Answer, AnsweredBy, ApprovalAnswer, ApprovalRequest, Approver, Channel, QueueApprover,
     display_arguments, display_result,
 };
-use crate::call::{CallContext, CallPath};
+use crate::call::{CallContext, CallPath, CallResult};
 use crate::config::{self, Config};
 use crate::ids::new_ulid;
 use crate::registry::Connection;
@@ -180,6 +181,37 @@ where
     serve_parts(call_path, load_messages, settings, reader, writer).await
 }
 
+/// Bytes a [`serve_in_process`] duplex buffers each way before the writer waits for the
+/// reader: 64 KiB, as a pipe's buffer.
+pub const IN_PROCESS_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Serves MCP in this process, to a client in it: the gateway on one end of a
+/// [`tokio::io::duplex`] (newline-delimited JSON-RPC, as on stdio, with the same bound on a
+/// message), the other end returned for the runtime's own rmcp client
+/// (`().serve(stream)`). Every held call is asked of `approver`, whatever the client declared
+/// (no elicitation, no queue). The connection is served in a task of its own until the
+/// client closes its end.
+pub fn serve_in_process(
+    call_path: Arc<CallPath>,
+    load_messages: Vec<String>,
+    settings: GatewaySettings,
+    approver: Arc<dyn Approver>,
+) -> tokio::io::DuplexStream {
+    let (client, server) = tokio::io::duplex(IN_PROCESS_BUFFER_BYTES);
+    let gateway =
+        Gateway::new(call_path, Arc::new(load_messages), settings).with_approver(approver);
+    let (reader, writer) = tokio::io::split(server);
+    tokio::spawn(async move {
+        if let Err(error) = serve_gateway(gateway, reader, writer).await {
+            tracing::warn!(
+                "the in-process mcp client's connection ended: {}",
+                text::escape(&crate::text::error_chain(&error))
+            );
+        }
+    });
+    client
+}
+
 async fn serve_parts<R, W>(
     call_path: Arc<CallPath>,
     load_messages: Vec<String>,
@@ -192,6 +224,15 @@ where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     let gateway = Gateway::new(call_path, Arc::new(load_messages), settings);
+    serve_gateway(gateway, reader, writer).await
+}
+
+/// Serves one connection with `gateway` until the client closes it.
+async fn serve_gateway<R, W>(gateway: Gateway, reader: R, writer: W) -> Result<(), GatewayError>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
     tracing::info!(session = %gateway.session, "mcp client connected");
     let transport = AsyncRwTransport::new_server(stdio::OversizeGuard::new(reader), writer)
         .with_max_line_length(stdio::MAX_MESSAGE_BYTES);
@@ -228,45 +269,82 @@ pub(crate) struct Gateway {
     /// Whether the client opened this connection with `initialize` (a revision before
     /// 2026-07-28): every request on it is then the session's, whatever its `_meta` says.
     initialized: Arc<AtomicBool>,
+    /// Who is asked about every held call, when the embedder gave one
+    /// ([`serve_in_process`]): then neither the client nor the queue is.
+    approver: Option<Arc<dyn Approver>>,
 }
 
-/// A registered tool as an MCP `Tool`.
-fn mcp_tool(tool: &RegisteredTool) -> Tool {
-    let object = |value: Json| match value {
-        Json::Object(map) => map,
-        _ => serde_json::Map::new(),
-    };
-    let mut tool_json = json!({
-        "name": tool.exposed_name,
-        "description": tool.description,
-        "inputSchema": Json::Object(object(tool.input_schema.to_serde_json())),
-    });
-    if let Json::Object(map) = &mut tool_json {
-        if let Some(schema) = &tool.output_schema {
-            map.insert(
-                String::from("outputSchema"),
-                Json::Object(object(schema.to_serde_json())),
+/// A registered tool as rmcp's `Tool`, as `tools/list` answers it: `name` the exposed name,
+/// `description` the operator's override or the server's text, `inputSchema` the narrowed
+/// schema, `outputSchema` the server's, `annotations` as the server sent them (see the module
+/// documentation for how numbers in schemas convert).
+impl From<&RegisteredTool> for Tool {
+    fn from(tool: &RegisteredTool) -> Tool {
+        let object = |value: Json| match value {
+            Json::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        let mut tool_json = json!({
+            "name": tool.exposed_name,
+            "description": tool.description,
+            "inputSchema": Json::Object(object(tool.input_schema.to_serde_json())),
+        });
+        if let Json::Object(map) = &mut tool_json {
+            if let Some(schema) = &tool.output_schema {
+                map.insert(
+                    String::from("outputSchema"),
+                    Json::Object(object(schema.to_serde_json())),
+                );
+            }
+            let annotations = serde_json::to_value(&tool.annotations).unwrap_or(Json::Null);
+            if annotations.as_object().is_some_and(|a| !a.is_empty()) {
+                map.insert(String::from("annotations"), annotations);
+            }
+        }
+        serde_json::from_value(tool_json).unwrap_or_else(|error| {
+            tracing::error!(
+                "tool `{}` on server `{}` cannot be described to the client: {}",
+                text::escape(&tool.exposed_name),
+                text::escape(&tool.server),
+                text::escape(&error.to_string())
             );
-        }
-        let annotations = serde_json::to_value(&tool.annotations).unwrap_or(Json::Null);
-        if annotations.as_object().is_some_and(|a| !a.is_empty()) {
-            map.insert(String::from("annotations"), annotations);
-        }
+            Tool::new(
+                tool.exposed_name.clone(),
+                tool.description.clone(),
+                Arc::new(serde_json::Map::from_iter([(
+                    String::from("type"),
+                    Json::String(String::from("object")),
+                )])),
+            )
+        })
     }
-    serde_json::from_value(tool_json).unwrap_or_else(|error| {
-        tracing::error!(
-            "tool `{}` on server `{}` cannot be described to the client: {error}",
-            tool.exposed_name,
-            tool.server
+}
+
+/// A call's result as rmcp's `CallToolResult`, as `tools/call` answers it. A result that
+/// does not follow the MCP schema (a server's content block rmcp cannot decode) becomes a
+/// tool error naming the tool and where in the JSON, the details in the log.
+impl From<&CallResult> for CallToolResult {
+    fn from(call: &CallResult) -> CallToolResult {
+        call_tool_result(&call.tool, call.result.clone())
+    }
+}
+
+/// `result` (a `CallToolResult` object) of the call of `tool` as rmcp's type.
+fn call_tool_result(tool: &str, result: Json) -> CallToolResult {
+    // serde's message quotes the value it could not take (a server's string): the client
+    // gets where, not what.
+    serde_json::from_value(result).unwrap_or_else(|error| {
+        tracing::warn!(
+            "the result of tool `{}` cannot be encoded as an MCP CallToolResult: {}",
+            text::escape(tool),
+            text::escape(&error.to_string())
         );
-        Tool::new(
-            tool.exposed_name.clone(),
-            tool.description.clone(),
-            Arc::new(serde_json::Map::from_iter([(
-                String::from("type"),
-                Json::String(String::from("object")),
-            )])),
-        )
+        CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
+            "the result of tool `{}` cannot be encoded as an MCP CallToolResult (line {}, column {} of its JSON): a content block does not follow the MCP schema; the details are in toolward's log",
+            text::escape(tool),
+            error.line(),
+            error.column()
+        ))])
     })
 }
 
@@ -342,7 +420,14 @@ impl Gateway {
             tools,
             states,
             initialized: Arc::new(AtomicBool::new(false)),
+            approver: None,
         }
+    }
+
+    /// This handler, asking `approver` about every held call.
+    pub(crate) fn with_approver(mut self, approver: Arc<dyn Approver>) -> Gateway {
+        self.approver = Some(approver);
+        self
     }
 
     /// What clients of 2026-07-28 read instead of log messages (`docs/protocol.md`): the
@@ -409,7 +494,7 @@ pub(crate) fn approval_schema() -> Json {
 /// The registered tools of `call_path` as MCP `Tool`s, in the registry's order. The tool set
 /// is fixed at load, so one list serves every session.
 pub(crate) fn tool_list(call_path: &CallPath) -> Arc<Vec<Tool>> {
-    Arc::new(call_path.registry().tools().map(mcp_tool).collect())
+    Arc::new(call_path.registry().tools().map(Tool::from).collect())
 }
 
 impl ServerHandler for Gateway {
@@ -589,7 +674,8 @@ impl ServerHandler for Gateway {
                 .and_then(|c| c.elicitation)
                 .is_some_and(|e| e.form.is_some() || e.url.is_none())
         };
-        let input_required = (stateless
+        let input_required = (self.approver.is_none()
+            && stateless
             && (retry.is_some() || declares_form(context.client_capabilities())))
         .then(|| {
             Arc::new(InputRequiredApprover::new(
@@ -604,7 +690,9 @@ impl ServerHandler for Gateway {
                 .peer
                 .supported_elicitation_modes()
                 .contains(&ElicitationMode::Form);
-        let approver: Arc<dyn Approver> = if let Some(approver) = &input_required {
+        let approver: Arc<dyn Approver> = if let Some(approver) = &self.approver {
+            approver.clone()
+        } else if let Some(approver) = &input_required {
             approver.clone()
         } else if elicitation {
             Arc::new(ElicitationApprover {
@@ -685,22 +773,10 @@ impl ServerHandler for Gateway {
                 "isError": true,
             }),
         };
-        // serde's message quotes the value it could not take (a server's string): the
-        // client gets where, not what.
-        let result: CallToolResult = serde_json::from_value(result).unwrap_or_else(|error| {
-            tracing::warn!(
-                "the result of tool `{}` cannot be encoded as an MCP CallToolResult: {}",
-                text::escape(&request.name),
-                text::escape(&error.to_string())
-            );
-            CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
-                "the result of tool `{}` cannot be encoded as an MCP CallToolResult (line {}, column {} of its JSON): a content block does not follow the MCP schema; the details are in toolward's log",
-                text::escape(&request.name),
-                error.line(),
-                error.column()
-            ))])
-        });
-        Ok(CallToolResponse::Complete(result))
+        Ok(CallToolResponse::Complete(call_tool_result(
+            &request.name,
+            result,
+        )))
     }
 }
 

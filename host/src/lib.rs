@@ -16,6 +16,28 @@
 //! it writes no file: no state folder, audit log, manifest file, counters or servers' homes
 //! (the audit records go to the store given, or stream from [`Toolward::audit_events`]).
 //!
+//! # rmcp both ways
+//!
+//! With the `gateway` feature, a runtime that speaks MCP through rmcp uses toolward on both
+//! sides of it, in its own process:
+//!
+//! - **As its client's server**: [`Toolward::serve_in_process`] returns one end of an
+//!   in-process duplex stream; the runtime calls rmcp's own `serve` on it (`().serve(stream)`
+//!   or its own `ClientHandler`) and keeps its own `Peer<RoleClient>`. toolward serves the
+//!   other end as `toolward serve` does (the same policy, approvals and audit), asking the
+//!   runtime's [`Approver`] about every held call.
+//! - **In front of its own servers**: [`ToolwardBuilder::server_transport`] takes an rmcp
+//!   client-role transport (one end of a duplex whose other end the runtime's rmcp
+//!   `ServerHandler` serves, say) beside the servers toolward starts; its tools pass the
+//!   same pin, load, policy and audit. A handed-in server cannot be confined (toolward
+//!   starts nothing: it runs with the runtime's authority, as the load report says) and
+//!   cannot be restarted.
+//! - **Types**: a [`RegisteredTool`] converts to rmcp's `Tool` and a [`CallResult`] to
+//!   rmcp's `CallToolResult` (`From`), the conversions the gateway answers with; [`rmcp`] is
+//!   re-exported, so the runtime names the same version.
+//!
+//! `examples/rmcp_agent.rs` is a small agent loop built this way, writing no file.
+//!
 //! # Floors
 //!
 //! Each module imports only from modules on lower floors (a module's own submodules
@@ -53,7 +75,7 @@
 //!
 //! | feature | gates | dependencies |
 //! |---|---|---|
-//! | `gateway` | the MCP server side (`gateway`), and the state each gateway publishes for the console (`gateways`) | rmcp, tokio-util |
+//! | `gateway` | the MCP server side (`gateway`), and the state each gateway publishes for the console (`gateways`); rmcp both ways: an in-process connection for a runtime's rmcp client (`Toolward::serve_in_process`), servers handed in as rmcp transports (`ToolwardBuilder::server_transport`), tools and results as rmcp's types, and rmcp itself re-exported (`toolward::rmcp`) | rmcp, tokio-util |
 //! | `listen` | `serve --listen` (`listen`); needs `gateway` | hyper, hyper-util, http-body-util, tower-service |
 //! | `console` | `toolward console`, the web console over the state folder, and its notifications of held calls (`console`); needs `listen` and `http-upstream` | minijinja (templates only, autoescaping), form_urlencoded |
 //! | `listen-oauth` | `listen.oauth`, the listener as an OAuth 2.1 resource server (`listen::oauth`); needs `listen` and `http-upstream` | jsonwebtoken (no crypto feature: its signatures are checked with ring, which rustls already brings) |
@@ -171,10 +193,15 @@ pub use start::{StartFailure, Toolward, ToolwardBuilder};
 // The operator's configuration.
 pub use config::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, Config, ConfigError, ConfineConfig,
-    IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig, OAuthGrant,
-    OciConfig, OciReference, PolicyConfig, PolicySource, RulesConfig, ServerConfig, ServerConfine,
-    ServerTransport, StoreConfig, TelemetryConfig, TextSource,
+    HandedTransport, IntrospectionConfig, Limits, ListenConfig, ListenOAuthConfig, OAuthConfig,
+    OAuthGrant, OciConfig, OciReference, PolicyConfig, PolicySource, RulesConfig, ServerConfig,
+    ServerConfine, ServerTransport, StoreConfig, TelemetryConfig, TextSource,
 };
+
+// rmcp, the MCP SDK the gateway is built on, whose types tools and results convert to:
+// re-exported so a runtime names the same version.
+#[cfg(feature = "gateway")]
+pub use rmcp;
 
 // Pinning: the manifest of reviewed tools.
 pub use manifest::{Manifest, ManifestDiff, ManifestError};

@@ -393,7 +393,7 @@ pub(crate) fn with_roots(
 pub fn server_url(server: &ServerConfig) -> Result<(&str, &OAuthConfig), OAuthError> {
     match &server.transport {
         ServerTransport::Http { url, oauth, .. } => Ok((url, oauth)),
-        ServerTransport::Stdio { .. } => Err(OAuthError::NotHttp {
+        ServerTransport::Stdio { .. } | ServerTransport::Handed(_) => Err(OAuthError::NotHttp {
             server: server.name.clone(),
         }),
     }
@@ -406,7 +406,7 @@ pub fn has_own_authorization(server: &ServerConfig) -> bool {
         ServerTransport::Http { headers, .. } => headers
             .keys()
             .any(|name| name.eq_ignore_ascii_case("authorization")),
-        ServerTransport::Stdio { .. } => false,
+        ServerTransport::Stdio { .. } | ServerTransport::Handed(_) => false,
     }
 }
 

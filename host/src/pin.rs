@@ -10,7 +10,10 @@
 //! variable for it or passes it through, and its confinement ([`crate::confine::plan`]).
 //! Without a home, Node servers fall back to the operator's real home folder and write there.
 //! A streamable HTTP server is reached at its
-//! `url` with its `headers` ([`http_spec`]); it has no home folder. Load starts servers with
+//! `url` with its `headers` ([`http_spec`]); it has no home folder. A server an embedder
+//! handed in as an rmcp transport is connected through it, once: it has no home folder and
+//! no confinement, and a second connection (a load after a pin through the same transport)
+//! fails naming it. Load starts servers with
 //! the same [`connect`], so pin and load see the same listing (the client also declares the
 //! same capabilities, none: see [`crate::transport`]).
 //!
@@ -71,8 +74,11 @@ pub enum PinError {
         /// The name asked for.
         server: String,
     },
-    /// A stdio setting was asked of a server reached over streamable HTTP.
-    #[error("server `{server}` is reached over streamable HTTP: it has no command to start")]
+    /// A stdio setting was asked of a server toolward does not start (reached over
+    /// streamable HTTP, or handed in as a transport).
+    #[error(
+        "server `{server}` is not started by toolward (it is reached over streamable HTTP, or was handed in as a transport): it has no command to start"
+    )]
     NotStdio {
         /// The server's name in the configuration.
         server: String,
@@ -342,7 +348,7 @@ fn server_folder(
 ) -> Option<PathBuf> {
     let set = match &server.transport {
         ServerTransport::Stdio { env, .. } => env.contains_key(variable),
-        ServerTransport::Http { .. } => true,
+        ServerTransport::Http { .. } | ServerTransport::Handed(_) => true,
     };
     if set || server.pass_env.iter().any(|name| name == variable) {
         return None;
@@ -420,7 +426,7 @@ pub fn http_spec(server: &ServerConfig) -> Option<HttpSpec> {
             ca_file: oauth.ca_file.clone(),
             ..HttpSpec::default()
         }),
-        ServerTransport::Stdio { .. } => None,
+        ServerTransport::Stdio { .. } | ServerTransport::Handed(_) => None,
     }
 }
 
@@ -592,6 +598,14 @@ fn create_private(folder: &Path) -> io::Result<()> {
 /// not start or cannot be reached.
 pub async fn connect(config: &Config, server: &ServerConfig) -> Result<Upstream, PinError> {
     let limits = transport_limits(&server.limits);
+    if let ServerTransport::Handed(handed) = &server.transport {
+        return Upstream::connect_handed(&server.name, handed, &limits)
+            .await
+            .map_err(|source| PinError::Connect {
+                server: server.name.clone(),
+                source: Box::new(source),
+            });
+    }
     let connected = match http_spec(server) {
         #[cfg(feature = "http-upstream")]
         Some(spec) => match with_grant(config, server, spec, None, None).await {

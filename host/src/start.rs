@@ -584,6 +584,35 @@ impl Toolward {
         }
     }
 
+    /// Serves MCP to a client in this process, with the same policy, approvals and audit as
+    /// `toolward serve` (the `gateway` feature): returns one end of an in-process duplex
+    /// stream for the runtime's own rmcp client, which keeps its own `Peer<RoleClient>`; the
+    /// other end is served in a task of its own until the client closes it. Each held call is
+    /// asked of `approver` ([`crate::FnApprover`] for a closure), never of the client nor a
+    /// queue. Every connection is a session of its own, as the configured `principal`. Call it
+    /// within the Tokio runtime toolward runs on: the connection's task is spawned there.
+    ///
+    /// ```no_run
+    /// # async fn demo(toolward: toolward::Toolward) -> anyhow::Result<()> {
+    /// use std::sync::Arc;
+    /// use toolward::rmcp::ServiceExt as _;
+    /// use toolward::{ApprovalAnswer, FnApprover};
+    ///
+    /// let approver = Arc::new(FnApprover::new(|_request| async { ApprovalAnswer::Approved }));
+    /// let client = ().serve(toolward.serve_in_process(approver)).await?;
+    /// let tools = client.peer().list_all_tools().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "gateway")]
+    pub fn serve_in_process(&self, approver: Arc<dyn Approver>) -> tokio::io::DuplexStream {
+        crate::gateway::serve_in_process(
+            Arc::clone(&self.call_path),
+            self.report.messages(),
+            crate::gateway::GatewaySettings::from_config(&self.config),
+            approver,
+        )
+    }
+
     /// Closes every server (each process group ended); no restart follows. Calls made after
     /// it fail as calls to a server that is down. With `audit.checkpoint`, signs the last
     /// checkpoint of the log. Takes `&self`, so a toolward shared behind an `Arc` can be shut

@@ -20,6 +20,9 @@
 //!   first start ([`crate::confine::weaker_start`]): the server is then down, its clients are
 //!   told why, and a `refusal` record says so. Every start that happens is recorded
 //!   (`server-start`, with the attempt and the confinement applied; [`start_record`]).
+//! - A handed-in server (an rmcp transport the embedder gave) is never restarted: its
+//!   transport is connected once. When it fails it is down for good, its clients are told
+//!   why, and a `refusal` record says so.
 //!
 //! [`Limits::restart_backoff_ms`]: crate::config::Limits::restart_backoff_ms
 //! [`Limits::restart_attempts`]: crate::config::Limits::restart_attempts
@@ -31,7 +34,7 @@ use tokio::task::JoinHandle;
 
 use crate::audit::AuditStore;
 use crate::audit::{AuditEvent, AuditKind};
-use crate::config::{Config, MAX_RESTART_BACKOFF_MS, ServerConfig};
+use crate::config::{Config, MAX_RESTART_BACKOFF_MS, ServerConfig, ServerTransport};
 use crate::confine::Confinement;
 use crate::listing::{self, ListingBounds};
 use crate::registry::{
@@ -196,6 +199,22 @@ async fn supervise(
             in_a_row = 0;
         }
         let mut why = format!("server `{server}` failed: {reason}");
+        // Its transport was connected once; toolward cannot make another.
+        if matches!(server_config.transport, ServerTransport::Handed(_)) {
+            let down = format!(
+                "{why}; it was handed in as a transport, so it cannot be restarted: hand in a new transport and start toolward again"
+            );
+            record(
+                audit.as_ref(),
+                AuditEvent {
+                    server: Some(server.clone()),
+                    reason: Some(down.clone()),
+                    ..AuditEvent::new(AuditKind::Refusal)
+                },
+            );
+            mark_down(&registry, &server, down);
+            return;
+        }
         loop {
             if in_a_row >= limits.restart_attempts {
                 let down = match limits.restart_attempts {

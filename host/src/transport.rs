@@ -1,6 +1,7 @@
-//! The upstream side: start a stdio MCP server ([`Upstream::connect_stdio`]), or reach a
-//! streamable HTTP one ([`Upstream::connect_http`]), and speak MCP to it as a client. Both
-//! transports feed the same client (see "Client" below).
+//! The upstream side: start a stdio MCP server ([`Upstream::connect_stdio`]), reach a
+//! streamable HTTP one ([`Upstream::connect_http`]), or use an rmcp transport the embedder
+//! handed in ([`Upstream::connect_handed`]), and speak MCP to it as a client. Every transport
+//! feeds the same client (see "Client" below).
 //!
 //! # Process
 //!
@@ -80,6 +81,7 @@
 mod client;
 mod errors;
 mod framing;
+mod handed;
 #[cfg(feature = "http-upstream")]
 mod http;
 mod incoming;
@@ -102,6 +104,8 @@ use tokio::sync::{mpsc, watch};
 use client::{Connection, Payload, RequestOptions};
 use errors::tail;
 pub use errors::{FailureReason, TransportError};
+#[cfg(feature = "gateway")]
+pub(crate) use handed::rmcp_transport;
 
 #[cfg(not(feature = "http-upstream"))]
 impl Upstream {

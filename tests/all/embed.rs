@@ -17,7 +17,7 @@ use crate::support::FAKE_SERVER;
 
 /// The fake server's scenario, in a folder of its own (the test's, not the embedder's): a
 /// `read` and a `write` tool, each echoing its arguments.
-fn scenario() -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn scenario() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let schema = json!({"type": "object", "properties": {"x": {"type": "integer"}}});
     let listing = json!({"tools": [
@@ -59,7 +59,7 @@ fn x(n: i64) -> Option<serde_json::Map<String, serde_json::Value>> {
 }
 
 /// Every entry of `dir`, recursively.
-fn entries(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn entries(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

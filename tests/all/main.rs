@@ -23,6 +23,7 @@ mod fleet_roles;
 mod gateway;
 mod hostile;
 mod http;
+mod in_process;
 mod js_policy;
 mod listen;
 mod load;

@@ -169,6 +169,78 @@ pub enum ServerTransport {
         /// How toolward signs in to it when it asks (`oauth`; the defaults when absent).
         oauth: OAuthConfig,
     },
+    /// An rmcp client-role transport the embedder handed in (`ToolwardBuilder::server_transport`,
+    /// the `gateway` feature): a server in the embedder's own process, or reached however the
+    /// embedder reaches it. toolward starts nothing, so it cannot confine it, and cannot
+    /// restart it: the transport is connected once.
+    Handed(HandedTransport),
+}
+
+/// What a handed-in transport is given to carry: toolward's JSON-RPC messages to the server,
+/// one per item, and back the server's, or at the end why the transport ended.
+#[derive(Debug)]
+pub(crate) struct HandedLines {
+    /// toolward's messages to the server, each one JSON-RPC message as bytes; closed when
+    /// toolward closes the server.
+    pub(crate) to_server: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    /// The server's messages, each one JSON-RPC message as bytes, then `Err` with why the
+    /// transport ended.
+    pub(crate) from_server: tokio::sync::mpsc::UnboundedSender<Result<Vec<u8>, String>>,
+}
+
+/// Runs a handed-in transport over [`HandedLines`] until either side ends.
+pub(crate) type HandedPump = Box<
+    dyn FnOnce(HandedLines) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send,
+>;
+
+/// A transport an embedder handed in, used by the first connection only: clones share it,
+/// and once a pin, a load or anything else has connected through it, connecting again fails
+/// naming the server. Equal only to its clones.
+#[derive(Clone)]
+pub struct HandedTransport {
+    pump: std::sync::Arc<std::sync::Mutex<Option<HandedPump>>>,
+}
+
+impl HandedTransport {
+    /// A transport carried by `pump`.
+    pub(crate) fn new(pump: HandedPump) -> HandedTransport {
+        HandedTransport {
+            pump: std::sync::Arc::new(std::sync::Mutex::new(Some(pump))),
+        }
+    }
+
+    /// The transport, the first time; `None` once it was taken.
+    pub(crate) fn take(&self) -> Option<HandedPump> {
+        self.pump
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    /// Whether a connection has used it already.
+    pub fn is_used(&self) -> bool {
+        self.pump
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none()
+    }
+}
+
+impl PartialEq for HandedTransport {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.pump, &other.pump)
+    }
+}
+
+impl Eq for HandedTransport {}
+
+impl fmt::Debug for HandedTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandedTransport")
+            .field("used", &self.is_used())
+            .finish()
+    }
 }
 
 /// The grant toolward asks an HTTP server's authorization server for (`oauth.grant`).
@@ -283,6 +355,7 @@ impl fmt::Debug for ServerTransport {
                 .field("headers", &headers.keys().collect::<Vec<_>>())
                 .field("oauth", oauth)
                 .finish(),
+            ServerTransport::Handed(handed) => f.debug_tuple("Handed").field(handed).finish(),
         }
     }
 }

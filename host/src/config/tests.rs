@@ -393,7 +393,7 @@ fn relative_paths_resolve_against_config_folder() {
     assert_eq!(config.state_dir, sub.join(DEFAULT_STATE_DIR));
     let command = |name: &str| match &config.servers[name].transport {
         ServerTransport::Stdio { command, args, .. } => (command.clone(), args.clone()),
-        ServerTransport::Http { .. } => panic!("stdio"),
+        ServerTransport::Http { .. } | ServerTransport::Handed(_) => panic!("stdio"),
     };
     assert_eq!(
         command("local"),
@@ -1064,7 +1064,7 @@ fn per_principal_is_off_unless_the_operator_turns_it_on() {
     .unwrap();
     let per_principal = |name: &str| match &config.servers[name].transport {
         ServerTransport::Http { oauth, .. } => oauth.per_principal,
-        ServerTransport::Stdio { .. } => panic!("{name} is http"),
+        ServerTransport::Stdio { .. } | ServerTransport::Handed(_) => panic!("{name} is http"),
     };
     assert!(!per_principal("shared"));
     assert!(per_principal("own"));

@@ -1,6 +1,7 @@
 //! [`ToolwardBuilder`]: a toolward from values (servers, rules, policy, manifest, audit
 //! store), for an embedder; files stay the command line's way.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -8,7 +9,10 @@ use serde_json::{Map, Value, json};
 
 use super::{StartFailure, Toolward, Values};
 use crate::audit::AuditStore;
-use crate::config::{Config, ConfigError, DEFAULT_AUDIT_FILE, PolicySource, StoreConfig};
+use crate::config::{
+    Config, ConfigError, DEFAULT_AUDIT_FILE, HandedTransport, PolicySource, ServerTransport,
+    StoreConfig,
+};
 use crate::manifest::Manifest;
 use crate::text::IN_MEMORY;
 
@@ -26,6 +30,10 @@ const OWN_KEYS: &[&str] = &[
     "store",
 ];
 
+/// The command a handed-in server's entry is read with before it gets its transport: never
+/// started.
+const HANDED_PLACEHOLDER: &str = "(handed in)";
+
 /// A toolward built from values: the servers, the rules, the policy (components, settings,
 /// Cedar text as bytes), the manifest and the audit store. Nothing is read from a file and
 /// nothing is written unless asked for ([`state_dir`](Self::state_dir),
@@ -33,7 +41,10 @@ const OWN_KEYS: &[&str] = &[
 ///
 /// Defaults, each the safe one:
 ///
-/// - no servers; no rules (required: [`start`](Self::start) refuses without them);
+/// - no servers (each started by toolward from an `mcpServers` entry with
+///   [`server`](Self::server), or handed in as an rmcp transport with
+///   [`server_transport`](Self::server_transport)); no rules (required:
+///   [`start`](Self::start) refuses without them);
 /// - the built-in default component for rules and policy, configured with the rules text;
 /// - no state folder ([`StoreConfig::Memory`]): the audit records go to the store given with
 ///   [`audit_store`](Self::audit_store), else to a [`crate::MemoryAudit`] whose records
@@ -69,6 +80,7 @@ pub struct ToolwardBuilder {
     cedar: Option<Vec<u8>>,
     manifest: Option<Manifest>,
     audit: Option<Arc<dyn AuditStore>>,
+    handed: BTreeMap<String, HandedTransport>,
     state_dir: Option<PathBuf>,
     servers_dir: Option<PathBuf>,
     base_dir: Option<PathBuf>,
@@ -91,7 +103,45 @@ impl ToolwardBuilder {
     /// `{"type": "http", "url": …}`). A second call with the same name replaces it.
     #[must_use]
     pub fn server(mut self, name: impl Into<String>, entry: Value) -> Self {
-        self.servers.insert(name.into(), entry);
+        let name = name.into();
+        self.handed.remove(&name);
+        self.servers.insert(name, entry);
+        self
+    }
+
+    /// Adds the server `name` reached through `transport`, an rmcp client-role transport the
+    /// runtime hands in (the `gateway` feature): anything rmcp's `serve` takes for a client,
+    /// such as one end of a [`tokio::io::duplex`] whose other end an rmcp `ServerHandler` of
+    /// the runtime's serves, a `(reader, writer)` pair, or an rmcp `Transport`. Its tools pass
+    /// the same pin, load, policy, approvals and audit as a started server's. A second call
+    /// with the same name, or [`server`](Self::server), replaces it.
+    ///
+    /// Unlike a started server, a handed-in one:
+    ///
+    /// - **cannot be confined**: toolward starts nothing, so it runs with whatever authority
+    ///   the runtime gave it (in the runtime's own process, for an in-process server); the
+    ///   load report says so for that server;
+    /// - **is connected once**: the first connection through the transport (a
+    ///   [`crate::pin()`] of this builder's [`config`](Self::config), or the
+    ///   [`start`](Self::start)) uses it, and a second fails naming the server, so give the
+    ///   pin and the start each a builder with a transport of its own;
+    /// - **cannot be restarted**: when its transport ends, its tools answer with a tool error
+    ///   naming the server and why, and it stays down until the runtime starts a toolward with
+    ///   a new transport;
+    /// - has no process, no standard error, and no `HOME` of its own;
+    /// - is pinned as rmcp decoded and re-encoded its listing, not as bytes on a wire (for a
+    ///   server written with rmcp, the same each time).
+    #[cfg(feature = "gateway")]
+    #[must_use]
+    pub fn server_transport<T, E, A>(mut self, name: impl Into<String>, transport: T) -> Self
+    where
+        T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let name = name.into();
+        self.servers.remove(&name);
+        self.handed
+            .insert(name, crate::transport::rmcp_transport(transport));
         self
     }
 
@@ -255,7 +305,13 @@ impl ToolwardBuilder {
             ));
         }
         let mut document = self.settings.clone();
-        document.insert("mcpServers".to_owned(), Value::Object(self.servers.clone()));
+        // A handed-in server is read as a stdio entry (its name checked, its limits laid
+        // over the top-level ones), then given its transport below.
+        let mut servers = self.servers.clone();
+        for name in self.handed.keys() {
+            servers.insert(name.clone(), json!({"command": HANDED_PLACEHOLDER}));
+        }
+        document.insert("mcpServers".to_owned(), Value::Object(servers));
         // Placeholders the reader resolves; replaced by the values below.
         document.insert("rules".to_owned(), json!({"file": IN_MEMORY}));
         let audit = document
@@ -281,6 +337,11 @@ impl ToolwardBuilder {
         }
         .map_err(|e| invalid("base_dir", &format!("cannot be made absolute: {e}")))?;
         let mut config = Config::from_value(Value::Object(document), &base_dir)?;
+        for (name, handed) in &self.handed {
+            if let Some(server) = config.servers.get_mut(name) {
+                server.transport = ServerTransport::Handed(handed.clone());
+            }
+        }
         config.rules.text = PolicySource::Bytes(rules.clone());
         config.rules.component = self.rules_component.clone().map(PolicySource::Bytes);
         config.policy.component = self.policy_component.clone().map(PolicySource::Bytes);

@@ -64,6 +64,13 @@ pub enum FailureReason {
     /// (MCP specification, "Transports", session management).
     #[error("its session expired (it answered HTTP 404 to a request with its session id)")]
     SessionExpired,
+    /// Its handed-in transport ended (an rmcp transport the embedder gave): the server end
+    /// closed, or a message could not be carried.
+    #[error("its handed-in transport ended: {detail}")]
+    HandedEnded {
+        /// Why, as the transport said (escaped).
+        detail: String,
+    },
     /// It was closed by toolward.
     #[error("it was closed")]
     Closed,
@@ -93,6 +100,15 @@ pub enum TransportError {
         server: String,
         /// The name as configured.
         name: String,
+    },
+    /// The server's handed-in transport was used by an earlier connection: a handed-in
+    /// server is connected once (by a pin, or by a start) and is never restarted.
+    #[error(
+        "server `{server}` was handed in as a transport that an earlier connection used: a handed-in server is connected once and cannot be restarted; hand in a new transport (one to pin, another to start)"
+    )]
+    HandedUsed {
+        /// The server's name in the configuration.
+        server: String,
     },
     /// The `initialize` handshake did not finish in time.
     #[error("server `{server}` did not finish `initialize` within {timeout_ms} ms{}", stderr_suffix(.stderr))]
