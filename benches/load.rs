@@ -72,7 +72,7 @@ fn list(pages: &[Vec<u8>]) -> Listing {
 
 fn pin(pages: &[Vec<u8>], components: &BTreeMap<String, String>) -> String {
     let listing = list(pages);
-    let pinned = pin_server(&listing, &identity()).unwrap();
+    let pinned = pin_server(listing, &identity()).unwrap();
     Manifest {
         components: components.clone(),
         servers: BTreeMap::from([(SERVER.to_owned(), pinned)]),

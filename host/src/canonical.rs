@@ -237,6 +237,12 @@ pub fn to_canonical(value: &Value) -> String {
     out
 }
 
+/// Appends the canonical text of `value` to `out` (see [`to_canonical`]), for writers that
+/// embed values in a larger text.
+pub fn write_canonical(out: &mut String, value: &Value) {
+    write_value(out, value);
+}
+
 /// The length in bytes of [`to_canonical`]`(value)`, counted without writing the text (for
 /// a size bound checked on every listed tool).
 pub fn canonical_len(value: &Value) -> usize {
@@ -249,29 +255,32 @@ pub fn canonical_len(value: &Value) -> usize {
             let commas = items.len().saturating_sub(1);
             2 + commas + items.iter().map(canonical_len).sum::<usize>()
         }
-        Value::Object(members) => {
-            let commas = members.len().saturating_sub(1);
-            let members: usize = members
-                .iter()
-                .map(|(key, value)| string_len(key) + 1 + canonical_len(value))
-                .sum();
-            2 + commas + members
-        }
+        Value::Object(members) => object_len(members, None),
     }
+}
+
+/// [`canonical_len`] of an object with `members`; with `known` (a key and a length), the
+/// member of that key counts as that many bytes, for a caller that wrote its value's
+/// canonical text already.
+pub fn object_len(members: &[(String, Value)], known: Option<(&str, usize)>) -> usize {
+    let commas = members.len().saturating_sub(1);
+    let members: usize = members
+        .iter()
+        .map(|(key, value)| {
+            let value_len = match known {
+                Some((known_key, len)) if key == known_key => len,
+                _ => canonical_len(value),
+            };
+            string_len(key) + 1 + value_len
+        })
+        .sum();
+    2 + commas + members
 }
 
 /// The length in bytes of what [`write_string`] writes for `s`.
 fn string_len(s: &str) -> usize {
     let bytes = s.as_bytes();
-    // Most strings escape nothing: find that out a block at a time, without an early exit
-    // inside the block so the check compiles to vector compares (this length is taken of
-    // every listed tool, and matching byte by byte showed in profiles of reading a page).
-    let plain = bytes.chunks(64).all(|block| {
-        !block.iter().fold(false, |any, &b| {
-            any | (b < 0x20) | (b == b'"') | (b == b'\\')
-        })
-    });
-    if plain {
+    if escapes_nothing(bytes) {
         return 2 + bytes.len();
     }
     let escapes: usize = bytes
@@ -283,6 +292,18 @@ fn string_len(s: &str) -> usize {
         })
         .sum();
     2 + bytes.len() + escapes
+}
+
+/// Whether [`write_string`] writes `bytes` as they are. Most strings escape nothing: this
+/// finds that out a block at a time, without an early exit inside the block so the check
+/// compiles to vector compares (matching byte by byte showed in profiles of reading a page
+/// and of writing canonical text).
+fn escapes_nothing(bytes: &[u8]) -> bool {
+    bytes.chunks(64).all(|block| {
+        !block.iter().fold(false, |any, &b| {
+            any | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
+    })
 }
 
 /// Parses JSON text and writes its canonical text: `to_canonical(&parse(bytes)?)`.
@@ -316,6 +337,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// `~1`. Prefix each token with `/` to build a pointer.
 pub fn pointer_token(token: &str) -> String {
     let mut out = String::with_capacity(token.len());
+    push_pointer_token(&mut out, token);
+    out
+}
+
+/// Appends [`pointer_token`]`(token)` to `out`.
+pub fn push_pointer_token(out: &mut String, token: &str) {
     for c in token.chars() {
         match c {
             '~' => out.push_str("~0"),
@@ -323,7 +350,6 @@ pub fn pointer_token(token: &str) -> String {
             c => out.push(c),
         }
     }
-    out
 }
 
 impl Value {
@@ -1360,6 +1386,11 @@ pub fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');
+    if escapes_nothing(s.as_bytes()) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut run = 0;
     for (i, &b) in s.as_bytes().iter().enumerate() {
         let escape = match b {

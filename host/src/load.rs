@@ -789,7 +789,7 @@ pub fn check_server(
         }
     }
     // Owned: what a registered tool keeps (its description and schemas) moves into it.
-    for tool in listed.tools {
+    for mut tool in listed.tools {
         let Some(pin) = pinned.tools.get(&tool.name) else {
             report.unpinned.push(tool.name.clone());
             continue;
@@ -840,7 +840,7 @@ pub fn check_server(
             server: server.to_owned(),
             name: tool.name.clone(),
             description: tool.description.clone(),
-            input_schema: canonical::to_canonical(&tool.input_schema),
+            input_schema: std::mem::take(&mut tool.input_schema_text),
             annotations: tool.annotations.clone(),
             description_sha256: tool.description_sha256.clone(),
             input_schema_sha256: tool.input_schema_sha256.clone(),

@@ -281,7 +281,8 @@ impl Manifest {
     /// ([`Hashes::Trust`]: only for the compact form, whose text was verified when it was
     /// made from the reviewed manifest, see [`compact`]).
     fn parse_as(bytes: &[u8], hashes: Hashes) -> Result<Manifest, ManifestError> {
-        let value = canonical::parse(bytes).map_err(|source| ManifestError::Parse { source })?;
+        let mut value =
+            canonical::parse(bytes).map_err(|source| ManifestError::Parse { source })?;
         let root = members(&value, "manifest", TOP_KEYS)?;
         let version = required(root, "manifest", "manifest_version")?;
         if version.as_number().and_then(canonical::Number::as_u64) != Some(MANIFEST_VERSION) {
@@ -295,8 +296,12 @@ impl Manifest {
         for (name, hash) in members(required(root, "manifest", at)?, at, &[])? {
             components.insert(name.clone(), sha256(hash, &format!("{at}.{name}"))?);
         }
+        members(required(root, "manifest", "servers")?, "servers", &[])?;
+        // Owned: each tool's schema and annotations move out of the parsed document instead
+        // of being copied (a copy of every schema was a fifth of reading a manifest).
+        let mut servers_value = value.take_member("servers").unwrap_or(Value::Null);
         let mut servers = BTreeMap::new();
-        for (name, server) in members(required(root, "manifest", "servers")?, "servers", &[])? {
+        for (name, server) in members_mut(&mut servers_value) {
             servers.insert(name.clone(), read_server(name, server, hashes)?);
         }
         Ok(Manifest {
@@ -335,7 +340,7 @@ impl Manifest {
     /// the same bytes, and [`Manifest::parse`] reads them back equal.
     pub fn to_json(&self) -> String {
         let mut out = String::new();
-        write_pretty(&mut out, &self.to_value(), 0);
+        write_pretty_node(&mut out, &self.to_node(), 0);
         out.push('\n');
         out
     }
@@ -360,13 +365,20 @@ impl Manifest {
             .map_err(write_error)
     }
 
-    /// The manifest as a JSON value, members in any order (the writer sorts them).
-    fn to_value(&self) -> Value {
-        let text = |s: &str| Value::String(s.to_owned());
+    /// The manifest's compact form: its canonical text (see `compact`).
+    fn to_compact(&self) -> String {
+        let mut out = String::new();
+        write_compact(&mut out, &self.to_node());
+        out
+    }
+
+    /// The manifest as the writers see it, borrowed: writing it copies no schema (two copies
+    /// of every schema were a third of a pin of many tools).
+    fn to_node(&self) -> Node<'_> {
         let components = self
             .components
             .iter()
-            .map(|(name, hash)| (name.clone(), text(hash)))
+            .map(|(name, hash)| (name.as_str(), Node::Text(hash)))
             .collect();
         let servers = self
             .servers
@@ -377,54 +389,108 @@ impl Manifest {
                     .iter()
                     .map(|(name, tool)| {
                         let mut members = vec![
-                            (String::from("description"), text(&tool.description)),
-                            (
-                                String::from("description_sha256"),
-                                text(&tool.description_sha256),
-                            ),
-                            (String::from("input_schema"), tool.input_schema.clone()),
-                            (
-                                String::from("input_schema_sha256"),
-                                text(&tool.input_schema_sha256),
-                            ),
+                            ("description", Node::Text(&tool.description)),
+                            ("description_sha256", Node::Text(&tool.description_sha256)),
+                            ("input_schema", Node::Value(&tool.input_schema)),
+                            ("input_schema_sha256", Node::Text(&tool.input_schema_sha256)),
                         ];
                         if let Some(hash) = &tool.output_schema_sha256 {
-                            members.push((String::from("output_schema_sha256"), text(hash)));
+                            members.push(("output_schema_sha256", Node::Text(hash)));
                         }
                         if let Some(annotations) = &tool.annotations {
-                            members.push((String::from("annotations"), annotations.clone()));
+                            members.push(("annotations", Node::Value(annotations)));
                         }
-                        (name.clone(), Value::Object(members))
+                        (name.as_str(), Node::Object(members))
                     })
                     .collect();
                 let mut members = vec![
-                    (
-                        String::from("protocol_version"),
-                        text(&server.protocol_version),
-                    ),
-                    (String::from("server_name"), text(&server.server_name)),
-                    (String::from("server_version"), text(&server.server_version)),
-                    (String::from("tools"), Value::Object(tools)),
+                    ("protocol_version", Node::Text(&server.protocol_version)),
+                    ("server_name", Node::Text(&server.server_name)),
+                    ("server_version", Node::Text(&server.server_version)),
+                    ("tools", Node::Object(tools)),
                 ];
                 if !server.refused.is_empty() {
                     let refused = server
                         .refused
                         .iter()
-                        .map(|(tool, reason)| (tool.clone(), text(reason)))
+                        .map(|(tool, reason)| (tool.as_str(), Node::Text(reason)))
                         .collect();
-                    members.push((String::from("refused"), Value::Object(refused)));
+                    members.push(("refused", Node::Object(refused)));
                 }
-                (name.clone(), Value::Object(members))
+                (name.as_str(), Node::Object(members))
             })
             .collect();
-        Value::Object(vec![
-            (String::from("components"), Value::Object(components)),
-            (
-                String::from("manifest_version"),
-                Value::Number(canonical::Number::from(MANIFEST_VERSION)),
-            ),
-            (String::from("servers"), Value::Object(servers)),
+        Node::Object(vec![
+            ("components", Node::Object(components)),
+            ("manifest_version", Node::Number(MANIFEST_VERSION)),
+            ("servers", Node::Object(servers)),
         ])
+    }
+}
+
+/// A part of the manifest as its writers see it (see [`Manifest::to_node`]).
+enum Node<'m> {
+    /// A value the manifest holds: a schema, annotations.
+    Value(&'m Value),
+    /// A string.
+    Text(&'m str),
+    /// A whole number (`manifest_version`).
+    Number(u64),
+    /// An object, its members in any order (the writers sort them).
+    Object(Vec<(&'m str, Node<'m>)>),
+}
+
+impl Node<'_> {
+    /// The members of an object node sorted by key by code point (keys are unique: they come
+    /// from maps and fixed names).
+    fn sorted<'n, 'm>(members: &'n [(&'m str, Node<'m>)]) -> Vec<&'n (&'m str, Node<'m>)> {
+        let mut sorted: Vec<_> = members.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        sorted
+    }
+}
+
+/// Writes `node` pretty (see [`write_pretty`]).
+fn write_pretty_node(out: &mut String, node: &Node<'_>, level: usize) {
+    match node {
+        Node::Value(value) => write_pretty(out, value, level),
+        Node::Text(text) => canonical::write_string(out, text),
+        Node::Number(n) => out.push_str(&n.to_string()),
+        Node::Object(members) if members.is_empty() => out.push_str("{}"),
+        Node::Object(members) => {
+            out.push('{');
+            for (i, (key, item)) in Node::sorted(members).into_iter().enumerate() {
+                out.push_str(if i == 0 { "\n" } else { ",\n" });
+                push_indent(out, level + 1);
+                canonical::write_string(out, key);
+                out.push_str(": ");
+                write_pretty_node(out, item, level + 1);
+            }
+            out.push('\n');
+            push_indent(out, level);
+            out.push('}');
+        }
+    }
+}
+
+/// Writes the canonical text of `node` (see [`canonical::to_canonical`]).
+fn write_compact(out: &mut String, node: &Node<'_>) {
+    match node {
+        Node::Value(value) => canonical::write_canonical(out, value),
+        Node::Text(text) => canonical::write_string(out, text),
+        Node::Number(n) => out.push_str(&n.to_string()),
+        Node::Object(members) => {
+            out.push('{');
+            for (i, (key, item)) in Node::sorted(members).into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical::write_string(out, key);
+                out.push(':');
+                write_compact(out, item);
+            }
+            out.push('}');
+        }
     }
 }
 
@@ -479,9 +545,7 @@ fn check_owner_and_mode(meta: &fs::Metadata, path: &Path) -> Result<(), Manifest
 /// objects as `[]` and `{}`, strings and numbers in their canonical text.
 fn write_pretty(out: &mut String, value: &Value, level: usize) {
     match value {
-        Value::Null | Value::Bool(_) | Value::Number(_) => {
-            out.push_str(&canonical::to_canonical(value));
-        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => canonical::write_canonical(out, value),
         Value::String(text) => canonical::write_string(out, text),
         Value::Array(items) if items.is_empty() => out.push_str("[]"),
         Value::Object(members) if members.is_empty() => out.push_str("{}"),
@@ -546,6 +610,15 @@ fn members<'v>(
     Ok(members)
 }
 
+/// The members of `value`, mutable, once [`members`] has checked that it is an object
+/// (empty otherwise).
+fn members_mut(value: &mut Value) -> &mut [(String, Value)] {
+    match value {
+        Value::Object(members) => members,
+        _ => &mut [],
+    }
+}
+
 fn find<'v>(members: &'v [(String, Value)], key: &str) -> Option<&'v Value> {
     members.iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
@@ -575,18 +648,24 @@ fn sha256(value: &Value, at: &str) -> Result<String, ManifestError> {
     Ok(hash)
 }
 
-fn read_server(name: &str, value: &Value, hashes: Hashes) -> Result<PinnedServer, ManifestError> {
+fn read_server(
+    name: &str,
+    value: &mut Value,
+    hashes: Hashes,
+) -> Result<PinnedServer, ManifestError> {
     let at = format!("servers.{}", visible(name));
-    let server = members(value, &at, SERVER_KEYS)?;
-    let field = |key: &str| string(required(server, &at, key)?, &format!("{at}.{key}"));
     let tools_at = format!("{at}.tools");
+    members(required(members(value, &at, SERVER_KEYS)?, &at, "tools")?, &tools_at, &[])?;
+    let mut tools_value = value.take_member("tools").unwrap_or(Value::Null);
     let mut tools = BTreeMap::new();
-    for (tool, entry) in members(required(server, &at, "tools")?, &tools_at, &[])? {
+    for (tool, entry) in members_mut(&mut tools_value) {
         tools.insert(
             tool.clone(),
             read_tool(name, tool, entry, &tools_at, hashes)?,
         );
     }
+    let server = members(value, &at, SERVER_KEYS)?;
+    let field = |key: &str| string(required(server, &at, key)?, &format!("{at}.{key}"));
     let mut refused = BTreeMap::new();
     if let Some(value) = find(server, "refused") {
         let refused_at = format!("{at}.refused");
@@ -604,10 +683,12 @@ fn read_server(name: &str, value: &Value, hashes: Hashes) -> Result<PinnedServer
     })
 }
 
+/// Reads one tool entry; what the tool keeps (its schema and annotations) is moved out of
+/// `value`, which is left with `null`s.
 fn read_tool(
     server: &str,
     tool: &str,
-    value: &Value,
+    value: &mut Value,
     at: &str,
     hashes: Hashes,
 ) -> Result<PinnedTool, ManifestError> {
@@ -619,7 +700,7 @@ fn read_tool(
         required(entry, &at, "description_sha256")?,
         &place("description_sha256"),
     )?;
-    let input_schema = required(entry, &at, "input_schema")?.clone();
+    let input_schema = required(entry, &at, "input_schema")?;
     if input_schema.as_object().is_none() {
         return Err(invalid(&place("input_schema"), "expected an object"));
     }
@@ -630,11 +711,7 @@ fn read_tool(
     let output_schema_sha256 = find(entry, "output_schema_sha256")
         .map(|hash| sha256(hash, &place("output_schema_sha256")))
         .transpose()?;
-    let annotations = find(entry, "annotations").cloned();
-    if annotations
-        .as_ref()
-        .is_some_and(|a| a.as_object().is_none())
-    {
+    if find(entry, "annotations").is_some_and(|a| a.as_object().is_none()) {
         return Err(invalid(&place("annotations"), "expected an object"));
     }
     let mismatch = |field| ManifestError::HashMismatch {
@@ -646,12 +723,15 @@ fn read_tool(
         if canonical::sha256_hex(description.as_bytes()) != description_sha256 {
             return Err(mismatch("description"));
         }
-        if canonical::sha256_hex(canonical::to_canonical(&input_schema).as_bytes())
+        if canonical::sha256_hex(canonical::to_canonical(input_schema).as_bytes())
             != input_schema_sha256
         {
             return Err(mismatch("input_schema"));
         }
     }
+    // Checked above: moved, not copied.
+    let input_schema = value.take_member("input_schema").unwrap_or(Value::Null);
+    let annotations = value.take_member("annotations");
     Ok(PinnedTool {
         description,
         description_sha256,

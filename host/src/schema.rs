@@ -74,7 +74,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::canonical::{Value, pointer_token};
+use crate::canonical::{Value, push_pointer_token};
 
 pub mod validator;
 
@@ -773,7 +773,9 @@ fn subschemas<'a>(
 ) -> Result<Vec<Sub<'a>>, SchemaRefusal> {
     let mut found = Vec::new();
     for (keyword, value) in members {
-        let at = child(pointer, keyword);
+        // Built only under a keyword that holds subschemas: most keywords (`type`,
+        // `description`, bounds) hold none, and a pointer for each showed in profiles of a load.
+        let at = || child(pointer, keyword);
         match keyword.as_str() {
             "additionalItems"
             | "additionalProperties"
@@ -787,11 +789,12 @@ fn subschemas<'a>(
             | "unevaluatedItems"
             | "unevaluatedProperties" => found.push(Sub {
                 keyword,
-                pointer: at,
+                pointer: at(),
                 value,
             }),
             "items" => match value {
                 Value::Array(items) => {
+                    let at = at();
                     for (i, item) in items.iter().enumerate() {
                         found.push(Sub {
                             keyword,
@@ -802,7 +805,7 @@ fn subschemas<'a>(
                 }
                 _ => found.push(Sub {
                     keyword,
-                    pointer: at,
+                    pointer: at(),
                     value,
                 }),
             },
@@ -810,6 +813,7 @@ fn subschemas<'a>(
                 let Value::Array(items) = value else {
                     return Err(malformed(pointer, keyword, "an array of schemas"));
                 };
+                let at = at();
                 for (i, item) in items.iter().enumerate() {
                     found.push(Sub {
                         keyword,
@@ -822,6 +826,7 @@ fn subschemas<'a>(
                 let Value::Object(entries) = value else {
                     return Err(malformed(pointer, keyword, "an object of schemas"));
                 };
+                let at = at();
                 for (name, entry) in entries {
                     found.push(Sub {
                         keyword,
@@ -834,6 +839,7 @@ fn subschemas<'a>(
                 let Value::Object(entries) = value else {
                     return Err(malformed(pointer, keyword, "an object"));
                 };
+                let at = at();
                 for (name, entry) in entries {
                     // An array lists required names (draft-07's form of `dependentRequired`).
                     if !matches!(entry, Value::Array(_)) {
@@ -1107,7 +1113,11 @@ fn position(items: &[Value], name: &str) -> Option<usize> {
 
 /// `pointer` extended by one reference token, escaped per RFC 6901.
 fn child(pointer: &str, token: &str) -> String {
-    format!("{pointer}/{}", pointer_token(token))
+    let mut out = String::with_capacity(pointer.len() + 1 + token.len());
+    out.push_str(pointer);
+    out.push('/');
+    push_pointer_token(&mut out, token);
+    out
 }
 
 /// An RFC 6901 reference token unescaped, or `None` when it holds a `~` not followed by `0`

@@ -145,7 +145,7 @@ impl Folder {
     /// Writes the entry `name` for the manifest of SHA-256 `digest`, and removes every other
     /// entry (made from manifests that are no longer the file's).
     fn store(&self, name: &str, digest: &str, manifest: &Manifest) -> Result<(), StateError> {
-        let body = canonical::to_canonical(&manifest.to_value());
+        let body = manifest.to_compact();
         let mac = self
             .key
             .mac_hex(&[MAC_CONTEXT, digest.as_bytes(), body.as_bytes()]);

@@ -205,7 +205,7 @@ fn pin_server_records_each_tool_with_its_hashes_and_annotations() {
     let listing = listing_of(
         r#"{"tools":[{"name":"t","description":"d","inputSchema":{"type":"object"},"outputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}]}"#,
     );
-    let pinned = pin_server(&listing, &identity()).unwrap();
+    let pinned = pin_server(listing, &identity()).unwrap();
     assert_eq!(pinned.server_name, "fake");
     assert_eq!(pinned.server_version, "1.2.3");
     assert_eq!(pinned.protocol_version, "2025-06-18");
@@ -234,7 +234,7 @@ fn pin_server_fails_naming_a_tool_listed_twice() {
     let listing = listing_of(
         r#"{"tools":[{"name":"a","inputSchema":{}},{"name":"b","inputSchema":{}},{"name":"a","inputSchema":{}}]}"#,
     );
-    let error = pin_server(&listing, &identity()).unwrap_err();
+    let error = pin_server(listing, &identity()).unwrap_err();
     assert_eq!(error.to_string(), "server `srv` lists `a` more than once");
 }
 
@@ -243,7 +243,7 @@ fn pin_server_pins_the_rest_and_records_each_malformed_tool_with_its_reason() {
     let listing = listing_of(
         r#"{"tools":[{"name":"a"},{"name":"b","inputSchema":{}},{"name":"c\u200b","inputSchema":{}}]}"#,
     );
-    let pinned = pin_server(&listing, &identity()).unwrap();
+    let pinned = pin_server(listing, &identity()).unwrap();
     assert_eq!(pinned.tools.keys().collect::<Vec<_>>(), ["b"]);
     assert_eq!(
         pinned.refused,

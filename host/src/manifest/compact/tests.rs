@@ -113,7 +113,7 @@ fn a_compact_form_that_disagrees_with_the_manifest_is_not_used() {
         .unwrap()
         .tools
         .insert(String::from("read"), widened_tool);
-    let body = canonical::to_canonical(&widened.to_value());
+    let body = widened.to_compact();
     let mac = &text[..MAC_HEX_BYTES];
     std::fs::write(&path, format!("{mac}\n{body}")).unwrap();
     assert_eq!(read(bytes.as_bytes(), &state).unwrap(), reviewed);
@@ -127,7 +127,7 @@ fn a_compact_form_that_disagrees_with_the_manifest_is_not_used() {
     let (_, text) = entry(&state);
     assert_eq!(
         &text[MAC_HEX_BYTES + 1..],
-        canonical::to_canonical(&reviewed.to_value())
+        reviewed.to_compact()
     );
 }
 
