@@ -83,7 +83,7 @@
 //! | `otel` | OTLP export of traces and metrics, the `telemetry` section, or traces and metrics through a runtime's own providers (`ToolwardBuilder::otel_providers`) (`telemetry`; without it, a tracer that records nothing) | opentelemetry, opentelemetry_sdk, opentelemetry-otlp |
 //! | `cedar` | the built-in Cedar component, `policy.cedar` (`cedar`; `host/guests/cedar.wasm` is embedded only with it) | none |
 //! | `confine` | Landlock for stdio servers, and `confine_main` (without it servers start unconfined, as the load report says) | landlock |
-//! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305 |
+//! | `http-upstream` | servers over streamable HTTP, `"type": "http"` (`transport::http`), and signing in to them with OAuth 2.1 (`oauth`, `toolward auth`) | reqwest, oauth2, chacha20poly1305, rustls-webpki (the check of a `ca_file`'s certificates) |
 //! | `wasi` | WASI 0.2, granting nothing, for components that import it (Python, JavaScript) | wasmtime-wasi |
 //! | `checkpoints` | signed checkpoints of the audit log, `audit.checkpoint` (`checkpoint`; the Merkle tree itself, `merkle`, is always built) | ed25519-dalek (`std`, `zeroize`, `fast`: no `rand_core`, keys are made from `getrandom` bytes) |
 //! | `oci` | rules and policy components, policy settings and Cedar policy text from OCI registries by digest, `oci://` in `rules.component`, `policy.component`, `policy.settings` and `policy.cedar`, their cosign signatures checked with `oci.keys` (`oci`) | oci-client and reqwest (the one it rides, for manifests read with a bound; rustls as above, no second TLS stack), p256 (`ecdsa`, `pem`, `pkcs8`) |

@@ -763,7 +763,8 @@ impl Reader<'_> {
 
     /// A `ca_file`: the PEM file at `value` (relative to the config's folder), read now, each
     /// of its certificates checked to be one (an X.509 certificate a trust anchor can be
-    /// taken from).
+    /// taken from). Every section with a `ca_file` is used only with `http-upstream`, which
+    /// brings the check; a build without it reads the file's PEM and uses none of it.
     fn ca_bundle(&self, value: &Value, path: &JsonPath) -> Result<CaBundle, ConfigError> {
         use rustls_pki_types::CertificateDer;
         use rustls_pki_types::pem::PemObject as _;
@@ -779,6 +780,7 @@ impl Reader<'_> {
                     index + 1
                 ))
             })?;
+            #[cfg(feature = "http-upstream")]
             if let Err(error) = webpki::anchor_from_trusted_cert(&certificate) {
                 return Err(path.invalid(format!(
                     "`{shown}`: certificate {} is not an X.509 certificate toolward can trust ({error:?})",
