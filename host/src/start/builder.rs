@@ -48,8 +48,11 @@ const HANDED_PLACEHOLDER: &str = "(handed in)";
 /// - the built-in default component for rules and policy, configured with the rules text;
 /// - no state folder ([`StoreConfig::Memory`]): the audit records go to the store given with
 ///   [`audit_store`](Self::audit_store), else to a [`crate::MemoryAudit`] whose records
-///   [`Toolward::audit_events`] streams; fact counters in this process's memory; held calls
-///   asked only of the approver each call names; components compiled at each start;
+///   [`Toolward::audit_events`] streams; fact counters in this process's memory (an anonymous
+///   file, `memfd_create`: on a system without one, such as macOS, there are no counters, so
+///   a policy that reads facts gets none and a limit denies); `requestState`s redeemed in
+///   memory under a key made at start; held calls asked only of the approver each call
+///   names; components compiled at each start;
 /// - no servers' folder: stdio servers get this process's `HOME` and `TMPDIR`, as an MCP
 ///   client would start them (confined ones no folder of their own to write in);
 /// - relative paths in settings (a server's `cwd`-relative arguments) against the current
