@@ -156,6 +156,25 @@ fn mark_down(registry: &Registry, server: &str, down: String) {
     registry.tell_clients(told);
 }
 
+/// Marks `server` down for good, `down` saying why, on the record (a `refusal`) and to the
+/// clients: a server toolward will not start again while it runs.
+fn refuse_for_good(
+    audit: Option<&Arc<dyn AuditStore>>,
+    registry: &Registry,
+    server: &str,
+    down: String,
+) {
+    record(
+        audit,
+        AuditEvent {
+            server: Some(server.to_owned()),
+            reason: Some(down.clone()),
+            ..AuditEvent::new(AuditKind::Refusal)
+        },
+    );
+    mark_down(registry, server, down);
+}
+
 /// Queues `event` in `audit`, if any (never blocks: a restart waits for no sync).
 fn record(audit: Option<&Arc<dyn AuditStore>>, event: AuditEvent) {
     if let Some(audit) = audit
@@ -204,15 +223,7 @@ async fn supervise(
             let down = format!(
                 "{why}; it was handed in as a transport, so it cannot be restarted: hand in a new transport and start toolward again"
             );
-            record(
-                audit.as_ref(),
-                AuditEvent {
-                    server: Some(server.clone()),
-                    reason: Some(down.clone()),
-                    ..AuditEvent::new(AuditKind::Refusal)
-                },
-            );
-            mark_down(&registry, &server, down);
+            refuse_for_good(audit.as_ref(), &registry, &server, down);
             return;
         }
         loop {
@@ -251,15 +262,7 @@ async fn supervise(
                 let down = format!(
                     "{why}; it was not restarted: it would have run less confined than its first start ({weaker}), so it is marked failed: restart toolward to start it again"
                 );
-                record(
-                    audit.as_ref(),
-                    AuditEvent {
-                        server: Some(server.clone()),
-                        reason: Some(down.clone()),
-                        ..AuditEvent::new(AuditKind::Refusal)
-                    },
-                );
-                mark_down(&registry, &server, down);
+                refuse_for_good(audit.as_ref(), &registry, &server, down);
                 return;
             }
             attempts += 1;

@@ -2,13 +2,15 @@
 //! given, [`Approve`] and [`Deny`] what it returns, [`PyApprover`] the `toolward::Approver`
 //! around it.
 //!
-//! The callable is sync or async. A sync one is called on a worker thread of toolward's
-//! runtime (holding the GIL while it runs, and beyond the approval timeout, which cannot
-//! interrupt it: one that waits for a person should be async); an async one runs on the
-//! asyncio event loop the call was awaited on, and is cancelled when the call path stops
-//! waiting for it (the approval timeout, a cancelled call). Anything other than an `Approve` or a `Deny` (an exception, another
-//! value) is a deny, answered by nobody, with the reason: an approver that fails never lets
-//! a call through.
+//! The callable is sync or async. Either is called on a thread of toolward's blocking pool,
+//! never on a worker of its runtime, so a sync one that waits for a person holds no other
+//! call up, and the call path stops waiting for it at the approval timeout or when the call
+//! is cancelled: the call is then refused (or dropped) and what the callable answers later
+//! is ignored, since nothing waits for it any more (Python cannot interrupt it). An async
+//! one runs on the asyncio event loop the call was awaited on, and is cancelled when the call
+//! path stops waiting for it. Anything other than an `Approve` or a `Deny` (an exception,
+//! another value) is a deny, answered by nobody, with the reason: an approver that fails never
+//! lets a call through.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -140,13 +142,26 @@ impl PyApprover {
     /// The callable's answer, or why there is none (the callable raised, or returned
     /// something else than an `Approve` or a `Deny`).
     async fn answer(&self, request: ApprovalRequest) -> Result<Answer, String> {
+        // Called on the blocking pool: a sync callable may wait for a person, and a worker of
+        // the runtime it blocked would hold up other calls and every timer, the approval
+        // timeout included. Dropping this future (the timeout, a cancelled call) stops the
+        // wait, not the callable: its late answer goes nowhere.
+        let callable = Python::attach(|py| self.callable.clone_ref(py));
+        let returned = tokio::task::spawn_blocking(move || {
+            Python::attach(|py| -> PyResult<Py<PyAny>> {
+                let held = Bound::new(py, HeldCall::from(request))?;
+                Ok(callable.bind(py).call1((held,))?.unbind())
+            })
+        })
+        .await
+        .map_err(|e| format!("the approver's thread failed: {e}"))?
+        .map_err(|e| raised(&e))?;
         let asked = Python::attach(|py| -> PyResult<Asked> {
-            let held = Bound::new(py, HeldCall::from(request))?;
-            let value = self.callable.bind(py).call1((held,))?;
+            let value = returned.bind(py);
             if value.hasattr("__await__")? {
-                Ok(Asked::Later(self.schedule(value)?))
+                Ok(Asked::Later(self.schedule(value.clone())?))
             } else {
-                Ok(Asked::Now(value.unbind()))
+                Ok(Asked::Now(returned.clone_ref(py)))
             }
         })
         .map_err(|e| raised(&e))?;
@@ -284,13 +299,29 @@ fn visible(text: &str) -> String {
             shown.push('…');
             break;
         }
-        if c.is_control() {
+        if c.is_control() || hidden(c) {
             shown.extend(c.escape_unicode());
         } else {
             shown.push(c);
         }
     }
     shown
+}
+
+/// Characters that reorder or hide text in a terminal without being control characters:
+/// bidirectional embeddings, overrides, isolates and marks, zero-width characters, the soft
+/// hyphen and the byte order mark (toolward's own escaping shows them the same way).
+fn hidden(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
 }
 
 impl Approver for PyApprover {

@@ -34,6 +34,15 @@ pyo3::create_exception!(
     "A server could not be pinned, or tools of it were refused."
 );
 
+/// Called at the interpreter's exit (`atexit`, before it starts finalizing): lets go of the
+/// GIL for a moment, so a thread of toolward's runtime that has just handed it back (after
+/// setting a coroutine's result) finishes leaving Python first. CPython aborts the process
+/// when such a thread leaves while it finalizes.
+#[pyfunction]
+fn at_exit(py: Python<'_>) {
+    py.detach(|| std::thread::sleep(std::time::Duration::from_millis(50)));
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -48,6 +57,7 @@ fn native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<approver::Deny>()?;
     module.add_function(wrap_pyfunction!(start::pin, module)?)?;
     module.add_function(wrap_pyfunction!(start::start, module)?)?;
+    module.add_function(wrap_pyfunction!(at_exit, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

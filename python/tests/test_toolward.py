@@ -206,6 +206,57 @@ def test_an_async_approver_still_asking_at_the_approval_timeout_is_cancelled_and
     assert not (workspace / "out.txt").exists()
 
 
+def test_a_sync_approver_past_the_timeout_or_of_a_cancelled_call_neither_holds_other_calls_nor_gets_its_call_through(options, manifest, workspace: Path):
+    import threading
+    import time
+
+    released = threading.Event()
+
+    def ask_slowly(call: toolward.HeldCall):
+        # A person deciding: longer than the approval timeout, then approving.
+        released.wait(5)
+        return toolward.Approve(answerer="late")
+
+    async def scenario():
+        settings = {"limits": {"approval_timeout_ms": 500}}
+        async with await toolward.start(**options, manifest=manifest, settings=settings) as tw:
+            # Two (the cores of a small machine) and one more wait for a person at once: a read
+            # is still answered, and each held call is refused at the timeout.
+            held = [
+                asyncio.ensure_future(
+                    tw.call("fs__write_file", {"path": f"held{i}.txt", "content": "no\n"}, approver=ask_slowly)
+                )
+                for i in range(3)
+            ]
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            read = await asyncio.wait_for(tw.call("fs__read_text_file", {"path": "hello.txt"}), 5)
+            read_took = time.monotonic() - started
+            outcomes = []
+            for call in held:
+                with pytest.raises(toolward.CallRefused) as refused:
+                    await call
+                outcomes.append(refused.value.outcome)
+            # A call the runtime cancels while its sync approver decides is not made either.
+            cancelled = asyncio.ensure_future(
+                tw.call("fs__write_file", {"path": "cancelled.txt", "content": "no\n"}, approver=ask_slowly)
+            )
+            await asyncio.sleep(0.2)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            # Every approver now answers Approve, after nothing waits for it.
+            released.set()
+            await asyncio.sleep(0.5)
+            return read, read_took, outcomes
+
+    read, read_took, outcomes = run(scenario())
+    assert "hello from a Python runtime" in read.text
+    assert read_took < 2, f"a read waited {read_took:.1f} s behind sync approvers"
+    assert outcomes == ["not-approved"] * 3
+    assert sorted(p.name for p in workspace.iterdir()) == ["hello.txt"], "no held or cancelled write was made"
+
+
 def test_with_a_state_folder_the_audit_log_is_written_there_and_its_records_read_back(options, manifest, tmp_path: Path):
     state = tmp_path / "state"
 
@@ -232,8 +283,8 @@ def test_with_a_state_folder_the_audit_log_is_written_there_and_its_records_read
     assert all(streamed[r["seq"]] == r for r in call_records)
 
 
-def test_a_deny_reason_is_kept_to_a_thousand_characters_with_control_characters_escaped(options, manifest):
-    reason = "\x1b[31m" + "x" * 5000
+def test_a_deny_reason_is_kept_to_a_thousand_characters_with_control_and_bidirectional_characters_escaped(options, manifest):
+    reason = "\x1b[31m\u202e\u2066" + "x" * 5000
 
     async def scenario():
         async with await toolward.start(**options, manifest=manifest) as tw:
@@ -244,6 +295,29 @@ def test_a_deny_reason_is_kept_to_a_thousand_characters_with_control_characters_
 
     refused = run(scenario())
     assert "\x1b" not in refused.reason
-    assert "\\u{1b}[31m" in refused.reason
+    assert "\\u{1b}[31m\\u{202e}\\u{2066}" in refused.reason
+    assert "\u202e" not in refused.reason and "\u2066" not in refused.reason
     assert "x" * 990 + "…" in refused.reason
     assert "x" * 1000 not in refused.reason
+
+
+def test_a_per_call_approver_that_is_falsy_is_still_the_one_asked(options, manifest, workspace: Path):
+    class Strict:
+        """An approver object that happens to be falsy (empty, by its length)."""
+
+        def __len__(self):
+            return 0
+
+        def __call__(self, call: toolward.HeldCall):
+            return toolward.Deny("the strict approver denies", answerer="strict")
+
+    async def scenario():
+        approve = lambda call: toolward.Approve(answerer="lenient")  # noqa: E731
+        async with await toolward.start(**options, manifest=manifest, approver=approve) as tw:
+            with pytest.raises(toolward.CallRefused) as refused:
+                await tw.call("fs__write_file", {"path": "out.txt", "content": "x\n"}, approver=Strict())
+            return refused.value
+
+    refused = run(scenario())
+    assert "the strict approver denies" in refused.reason
+    assert not (workspace / "out.txt").exists()

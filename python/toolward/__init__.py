@@ -23,6 +23,7 @@ reason; what the server answered, tool errors included, is returned.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 
 from . import _native
 from ._native import Approve, Deny, HeldCall, PinError, StartError, ToolwardError
+
+# toolward's runtime sets coroutines' results from its own threads; at exit they must be out
+# of Python before the interpreter finalizes (CPython aborts otherwise).
+atexit.register(_native.at_exit)
 
 __all__ = [
     "Approve",
@@ -161,7 +166,7 @@ class Toolward:
     async def _call(self, name: str, arguments: Mapping[str, Any] | None, approver: Approver | None) -> CallResult:
         """The call, whatever its outcome (`ToolwardSession` answers refusals as results)."""
         text = None if arguments is None else json.dumps(dict(arguments))
-        outcome, call_id, server, result = await self._native.call(name, text, approver or self._approver)
+        outcome, call_id, server, result = await self._native.call(name, text, self._approver if approver is None else approver)
         return CallResult(result=json.loads(result), call_id=call_id, outcome=outcome, server=server)
 
     def audit_records(self) -> list[dict]:

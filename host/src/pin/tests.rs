@@ -104,7 +104,7 @@ fn an_http_server_is_reached_at_its_url_with_its_headers_and_has_no_home() {
     let error = stdio_spec(&config, remote).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "server `remote` is reached over streamable HTTP: it has no command to start"
+        "server `remote` is not started by toolward (it is reached over streamable HTTP, or was handed in as a transport): it has no command to start"
     );
 }
 
