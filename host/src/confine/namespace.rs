@@ -561,15 +561,33 @@ fn bind(source: &Path, target: &Path, recursive: bool) -> Result<(), ConfineErro
         .map_err(|e| e.context(&format!("cannot mount over `{}`", target.display())))
 }
 
+/// How many times a read-only remount that the kernel finds busy is tried, 5 ms apart.
+const REMOUNT_BUSY_ATTEMPTS: u32 = 100;
+
 fn remount_read_only(target: &Path, flags: libc::c_ulong) -> Result<(), ConfineError> {
-    mount(
-        c"none",
-        target,
-        None,
-        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
-        None,
-    )
-    .map_err(|e| {
+    let remount = || {
+        mount(
+            c"none",
+            target,
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            None,
+        )
+    };
+    // The kernel refuses with EBUSY while it counts a write in progress through the mount;
+    // one CI run met it once on `/dev`, under load, with nothing of ours writing there. Such a
+    // write ends: try again for half a second, then fail closed (the server does not start).
+    let mut outcome = remount();
+    for _ in 1..REMOUNT_BUSY_ATTEMPTS {
+        match &outcome {
+            Err(MountError(error)) if error.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                outcome = remount();
+            }
+            _ => break,
+        }
+    }
+    outcome.map_err(|e| {
         e.context(&format!(
             "cannot make the cover of `{}` read-only",
             target.display()
