@@ -460,7 +460,15 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
 /// a head), the checkpoint signer key, and the folder of the servers' homes (each server's own is allowed again by
 /// [`plan`]).
 pub fn default_denied(config: &Config) -> Vec<PathBuf> {
-    let mut deny = vec![config.state_dir.clone()];
+    // A toolward without a state folder (`StoreConfig::Memory`, started from values) writes
+    // no state folder, audit log or manifest: their default paths, under the embedder's base
+    // folder, name nothing to withhold, and withholding them would make that folder (often
+    // the server's own) unlistable. A manifest file that does exist there is still withheld.
+    let memory = matches!(config.store, crate::config::StoreConfig::Memory);
+    let mut deny = Vec::new();
+    if !memory {
+        deny.push(config.state_dir.clone());
+    }
     deny.extend(config.file.iter().cloned());
     deny.extend(config.rules.text.file().map(Path::to_path_buf));
     deny.extend(
@@ -476,10 +484,16 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
             .flatten()
             .filter_map(|source| source.file().map(Path::to_path_buf)),
     );
-    deny.push(config.manifest.clone());
-    deny.push(config.audit.file.clone());
+    if !memory || config.manifest.exists() {
+        deny.push(config.manifest.clone());
+    }
+    if !memory {
+        deny.push(config.audit.file.clone());
+    }
     deny.extend(config.audit.checkpoint.iter().map(|c| c.key.clone()));
-    if let (Some(folder), Some(name)) = (config.audit.file.parent(), config.audit.file.file_name())
+    if !memory
+        && let (Some(folder), Some(name)) =
+            (config.audit.file.parent(), config.audit.file.file_name())
         && let Ok(entries) = std::fs::read_dir(folder)
     {
         let name = name.as_encoded_bytes();
