@@ -190,6 +190,11 @@ pub use load::{
 pub use registry::RegisteredTool;
 pub use start::{StartFailure, Toolward, ToolwardBuilder};
 
+// Text a server or a caller wrote, made safe to show the one way toolward shows it (the rule
+// is `text`'s): for an embedder's own messages, so a binding (the Python package) writes no
+// second, narrower escape of its own.
+pub use text::{error_chain, escape};
+
 // The operator's configuration.
 pub use config::{
     AuditConfig, CaBundle, CheckpointConfig, ComponentSource, Config, ConfigError, ConfineConfig,

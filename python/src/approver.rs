@@ -290,38 +290,14 @@ fn raised(error: &PyErr) -> String {
 /// reads, not a payload.
 const MAX_REASON_CHARS: usize = 1000;
 
-/// `text` with its control characters escaped (it ends up in a refusal's text and the audit
-/// record, read in terminals), cut at [`MAX_REASON_CHARS`] with `…`.
+/// `text` cut at [`MAX_REASON_CHARS`] (then `…`) and escaped by toolward's one rule for
+/// foreign text ([`toolward::escape`]: controls, bidirectional and hidden characters as
+/// `\u{XXXX}`): it ends up in a refusal's text and the audit record, read in terminals.
 fn visible(text: &str) -> String {
-    let mut shown = String::with_capacity(text.len().min(MAX_REASON_CHARS));
-    for (count, c) in text.chars().enumerate() {
-        if count == MAX_REASON_CHARS {
-            shown.push('…');
-            break;
-        }
-        if c.is_control() || hidden(c) {
-            shown.extend(c.escape_unicode());
-        } else {
-            shown.push(c);
-        }
+    match text.char_indices().nth(MAX_REASON_CHARS) {
+        Some((end, _)) => format!("{}…", toolward::escape(&text[..end])),
+        None => toolward::escape(text),
     }
-    shown
-}
-
-/// Characters that reorder or hide text in a terminal without being control characters:
-/// bidirectional embeddings, overrides, isolates and marks, zero-width characters, the soft
-/// hyphen and the byte order mark (toolward's own escaping shows them the same way).
-fn hidden(c: char) -> bool {
-    matches!(
-        c,
-        '\u{00AD}'
-            | '\u{061C}'
-            | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{2069}'
-            | '\u{FEFF}'
-    )
 }
 
 impl Approver for PyApprover {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{Map, Value};
-use toolward::{Manifest, ToolwardBuilder};
+use toolward::{Manifest, ToolwardBuilder, error_chain};
 
 use crate::toolward::Toolward;
 use crate::{PinError, StartError};
@@ -116,22 +116,6 @@ fn object(what: &str, text: &str) -> PyResult<Map<String, Value>> {
     }
 }
 
-/// `error` and its sources, joined by `: `, as one line (a source whose text the line
-/// already holds is not repeated).
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// Pins the servers `options` names: a coroutine returning the manifest's JSON text, for the
 /// operator to review and give back to [`start`]. Raises `PinError` naming each server that
 /// could not be started or listed, with the reason; tools a server listed malformed are left
@@ -142,13 +126,13 @@ pub fn pin<'py>(py: Python<'py>, options: &Bound<'py, Options>) -> PyResult<Boun
         .get()
         .builder()
         .config()
-        .map_err(|e| StartError::new_err(chain(&e)))?;
+        .map_err(|e| StartError::new_err(error_chain(&e)))?;
     pyo3_async_runtimes::tokio::future_into_py(py, async move {
         let outcome = toolward::pin(&config, None, None, BTreeMap::new())
             .await
-            .map_err(|e| PinError::new_err(chain(&e)))?;
+            .map_err(|e| PinError::new_err(error_chain(&e)))?;
         if !outcome.failures.is_empty() {
-            let failures: Vec<String> = outcome.failures.values().map(|e| chain(e)).collect();
+            let failures: Vec<String> = outcome.failures.values().map(|e| error_chain(e)).collect();
             return Err(PinError::new_err(failures.join("; ")));
         }
         Ok(outcome.manifest.to_json())
@@ -164,13 +148,13 @@ pub fn start<'py>(
     manifest: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let manifest = Manifest::parse(manifest.as_bytes())
-        .map_err(|e| StartError::new_err(format!("the manifest: {}", chain(&e))))?;
+        .map_err(|e| StartError::new_err(format!("the manifest: {}", error_chain(&e))))?;
     let builder = options.get().builder().manifest(manifest);
     pyo3_async_runtimes::tokio::future_into_py(py, async move {
         let started = builder
             .start()
             .await
-            .map_err(|e| StartError::new_err(chain(&e)))?;
+            .map_err(|e| StartError::new_err(error_chain(&e)))?;
         Ok(Toolward::new(Arc::new(started)))
     })
 }

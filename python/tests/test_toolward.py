@@ -295,7 +295,7 @@ def test_a_deny_reason_is_kept_to_a_thousand_characters_with_control_and_bidirec
 
     refused = run(scenario())
     assert "\x1b" not in refused.reason
-    assert "\\u{1b}[31m\\u{202e}\\u{2066}" in refused.reason
+    assert "\\u{001B}[31m\\u{202E}\\u{2066}" in refused.reason
     assert "\u202e" not in refused.reason and "\u2066" not in refused.reason
     assert "x" * 990 + "…" in refused.reason
     assert "x" * 1000 not in refused.reason
