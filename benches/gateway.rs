@@ -27,18 +27,20 @@
 //! file system for every case.
 //!
 //! # memory
-//! `toolward serve` with 5 fake servers of 100 tools each (99 synthetic tools and `echo`, all
-//! pinned and classified), then with one of those servers (100 tools): VmRSS and VmHWM
-//! (`/proc/PID/status`) once it answered `tools/list` (idle after load), and again after
-//! 1,000 calls; beside them the peer with that one server, every case in each of
-//! `MEMORY_ROUNDS` rounds (default 1). `MEMORY_KEEP=1` keeps the configs (for `heaptrack`,
+//! `toolward serve` in the default configuration with 5 fake servers of 100 tools each (99
+//! synthetic tools and `echo`, all pinned and classified), then with one of those servers
+//! (100 tools): VmRSS and VmHWM (`/proc/PID/status`) once it answered `tools/list` (idle
+//! after load), and again after 1,000 calls; beside them the same two cases of the previous
+//! release when `TOOLWARD_BASELINE_BIN` names it, and the peer with that one server, every
+//! case in each of `MEMORY_ROUNDS` rounds (default 1). `MEMORY_KEEP=1` keeps the configs (for `heaptrack`,
 //! `valgrind --tool=massif` or `smaps` by hand) and prints their paths.
 //!
 //! Environment: `TOOLWARD_BIN` (default `target/release/toolward`; build it with
 //! `cargo build --release -p toolward --bin toolward`), `TOOLWARD_PEER` (default
 //! `.peer/bin/mcp-gate`), `TOOLWARD_BASELINE_BIN` (a previous build, such as the last
 //! release: the latency section adds the case `baseline always`, its default configuration
-//! pinned by itself, and prints the ratio of the added p50s), `CALLS`, `ROUNDS`.
+//! pinned by itself, and prints the ratio of the added p50s; the memory section measures it
+//! beside this build), `CALLS`, `ROUNDS`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -717,14 +719,13 @@ type Status = (u64, u64, u64, u64);
 /// The gateway's figures of `/proc/PID/status` once it listed its tools, and after 1,000
 /// calls of the echo tools of `servers` (8 in flight): (VmRSS, VmHWM, RssAnon, RssFile)
 /// each, KiB.
-fn serve_memory(config: &Path, cwd: &Path, servers: usize) -> (Status, Status, Vec<(u64, String)>) {
-    let argv = vec![
-        toolward_bin().display().to_string(),
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
-    let mut session = Session::spawn(&argv, cwd);
+fn serve_memory(
+    bin: &Path,
+    config: &Path,
+    cwd: &Path,
+    servers: usize,
+) -> (Status, Status, Vec<(u64, String)>) {
+    let mut session = Session::spawn(&serve_argv_of(bin, config), cwd);
     let listed = session.request(LIST_ID, "tools/list", json!({}));
     let count = listed["tools"].as_array().map_or(0, Vec::len);
     assert_eq!(count, servers * 100, "every tool registers");
@@ -753,46 +754,60 @@ fn memory() {
         rules.insert(name.clone(), server_rules["servers"][&name].take());
         servers.push((name, scenario));
     }
-    let config = toolward_config(
-        &dir.path().join("toolward"),
-        &servers,
-        &json!({ "servers": rules }),
-        "none",
-    );
     let one_rules: serde_json::Map<String, Value> = rules
         .iter()
         .take(1)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let one = toolward_config(
-        &dir.path().join("toolward-one"),
-        &servers[..1],
-        &json!({ "servers": one_rules }),
-        "none",
-    );
-    if std::env::var_os("MEMORY_KEEP").is_some() {
-        // For heaptrack, massif or smaps by hand: `toolward serve --config` either file.
-        eprintln!("configs kept: {} {}", config.display(), one.display());
+    // This build, and the previous release (`TOOLWARD_BASELINE_BIN`) beside it, each pinning
+    // its own configs, in the default configuration (`audit.sync: always`).
+    let mut builds = vec![("toolward", toolward_bin())];
+    if let Some(baseline) = std::env::var_os("TOOLWARD_BASELINE_BIN") {
+        builds.push(("baseline", PathBuf::from(baseline)));
+    }
+    let mut configs = Vec::new();
+    for (name, bin) in &builds {
+        let five = toolward_config_of(
+            bin,
+            &dir.path().join(format!("{name}-five")),
+            &servers,
+            &json!({ "servers": rules }),
+            "always",
+        );
+        let one = toolward_config_of(
+            bin,
+            &dir.path().join(format!("{name}-one")),
+            &servers[..1],
+            &json!({ "servers": one_rules }),
+            "always",
+        );
+        if std::env::var_os("MEMORY_KEEP").is_some() {
+            // For heaptrack, massif or smaps by hand: `toolward serve --config` either file.
+            eprintln!("{name} configs kept: {} {}", five.display(), one.display());
+        }
+        configs.push((*name, bin.clone(), five, one));
     }
     println!(
         "\nmemory (KiB; VmRSS / VmHWM, then RssAnon / RssFile, of the gateway process, not of its servers):"
     );
     let rounds = env_usize("MEMORY_ROUNDS", 1);
     for round in 0..rounds {
-        for (label, config, count) in [
-            ("5 servers, 500 tools", &config, 5),
-            ("1 server, 100 tools", &one, 1),
-        ] {
-            let (idle, after, largest) = serve_memory(config, dir.path(), count);
-            println!(
-                "round {round}: toolward serve, {label}: idle after load {} / {}  ({} / {}); after 1,000 calls {} / {}  ({} / {})",
-                idle.0, idle.1, idle.2, idle.3, after.0, after.1, after.2, after.3
-            );
-            let largest: Vec<String> = largest
-                .iter()
-                .map(|(kib, name)| format!("{name} {kib}"))
-                .collect();
-            println!("  largest resident mappings (KiB): {}", largest.join(", "));
+        for (name, bin, five, one) in &configs {
+            for (label, config, count) in [
+                ("5 servers, 500 tools", five, 5),
+                ("1 server, 100 tools", one, 1),
+            ] {
+                let (idle, after, largest) = serve_memory(bin, config, dir.path(), count);
+                println!(
+                    "round {round}: {name} serve, {label}: idle after load {} / {}  ({} / {}); after 1,000 calls {} / {}  ({} / {})",
+                    idle.0, idle.1, idle.2, idle.3, after.0, after.1, after.2, after.3
+                );
+                let largest: Vec<String> = largest
+                    .iter()
+                    .map(|(kib, name)| format!("{name} {kib}"))
+                    .collect();
+                println!("  largest resident mappings (KiB): {}", largest.join(", "));
+            }
         }
         if let Some(peer) = peer_bin() {
             let mut session =
