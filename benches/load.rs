@@ -7,7 +7,8 @@
 //!   `toolward pin` writes);
 //! - `load`: the manifest read back ([`Manifest::parse`]), the pages listed again, then
 //!   [`load::check_server`] (pin comparison, classification by the rules component in one
-//!   instance, schema checks and narrowing) and [`load::register_candidates`];
+//!   instance, schema checks and narrowing) and [`load::register_candidates`], with no state
+//!   folder (every schema's validator compiled, [`Verdicts::memory`]);
 //! - `load_step/*` (10,000 tools): each step of `load` alone, to see where the time goes;
 //! - `configure_rules`: the rules component configured with the rules file of N tools (once
 //!   per start, before any load).
@@ -16,10 +17,11 @@
 //!   targets of issue 15 as ratios in one run. For each N of `LOAD_RATIO_TOOLS` (default
 //!   `10000,100000`), `LOAD_RATIO_ROUNDS` rounds (default 5), each round timing one after
 //!   another: the floor (`serde_json` parsing the listing's pages into a `Value`, nothing
-//!   else), pin, load through the manifest's compact form ([`Manifest::read_through`], the
-//!   entry present: what every start after the first reads), and load reading the pretty
-//!   manifest in full ([`Manifest::read`], what the first start after a pin reads). Medians,
-//!   then `pin + load ÷ floor` and the growth per tool from the first N to the last.
+//!   else), pin, load through the state folder ([`Manifest::read_through`], the manifest's
+//!   compact form present, and the schema verdicts [`Verdicts::open`]: what every start after
+//!   the first reads), and load reading the pretty manifest in full ([`Manifest::read`]) with
+//!   every validator compiled (what a start reads with nothing kept from the one before).
+//!   Medians, then `pin + load ÷ floor` and the growth per tool from the first N to the last.
 //!
 //! Listing bounds are raised past their defaults (4,096 tools, 16 MiB a page), as an
 //! operator serving 10,000 tools must. Times are the benchmark thread's CPU time
@@ -46,6 +48,7 @@ use toolward::load::{self, LoadReport, ServerReport};
 use toolward::manifest::Manifest;
 use toolward::pin::pin_server;
 use toolward::registry::Registry;
+use toolward::schema::verdicts::Verdicts;
 use toolward::store::StateDir;
 use toolward::transport::ServerIdentity;
 
@@ -81,7 +84,13 @@ fn pin(pages: &[Vec<u8>], components: &BTreeMap<String, String>) -> String {
 }
 
 /// `check_server` and `register_candidates` on a listing against a manifest.
-fn verify(config: &Config, rules: &Rules, manifest: &Manifest, listing: Listing) -> Registry {
+fn verify(
+    config: &Config,
+    rules: &Rules,
+    manifest: &Manifest,
+    listing: Listing,
+    verdicts: &mut Verdicts,
+) -> Registry {
     let pattern = load::name_pattern(config).unwrap();
     let mut classifier = rules.classifier().unwrap();
     let mut report = LoadReport::default();
@@ -96,6 +105,7 @@ fn verify(config: &Config, rules: &Rules, manifest: &Manifest, listing: Listing)
         pinned,
         listing,
         Ok(&mut classifier),
+        verdicts,
         &mut server,
     );
     report.servers.push(server);
@@ -104,7 +114,8 @@ fn verify(config: &Config, rules: &Rules, manifest: &Manifest, listing: Listing)
     registry
 }
 
-/// Load with the manifest read from its file through its compact form in `state`.
+/// Load with the manifest read from its file through its compact form in `state`, and the
+/// schema verdicts kept there.
 fn load_through(
     config: &Config,
     rules: &Rules,
@@ -113,21 +124,24 @@ fn load_through(
     pages: &[Vec<u8>],
 ) -> Registry {
     let manifest = Manifest::read_through(manifest_path, state).unwrap();
+    let mut verdicts = Verdicts::open(state);
     let listing = list(pages);
-    verify(config, rules, &manifest, listing)
+    let registry = verify(config, rules, &manifest, listing, &mut verdicts);
+    verdicts.save();
+    registry
 }
 
-/// Load with the manifest file read and verified in full.
+/// Load with the manifest file read and verified in full, every validator compiled.
 fn load_full(config: &Config, rules: &Rules, manifest_path: &Path, pages: &[Vec<u8>]) -> Registry {
     let manifest = Manifest::read(manifest_path).unwrap();
     let listing = list(pages);
-    verify(config, rules, &manifest, listing)
+    verify(config, rules, &manifest, listing, &mut Verdicts::memory())
 }
 
 fn load(config: &Config, rules: &Rules, manifest_text: &str, pages: &[Vec<u8>]) -> Registry {
     let manifest = Manifest::parse(manifest_text.as_bytes()).unwrap();
     let listing = list(pages);
-    verify(config, rules, &manifest, listing)
+    verify(config, rules, &manifest, listing, &mut Verdicts::memory())
 }
 
 /// The rules component's host and the config every measurement uses.
@@ -204,7 +218,8 @@ fn ratios() {
             .unwrap();
         let manifest_text = pin(&pages, &s.components);
         std::fs::write(&manifest_path, &manifest_text).unwrap();
-        // The first start after a pin writes the compact form; every round reads it.
+        // The first start after a pin writes the compact form and the schema verdicts; every
+        // round reads them.
         let registry = load_through(&s.config, &rules, &manifest_path, &s.state, &pages);
         assert_eq!(registry.tools().count(), tools);
         drop(registry);
@@ -316,7 +331,15 @@ fn bench(c: &mut Criterion<CpuTime>) {
                 // made outside the measurement, and the registry's drop is left out too.
                 b.iter_batched(
                     || listing.clone(),
-                    |listing| verify(&config, &rules, &manifest, black_box(listing)),
+                    |listing| {
+                        verify(
+                            &config,
+                            &rules,
+                            &manifest,
+                            black_box(listing),
+                            &mut Verdicts::memory(),
+                        )
+                    },
                     BatchSize::LargeInput,
                 )
             });

@@ -1206,6 +1206,7 @@ async fn load_and_validate(config_path: &Path) -> Result<Validated, Failure> {
         &components.rules,
         &manifest,
         components.digests.clone(),
+        Some(&state),
     )
     .await
     .map_err(usage)?;

@@ -40,6 +40,7 @@ use crate::listing::{self, ListedTool, ListingBounds};
 use crate::manifest::{Manifest, PinnedServer};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema;
+use crate::schema::verdicts::Verdicts;
 use crate::state_dir::StateDir;
 use crate::text;
 use crate::transport::Upstream;
@@ -348,7 +349,9 @@ pub async fn connect(config: &Config, server: &str) -> Result<Upstream, String> 
 /// registry of what passed, and the report of everything.
 ///
 /// `components` holds the SHA-256 of the components in use, by role (`rules`, `policy`);
-/// they are compared with the manifest's and reported when they differ.
+/// they are compared with the manifest's and reported when they differ. With a state folder
+/// `state`, which schemas compile into a validator is remembered there
+/// ([`crate::schema::verdicts`]): a load compiles only the schemas it has not seen.
 ///
 /// # Errors
 /// [`LoadError`] only for a config that cannot name tools at all; every server and tool
@@ -358,6 +361,7 @@ pub async fn load(
     rules: &Rules,
     manifest: &Manifest,
     components: BTreeMap<String, String>,
+    state: Option<&StateDir>,
 ) -> Result<(Registry, LoadReport), LoadError> {
     let pattern = name_pattern(config)?;
     let mut report = LoadReport {
@@ -391,6 +395,7 @@ pub async fn load(
     .await;
 
     let mut classifier = rules.classifier();
+    let mut verdicts = state.map_or_else(Verdicts::memory, Verdicts::open);
     let mut candidates: Vec<RegisteredTool> = Vec::new();
     let mut listed: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, (upstream, listing)) in names.iter().zip(connections) {
@@ -464,6 +469,7 @@ pub async fn load(
             pinned,
             listing,
             classifier,
+            &mut verdicts,
             &mut server_report,
         );
         candidates.extend(server_candidates);
@@ -471,6 +477,7 @@ pub async fn load(
         registry.insert_upstream(name, upstream);
     }
 
+    verdicts.save();
     register_candidates(config, &pattern, candidates, &mut report, &mut registry);
     note_absent(config, &report, &mut registry);
     report.rules_notes = rules_notes(config, &listed, &report.servers);
@@ -748,7 +755,8 @@ fn refusal(tool: &str, reason: String) -> Refusal {
 /// with `pinned` (its manifest entry), classifies each unchanged tool with `classifier` (an
 /// `Err` refuses every tool with that reason), checks and narrows its schemas. The tools
 /// that pass are returned, ready for [`register_candidates`]; everything else goes into
-/// `report`, with the reason.
+/// `report`, with the reason. Each schema's validator is checked through `verdicts`, which
+/// compiles only schemas it does not know to compile.
 ///
 /// Pure apart from the guest calls of `classifier`: public so that `benches/load.rs`
 /// measures a load of many tools without starting servers.
@@ -758,6 +766,7 @@ pub fn check_server(
     pinned: &PinnedServer,
     listed: listing::Listing,
     mut classifier: Result<&mut crate::component::Classifier, String>,
+    verdicts: &mut Verdicts,
     report: &mut ServerReport,
 ) -> Vec<RegisteredTool> {
     let mut out = Vec::new();
@@ -864,7 +873,7 @@ pub fn check_server(
                 continue;
             }
         };
-        match register(config, server, tool, &classification, report) {
+        match register(config, server, tool, &classification, verdicts, report) {
             Ok(registered) => out.push(registered),
             Err(r) => report.refused.push(r),
         }
@@ -878,6 +887,7 @@ fn register(
     server: &str,
     tool: ListedTool,
     classification: &Classification,
+    verdicts: &mut Verdicts,
     report: &mut ServerReport,
 ) -> Result<RegisteredTool, Refusal> {
     let name = &tool.name;
@@ -902,12 +912,16 @@ fn register(
                 pointers: vec![p.pointer],
             }
         };
-    crate::schema::validator::check_validator(&tool.input_schema, dialect)
+    verdicts
+        .check(&tool.input_schema, &tool.input_schema_sha256, dialect)
         .map_err(|p| validator_refusal("input schema", dialect, p))?;
     if let Some(output) = &tool.output_schema {
         let output_dialect =
             schema::check_output_schema(output).map_err(|r| schema_refusal("output schema", r))?;
-        crate::schema::validator::check_validator(output, output_dialect)
+        // Without its hash (never from a listing), the schema is compiled.
+        let output_sha256 = tool.output_schema_sha256.as_deref().unwrap_or_default();
+        verdicts
+            .check(output, output_sha256, output_dialect)
             .map_err(|p| validator_refusal("output schema", output_dialect, p))?;
     }
     if let Some(hint) = contradicting_hint(&tool.annotations, classification.effect) {

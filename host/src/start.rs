@@ -366,6 +366,7 @@ impl Toolward {
             &components.rules,
             &manifest,
             components.digests.clone(),
+            state.as_deref(),
         )
         .await?;
         let hashes = ComponentHashes {

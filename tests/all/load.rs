@@ -84,6 +84,7 @@ impl Setup {
             &components.rules,
             manifest,
             components.digests.clone(),
+            Some(&state),
         )
         .await
         .unwrap()

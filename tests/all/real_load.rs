@@ -63,6 +63,7 @@ async fn load_with(config: &Config, manifest: &Manifest) -> (Registry, LoadRepor
         &components.rules,
         manifest,
         components.digests.clone(),
+        Some(&state),
     )
     .await
     .unwrap();

@@ -218,6 +218,23 @@ async fn schemas_the_validator_cannot_compile_are_refused_at_load_not_at_every_c
     }
     assert_eq!(registered(&toolward), ["good__echo", "s__t"]);
     assert_echoes(&toolward, "s__t").await;
+    let refusals = |toolward: &Toolward| -> Vec<(String, String, Vec<String>)> {
+        let report = toolward.report();
+        let server = report.servers.iter().find(|s| s.server == "s").unwrap();
+        server
+            .refused
+            .iter()
+            .map(|r| (r.tool.clone(), r.reason.clone(), r.pointers.clone()))
+            .collect()
+    };
+    let first = refusals(&toolward);
+    toolward.shutdown().await;
+    // The next start reads the verdicts the first kept in the state folder (only schemas
+    // that compiled are in it): the same tools refused with the same reasons, in order.
+    assert!(bench.path().join("state/schema-verdicts").is_file());
+    let toolward = bench.start().await;
+    assert_eq!(refusals(&toolward), first);
+    assert_eq!(registered(&toolward), ["good__echo", "s__t"]);
     toolward.shutdown().await;
 }
 
