@@ -114,6 +114,7 @@ pub mod writer;
 
 pub use head::{AuditHead, HeadProblem, read_head};
 pub use memory::{AUDIT_EVENTS_CAPACITY, AuditChain, MemoryAudit};
+pub(crate) use memory::RecordStream;
 pub use store::AuditStore;
 pub use writer::{AuditLog, LOG_MODE, SYNC_DELAY};
 

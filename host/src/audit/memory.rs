@@ -4,7 +4,7 @@
 //! to its subscribers, keeping none.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tokio::sync::broadcast;
 
@@ -18,6 +18,38 @@ use crate::text::IN_MEMORY;
 /// A call writes a handful; a subscriber that lags further gets
 /// [`broadcast::error::RecvError::Lagged`] with the count it missed, never a gap it cannot see.
 pub const AUDIT_EVENTS_CAPACITY: usize = 4096;
+
+/// Where a store sends the records it made durable to its subscribers: a broadcast channel
+/// made at the first [`subscribe`](Self::subscribe). tokio makes all
+/// [`AUDIT_EVENTS_CAPACITY`] slots at once, a record's room each (3.6 MB, every page
+/// written), so a toolward nobody subscribes to, the CLI's gateway among them, does not pay
+/// for them: made at the store's open, they were most of what `serve` gained in resident memory
+/// after `ecca859` (BENCHMARKS.md §17).
+#[derive(Debug, Default)]
+pub(crate) struct RecordStream(OnceLock<broadcast::Sender<AuditRecord>>);
+
+impl RecordStream {
+    /// A receiver of the records sent from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<AuditRecord> {
+        self.0
+            .get_or_init(|| broadcast::channel(AUDIT_EVENTS_CAPACITY).0)
+            .subscribe()
+    }
+
+    /// Whether anyone would receive what is sent now: records are copied for the stream only
+    /// then.
+    pub(crate) fn listened(&self) -> bool {
+        self.0.get().is_some_and(|events| events.receiver_count() > 0)
+    }
+
+    /// Sends `record` to the subscribers, if any. None is not an error: the store keeps
+    /// the records, or says it keeps none.
+    pub(crate) fn send(&self, record: AuditRecord) {
+        if let Some(events) = self.0.get() {
+            let _ = events.send(record);
+        }
+    }
+}
 
 /// The end of a hash chain of audit records: the next `seq`, the hash of the last record and
 /// the component hashes stamped on records that carry none. [`seal`](Self::seal) turns
@@ -122,7 +154,7 @@ impl AuditChain {
 #[derive(Debug)]
 pub struct MemoryAudit {
     chain: Mutex<AuditChain>,
-    events: broadcast::Sender<AuditRecord>,
+    events: RecordStream,
 }
 
 impl Default for MemoryAudit {
@@ -137,7 +169,7 @@ impl MemoryAudit {
     pub fn new() -> MemoryAudit {
         MemoryAudit {
             chain: Mutex::new(AuditChain::new()),
-            events: broadcast::channel(AUDIT_EVENTS_CAPACITY).0,
+            events: RecordStream::default(),
         }
     }
 
@@ -166,8 +198,7 @@ impl AuditStore for MemoryAudit {
         let sealed = chain.seal(events, time)?;
         let last = sealed.last().map(|(record, _)| record.seq);
         for (record, _) in sealed {
-            // No subscriber is not an error: the records are not kept.
-            let _ = self.events.send(record);
+            self.events.send(record);
         }
         Ok(last)
     }
@@ -210,6 +241,24 @@ mod tests {
         }
         assert_eq!(store.head().unwrap().records, 3);
         assert_eq!(store.head().unwrap().hash, check.last_hash());
+    }
+
+    #[test]
+    fn the_record_stream_is_made_at_the_first_subscribe_and_hears_from_then_on() {
+        let store = MemoryAudit::new();
+        store.append(AuditEvent::new(AuditKind::Load)).unwrap();
+        assert!(
+            store.events.0.get().is_none(),
+            "no channel (3.6 MB of slots) before anyone subscribes"
+        );
+        assert!(!store.events.listened());
+        let mut events = store.subscribe().unwrap();
+        assert!(store.events.listened());
+        store.append(AuditEvent::new(AuditKind::Refusal)).unwrap();
+        assert_eq!(events.try_recv().unwrap().seq, 1, "the record before it is not sent");
+        assert!(events.try_recv().is_err());
+        drop(events);
+        assert!(!store.events.listened(), "a dropped receiver listens no more");
     }
 
     #[test]

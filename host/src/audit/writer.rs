@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use super::head::{AuditHead, HeadFile, HeadProblem};
-use super::memory::AUDIT_EVENTS_CAPACITY;
+use super::memory::{AUDIT_EVENTS_CAPACITY, RecordStream};
 use super::{
     AuditError, AuditEvent, AuditKind, AuditRecord, AuditSync, ComponentHashes, GENESIS_PREV,
     MAX_HEAD_LAG_RECORDS, MAX_RECORD_BYTES, NextLine, RECORD_PREFIX, ROOM_BYTES, TAIL_CHUNK_BYTES,
@@ -78,7 +78,7 @@ struct Shared {
     /// The chain's end: only the leader touches it, with the file lock held.
     chain: Mutex<Chain>,
     /// Subscribers to the records this process makes durable ([`AuditLog::subscribe`]).
-    events: broadcast::Sender<AuditRecord>,
+    events: RecordStream,
 }
 
 /// The end of the chain as this process last saw it.
@@ -372,7 +372,7 @@ impl AuditLog {
             done: Condvar::new(),
             wake: Condvar::new(),
             chain: Mutex::new(chain),
-            events: broadcast::channel(AUDIT_EVENTS_CAPACITY).0,
+            events: RecordStream::default(),
         });
         // What was found at open goes on disk at once, whatever the sync mode, so a loss is
         // itself on the record; an untouched log gets its head (after a sync: the previous
@@ -618,15 +618,14 @@ impl Shared {
     fn publish(&self, state: &mut State, records: Vec<AuditRecord>, synced: bool) {
         if self.sync == AuditSync::None {
             for record in records {
-                // No subscriber left is not an error: the log keeps the records.
-                let _ = self.events.send(record);
+                self.events.send(record);
             }
             return;
         }
         state.unsent.extend(records);
         if synced {
             for record in state.unsent.drain(..) {
-                let _ = self.events.send(record);
+                self.events.send(record);
             }
         }
     }
@@ -858,7 +857,7 @@ impl Shared {
         let mut buf = Vec::new();
         let mut firsts = Vec::with_capacity(groups.len());
         // Records are kept for the stream only when someone listens: no copy otherwise.
-        let mut records = (self.events.receiver_count() > 0).then(Vec::new);
+        let mut records = self.events.listened().then(Vec::new);
         if !prelude.is_empty() {
             self.encode(&mut chain, prelude, components, time, &mut buf, records.as_mut())
                 .map_err(TurnError::Failed)?;

@@ -27,8 +27,8 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::audit::AuditStore;
 use crate::audit::{
-    AUDIT_EVENTS_CAPACITY, AuditError, AuditEvent, AuditHead, AuditRecord, ComponentHashes,
-    MAX_RECORD_BYTES,
+    AuditError, AuditEvent, AuditHead, AuditRecord, ComponentHashes, MAX_RECORD_BYTES,
+    RecordStream,
 };
 use crate::canonical::sha256_hex;
 use crate::database::{PgError, PgStore, STATEMENT_TIMEOUT};
@@ -56,7 +56,7 @@ pub struct PgAudit {
     head: Arc<Mutex<Option<AuditHead>>>,
     thread: Option<JoinHandle<()>>,
     /// Subscribers to the records this gateway commits ([`AuditStore::subscribe`]).
-    events: broadcast::Sender<AuditRecord>,
+    events: Arc<RecordStream>,
 }
 
 impl std::fmt::Debug for PgAudit {
@@ -82,8 +82,8 @@ impl PgAudit {
         let head = Arc::new(Mutex::new(None));
         let thread_store = store.clone();
         let thread_head = Arc::clone(&head);
-        let events = broadcast::channel(AUDIT_EVENTS_CAPACITY).0;
-        let thread_events = events.clone();
+        let events = Arc::new(RecordStream::default());
+        let thread_events = Arc::clone(&events);
         let thread = std::thread::Builder::new()
             .name("toolward-pg-audit".to_owned())
             .spawn(move || {
@@ -287,7 +287,7 @@ async fn run(
     pool: &Pool,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     head: &Mutex<Option<AuditHead>>,
-    events: &broadcast::Sender<AuditRecord>,
+    events: &RecordStream,
 ) {
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
@@ -314,12 +314,10 @@ async fn run(
                 *head.lock().unwrap_or_else(PoisonError::into_inner) = Some(new_head);
                 // Committed: the subscribers get the records as stored, read back from their
                 // bytes (only when someone listens).
-                if events.receiver_count() > 0 {
+                if events.listened() {
                     for line in &lines {
                         match serde_json::from_slice::<AuditRecord>(line) {
-                            Ok(record) => {
-                                let _ = events.send(record);
-                            }
+                            Ok(record) => events.send(record),
                             Err(error) => tracing::error!(
                                 "an audit record committed to {} cannot be read back for its subscribers: {error}",
                                 store.name()
