@@ -48,7 +48,7 @@ use toolward::load::{self, LoadReport, ServerReport};
 use toolward::manifest::Manifest;
 use toolward::pin::pin_server;
 use toolward::registry::Registry;
-use toolward::schema::verdicts::Verdicts;
+use toolward::load::verdicts::Verdicts;
 use toolward::store::StateDir;
 use toolward::transport::ServerIdentity;
 

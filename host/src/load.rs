@@ -40,10 +40,12 @@ use crate::listing::{self, ListedTool, ListingBounds};
 use crate::manifest::{Manifest, PinnedServer};
 use crate::registry::{RegisteredTool, Registry};
 use crate::schema;
-use crate::schema::verdicts::Verdicts;
 use crate::state_dir::StateDir;
 use crate::text;
 use crate::transport::Upstream;
+
+pub mod verdicts;
+use verdicts::Verdicts;
 
 /// Errors that stop a load as a whole (a server's or a tool's trouble never does).
 #[derive(Debug, thiserror::Error)]
@@ -351,7 +353,7 @@ pub async fn connect(config: &Config, server: &str) -> Result<Upstream, String> 
 /// `components` holds the SHA-256 of the components in use, by role (`rules`, `policy`);
 /// they are compared with the manifest's and reported when they differ. With a state folder
 /// `state`, which schemas compile into a validator is remembered there
-/// ([`crate::schema::verdicts`]): a load compiles only the schemas it has not seen.
+/// ([`crate::load::verdicts`]): a load compiles only the schemas it has not seen.
 ///
 /// # Errors
 /// [`LoadError`] only for a config that cannot name tools at all; every server and tool

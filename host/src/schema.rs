@@ -77,7 +77,6 @@ use std::collections::{HashMap, HashSet};
 use crate::canonical::{Value, push_pointer_token};
 
 pub mod validator;
-pub mod verdicts;
 
 /// The deepest nesting a schema document may have, in JSON levels: the root is level 0 and
 /// each array element or object member is one level deeper than its container (so one level

@@ -38,8 +38,8 @@ use std::sync::OnceLock;
 
 use cap_std::fs::Dir;
 
-use super::Dialect;
-use super::validator::{ValidatorProblem, check_validator};
+use crate::schema::Dialect;
+use crate::schema::validator::{ValidatorProblem, check_validator};
 use crate::canonical::{self, Value};
 use crate::state_dir::{Key, StateDir, StateError, open_private_in, replace_private_in};
 
@@ -291,7 +291,7 @@ pub fn build() -> &'static str {
             env!("CARGO_PKG_VERSION").to_owned(),
             format!("{:?}", TypeId::of::<jsonschema::Validator>()),
             format!("{:?}", TypeId::of::<Verdicts>()),
-            include_str!("validator.rs").to_owned(),
+            include_str!("../schema/validator.rs").to_owned(),
         ];
         let mut text = String::new();
         for part in parts {
