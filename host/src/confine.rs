@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::config::{Config, ServerConfig, ServerConfine, ServerTransport};
 
@@ -429,6 +429,16 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
     if launcher.exec != Path::new(RUNNING_LAUNCHER) {
         deny.push(launcher.shown.clone());
     }
+    // The running toolward cannot be written while it runs, but a file can be renamed over its
+    // path, and the next `toolward` a client starts is that file (found by an attack: a
+    // server whose folder is on PATH replaced the binary). It is withheld like a launcher.
+    // Its path as first seen: the same at every restart, even after an upgrade renamed it.
+    static RUNNING: OnceLock<Option<PathBuf>> = OnceLock::new();
+    if let Some(running) = RUNNING.get_or_init(|| std::env::current_exe().ok())
+        && !deny.contains(running)
+    {
+        deny.push(running.clone());
+    }
     deny.extend(extra.iter().cloned());
     let namespaces = if config.confine.namespaces {
         probed.namespaces
@@ -465,8 +475,11 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
     // folder, name nothing to withhold, and withholding them would make that folder (often
     // the server's own) unlistable. A manifest file that does exist there is still withheld.
     let memory = matches!(config.store, crate::config::StoreConfig::Memory);
+    // What does exist at those paths is withheld all the same: a CLI toolward's state folder
+    // in the embedder's folder holds its keys (found by an attack on the Python package).
+    let withheld = |path: &Path| !memory || path.exists();
     let mut deny = Vec::new();
-    if !memory {
+    if withheld(&config.state_dir) {
         deny.push(config.state_dir.clone());
     }
     deny.extend(config.file.iter().cloned());
@@ -484,14 +497,14 @@ pub fn default_denied(config: &Config) -> Vec<PathBuf> {
             .flatten()
             .filter_map(|source| source.file().map(Path::to_path_buf)),
     );
-    if !memory || config.manifest.exists() {
+    if withheld(&config.manifest) {
         deny.push(config.manifest.clone());
     }
-    if !memory {
+    if withheld(&config.audit.file) {
         deny.push(config.audit.file.clone());
     }
     deny.extend(config.audit.checkpoint.iter().map(|c| c.key.clone()));
-    if !memory
+    if withheld(&config.audit.file)
         && let (Some(folder), Some(name)) =
             (config.audit.file.parent(), config.audit.file.file_name())
         && let Ok(entries) = std::fs::read_dir(folder)
@@ -706,10 +719,17 @@ fn held(path: &Path) -> Result<Launcher, String> {
 pub fn landlock_abi(launcher: &Path) -> Result<Probed, String> {
     static PROBES: Mutex<BTreeMap<PathBuf, Result<Probed, String>>> = Mutex::new(BTreeMap::new());
     let mut probes = PROBES.lock().unwrap_or_else(PoisonError::into_inner);
-    probes
-        .entry(launcher.to_owned())
-        .or_insert_with(|| probe(launcher))
-        .clone()
+    // Only what a probe found is kept: a failure (a launcher briefly busy, say) is probed
+    // again at the next start, so one passing failure does not leave every later start of
+    // this process unconfined.
+    if let Some(found) = probes.get(launcher) {
+        return found.clone();
+    }
+    let found = probe(launcher);
+    if found.is_ok() {
+        probes.insert(launcher.to_owned(), found.clone());
+    }
+    found
 }
 
 /// What the probe of a launcher found.
@@ -721,6 +741,11 @@ pub struct Probed {
     pub namespaces: Result<(), String>,
 }
 
+/// `ETXTBSY`: a file open for writing cannot be executed.
+fn libc_etxtbsy() -> i32 {
+    rustix::io::Errno::TXTBSY.raw_os_error()
+}
+
 fn probe(launcher: &Path) -> Result<Probed, String> {
     let failed = |why: String| {
         format!(
@@ -728,12 +753,28 @@ fn probe(launcher: &Path) -> Result<Probed, String> {
             launcher.display()
         )
     };
-    let output = std::process::Command::new(launcher)
-        .args([LAUNCHER_SUBCOMMAND, PROBE_FLAG])
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
+    let run = || {
+        std::process::Command::new(launcher)
+            .args([LAUNCHER_SUBCOMMAND, PROBE_FLAG])
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .output()
+    };
+    // A launcher some process holds open for writing cannot be executed (`ETXTBSY`): an
+    // install or upgrade in progress, or a process that wants servers started unconfined.
+    // Tried again for half a second; a launcher still busy then leaves the server unconfined,
+    // as the load report and `check` say (SECURITY.md).
+    let mut output = run();
+    for _ in 0..10 {
+        match &output {
+            Err(e) if e.raw_os_error() == Some(libc_etxtbsy()) => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                output = run();
+            }
+            _ => break,
+        }
+    }
+    let output = output.map_err(|e| failed(e.to_string()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let abi = stdout
         .lines()

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use super::head::{AuditHead, HeadFile, HeadProblem};
-use super::memory::{AUDIT_EVENTS_CAPACITY, RecordStream};
+use super::memory::RecordStream;
 use super::{
     AuditError, AuditEvent, AuditKind, AuditRecord, AuditSync, ComponentHashes, GENESIS_PREV,
     MAX_HEAD_LAG_RECORDS, MAX_RECORD_BYTES, NextLine, RECORD_PREFIX, ROOM_BYTES, TAIL_CHUNK_BYTES,
@@ -553,7 +553,7 @@ impl AuditLog {
     /// The records this process makes durable from now on, in `seq` order: written (with
     /// [`AuditSync::None`]) or synced (with [`AuditSync::Always`]). Records other processes
     /// append to the same log are not sent; read the file for those. A receiver that falls
-    /// more than [`AUDIT_EVENTS_CAPACITY`] records behind is told how many it missed.
+    /// more than [`AUDIT_EVENTS_CAPACITY`](super::AUDIT_EVENTS_CAPACITY) records behind is told how many it missed.
     pub fn subscribe(&self) -> broadcast::Receiver<AuditRecord> {
         self.shared.events.subscribe()
     }

@@ -322,9 +322,11 @@ fn as_another_user_withheld_paths_cannot_be_chmodded_or_watched_and_siblings_are
     metadata_watching_and_siblings_are_out_of_reach(Some(NOBODY));
 }
 
-/// A server that renames the launcher aside, puts a script that starts servers unconfined
-/// in its place (as an attacker, or an upgrade, would), then dies, is restarted through the
-/// binary toolward runs: still confined, and recorded so.
+/// A server cannot rename the running toolward aside (its path is withheld: a client's next
+/// `toolward` would be the server's program). When the binary is renamed aside and a script
+/// that starts servers unconfined put in its place anyway (as an upgrade, or an attacker with
+/// the operator's rights, would), a server that then dies is restarted through the binary
+/// toolward runs: still confined, and recorded so.
 #[test]
 fn a_restart_after_the_launcher_is_renamed_and_replaced_runs_confined() {
     let Some(bin) = binary() else { return };
@@ -344,10 +346,13 @@ fn a_restart_after_the_launcher_is_renamed_and_replaced_runs_confined() {
     assert!(key.exists());
     assert!(refused(&serve.probe("probe__read", json!({ "path": key }))));
     let aside = bench.path().join("bin/toolward.aside");
-    assert_eq!(
-        serve.probe("probe__rename", json!({ "path": installed, "to": aside })),
-        "ok"
+    let renamed = serve.probe("probe__rename", json!({ "path": installed, "to": aside }));
+    assert!(
+        refused(&renamed),
+        "the server renamed the running toolward: {renamed}"
     );
+    assert!(installed.exists() && !aside.exists());
+    std::fs::rename(&installed, &aside).unwrap();
     std::fs::write(
         &installed,
         "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"\n",
