@@ -44,11 +44,11 @@ use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group};
 use toolward::component::{ComponentHost, DEFAULT_COMPONENT, GuestLimits, Rules};
 use toolward::config::Config;
 use toolward::listing::{Listing, ListingBuilder};
+use toolward::load::verdicts::Verdicts;
 use toolward::load::{self, LoadReport, ServerReport};
 use toolward::manifest::Manifest;
 use toolward::pin::pin_server;
 use toolward::registry::Registry;
-use toolward::load::verdicts::Verdicts;
 use toolward::store::StateDir;
 use toolward::transport::ServerIdentity;
 
