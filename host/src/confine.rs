@@ -295,6 +295,14 @@ pub fn weaker_start(first: Option<&Confinement>, now: Option<&Confinement>) -> O
 pub enum Plan {
     /// Through the launcher, confined.
     Confined(Confinement),
+    /// Not started: a launcher is named or running but cannot confine (it cannot be opened,
+    /// or it failed its probe), and a server is never started unconfined for a passing
+    /// failure an attacker can cause (found by an outside attack: a launcher held open for
+    /// writing started every server unconfined). Why, one line.
+    Refused {
+        /// Why, one line, naming the launcher.
+        reason: String,
+    },
     /// As the operator, unconfined, and why (for the load report).
     Unconfined {
         /// Why, one line.
@@ -310,7 +318,7 @@ impl Plan {
     pub fn confinement(&self) -> Option<&Confinement> {
         match self {
             Plan::Confined(confinement) => Some(confinement),
-            Plan::Unconfined { .. } => None,
+            Plan::Refused { .. } | Plan::Unconfined { .. } => None,
         }
     }
 
@@ -346,7 +354,7 @@ impl Plan {
                     c.deny.len()
                 )
             }
-            Plan::Unconfined { reason, .. } => reason.clone(),
+            Plan::Refused { reason } | Plan::Unconfined { reason, .. } => reason.clone(),
         }
     }
 }
@@ -396,23 +404,18 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
             chosen: false,
         });
     };
+    let refused = |reason: String| {
+        Some(Plan::Refused {
+            reason: format!("not started, rather than started unconfined: {reason}"),
+        })
+    };
     let launcher = match launcher {
         Ok(launcher) => launcher,
-        Err(reason) => {
-            return Some(Plan::Unconfined {
-                reason: format!("unconfined: {reason}"),
-                chosen: false,
-            });
-        }
+        Err(reason) => return refused(reason),
     };
     let probed = match landlock_abi(&launcher.exec) {
         Ok(probed) => probed,
-        Err(reason) => {
-            return Some(Plan::Unconfined {
-                reason: format!("unconfined: {reason}"),
-                chosen: false,
-            });
-        }
+        Err(reason) => return refused(reason),
     };
     let abi = probed.abi;
     if abi == 0 {

@@ -201,10 +201,11 @@ impl LoadReport {
             if let Some(failure) = &s.failure {
                 out.push(format!("server `{}` is unavailable: {failure}", s.server));
             }
+            // A server that did not start runs nothing, confined or not.
             if let Some(c) = s
                 .confinement
                 .as_ref()
-                .filter(|c| !c.confined && !c.by_config)
+                .filter(|c| !c.confined && !c.by_config && s.failure.is_none())
             {
                 out.push(format!("server `{}` runs {}", s.server, c.detail));
             }

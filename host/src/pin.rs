@@ -83,6 +83,16 @@ pub enum PinError {
         /// The server's name in the configuration.
         server: String,
     },
+    /// The server's launcher (named by `confine.launcher` or `TOOLWARD_BIN`, or the running
+    /// `toolward`) cannot be opened or failed its probe, so the server is not started rather
+    /// than started unconfined.
+    #[error("server `{server}` is {reason}")]
+    Unconfinable {
+        /// The server's name in the configuration.
+        server: String,
+        /// Why, naming the launcher.
+        reason: String,
+    },
     /// A path to give the server is not UTF-8.
     #[error("server `{server}` has a {what} that is not UTF-8: `{}`", path.display())]
     NotUnicode {
@@ -368,7 +378,7 @@ fn server_folder(
 ///
 /// [`PinError::NotStdio`] for an HTTP server; [`PinError::NotUnicode`] when the
 /// command or the home folder is not UTF-8; [`PinError::Home`] when the home folder cannot
-/// be made absolute.
+/// be made absolute; [`PinError::Unconfinable`] when its launcher cannot confine it.
 pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, PinError> {
     let ServerTransport::Stdio { command, args, env } = &server.transport else {
         return Err(PinError::NotStdio {
@@ -408,7 +418,15 @@ pub fn stdio_spec(config: &Config, server: &ServerConfig) -> Result<StdioSpec, P
         // Relative paths in `args` (a sandbox folder, a script) mean what they mean beside
         // the config file, wherever toolward was started from.
         cwd: Some(config.base_dir.clone()),
-        confine: crate::confine::plan(config, server).and_then(|plan| plan.confinement().cloned()),
+        confine: match crate::confine::plan(config, server) {
+            Some(crate::confine::Plan::Refused { reason }) => {
+                return Err(PinError::Unconfinable {
+                    server: server.name.clone(),
+                    reason,
+                });
+            }
+            plan => plan.and_then(|plan| plan.confinement().cloned()),
+        },
     })
 }
 

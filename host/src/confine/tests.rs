@@ -302,7 +302,7 @@ fn a_server_unconfined_by_the_config_says_why_and_an_http_server_has_no_plan() {
 }
 
 #[test]
-fn without_a_launcher_a_server_runs_unconfined_and_the_plan_says_how_to_fix_it() {
+fn a_launcher_that_cannot_be_opened_refuses_the_server_and_says_how_to_fix_it() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(
         json!({
@@ -313,10 +313,10 @@ fn without_a_launcher_a_server_runs_unconfined_and_the_plan_says_how_to_fix_it()
         dir.path(),
     );
     let plan = plan(&config, &config.servers["fs"]).unwrap();
-    let Plan::Unconfined { reason, chosen } = plan else {
-        panic!("confined: {plan:?}");
+    let Plan::Refused { reason } = plan else {
+        panic!("not refused: {plan:?}");
     };
-    assert!(!chosen);
+    assert!(reason.starts_with("not started, rather than started unconfined"), "{reason}");
     assert!(reason.contains("/nonexistent/toolward"), "{reason}");
     assert!(reason.contains(LAUNCHER_ENV), "{reason}");
 }

@@ -252,21 +252,27 @@ async fn a_server_the_config_leaves_unconfined_is_reported_with_its_reason() {
     toolward.shutdown().await;
 }
 
+/// A launcher that cannot be run (here, missing; in an attack, held open for writing) refuses
+/// its servers, naming it: none is started unconfined, at pin or at load.
 #[tokio::test]
-async fn without_a_launcher_servers_start_unconfined_and_the_load_says_so_per_server() {
+async fn a_launcher_that_cannot_be_run_refuses_its_servers_naming_it() {
     let bench = Bench::new("confine-no-launcher")
         .server("probe", probes(), PROBES)
         .with("confine", json!({ "launcher": "/nonexistent/toolward" }));
-    let toolward = bench.pin_and_start().await;
-    let report = confinement(&toolward, "probe");
-    assert!(!report.confined && !report.by_config);
-    let messages = toolward.report().messages();
+    let config = bench.config();
+    let pinned = toolward::pin::pin(&config, None, None, std::collections::BTreeMap::new())
+        .await
+        .unwrap();
+    let failure = pinned
+        .failures
+        .get("probe")
+        .expect("refused, not started unconfined")
+        .to_string();
     assert!(
-        messages.iter().any(|m| m
-            .starts_with("server `probe` runs unconfined: the launcher `/nonexistent/toolward`")),
-        "{messages:?}"
+        failure.starts_with("server `probe` is not started, rather than started unconfined: the launcher `/nonexistent/toolward`"),
+        "{failure}"
     );
-    toolward.shutdown().await;
+    bench.assert_no_processes_left();
 }
 
 #[tokio::test]
