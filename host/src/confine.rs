@@ -415,7 +415,13 @@ pub fn plan(config: &Config, server: &ServerConfig) -> Option<Plan> {
     };
     let probed = match landlock_abi(&launcher.exec) {
         Ok(probed) => probed,
-        Err(reason) => return refused(reason),
+        // Named as the operator knows it, not as it is executed (`/proc/self/fd/N`).
+        Err(reason) => {
+            return refused(format!(
+                "the launcher `{}` {reason}: set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
+                crate::text::escape(&launcher.shown.to_string_lossy())
+            ));
+        }
     };
     let abi = probed.abi;
     if abi == 0 {
@@ -713,12 +719,13 @@ fn held(path: &Path) -> Result<Launcher, String> {
 }
 
 /// The Landlock ABI `launcher` obtains (0: Landlock is unavailable), probed once per
-/// launcher and process: the launcher restricts a throwaway process as it would a server and
-/// reports the ABI.
+/// launcher and process while it succeeds: the launcher restricts a throwaway process as it
+/// would a server and reports the ABI.
 ///
 /// # Errors
-/// One line naming the launcher when it cannot be run or does not answer the probe (not a
-/// `toolward` binary, or one without confinement).
+/// One line, `failed its probe (why)`, when it cannot be run or does not answer the probe
+/// (not a `toolward` binary, one without confinement, or one held open for writing); the
+/// caller names the launcher.
 pub fn landlock_abi(launcher: &Path) -> Result<Probed, String> {
     static PROBES: Mutex<BTreeMap<PathBuf, Result<Probed, String>>> = Mutex::new(BTreeMap::new());
     let mut probes = PROBES.lock().unwrap_or_else(PoisonError::into_inner);
@@ -750,12 +757,7 @@ fn libc_etxtbsy() -> i32 {
 }
 
 fn probe(launcher: &Path) -> Result<Probed, String> {
-    let failed = |why: String| {
-        format!(
-            "the launcher `{}` failed its probe ({why}): set `{LAUNCHER_ENV}` or `confine.launcher` to a toolward binary of this version",
-            launcher.display()
-        )
-    };
+    let failed = |why: String| format!("failed its probe ({why})");
     let run = || {
         std::process::Command::new(launcher)
             .args([LAUNCHER_SUBCOMMAND, PROBE_FLAG])

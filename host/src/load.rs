@@ -242,7 +242,12 @@ impl LoadReport {
             if let Some(failure) = &s.failure {
                 let _ = writeln!(out, "  unavailable: {failure}");
             }
-            if let Some(c) = &s.confinement {
+            // A server that did not start runs nothing: the line above says why.
+            if let Some(c) = s
+                .confinement
+                .as_ref()
+                .filter(|c| c.confined || s.failure.is_none())
+            {
                 let label = if c.confined {
                     "confined   "
                 } else {

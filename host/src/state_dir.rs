@@ -453,6 +453,20 @@ impl Key {
     }
 }
 
+/// The length of [`Key::mac_hex`]'s text: 64 hex digits.
+pub const MAC_HEX_BYTES: usize = 64;
+
+/// A file of the state folder that starts with its own MAC (the compact manifest, the schema
+/// verdicts): the MAC's line and the body after it, `None` when the text has no such line.
+pub(crate) fn split_mac(text: &[u8]) -> Option<(&str, &[u8])> {
+    let mac = text.get(..MAC_HEX_BYTES)?;
+    if text.get(MAC_HEX_BYTES) != Some(&b'\n') {
+        return None;
+    }
+    let body = text.get(MAC_HEX_BYTES + 1..)?;
+    Some((std::str::from_utf8(mac).ok()?, body))
+}
+
 #[expect(
     clippy::panic,
     reason = "HMAC accepts keys of every length; this cannot run"

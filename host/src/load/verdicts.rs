@@ -41,7 +41,9 @@ use cap_std::fs::Dir;
 use crate::schema::Dialect;
 use crate::schema::validator::{ValidatorProblem, check_validator};
 use crate::canonical::{self, Value};
-use crate::state_dir::{Key, StateDir, StateError, open_private_in, replace_private_in};
+use crate::state_dir::{
+    Key, MAC_HEX_BYTES, StateDir, StateError, open_private_in, replace_private_in, split_mac,
+};
 
 /// The file in the state folder: `schema-verdicts`.
 pub const VERDICTS_FILE: &str = "schema-verdicts";
@@ -53,8 +55,6 @@ pub const MAX_VERDICTS: usize = 1_000_000;
 /// What the MAC covers first, so this file's MAC can never be mistaken for another MAC made
 /// with a key of the same folder.
 const MAC_CONTEXT: &[u8] = b"toolward schema verdicts 1";
-/// Length of the MAC line, bytes: 64 hex digits.
-const MAC_HEX_BYTES: usize = 64;
 /// Longest entry line: the longest dialect tag, a space, 64 hex digits, a newline.
 const ENTRY_LINE_BYTES: usize = 7 + 1 + 64 + 1;
 /// The line that names the build, before its 64 hex digits.
@@ -332,16 +332,6 @@ fn digest(sha256: &str) -> Option<[u8; 32]> {
     let mut bytes = [0u8; 32];
     hex::decode_to_slice(sha256, &mut bytes).ok()?;
     Some(bytes)
-}
-
-/// The MAC line and the body after it.
-fn split_mac(text: &[u8]) -> Option<(&str, &[u8])> {
-    let mac = text.get(..MAC_HEX_BYTES)?;
-    if text.get(MAC_HEX_BYTES) != Some(&b'\n') {
-        return None;
-    }
-    let body = text.get(MAC_HEX_BYTES + 1..)?;
-    Some((std::str::from_utf8(mac).ok()?, body))
 }
 
 #[cfg(test)]

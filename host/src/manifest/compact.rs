@@ -36,7 +36,9 @@ use cap_std::fs::Dir;
 
 use super::{Hashes, MAX_MANIFEST_BYTES, Manifest, ManifestError};
 use crate::canonical;
-use crate::state_dir::{Key, StateDir, StateError, open_private_in, replace_private_in};
+use crate::state_dir::{
+    Key, MAC_HEX_BYTES, StateDir, StateError, open_private_in, replace_private_in, split_mac,
+};
 
 /// The compact forms' folder in the state folder: `manifests`.
 pub const COMPACT_FOLDER: &str = "manifests";
@@ -47,8 +49,6 @@ const ENTRY_SUFFIX: &str = ".json";
 /// What the MAC covers first, so an entry's MAC can never be mistaken for another MAC made
 /// with a key of the same folder.
 const MAC_CONTEXT: &[u8] = b"toolward compact manifest 1";
-/// Length of the MAC line, bytes: 64 hex digits.
-const MAC_HEX_BYTES: usize = 64;
 
 /// The compact forms' folder, open.
 struct Folder {
@@ -168,16 +168,6 @@ impl Folder {
         }
         Ok(())
     }
-}
-
-/// The MAC line and the body after it.
-fn split_mac(text: &[u8]) -> Option<(&str, &[u8])> {
-    let mac = text.get(..MAC_HEX_BYTES)?;
-    if text.get(MAC_HEX_BYTES) != Some(&b'\n') {
-        return None;
-    }
-    let body = text.get(MAC_HEX_BYTES + 1..)?;
-    Some((std::str::from_utf8(mac).ok()?, body))
 }
 
 #[cfg(test)]
