@@ -751,11 +751,6 @@ pub struct Probed {
     pub namespaces: Result<(), String>,
 }
 
-/// `ETXTBSY`: a file open for writing cannot be executed.
-fn libc_etxtbsy() -> i32 {
-    rustix::io::Errno::TXTBSY.raw_os_error()
-}
-
 fn probe(launcher: &Path) -> Result<Probed, String> {
     let failed = |why: String| format!("failed its probe ({why})");
     let run = || {
@@ -772,7 +767,7 @@ fn probe(launcher: &Path) -> Result<Probed, String> {
     let mut output = run();
     for _ in 0..10 {
         match &output {
-            Err(e) if e.raw_os_error() == Some(libc_etxtbsy()) => {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::TXTBSY.raw_os_error()) => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 output = run();
             }
